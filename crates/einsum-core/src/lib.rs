@@ -1,0 +1,32 @@
+//! The formalism every other Einsummable crate stands on (Section 3.1 of the paper).
+//!
+//! - [`Interval`] and [`TensorType`]: boxes `[lower, upper)` of integer indices, which need
+//!   not start at zero, so a sub-block always knows its absolute position.
+//! - [`Tiling`]: a set of boxes that covers a whole type and is pairwise disjoint
+//!   (Definition 3.2), with the overlay of two tilings (Section 5.3).
+//! - [`DType`] and [`HostTensor`]: dense row-major data that carries its [`TensorType`].
+//! - [`TensorDesc`]: a zero-bounded type with named indices, as users see it.
+//! - [`Aggregation`]: the elementwise ⊕ that combines partial outputs.
+//!
+//! **Architecture invariant:** this crate knows nothing about operators, specs or devices.
+#![warn(missing_docs)]
+
+mod aggregation;
+mod desc;
+mod dtype;
+mod error;
+mod host_tensor;
+mod interval;
+mod rng;
+mod tensor_type;
+mod tiling;
+
+pub use aggregation::Aggregation;
+pub use desc::{Dim, TensorDesc};
+pub use dtype::DType;
+pub use error::{CoreError, Result};
+pub use host_tensor::{HostTensor, relative_error};
+pub use interval::Interval;
+pub use rng::SplitMix64;
+pub use tensor_type::TensorType;
+pub use tiling::{Tiling, check_tiling};

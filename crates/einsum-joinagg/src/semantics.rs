@@ -1,0 +1,101 @@
+//! The reference semantics of a join-agg spec (Definition 3.7): join, aggregate, recompose.
+
+use einsum_core::{HostTensor, TensorType, relative_error};
+
+use crate::{AbstractOperator, Error, FunctionSpec, JoinAggSpec, Result, validate_spec};
+
+/// The trivial spec: one function spec over the whole inputs and outputs.
+pub fn whole_spec(op: &dyn AbstractOperator) -> FunctionSpec {
+    FunctionSpec {
+        inputs: op.inputs().iter().map(|d| d.tensor_type()).collect(),
+        outputs: op.outputs().iter().map(|d| d.tensor_type()).collect(),
+    }
+}
+
+/// Runs the operator's kernel once on whole tensors: the single-device reference.
+pub fn execute_whole(op: &dyn AbstractOperator, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    check_inputs(op, inputs)?;
+    op.compute(&whole_spec(op), inputs)
+}
+
+/// Executes `spec` by Definition 3.7: (1) for each function spec, project every input onto
+/// its block and run the kernel; (2) combine with ⊕ the outputs that share a box;
+/// (3) stitch the aggregated boxes into each whole output.
+pub fn execute_spec(op: &dyn AbstractOperator, spec: &JoinAggSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    check_inputs(op, inputs)?;
+    validate_spec(op, spec, None)?;
+    let agg = op.aggregation();
+    let mut partials: Vec<Vec<(TensorType, HostTensor)>> = vec![Vec::new(); op.outputs().len()];
+    for f in &spec.functions {
+        // (1) Join.
+        let blocks = f.inputs.iter().zip(inputs).map(|(b, t)| t.slice(b)).collect::<Result<Vec<_>, _>>()?;
+        let outs = op.compute(f, &blocks)?;
+        if outs.len() != f.outputs.len() {
+            return Err(kernel_error(
+                op,
+                format!("returned {} outputs for {} output blocks", outs.len(), f.outputs.len()),
+            ));
+        }
+        // (2) Aggregate.
+        for ((j, out), want) in outs.into_iter().enumerate().zip(&f.outputs) {
+            if out.ty() != want {
+                return Err(kernel_error(
+                    op,
+                    format!("output {j} has type {}, the function spec says {want}", out.ty()),
+                ));
+            }
+            match partials[j].iter_mut().find(|(b, _)| b == want) {
+                Some((_, acc)) => *acc = acc.aggregate(&out, agg)?,
+                None => partials[j].push((want.clone(), out)),
+            }
+        }
+    }
+    // (3) Recompose.
+    op.outputs()
+        .iter()
+        .zip(partials)
+        .map(|(desc, parts)| {
+            let parts: Vec<HostTensor> = parts.into_iter().map(|(_, t)| t).collect();
+            Ok(HostTensor::stitch(&desc.tensor_type(), &parts)?)
+        })
+        .collect()
+}
+
+fn check_inputs(op: &dyn AbstractOperator, inputs: &[HostTensor]) -> Result<()> {
+    if inputs.len() != op.inputs().len() {
+        return Err(kernel_error(
+            op,
+            format!("{} inputs given, the operator takes {}", inputs.len(), op.inputs().len()),
+        ));
+    }
+    for (k, (t, desc)) in inputs.iter().zip(op.inputs()).enumerate() {
+        if *t.ty() != desc.tensor_type() || t.dtype() != desc.dtype {
+            return Err(Error::InputMismatch {
+                op: op.kind().to_string(),
+                input: k,
+                expected: format!("{} {}", desc.tensor_type(), desc.dtype),
+                got: format!("{} {}", t.ty(), t.dtype()),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn kernel_error(op: &dyn AbstractOperator, reason: String) -> Error {
+    Error::Kernel { op: op.kind().to_string(), reason }
+}
+
+/// Runs `spec` and the whole-tensor kernel on the same seeded random inputs and returns the
+/// largest normwise relative error over the outputs: how far the decomposition is from the
+/// single-device reference.
+pub fn decomposition_error(op: &dyn AbstractOperator, spec: &JoinAggSpec, seed: u64) -> Result<f32> {
+    let inputs: Vec<HostTensor> = op
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(k, d)| HostTensor::random(d.tensor_type(), d.dtype, seed.wrapping_add(k as u64)))
+        .collect();
+    let whole = execute_whole(op, &inputs)?;
+    let split = execute_spec(op, spec, &inputs)?;
+    Ok(whole.iter().zip(&split).map(|(w, s)| relative_error(s, w)).fold(0.0, f32::max))
+}

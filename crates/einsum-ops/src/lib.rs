@@ -1,0 +1,21 @@
+//! The operator library: every operator is an [`AbstractOperator`] that builds its own
+//! join-agg specs and carries a CPU reference kernel (computing in f32 whatever the
+//! storage dtype). One operator per file; adding an operator touches this crate only.
+//!
+//! **Architecture invariant:** operators know nothing of devices, costs or optimizers.
+//!
+//! [`AbstractOperator`]: einsum_joinagg::AbstractOperator
+#![warn(missing_docs)]
+
+pub mod attention;
+pub mod binary;
+pub mod einsum;
+pub mod layernorm;
+pub mod packing;
+pub mod reduce;
+pub mod rmsnorm;
+pub mod rope;
+pub mod softmax;
+pub mod unary;
+
+pub use packing::Packing;

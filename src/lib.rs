@@ -1,0 +1,1 @@
+//! Einsummable driver (placeholder during bootstrap).
