@@ -22,7 +22,7 @@ pub fn factorizations(p: usize, max: &[usize]) -> Vec<Vec<usize>> {
                 }
             }
             Some((&m, tail)) => {
-                for c in (1..=rest.min(m)).filter(|c| rest % c == 0) {
+                for c in (1..=rest.min(m)).filter(|c| rest.is_multiple_of(*c)) {
                     prefix.push(c);
                     go(rest / c, tail, prefix, out);
                     prefix.pop();
