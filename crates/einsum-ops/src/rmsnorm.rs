@@ -1,1 +1,251 @@
-//! (in progress)
+//! RMSNorm along one named index: `y = x / √(mean_index(x²) + eps) · w`.
+//!
+//! The normalised index stays whole in every block and the weight is read whole by every
+//! function spec; every other index of `x` is shardable anywhere. The parameter checks
+//! here are shared with [`LayerNorm`](crate::layernorm::LayerNorm).
+
+use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
+
+use crate::softmax::{check_rows, row_axis, row_dims, row_shardable, split_rows};
+use crate::unary::{check_call, kernel_error};
+
+const KIND: &str = "rmsnorm";
+
+/// RMSNorm of a tensor of any rank along one index, scaled by a rank-1 weight. The output
+/// has `x`'s indices and dtype.
+#[derive(Clone, Debug)]
+pub struct RmsNorm {
+    inputs: Vec<TensorDesc>,
+    outputs: Vec<TensorDesc>,
+    axis: usize,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// `y = x / √(mean_index(x²) + eps) · weight`. The weight has rank 1, the extent of
+    /// `x`'s `index` and `x`'s dtype (else an error naming the index); `eps` is finite and
+    /// non-negative.
+    pub fn new(x: &TensorDesc, weight: &TensorDesc, index: &str, eps: f32) -> Result<RmsNorm> {
+        let axis = row_axis(KIND, x, index)?;
+        check_param(KIND, x, axis, weight, "weight")?;
+        check_eps(KIND, eps)?;
+        Ok(RmsNorm { inputs: vec![x.clone(), weight.clone()], outputs: vec![x.clone()], axis, eps })
+    }
+
+    /// The name of the normalised index.
+    pub fn index(&self) -> &str {
+        &self.inputs[0].dims[self.axis].name
+    }
+
+    /// The `eps` added to the mean square.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+}
+
+impl AbstractOperator for RmsNorm {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    fn inputs(&self) -> &[TensorDesc] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[TensorDesc] {
+        &self.outputs
+    }
+
+    fn shardable(&self) -> Vec<ShardableIndex> {
+        row_shardable(&self.inputs[0], self.axis)
+    }
+
+    fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
+        let x = row_dims(self.inputs[0].rank(), self.axis);
+        let dims: DimIndex = vec![x.clone(), vec![None], x];
+        grid_spec(KIND, &self.inputs, &self.outputs, &self.shardable(), &dims, intervals)
+    }
+
+    /// Four per element (square, sum, normalise, weight) and three per row (mean, add
+    /// eps, reciprocal square root).
+    fn flops(&self, f: &FunctionSpec) -> f64 {
+        let volume = f.outputs.first().map_or(0.0, |t| t.volume() as f64);
+        let n = self.inputs[0].dims[self.axis].extent as f64;
+        4.0 * volume + 3.0 * volume / n
+    }
+
+    fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        check_call(self, f, inputs)?;
+        let n = self.inputs[0].dims[self.axis].extent;
+        check_rows(KIND, &f.inputs[0], &f.outputs[0], self.axis, n)?;
+        check_whole_param(KIND, f, 1, &self.inputs[1])?;
+        let (x, w) = (inputs[0].to_f32(), inputs[1].to_f32());
+        let (_, n, inner) = split_rows(&f.inputs[0].shape(), self.axis);
+        let mut y = vec![0.0; x.len()];
+        if !x.is_empty() {
+            let mut scale = vec![0.0f32; inner];
+            for (xs, ys) in x.chunks_exact(n * inner).zip(y.chunks_exact_mut(n * inner)) {
+                scale.fill(0.0);
+                for row in xs.chunks_exact(inner) {
+                    scale.iter_mut().zip(row).for_each(|(s, &v)| *s += v * v);
+                }
+                scale.iter_mut().for_each(|s| *s = 1.0 / (*s / n as f32 + self.eps).sqrt());
+                for ((row, out), &wk) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)).zip(&w) {
+                    for ((o, &v), &s) in out.iter_mut().zip(row).zip(&scale) {
+                        *o = v * s * wk;
+                    }
+                }
+            }
+        }
+        Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, y)?])
+    }
+}
+
+/// Checks a per-row parameter (weight, bias) of a norm over `x`'s dimension `axis`: rank
+/// 1, the extent of that index, `x`'s dtype. Errors name operator `op` and the index.
+pub(crate) fn check_param(op: &str, x: &TensorDesc, axis: usize, param: &TensorDesc, what: &str) -> Result<()> {
+    let dim = &x.dims[axis];
+    if param.rank() != 1 || param.dims[0].extent != dim.extent {
+        return Err(Error::Shape {
+            op: op.to_string(),
+            index: dim.name.clone(),
+            reason: format!(
+                "the {what} must have rank 1 and extent {} (that of `{}` in x [{}]), got [{}]",
+                dim.extent,
+                dim.name,
+                x.dims_string(),
+                param.dims_string()
+            ),
+        });
+    }
+    if param.dtype != x.dtype {
+        return Err(Error::Invalid {
+            op: op.to_string(),
+            reason: format!("the {what} has dtype {}, x has {}", param.dtype, x.dtype),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `eps` is finite and non-negative.
+pub(crate) fn check_eps(op: &str, eps: f32) -> Result<()> {
+    if eps.is_finite() && eps >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::Invalid { op: op.to_string(), reason: format!("eps must be finite and non-negative, got {eps}") })
+    }
+}
+
+/// Checks that input `k` of `f` is the whole parameter `param`.
+pub(crate) fn check_whole_param(op: &str, f: &FunctionSpec, k: usize, param: &TensorDesc) -> Result<()> {
+    let whole = param.tensor_type();
+    if f.inputs[k] != whole {
+        return Err(kernel_error(op, format!("input {k} block {} is not the whole parameter {whole}", f.inputs[k])));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::{DType, TensorType, relative_error};
+    use einsum_joinagg::{decomposition_error, enumerate_specs, execute_whole};
+
+    use super::*;
+
+    fn tensor(desc: &TensorDesc, data: Vec<f32>) -> HostTensor {
+        HostTensor::from_f32(desc.tensor_type(), desc.dtype, data).unwrap()
+    }
+
+    #[test]
+    fn known_vector() {
+        let x = TensorDesc::of(&[("d", 4)], DType::F32).unwrap();
+        let w = TensorDesc::of(&[("d", 4)], DType::F32).unwrap();
+        let op = RmsNorm::new(&x, &w, "d", 0.0).unwrap();
+        assert_eq!((op.kind(), op.index(), op.eps()), ("rmsnorm", "d", 0.0));
+        // mean(x²) = (1 + 9 + 9 + 1) / 4 = 5.
+        let y =
+            execute_whole(&op, &[tensor(&x, vec![1.0, 3.0, -3.0, 1.0]), tensor(&w, vec![1.0, 2.0, 1.0, 0.5])]).unwrap();
+        let r = 5.0f32.sqrt();
+        let want = [1.0 / r, 6.0 / r, -3.0 / r, 0.5 / r];
+        for (got, want) in y[0].to_f32().iter().zip(want) {
+            assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn index_at_any_position() {
+        let w = TensorDesc::of(&[("h", 5)], DType::F32).unwrap();
+        let x = TensorDesc::of(&[("a", 3), ("h", 5), ("b", 4)], DType::F32).unwrap();
+        let op = RmsNorm::new(&x, &w, "h", 1e-5).unwrap();
+        let tx = HostTensor::random(x.tensor_type(), DType::F32, 1);
+        let tw = HostTensor::random(w.tensor_type(), DType::F32, 2);
+        let y = execute_whole(&op, &[tx.clone(), tw.clone()]).unwrap().remove(0);
+        for a in 0..3 {
+            for b in 0..4 {
+                let ms: f32 = (0..5).map(|h| tx.get(&[a, h, b]).unwrap().powi(2)).sum::<f32>() / 5.0;
+                for h in 0..5 {
+                    let want = tx.get(&[a, h, b]).unwrap() / (ms + 1e-5).sqrt() * tw.get(&[h]).unwrap();
+                    assert!((y.get(&[a, h, b]).unwrap() - want).abs() < 1e-5);
+                }
+            }
+        }
+        for p in [2, 3, 4, 6, 12] {
+            for choice in enumerate_specs(&op, p).unwrap() {
+                assert!(choice.spec.functions.iter().all(|f| f.inputs[1] == w.tensor_type()));
+                assert_eq!(decomposition_error(&op, &choice.spec, 3).unwrap(), 0.0);
+            }
+        }
+        assert!(matches!(enumerate_specs(&op, 5), Err(Error::NoSpec { .. })));
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let x = TensorDesc::of(&[("t", 4), ("d", 8)], DType::F32).unwrap();
+        let w = TensorDesc::of(&[("d", 8)], DType::F32).unwrap();
+        let err = RmsNorm::new(&x, &w, "e", 1e-5).unwrap_err();
+        assert!(matches!(&err, Error::Shape { op, index, .. } if op == "rmsnorm" && index == "e"), "{err}");
+        let short = TensorDesc::of(&[("d", 7)], DType::F32).unwrap();
+        let err = RmsNorm::new(&x, &short, "d", 1e-5).unwrap_err();
+        assert!(matches!(&err, Error::Shape { index, .. } if index == "d"), "{err}");
+        let wide = TensorDesc::of(&[("t", 4), ("d", 8)], DType::F32).unwrap();
+        assert!(matches!(RmsNorm::new(&x, &wide, "d", 1e-5), Err(Error::Shape { .. })));
+        let half = TensorDesc::of(&[("d", 8)], DType::F16).unwrap();
+        assert!(matches!(RmsNorm::new(&x, &half, "d", 1e-5), Err(Error::Invalid { .. })));
+        assert!(RmsNorm::new(&x, &w, "d", -1.0).is_err());
+        assert!(RmsNorm::new(&x, &w, "d", f32::NAN).is_err());
+    }
+
+    #[test]
+    fn partial_weight_or_rows_are_kernel_errors() {
+        let x = TensorDesc::of(&[("t", 2), ("d", 4)], DType::F32).unwrap();
+        let w = TensorDesc::of(&[("d", 4)], DType::F32).unwrap();
+        let op = RmsNorm::new(&x, &w, "d", 1e-5).unwrap();
+        let (xb, wb) = (x.tensor_type(), TensorType::new(&[0], &[2]).unwrap());
+        let f = FunctionSpec { inputs: vec![xb.clone(), wb.clone()], outputs: vec![xb.clone()] };
+        let ins = [HostTensor::random(xb, DType::F32, 1), HostTensor::random(wb, DType::F32, 2)];
+        assert!(matches!(op.compute(&f, &ins), Err(Error::Kernel { .. })));
+        let xb = TensorType::new(&[0, 1], &[2, 4]).unwrap();
+        let f = FunctionSpec { inputs: vec![xb.clone(), w.tensor_type()], outputs: vec![xb.clone()] };
+        let ins = [HostTensor::random(xb, DType::F32, 1), HostTensor::random(w.tensor_type(), DType::F32, 2)];
+        assert!(matches!(op.compute(&f, &ins), Err(Error::Kernel { .. })));
+    }
+
+    #[test]
+    fn bf16_storage_stays_within_its_precision() {
+        let x = TensorDesc::of(&[("t", 6), ("d", 16)], DType::BF16).unwrap();
+        let w = TensorDesc::of(&[("d", 16)], DType::BF16).unwrap();
+        let op = RmsNorm::new(&x, &w, "d", 1e-6).unwrap();
+        for choice in enumerate_specs(&op, 6).unwrap() {
+            assert!(decomposition_error(&op, &choice.spec, 1).unwrap() <= 2.0 * DType::BF16.epsilon());
+        }
+        let ins =
+            [HostTensor::random(x.tensor_type(), DType::BF16, 3), HostTensor::random(w.tensor_type(), DType::BF16, 4)];
+        let y = execute_whole(&op, &ins).unwrap();
+        assert_eq!(y[0].dtype(), DType::BF16);
+        let (x32, w32) = (TensorDesc { dtype: DType::F32, ..x }, TensorDesc { dtype: DType::F32, ..w });
+        let op32 = RmsNorm::new(&x32, &w32, "d", 1e-6).unwrap();
+        let y32 = execute_whole(&op32, &[ins[0].cast(DType::F32), ins[1].cast(DType::F32)]).unwrap();
+        assert!(relative_error(&y[0], &y32[0]) <= DType::BF16.epsilon());
+    }
+}

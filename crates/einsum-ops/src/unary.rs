@@ -1,1 +1,333 @@
-//! (in progress)
+//! Elementwise unary operators: `y[i..] = op(x[i..])`.
+//!
+//! Every index is shardable anywhere and no two function specs share an output box, so
+//! the aggregation never runs. This file also holds the call checks that every pointwise
+//! kernel of the crate shares (`check_call`).
+
+use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
+
+const KIND: &str = "unary";
+
+/// The names [`UnaryOp::parse`] accepts.
+const NAMES: [&str; 6] = ["relu", "gelu", "silu", "exp", "neg", "scale"];
+
+/// An elementwise function of one scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    /// `max(x, 0)`.
+    Relu,
+    /// GELU in its tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+    Gelu,
+    /// SiLU (swish): `x·σ(x) = x / (1 + e⁻ˣ)`.
+    Silu,
+    /// `eˣ`.
+    Exp,
+    /// `−x`.
+    Neg,
+    /// `s·x` for the given finite scalar `s`.
+    Scale(f32),
+}
+
+impl UnaryOp {
+    /// The operation named `name` (`relu`, `gelu`, `silu`, `exp`, `neg` or `scale`);
+    /// `scalar` is the factor of `scale` and is ignored otherwise. An unknown name, or a
+    /// non-finite scale factor, is an [`Error::Invalid`] that lists the valid names.
+    pub fn parse(name: &str, scalar: f32) -> Result<UnaryOp> {
+        let op = match name {
+            "relu" => UnaryOp::Relu,
+            "gelu" => UnaryOp::Gelu,
+            "silu" => UnaryOp::Silu,
+            "exp" => UnaryOp::Exp,
+            "neg" => UnaryOp::Neg,
+            "scale" => UnaryOp::Scale(scalar),
+            other => {
+                return Err(Error::Invalid {
+                    op: KIND.into(),
+                    reason: format!("unknown unary operation `{other}` (expected one of {})", NAMES.join(", ")),
+                });
+            }
+        };
+        op.check()?;
+        Ok(op)
+    }
+
+    /// The lowercase name, as [`parse`](Self::parse) accepts it.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Neg => "neg",
+            UnaryOp::Scale(_) => "scale",
+        }
+    }
+
+    /// Applies the operation to one scalar.
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Gelu => {
+                // √(2/π)
+                const C: f32 = 0.797_884_6;
+                0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
+            }
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Neg => -x,
+            UnaryOp::Scale(s) => s * x,
+        }
+    }
+
+    /// Floating-point operations per element, counting a transcendental (exp, tanh) as one.
+    pub fn flops_per_element(self) -> f64 {
+        match self {
+            UnaryOp::Relu | UnaryOp::Exp | UnaryOp::Neg | UnaryOp::Scale(_) => 1.0,
+            // negate, exp, add, divide
+            UnaryOp::Silu => 4.0,
+            // x³ (2), ·0.044715, +x, ·√(2/π), tanh, +1, ·x, ·0.5
+            UnaryOp::Gelu => 9.0,
+        }
+    }
+
+    fn check(self) -> Result<()> {
+        match self {
+            UnaryOp::Scale(s) if !s.is_finite() => {
+                Err(Error::Invalid { op: KIND.into(), reason: format!("scale factor must be finite, got {s}") })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An elementwise unary operator over a tensor of any rank. The output has `x`'s
+/// indices and dtype; every index is shardable `any` under its own name.
+#[derive(Clone, Debug)]
+pub struct Unary {
+    op: UnaryOp,
+    inputs: Vec<TensorDesc>,
+    outputs: Vec<TensorDesc>,
+}
+
+impl Unary {
+    /// `y = op(x)` elementwise. Fails on a non-finite scale factor.
+    pub fn new(x: &TensorDesc, op: UnaryOp) -> Result<Unary> {
+        op.check()?;
+        Ok(Unary { op, inputs: vec![x.clone()], outputs: vec![x.clone()] })
+    }
+
+    /// The elementwise operation.
+    pub fn op(&self) -> UnaryOp {
+        self.op
+    }
+
+    fn dim_index(&self) -> DimIndex {
+        let all: Vec<Option<usize>> = (0..self.inputs[0].rank()).map(Some).collect();
+        vec![all.clone(), all]
+    }
+}
+
+impl AbstractOperator for Unary {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    fn inputs(&self) -> &[TensorDesc] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[TensorDesc] {
+        &self.outputs
+    }
+
+    fn shardable(&self) -> Vec<ShardableIndex> {
+        self.inputs[0].dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent)).collect()
+    }
+
+    fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
+        grid_spec(KIND, &self.inputs, &self.outputs, &self.shardable(), &self.dim_index(), intervals)
+    }
+
+    fn flops(&self, f: &FunctionSpec) -> f64 {
+        f.outputs.first().map_or(0.0, |t| t.volume() as f64) * self.op.flops_per_element()
+    }
+
+    fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        check_call(self, f, inputs)?;
+        if f.inputs[0] != f.outputs[0] {
+            return Err(kernel_error(
+                KIND,
+                format!("input block {} and output block {} differ", f.inputs[0], f.outputs[0]),
+            ));
+        }
+        let data = inputs[0].to_f32().into_iter().map(|x| self.op.apply(x)).collect();
+        Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, data)?])
+    }
+}
+
+/// An [`Error::Kernel`] of operator `op`.
+pub(crate) fn kernel_error(op: &str, reason: impl Into<String>) -> Error {
+    Error::Kernel { op: op.to_string(), reason: reason.into() }
+}
+
+/// The checks every kernel call shares: `f` has one block per operator input and output,
+/// each a projection of its whole tensor, and `inputs` holds one tensor per input block,
+/// of exactly that block's type.
+pub(crate) fn check_call(op: &dyn AbstractOperator, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<()> {
+    let kind = op.kind();
+    let (ins, outs) = (op.inputs(), op.outputs());
+    if f.inputs.len() != ins.len() || f.outputs.len() != outs.len() {
+        return Err(kernel_error(
+            kind,
+            format!(
+                "function spec has {} input and {} output blocks, the operator {} and {}",
+                f.inputs.len(),
+                f.outputs.len(),
+                ins.len(),
+                outs.len()
+            ),
+        ));
+    }
+    if inputs.len() != ins.len() {
+        return Err(kernel_error(
+            kind,
+            format!("{} input tensors given, the operator takes {}", inputs.len(), ins.len()),
+        ));
+    }
+    let blocks =
+        f.inputs.iter().zip(ins).map(|b| ("input", b)).chain(f.outputs.iter().zip(outs).map(|b| ("output", b)));
+    for (role, (block, desc)) in blocks {
+        let whole = desc.tensor_type();
+        if !block.is_projection_of(&whole) {
+            return Err(kernel_error(kind, format!("{role} block {block} is not a projection of {whole}")));
+        }
+    }
+    for (k, (t, block)) in inputs.iter().zip(&f.inputs).enumerate() {
+        if t.ty() != block {
+            return Err(kernel_error(kind, format!("input {k} has type {}, its block is {block}", t.ty())));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::{DType, TensorType};
+    use einsum_joinagg::{decomposition_error, enumerate_specs, execute_whole};
+
+    use super::*;
+
+    fn close(a: f32, b: f32) -> bool {
+        (a - b).abs() <= 1e-6 * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn known_values() {
+        assert_eq!(UnaryOp::Relu.apply(-2.0), 0.0);
+        assert_eq!(UnaryOp::Relu.apply(3.5), 3.5);
+        assert_eq!(UnaryOp::Gelu.apply(0.0), 0.0);
+        // Reference values of the tanh approximation.
+        assert!(close(UnaryOp::Gelu.apply(1.0), 0.841_192));
+        assert!(close(UnaryOp::Gelu.apply(-1.0), -0.158_808));
+        assert!(close(UnaryOp::Gelu.apply(2.0), 1.954_598));
+        assert_eq!(UnaryOp::Silu.apply(0.0), 0.0);
+        assert!(close(UnaryOp::Silu.apply(1.0), 0.731_058_6));
+        assert!(close(UnaryOp::Silu.apply(-2.0), -0.238_405_84));
+        assert_eq!(UnaryOp::Exp.apply(0.0), 1.0);
+        assert!(close(UnaryOp::Exp.apply(1.0), std::f32::consts::E));
+        assert_eq!(UnaryOp::Neg.apply(2.5), -2.5);
+        assert_eq!(UnaryOp::Scale(0.5).apply(3.0), 1.5);
+    }
+
+    #[test]
+    fn parse_accepts_the_names_and_lists_them_otherwise() {
+        for name in NAMES {
+            assert_eq!(UnaryOp::parse(name, 2.0).unwrap().name(), name);
+        }
+        assert_eq!(UnaryOp::parse("scale", 0.25).unwrap(), UnaryOp::Scale(0.25));
+        let err = UnaryOp::parse("tanh", 0.0).unwrap_err();
+        assert!(matches!(err, Error::Invalid { .. }));
+        let msg = err.to_string();
+        assert!(msg.contains("tanh") && msg.contains("relu") && msg.contains("scale"), "{msg}");
+        assert!(UnaryOp::parse("scale", f32::NAN).is_err());
+        let x = TensorDesc::of(&[("i", 2)], DType::F32).unwrap();
+        assert!(Unary::new(&x, UnaryOp::Scale(f32::INFINITY)).is_err());
+    }
+
+    #[test]
+    fn whole_kernel_applies_the_op() {
+        let x = TensorDesc::of(&[("i", 2), ("j", 2)], DType::F32).unwrap();
+        let op = Unary::new(&x, UnaryOp::Relu).unwrap();
+        assert_eq!(op.kind(), "unary");
+        assert_eq!(op.op(), UnaryOp::Relu);
+        let t = HostTensor::from_f32(x.tensor_type(), DType::F32, vec![-1.0, 2.0, 0.5, -3.0]).unwrap();
+        let y = execute_whole(&op, &[t]).unwrap();
+        assert_eq!(y[0].to_f32(), vec![0.0, 2.0, 0.5, 0.0]);
+    }
+
+    #[test]
+    fn every_spec_matches_the_whole_kernel() {
+        let x = TensorDesc::of(&[("t", 6), ("d", 5)], DType::F32).unwrap();
+        for kind in [UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Scale(-1.5)] {
+            let op = Unary::new(&x, kind).unwrap();
+            for p in [1, 2, 3, 4, 6] {
+                for choice in enumerate_specs(&op, p).unwrap() {
+                    assert_eq!(choice.spec.len(), p);
+                    assert!(decomposition_error(&op, &choice.spec, 3).unwrap() <= 1e-6);
+                }
+            }
+        }
+        let op = Unary::new(&x, UnaryOp::Exp).unwrap();
+        assert!(matches!(enumerate_specs(&op, 7), Err(Error::NoSpec { p: 7, .. })));
+    }
+
+    #[test]
+    fn spec_order_and_flops() {
+        let x = TensorDesc::of(&[("a", 4), ("b", 6)], DType::F32).unwrap();
+        let op = Unary::new(&x, UnaryOp::Gelu).unwrap();
+        let ivs = vec![Interval::split_even(4, 2).unwrap(), Interval::split_even(6, 3).unwrap()];
+        let spec = op.join_agg_spec(&ivs).unwrap();
+        assert_eq!(spec.len(), 6);
+        // First shardable index varies slowest.
+        assert_eq!(spec.functions[1].outputs[0], TensorType::new(&[0, 2], &[2, 4]).unwrap());
+        assert_eq!(spec.functions[3].outputs[0], TensorType::new(&[2, 0], &[4, 2]).unwrap());
+        assert_eq!(op.flops(&spec.functions[0]), 4.0 * 9.0);
+        assert!(op.join_agg_spec(&ivs[..1]).is_err());
+    }
+
+    #[test]
+    fn inconsistent_blocks_are_kernel_errors() {
+        let x = TensorDesc::of(&[("i", 4)], DType::F32).unwrap();
+        let op = Unary::new(&x, UnaryOp::Neg).unwrap();
+        let lo = TensorType::new(&[0], &[2]).unwrap();
+        let hi = TensorType::new(&[2], &[4]).unwrap();
+        let t = HostTensor::random(lo.clone(), DType::F32, 1);
+        let f = FunctionSpec { inputs: vec![lo.clone()], outputs: vec![hi.clone()] };
+        assert!(matches!(op.compute(&f, std::slice::from_ref(&t)), Err(Error::Kernel { .. })));
+        let f = FunctionSpec { inputs: vec![hi.clone()], outputs: vec![hi] };
+        assert!(matches!(op.compute(&f, std::slice::from_ref(&t)), Err(Error::Kernel { .. })));
+        let out_of_range = TensorType::new(&[2], &[6]).unwrap();
+        let f = FunctionSpec { inputs: vec![out_of_range.clone()], outputs: vec![out_of_range.clone()] };
+        let t = HostTensor::random(out_of_range, DType::F32, 1);
+        assert!(matches!(op.compute(&f, &[t]), Err(Error::Kernel { .. })));
+        let f = FunctionSpec { inputs: vec![lo.clone()], outputs: vec![lo] };
+        assert!(matches!(op.compute(&f, &[]), Err(Error::Kernel { .. })));
+    }
+
+    #[test]
+    fn bf16_storage_stays_within_its_precision() {
+        let x = TensorDesc::of(&[("t", 8), ("d", 12)], DType::BF16).unwrap();
+        let x32 = TensorDesc::of(&[("t", 8), ("d", 12)], DType::F32).unwrap();
+        let op = Unary::new(&x, UnaryOp::Silu).unwrap();
+        let op32 = Unary::new(&x32, UnaryOp::Silu).unwrap();
+        for choice in enumerate_specs(&op, 4).unwrap() {
+            assert!(decomposition_error(&op, &choice.spec, 5).unwrap() <= 2.0 * DType::BF16.epsilon());
+        }
+        let t = HostTensor::random(x.tensor_type(), DType::BF16, 9);
+        let y = execute_whole(&op, std::slice::from_ref(&t)).unwrap();
+        assert_eq!(y[0].dtype(), DType::BF16);
+        let y32 = execute_whole(&op32, &[t.cast(DType::F32)]).unwrap();
+        assert!(einsum_core::relative_error(&y[0], &y32[0]) <= DType::BF16.epsilon());
+    }
+}
