@@ -1,1 +1,21 @@
-//! Einsummable driver (placeholder during bootstrap).
+//! Einsummable: automatic multi-device parallelism for AI computations.
+//!
+//! Describe a computation with the PyTorch-like [`Graph`] builder; every operator is an
+//! abstract operator that exposes its decompositions as join-agg specs (Section 3 of the
+//! paper). This crate is the thin driver over the workspace's crates:
+//! `einsum-core` (tensor types, tilings, host tensors), `einsum-joinagg` (specs,
+//! enumeration, validation, reference semantics, the operator DAG) and `einsum-ops` (the
+//! operator library).
+#![warn(missing_docs)]
+
+pub mod check;
+mod error;
+mod graph;
+pub mod workload;
+
+pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
+pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
+pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
+pub use error::{Error, Result};
+pub use graph::{Graph, Tensor};
+pub use workload::Workload;

@@ -228,18 +228,30 @@ fn copy_region<T: Copy>(src: &[T], src_ty: &TensorType, dst: &mut [T], dst_ty: &
 
 /// Normwise relative error `max|a - b| / max|b|` of `a` against the reference `b`.
 ///
-/// Returns infinity when the types differ, and the absolute error when `b` is all zeros.
+/// Returns infinity when the types differ or a value is NaN, and the absolute error when `b`
+/// is all zeros.
 pub fn relative_error(a: &HostTensor, b: &HostTensor) -> f32 {
+    scaled_error(a, b, 0.0)
+}
+
+/// `max|a - b| / max(max|b|, floor)`: relative error for a reference at or above `floor`,
+/// absolute error (at the scale `floor`) below it, so a reference that cancels to near zero
+/// is not judged on its own tiny scale. Infinite when the types differ or a value is NaN;
+/// the absolute error when the scale is zero.
+pub fn scaled_error(a: &HostTensor, b: &HostTensor, floor: f32) -> f32 {
     if a.ty != b.ty {
         return f32::INFINITY;
     }
     let (a, b) = (a.to_f32(), b.to_f32());
-    let diff = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, |m, v| if v.is_nan() { f32::INFINITY } else { m.max(v) });
-    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let mut diff = 0.0f32;
+    for (x, y) in a.iter().zip(&b) {
+        let d = (x - y).abs();
+        if d.is_nan() {
+            return f32::INFINITY;
+        }
+        diff = diff.max(d);
+    }
+    let scale = b.iter().fold(floor, |m, v| m.max(v.abs()));
     if scale > 0.0 { diff / scale } else { diff }
 }
 
@@ -304,5 +316,8 @@ mod tests {
         let a = HostTensor::from_f32(ty.clone(), DType::F32, vec![1.0, 2.0]).unwrap();
         let b = HostTensor::from_f32(ty, DType::F32, vec![1.0, 2.2]).unwrap();
         assert!((relative_error(&a, &b) - 0.2 / 2.2).abs() < 1e-6);
+        assert!((scaled_error(&a, &b, 4.0) - 0.2 / 4.0).abs() < 1e-6);
+        let nan = HostTensor::from_f32(TensorType::zero_bounded(&[2]), DType::F32, vec![f32::NAN, 2.0]).unwrap();
+        assert_eq!(relative_error(&nan, &b), f32::INFINITY);
     }
 }

@@ -25,7 +25,7 @@ pub use aggregation::Aggregation;
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
-pub use host_tensor::{HostTensor, relative_error};
+pub use host_tensor::{HostTensor, relative_error, scaled_error};
 pub use interval::Interval;
 pub use rng::SplitMix64;
 pub use tensor_type::TensorType;

@@ -103,7 +103,7 @@ fn validation_names_the_broken_condition() {
 fn bad_requests_are_rejected_before_building() {
     let op = RowSum::new(4, 2);
     let halves = vec![Interval::new(0, 2).unwrap(), Interval::new(2, 4).unwrap()];
-    assert!(matches!(op.join_agg_spec(&[halves.clone()]), Err(Error::Invalid { .. })));
+    assert!(matches!(op.join_agg_spec(std::slice::from_ref(&halves)), Err(Error::Invalid { .. })));
     let gap = vec![Interval::new(0, 1).unwrap(), Interval::new(2, 4).unwrap()];
     let msg = op.join_agg_spec(&[gap, vec![Interval::full(2)]]).unwrap_err().to_string();
     assert!(msg.contains("shardable index `i`"), "{msg}");

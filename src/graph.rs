@@ -1,0 +1,159 @@
+//! The user-facing graph builder: the Rust counterpart of the paper's Section 2 example.
+//!
+//! ```
+//! use einsummable::{Graph, DType, UnaryOp};
+//! let mut g = Graph::new();
+//! let x = g.input("x", &[("tokens", 8), ("d_model", 4)], DType::F32)?;
+//! let w1 = g.input("w1", &[("d_model", 4), ("d_ff", 16)], DType::F32)?;
+//! let w2 = g.input("w2", &[("d_ff", 16), ("d_model", 4)], DType::F32)?;
+//! let act = g.matmul(x, w1)?;
+//! let hidden = g.unary(act, UnaryOp::Relu)?;
+//! let y = g.matmul(hidden, w2)?;
+//! g.save(y)?;
+//! assert_eq!(g.desc(y)?.shape(), vec![8, 4]);
+//! # Ok::<(), einsummable::Error>(())
+//! ```
+
+use einsum_core::{DType, TensorDesc};
+use einsum_joinagg::{AbstractOperator, Computation, TensorId};
+use einsum_ops::{
+    Packing,
+    attention::{Attention, AttentionConfig},
+    binary::{Binary, BinaryOp},
+    einsum::Einsum,
+    layernorm::LayerNorm,
+    reduce::{Reduce, ReduceOp},
+    rmsnorm::RmsNorm,
+    rope::Rope,
+    softmax::Softmax,
+    unary::{Unary, UnaryOp},
+};
+
+use crate::{Error, Result};
+
+/// A handle to a tensor of a [`Graph`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tensor(pub TensorId);
+
+/// A computation under construction: inputs, abstract operators and saved outputs. No
+/// device, sharding or communication appears here; `compile` decides all of that.
+#[derive(Debug, Default)]
+pub struct Graph {
+    comp: Computation,
+    ops_added: usize,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an input tensor with named dimensions, e.g. `&[("tokens", 4096), ("d_model", 4096)]`.
+    pub fn input(&mut self, name: &str, dims: &[(&str, usize)], dtype: DType) -> Result<Tensor> {
+        let desc = TensorDesc::of(dims, dtype)
+            .map_err(|e| Error::Build { node: format!("input `{name}`"), source: e.into() })?;
+        Ok(Tensor(self.comp.add_input(name, desc)))
+    }
+
+    /// A general contraction written as index strings, e.g. `"td,dhe->hte"`.
+    pub fn einsum(&mut self, equation: &str, inputs: &[Tensor]) -> Result<Tensor> {
+        let descs = self.descs(inputs)?;
+        self.add("einsum", Einsum::new(equation, &descs), inputs)
+    }
+
+    /// Matrix multiply `[i, j] × [j, k] → [i, k]`.
+    pub fn matmul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        let op = Einsum::matmul(self.desc(a)?, self.desc(b)?);
+        self.add("matmul", op, &[a, b])
+    }
+
+    /// An elementwise unary operation.
+    pub fn unary(&mut self, x: Tensor, op: UnaryOp) -> Result<Tensor> {
+        let op = Unary::new(self.desc(x)?, op);
+        self.add("unary", op, &[x])
+    }
+
+    /// An elementwise binary operation, broadcasting over named indices.
+    pub fn binary(&mut self, a: Tensor, b: Tensor, op: BinaryOp) -> Result<Tensor> {
+        let op = Binary::new(self.desc(a)?, self.desc(b)?, op);
+        self.add("binary", op, &[a, b])
+    }
+
+    /// Softmax over the named index.
+    pub fn softmax(&mut self, x: Tensor, index: &str) -> Result<Tensor> {
+        let op = Softmax::new(self.desc(x)?, index);
+        self.add("softmax", op, &[x])
+    }
+
+    /// RMSNorm over the named index, with a weight over that index.
+    pub fn rmsnorm(&mut self, x: Tensor, weight: Tensor, index: &str, eps: f32) -> Result<Tensor> {
+        let op = RmsNorm::new(self.desc(x)?, self.desc(weight)?, index, eps);
+        self.add("rmsnorm", op, &[x, weight])
+    }
+
+    /// LayerNorm over the named index, with a weight and a bias over that index.
+    pub fn layernorm(&mut self, x: Tensor, weight: Tensor, bias: Tensor, index: &str, eps: f32) -> Result<Tensor> {
+        let op = LayerNorm::new(self.desc(x)?, self.desc(weight)?, self.desc(bias)?, index, eps);
+        self.add("layernorm", op, &[x, weight, bias])
+    }
+
+    /// Rotary position embedding along `sequence`, rotating pairs of `feature`; positions
+    /// count from the start of each packed sequence.
+    pub fn rope(&mut self, x: Tensor, sequence: &str, feature: &str, theta: f32, packing: Packing) -> Result<Tensor> {
+        let op = Rope::new(self.desc(x)?, sequence, feature, theta, packing);
+        self.add("rope", op, &[x])
+    }
+
+    /// Attention of `q: [heads_q, sequence, d_head]` over `k, v: [heads_kv, sequence,
+    /// d_head]` (grouped-query when `heads_q > heads_kv`).
+    pub fn attention(&mut self, q: Tensor, k: Tensor, v: Tensor, config: AttentionConfig) -> Result<Tensor> {
+        let op = Attention::new(self.desc(q)?, self.desc(k)?, self.desc(v)?, config);
+        self.add("attention", op, &[q, k, v])
+    }
+
+    /// A reduction over the named indices.
+    pub fn reduce(&mut self, x: Tensor, over: &[&str], op: ReduceOp) -> Result<Tensor> {
+        let op = Reduce::new(self.desc(x)?, over, op);
+        self.add("reduce", op, &[x])
+    }
+
+    /// Marks a tensor as an output that must remain after execution.
+    pub fn save(&mut self, t: Tensor) -> Result<()> {
+        self.comp.save(t.0).map_err(|_| Error::ForeignTensor(t.0.to_string()))
+    }
+
+    /// The type of a tensor.
+    pub fn desc(&self, t: Tensor) -> Result<&TensorDesc> {
+        self.comp.desc(t.0).map_err(|_| Error::ForeignTensor(t.0.to_string()))
+    }
+
+    /// The computation built so far.
+    pub fn computation(&self) -> &Computation {
+        &self.comp
+    }
+
+    /// Consumes the builder, returning its computation.
+    pub fn into_computation(self) -> Computation {
+        self.comp
+    }
+
+    fn descs(&self, ts: &[Tensor]) -> Result<Vec<TensorDesc>> {
+        ts.iter().map(|&t| self.desc(t).cloned()).collect()
+    }
+
+    fn add<O: AbstractOperator + 'static>(
+        &mut self,
+        kind: &str,
+        op: einsum_joinagg::Result<O>,
+        inputs: &[Tensor],
+    ) -> Result<Tensor> {
+        self.ops_added += 1;
+        let node = format!("{kind} #{}", self.ops_added);
+        let op = op.map_err(|source| Error::Build { node: node.clone(), source })?;
+        let ids: Vec<TensorId> = inputs.iter().map(|t| t.0).collect();
+        let outs =
+            self.comp.add_op(node.clone(), Box::new(op), &ids).map_err(|source| Error::Build { node, source })?;
+        Ok(Tensor(outs[0]))
+    }
+}

@@ -1,0 +1,222 @@
+//! Named workloads, written `name:key=value,...` (e.g. `ffn:tokens=256,d_model=64,d_ff=128`),
+//! shared by every command.
+
+use std::collections::BTreeMap;
+
+use einsum_core::DType;
+use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, unary::UnaryOp};
+
+use crate::{Error, Graph, Result, Tensor};
+
+/// The workloads and the keys each accepts, with their defaults.
+const WORKLOADS: &[(&str, &[(&str, usize)])] = &[
+    ("matmul", &[("m", 0), ("k", 0), ("n", 4096)]),
+    ("ffn", &[("tokens", 8192), ("d_model", 4096), ("d_ff", 14336)]),
+    (
+        "llama-block",
+        &[
+            ("tokens", 8192),
+            ("seqs", 1),
+            ("d_model", 4096),
+            ("heads_q", 32),
+            ("heads_kv", 8),
+            ("d_head", 128),
+            ("d_ff", 14336),
+        ],
+    ),
+    (
+        "llama",
+        &[
+            ("layers", 32),
+            ("tokens", 8192),
+            ("seqs", 1),
+            ("d_model", 4096),
+            ("heads_q", 32),
+            ("heads_kv", 8),
+            ("d_head", 128),
+            ("d_ff", 14336),
+        ],
+    ),
+];
+
+/// A parsed workload description: its name and every key with its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// The workload's name.
+    pub name: String,
+    /// Every key, with its value (given or default).
+    pub params: BTreeMap<String, usize>,
+}
+
+impl Workload {
+    /// Parses `name:key=value,...`; unknown names or keys are errors listing the valid ones.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let err = |reason: String| Error::Workload { spec: spec.to_string(), reason };
+        let (name, args) = spec.split_once(':').unwrap_or((spec, ""));
+        let Some((_, keys)) = WORKLOADS.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = WORKLOADS.iter().map(|(n, _)| *n).collect();
+            return Err(err(format!("unknown workload `{name}`; valid workloads: {}", names.join(", "))));
+        };
+        let mut params: BTreeMap<String, usize> = keys.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+        let mut given = Vec::new();
+        for arg in args.split(',').filter(|a| !a.is_empty()) {
+            let (k, v) = arg.split_once('=').ok_or_else(|| err(format!("`{arg}` is not key=value")))?;
+            if !params.contains_key(k) {
+                let valid: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
+                return Err(err(format!("unknown key `{k}` for {name}; valid keys: {}", valid.join(", "))));
+            }
+            let v: usize =
+                v.parse().map_err(|_| err(format!("value of `{k}` must be a positive integer, got `{v}`")))?;
+            if v == 0 {
+                return Err(err(format!("`{k}` must be positive")));
+            }
+            params.insert(k.to_string(), v);
+            given.push(k);
+        }
+        if name == "matmul" {
+            // `matmul:n=N` is square; `m` and `k` default to `n`.
+            let n = params["n"];
+            for k in ["m", "k"] {
+                if !given.contains(&k) {
+                    params.insert(k.to_string(), n);
+                }
+            }
+        }
+        Ok(Self { name: name.to_string(), params })
+    }
+
+    /// Builds the workload's graph with every tensor in `dtype`.
+    pub fn build(&self, dtype: DType) -> Result<Graph> {
+        let p = |k: &str| self.params[k];
+        let mut g = Graph::new();
+        match self.name.as_str() {
+            "matmul" => {
+                let a = g.input("a", &[("m", p("m")), ("k", p("k"))], dtype)?;
+                let b = g.input("b", &[("k", p("k")), ("n", p("n"))], dtype)?;
+                let c = g.matmul(a, b)?;
+                g.save(c)?;
+            }
+            "ffn" => {
+                let (t, d, f) = (p("tokens"), p("d_model"), p("d_ff"));
+                let x = g.input("x", &[("tokens", t), ("d_model", d)], dtype)?;
+                let w1 = g.input("w1", &[("d_model", d), ("d_ff", f)], dtype)?;
+                let w2 = g.input("w2", &[("d_ff", f), ("d_model", d)], dtype)?;
+                let act = g.matmul(x, w1)?;
+                let hidden = g.unary(act, UnaryOp::Relu)?;
+                let y = g.matmul(hidden, w2)?;
+                g.save(y)?;
+            }
+            "llama-block" | "llama" => {
+                let layers = if self.name == "llama" { p("layers") } else { 1 };
+                let dims = LlamaDims::from_params(self)?;
+                let mut x = g.input("x", &[("tokens", dims.tokens), ("d_model", dims.d_model)], dtype)?;
+                for layer in 0..layers {
+                    x = llama_block(&mut g, x, &dims, layer, dtype)?;
+                }
+                g.save(x)?;
+            }
+            other => unreachable!("parse accepts only known workloads, got {other}"),
+        }
+        Ok(g)
+    }
+}
+
+/// The dimensions of a LLaMA-style transformer block.
+struct LlamaDims {
+    tokens: usize,
+    d_model: usize,
+    heads_q: usize,
+    heads_kv: usize,
+    d_head: usize,
+    d_ff: usize,
+    packing: Packing,
+}
+
+impl LlamaDims {
+    fn from_params(w: &Workload) -> Result<Self> {
+        let p = |k: &str| w.params[k];
+        let (tokens, seqs) = (p("tokens"), p("seqs"));
+        if !tokens.is_multiple_of(seqs) {
+            return Err(Error::Workload {
+                spec: w.name.clone(),
+                reason: format!("tokens ({tokens}) must be a multiple of seqs ({seqs})"),
+            });
+        }
+        Ok(Self {
+            tokens,
+            d_model: p("d_model"),
+            heads_q: p("heads_q"),
+            heads_kv: p("heads_kv"),
+            d_head: p("d_head"),
+            d_ff: p("d_ff"),
+            packing: Packing::uniform(seqs, tokens / seqs)?,
+        })
+    }
+}
+
+/// One pre-norm LLaMA block: RMSNorm, grouped-query causal attention with RoPE over packed
+/// sequences, residual add, RMSNorm, SwiGLU FFN, residual add.
+fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, layer: usize, dtype: DType) -> Result<Tensor> {
+    let w = |name: &str| format!("l{layer}.{name}");
+    let norm1 = g.input(&w("attn_norm"), &[("d_model", d.d_model)], dtype)?;
+    let wq = g.input(&w("wq"), &[("d_model", d.d_model), ("heads_q", d.heads_q), ("d_head", d.d_head)], dtype)?;
+    let wk = g.input(&w("wk"), &[("d_model", d.d_model), ("heads_kv", d.heads_kv), ("d_head", d.d_head)], dtype)?;
+    let wv = g.input(&w("wv"), &[("d_model", d.d_model), ("heads_kv", d.heads_kv), ("d_head", d.d_head)], dtype)?;
+    let wo = g.input(&w("wo"), &[("heads_q", d.heads_q), ("d_head", d.d_head), ("d_model", d.d_model)], dtype)?;
+    let norm2 = g.input(&w("ffn_norm"), &[("d_model", d.d_model)], dtype)?;
+    let w_gate = g.input(&w("w_gate"), &[("d_model", d.d_model), ("d_ff", d.d_ff)], dtype)?;
+    let w_up = g.input(&w("w_up"), &[("d_model", d.d_model), ("d_ff", d.d_ff)], dtype)?;
+    let w_down = g.input(&w("w_down"), &[("d_ff", d.d_ff), ("d_model", d.d_model)], dtype)?;
+
+    let h = g.rmsnorm(x, norm1, "d_model", 1e-5)?;
+    let q = g.einsum("td,dhe->hte", &[h, wq])?;
+    let k = g.einsum("td,dhe->hte", &[h, wk])?;
+    let v = g.einsum("td,dhe->hte", &[h, wv])?;
+    let q = g.rope(q, "tokens", "d_head", 500_000.0, d.packing.clone())?;
+    let k = g.rope(k, "tokens", "d_head", 500_000.0, d.packing.clone())?;
+    let config = AttentionConfig { causal: true, packing: d.packing.clone(), scale: None };
+    let a = g.attention(q, k, v, config)?;
+    let o = g.einsum("hte,hed->td", &[a, wo])?;
+    let x = g.binary(x, o, BinaryOp::Add)?;
+
+    let h = g.rmsnorm(x, norm2, "d_model", 1e-5)?;
+    let gate = g.matmul(h, w_gate)?;
+    let up = g.matmul(h, w_up)?;
+    let gate = g.unary(gate, UnaryOp::Silu)?;
+    let act = g.binary(gate, up, BinaryOp::Mul)?;
+    let down = g.matmul(act, w_down)?;
+    g.binary(x, down, BinaryOp::Add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_fills_defaults_and_rejects_unknowns() {
+        let w = Workload::parse("matmul:n=64").unwrap();
+        assert_eq!((w.params["m"], w.params["k"], w.params["n"]), (64, 64, 64));
+        let w = Workload::parse("matmul:m=8,n=64").unwrap();
+        assert_eq!((w.params["m"], w.params["k"]), (8, 64));
+        let e = Workload::parse("mlp").unwrap_err().to_string();
+        assert!(e.contains("valid workloads: matmul, ffn"), "{e}");
+        let e = Workload::parse("ffn:width=3").unwrap_err().to_string();
+        assert!(e.contains("unknown key `width`") && e.contains("d_ff"), "{e}");
+        assert!(Workload::parse("ffn:tokens=x").is_err());
+        assert!(Workload::parse("ffn:tokens=0").is_err());
+        assert!(Workload::parse("ffn:tokens").is_err());
+    }
+
+    #[test]
+    fn llama_block_has_the_expected_operators() {
+        let w =
+            Workload::parse("llama-block:tokens=16,seqs=2,d_model=8,heads_q=4,heads_kv=2,d_head=4,d_ff=16").unwrap();
+        let g = w.build(DType::F32).unwrap();
+        let kinds: Vec<&str> = g.computation().ops().map(|(_, op, _)| op.kind()).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == "attention").count(), 1);
+        assert_eq!(kinds.iter().filter(|k| **k == "rope").count(), 2);
+        assert_eq!(kinds.iter().filter(|k| **k == "rmsnorm").count(), 2);
+        assert_eq!(kinds.len(), 16);
+        assert!(Workload::parse("llama-block:tokens=15,seqs=2").unwrap().build(DType::F32).is_err());
+    }
+}

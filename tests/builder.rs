@@ -1,0 +1,87 @@
+//! The graph builder: shapes flow through, and bad inputs are typed errors that name the
+//! operator and the index.
+
+use einsummable::{AttentionConfig, BinaryOp, DType, Error, Graph, Packing, ReduceOp, UnaryOp};
+
+fn ffn() -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", &[("tokens", 16), ("d_model", 8)], DType::F32).unwrap();
+    let w1 = g.input("w1", &[("d_model", 8), ("d_ff", 32)], DType::F32).unwrap();
+    let w2 = g.input("w2", &[("d_ff", 32), ("d_model", 8)], DType::F32).unwrap();
+    let act = g.matmul(x, w1).unwrap();
+    let hidden = g.unary(act, UnaryOp::Relu).unwrap();
+    let y = g.matmul(hidden, w2).unwrap();
+    g.save(y).unwrap();
+    g
+}
+
+#[test]
+fn section_2_ffn_builds() {
+    let g = ffn();
+    let comp = g.computation();
+    assert_eq!(comp.ops().count(), 3);
+    assert_eq!(comp.inputs().len(), 3);
+    let y = comp.saved()[0];
+    assert_eq!(comp.desc(y).unwrap().shape(), vec![16, 8]);
+}
+
+#[test]
+fn matmul_with_mismatched_inner_index_names_operator_and_index() {
+    let mut g = Graph::new();
+    let a = g.input("a", &[("i", 4), ("j", 5)], DType::F32).unwrap();
+    let b = g.input("b", &[("j", 6), ("k", 7)], DType::F32).unwrap();
+    let err = g.matmul(a, b).unwrap_err();
+    assert!(matches!(err, Error::Build { .. }));
+    let msg = err.to_string();
+    assert!(msg.contains("matmul"), "{msg}");
+    assert!(msg.contains('j'), "{msg}");
+}
+
+#[test]
+fn unknown_index_names_are_errors() {
+    let mut g = Graph::new();
+    let x = g.input("x", &[("tokens", 4), ("d_model", 8)], DType::F32).unwrap();
+    let msg = g.softmax(x, "d_ff").unwrap_err().to_string();
+    assert!(msg.contains("softmax") && msg.contains("d_ff"), "{msg}");
+    let msg = g.reduce(x, &["heads"], ReduceOp::Sum).unwrap_err().to_string();
+    assert!(msg.contains("reduce") && msg.contains("heads"), "{msg}");
+}
+
+#[test]
+fn broadcasting_clash_names_the_index() {
+    let mut g = Graph::new();
+    let a = g.input("a", &[("tokens", 4), ("d_model", 8)], DType::F32).unwrap();
+    let b = g.input("b", &[("d_model", 9)], DType::F32).unwrap();
+    let msg = g.binary(a, b, BinaryOp::Add).unwrap_err().to_string();
+    assert!(msg.contains("d_model"), "{msg}");
+    let c = g.input("c", &[("d_model", 8)], DType::F32).unwrap();
+    let sum = g.binary(a, c, BinaryOp::Add).unwrap();
+    assert_eq!(g.desc(sum).unwrap().shape(), vec![4, 8]);
+}
+
+#[test]
+fn attention_rejects_heads_that_do_not_group() {
+    let mut g = Graph::new();
+    let q = g.input("q", &[("heads_q", 6), ("seq", 8), ("d_head", 4)], DType::F32).unwrap();
+    let k = g.input("k", &[("heads_kv", 4), ("seq", 8), ("d_head", 4)], DType::F32).unwrap();
+    let v = g.input("v", &[("heads_kv", 4), ("seq", 8), ("d_head", 4)], DType::F32).unwrap();
+    let config = AttentionConfig { causal: true, packing: Packing::single(8), scale: None };
+    let msg = g.attention(q, k, v, config).unwrap_err().to_string();
+    assert!(msg.contains("attention"), "{msg}");
+}
+
+#[test]
+fn duplicate_input_index_is_an_error() {
+    let mut g = Graph::new();
+    let msg = g.input("x", &[("i", 2), ("i", 3)], DType::F32).unwrap_err().to_string();
+    assert!(msg.contains("`i`") && msg.contains("input `x`"), "{msg}");
+}
+
+#[test]
+fn tensors_of_another_graph_are_rejected() {
+    let mut other = Graph::new();
+    let _ = other.input("a", &[("i", 2)], DType::F32).unwrap();
+    let foreign = other.input("b", &[("i", 2)], DType::F32).unwrap();
+    let mut g = Graph::new();
+    assert!(matches!(g.save(foreign), Err(Error::ForeignTensor(_))));
+}
