@@ -1,0 +1,31 @@
+//! Errors of the logical optimizer.
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every way optimizing can fail; messages say what and where.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// Enumerating or validating an operator's specs failed (for example, no spec for `p`).
+    #[error(transparent)]
+    JoinAgg(#[from] einsum_joinagg::Error),
+    /// An unknown optimizer, cost model or machine name.
+    #[error("unknown {what} `{name}`; valid: {valid}")]
+    UnknownName {
+        /// What kind of name (optimizer, cost model, machine).
+        what: &'static str,
+        /// The name given.
+        name: String,
+        /// The valid names.
+        valid: String,
+    },
+    /// A device count of zero.
+    #[error("the device count must be at least 1, got {0}")]
+    NoDevices(usize),
+    /// A plan that does not fit its problem (wrong length, a choice out of range).
+    #[error("invalid plan: {0}")]
+    InvalidPlan(String),
+    /// The ILP solver failed.
+    #[error("ILP solver: {0}")]
+    Solver(String),
+}

@@ -1,0 +1,29 @@
+//! The logical optimizer (Section 4 of the paper): choose one join-agg spec for every
+//! operator of a [`Computation`] so that the total cost is small.
+//!
+//! - [`Problem`]: the computation flattened for optimizers: every operator's candidate
+//!   specs, the tilings they produce and require (interned, so comparing two is `==`), their
+//!   tiling-independent costs, and where each input comes from.
+//! - [`CostModel`]: [`PaperProxy`] (Section 4.3, in elements) and [`Time`] (predicted
+//!   seconds on a machine, which sees load imbalance).
+//! - [`LogicalOptimizer`]: the strategies, one per file, chosen by name with [`by_name`].
+//! - [`LogicalPlan`]: the chosen spec per operator with its cost split into repartition,
+//!   join and aggregation (and compute, under [`Time`]).
+//!
+//! **Architecture invariant:** optimizers see operators only through the `AbstractOperator`
+//! trait; they know no concrete operator.
+//!
+//! [`Computation`]: einsum_joinagg::Computation
+#![warn(missing_docs)]
+
+mod cost;
+mod error;
+mod optimizer;
+mod plan;
+mod problem;
+
+pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_name};
+pub use error::{Error, Result};
+pub use optimizer::{LogicalOptimizer, OPTIMIZERS};
+pub use plan::{LogicalPlan, OpCost, PlannedOp};
+pub use problem::{Candidate, OpProblem, Problem, Source, TilingId};

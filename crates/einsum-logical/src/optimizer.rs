@@ -1,0 +1,30 @@
+//! The [`LogicalOptimizer`] trait.
+
+use einsum_joinagg::Computation;
+
+use crate::{CostModel, LogicalPlan, Problem, Result};
+
+/// A strategy that picks one candidate spec per operator.
+///
+/// # Design
+/// Strategies only choose; [`Problem`] enumerates, prices and evaluates. So every strategy
+/// is priced by the same code, and comparing two strategies compares their choices alone.
+/// A strategy implements [`solve`](Self::solve); [`optimize`](Self::optimize) wraps it.
+pub trait LogicalOptimizer {
+    /// The strategy's name, as given on the command line.
+    fn name(&self) -> &str;
+
+    /// The chosen candidate index for every operator of `problem`, in its order.
+    fn solve(&self, problem: &Problem) -> Result<Vec<usize>>;
+
+    /// Enumerates the specs of every operator of `comp` on `p` devices, prices them with
+    /// `cost`, and returns the plan this strategy chooses.
+    fn optimize(&self, comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<LogicalPlan> {
+        let problem = Problem::new(comp, p, cost)?;
+        let choice = self.solve(&problem)?;
+        problem.plan(&choice, self.name())
+    }
+}
+
+/// The names [`by_name`](crate::by_name) accepts.
+pub const OPTIMIZERS: &[&str] = &["dp", "greedy", "random", "ilp"];

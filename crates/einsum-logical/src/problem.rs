@@ -1,0 +1,227 @@
+//! The optimization problem every strategy solves, built once from a computation.
+
+use std::collections::HashMap;
+
+use einsum_core::TensorType;
+use einsum_joinagg::{Computation, JoinAggSpec, Node, OpId, enumerate_specs};
+
+use crate::{CostModel, Error, LogicalPlan, OpCost, PlannedOp, Result, SpecCost};
+
+/// An interned set of blocks of one tensor: a producer's output tiling, or the distinct
+/// blocks a consumer's spec needs. Two ids are equal exactly when the block sets are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TilingId(pub u32);
+
+/// Where an operator input comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A computation input: free, in any tiling.
+    Input,
+    /// Output `output` of operator `op` (an index into [`Problem::ops`]).
+    Op {
+        /// The producing operator's index.
+        op: usize,
+        /// Which of its outputs.
+        output: usize,
+    },
+}
+
+/// One spec an operator may run.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// Interval count per shardable index.
+    pub counts: Vec<usize>,
+    /// The spec.
+    pub spec: JoinAggSpec,
+    /// The tiling of each output (`out(J)`).
+    pub outputs: Vec<TilingId>,
+    /// The blocks each input needs (`in_k(J)`).
+    pub inputs: Vec<TilingId>,
+    /// The spec's tiling-independent cost.
+    pub cost: SpecCost,
+    /// Bytes of the join and aggregation sub-costs (the proxy's volume, in bytes).
+    pub bytes: f64,
+}
+
+/// One operator of the problem.
+#[derive(Clone, Debug)]
+pub struct OpProblem {
+    /// The operator's id in the computation.
+    pub id: OpId,
+    /// Its node name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// The names of its shardable indices.
+    pub shardable: Vec<String>,
+    /// Where each input comes from.
+    pub sources: Vec<Source>,
+    /// The cost of repartitioning each input, in the model's unit.
+    pub repartition: Vec<f64>,
+    /// The bytes of each input tensor (what a repartition moves).
+    pub input_bytes: Vec<f64>,
+    /// The consumers `(op index, input slot)` of each output.
+    pub consumers: Vec<Vec<(usize, usize)>>,
+    /// Every spec it offers on `p` devices.
+    pub candidates: Vec<Candidate>,
+}
+
+/// A computation prepared for optimizers: operators in topological order, each with its
+/// candidate specs, their costs, and interned tilings.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    /// The device count.
+    pub p: usize,
+    /// The operators, in topological order (producers before consumers).
+    pub ops: Vec<OpProblem>,
+    /// The cost model's name.
+    pub cost_model: String,
+    /// The unit of every cost.
+    pub unit: &'static str,
+}
+
+impl Problem {
+    /// Enumerates and prices every operator's specs on `p` devices.
+    pub fn new(comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<Problem> {
+        if p == 0 {
+            return Err(Error::NoDevices(p));
+        }
+        let mut interner: HashMap<Vec<TensorType>, TilingId> = HashMap::new();
+        let mut intern = |mut blocks: Vec<TensorType>| -> TilingId {
+            blocks.sort();
+            let next = TilingId(interner.len() as u32);
+            *interner.entry(blocks).or_insert(next)
+        };
+        let index: HashMap<OpId, usize> = comp.ops().enumerate().map(|(i, (id, _, _))| (id, i)).collect();
+        let mut ops = Vec::with_capacity(index.len());
+        for (id, op, args) in comp.ops() {
+            let sources = args
+                .iter()
+                .map(|t| match comp.node(t.op) {
+                    Some(Node::Op { .. }) => Source::Op { op: index[&t.op], output: t.output },
+                    _ => Source::Input,
+                })
+                .collect();
+            let mut candidates = Vec::new();
+            for choice in enumerate_specs(op, p)? {
+                let spec = choice.spec;
+                let bytes = bytes_of(op, &spec);
+                candidates.push(Candidate {
+                    counts: choice.counts,
+                    outputs: (0..op.outputs().len()).map(|j| intern(spec.output_blocks(j))).collect(),
+                    inputs: (0..op.inputs().len()).map(|k| intern(spec.input_blocks(k))).collect(),
+                    cost: cost.spec(op, &spec, p),
+                    bytes,
+                    spec,
+                });
+            }
+            ops.push(OpProblem {
+                id,
+                name: comp.node(id).map_or_else(String::new, |n| n.name().to_string()),
+                kind: op.kind().to_string(),
+                shardable: op.shardable().into_iter().map(|s| s.name).collect(),
+                sources,
+                repartition: op.inputs().iter().map(|d| cost.repartition(d, p)).collect(),
+                input_bytes: op.inputs().iter().map(|d| d.size_bytes() as f64).collect(),
+                consumers: vec![Vec::new(); op.outputs().len()],
+                candidates,
+            });
+        }
+        for c in 0..ops.len() {
+            for k in 0..ops[c].sources.len() {
+                if let Source::Op { op, output } = ops[c].sources[k] {
+                    ops[op].consumers[output].push((c, k));
+                }
+            }
+        }
+        Ok(Problem { p, ops, cost_model: cost.name().to_string(), unit: cost.unit() })
+    }
+
+    /// True when input `k` of operator `c`, running candidate `choice[c]`, must be
+    /// repartitioned: its producer's tiling differs from the blocks the candidate needs.
+    pub fn needs_repartition(&self, choice: &[usize], c: usize, k: usize) -> bool {
+        match self.ops[c].sources[k] {
+            Source::Input => false,
+            Source::Op { op, output } => {
+                self.ops[op].candidates[choice[op]].outputs[output] != self.ops[c].candidates[choice[c]].inputs[k]
+            }
+        }
+    }
+
+    /// The cost of every operator under a full assignment of candidates.
+    pub fn evaluate(&self, choice: &[usize]) -> Result<Vec<OpCost>> {
+        self.check(choice)?;
+        Ok((0..self.ops.len())
+            .map(|c| {
+                let op = &self.ops[c];
+                let cand = &op.candidates[choice[c]];
+                let moved: Vec<usize> =
+                    (0..op.sources.len()).filter(|&k| self.needs_repartition(choice, c, k)).collect();
+                OpCost {
+                    repartition: moved.iter().map(|&k| op.repartition[k]).sum(),
+                    join: cand.cost.join,
+                    aggregation: cand.cost.aggregation,
+                    compute: cand.cost.compute,
+                    bytes: cand.bytes + moved.iter().map(|&k| op.input_bytes[k]).sum::<f64>(),
+                }
+            })
+            .collect())
+    }
+
+    /// The total cost of a full assignment.
+    pub fn total(&self, choice: &[usize]) -> Result<f64> {
+        Ok(self.evaluate(choice)?.iter().map(OpCost::total).sum())
+    }
+
+    /// The plan for a full assignment, labelled with the optimizer that chose it.
+    pub fn plan(&self, choice: &[usize], optimizer: &str) -> Result<LogicalPlan> {
+        let costs = self.evaluate(choice)?;
+        let ops: Vec<PlannedOp> = self
+            .ops
+            .iter()
+            .zip(choice)
+            .zip(costs)
+            .map(|((op, &n), cost)| {
+                let cand = &op.candidates[n];
+                PlannedOp {
+                    id: op.id,
+                    name: op.name.clone(),
+                    kind: op.kind.clone(),
+                    splits: op.shardable.iter().cloned().zip(cand.counts.iter().copied()).collect(),
+                    candidate: n,
+                    spec: cand.spec.clone(),
+                    cost,
+                }
+            })
+            .collect();
+        Ok(LogicalPlan {
+            optimizer: optimizer.to_string(),
+            cost_model: self.cost_model.clone(),
+            unit: self.unit,
+            devices: self.p,
+            total: ops.iter().map(|o| o.cost.total()).sum(),
+            total_bytes: ops.iter().map(|o| o.cost.bytes).sum(),
+            ops,
+        })
+    }
+
+    fn check(&self, choice: &[usize]) -> Result<()> {
+        if choice.len() != self.ops.len() {
+            return Err(Error::InvalidPlan(format!("{} choices for {} operators", choice.len(), self.ops.len())));
+        }
+        for (op, &n) in self.ops.iter().zip(choice) {
+            if n >= op.candidates.len() {
+                return Err(Error::InvalidPlan(format!("{}: candidate {n} of {}", op.name, op.candidates.len())));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bytes_of(op: &dyn einsum_joinagg::AbstractOperator, spec: &JoinAggSpec) -> f64 {
+    let join = crate::cost::join_elements(spec, op.inputs().len());
+    let agg = crate::cost::aggregation_elements(spec, op.outputs().len());
+    let w = |d: &einsum_core::TensorDesc| d.dtype.size_bytes() as f64;
+    join.iter().zip(op.inputs()).map(|(e, d)| e * w(d)).sum::<f64>()
+        + agg.iter().zip(op.outputs()).map(|(e, d)| e * w(d)).sum::<f64>()
+}
