@@ -1,9 +1,10 @@
 //! The `einsummable` command line.
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Instant};
 
 use clap::{Parser, Subcommand};
 use einsum_joinagg::enumerate_specs;
+use einsum_logical::{cost_model_by_name, optimizer_by_name};
 use einsummable::{DType, Error, Result, Workload, check::check_computation};
 use serde_json::{Value, json};
 
@@ -39,6 +40,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Chooses a join-agg spec for every operator of a workload (the logical plan) and prints
+    /// each operator's split and cost.
+    Plan {
+        /// The workload, `name:key=value,...`.
+        workload: String,
+        /// Number of devices p.
+        #[arg(long, default_value_t = 8)]
+        devices: usize,
+        /// The strategy: dp, greedy, random or ilp.
+        #[arg(long, default_value = "dp")]
+        optimizer: String,
+        /// The cost model: time (predicted seconds) or proxy (the paper's element count).
+        #[arg(long, default_value = "time")]
+        cost: String,
+        /// The machine the time model predicts for.
+        #[arg(long, default_value = "dgx-a100")]
+        topology: String,
+        /// Seed of the random strategy.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Storage dtype: f32, f16 or bf16.
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+        /// Print one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Lists every join-agg spec each operator of a workload offers on P devices.
     Specs {
         /// The workload, `name:key=value,...`.
@@ -58,7 +86,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = match &cli.command {
-        Command::Check { json, .. } | Command::Specs { json, .. } => *json,
+        Command::Check { json, .. } | Command::Specs { json, .. } | Command::Plan { json, .. } => *json,
     };
     match run(cli.command) {
         Ok((report, text, ok)) => {
@@ -104,6 +132,56 @@ fn run(command: Command) -> Result<(Value, String, bool)> {
                 "ops": ops, "graph_error": report.graph_error, "passed": report.passed(),
             });
             Ok((value, text, report.passed()))
+        }
+        Command::Plan { workload, devices, optimizer, cost, topology, seed, dtype, .. } => {
+            let graph = Workload::parse(&workload)?.build(parse_dtype(&dtype)?)?;
+            let strategy = optimizer_by_name(&optimizer, seed)?;
+            let model = cost_model_by_name(&cost, &topology)?;
+            let started = Instant::now();
+            let plan = strategy.optimize(graph.computation(), devices, model.as_ref())?;
+            let optimize_ms = started.elapsed().as_secs_f64() * 1e3;
+            let mut text = format!(
+                "{workload} on {devices} devices: {optimizer} optimizer, {cost} cost ({}), {optimize_ms:.1} ms\n",
+                plan.unit
+            );
+            text += &format!(
+                "{:<16} {:<10} {:<28} {:>11} {:>11} {:>11} {:>11}\n",
+                "operator", "kind", "split", "repartition", "join", "aggregation", "compute"
+            );
+            for o in &plan.ops {
+                let c = &o.cost;
+                text += &format!(
+                    "{:<16} {:<10} {:<28} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e}\n",
+                    o.name,
+                    o.kind,
+                    o.splits_label(),
+                    c.repartition,
+                    c.join,
+                    c.aggregation,
+                    c.compute
+                );
+            }
+            text += &format!("total {:.6e} {} ({:.4e} bytes moved)\n", plan.total, plan.unit, plan.total_bytes);
+            let ops: Vec<Value> = plan
+                .ops
+                .iter()
+                .map(|o| {
+                    let splits: serde_json::Map<String, Value> =
+                        o.splits.iter().map(|(n, c)| (n.clone(), json!(c))).collect();
+                    let c = &o.cost;
+                    json!({
+                        "name": o.name, "kind": o.kind, "splits": splits,
+                        "cost": {"repartition": c.repartition, "join": c.join, "aggregation": c.aggregation,
+                                 "compute": c.compute, "bytes": c.bytes},
+                    })
+                })
+                .collect();
+            let value = json!({
+                "workload": workload, "devices": devices, "optimizer": optimizer, "cost_model": cost,
+                "unit": plan.unit, "total_cost": plan.total, "total_bytes": plan.total_bytes,
+                "optimize_ms": optimize_ms, "ops": ops,
+            });
+            Ok((value, text, true))
         }
         Command::Specs { workload, devices, dtype, .. } => {
             let graph = Workload::parse(&workload)?.build(parse_dtype(&dtype)?)?;

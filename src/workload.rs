@@ -37,6 +37,33 @@ const WORKLOADS: &[(&str, &[(&str, usize)])] = &[
             ("d_ff", 14336),
         ],
     ),
+    ("chain-a", &[("scale", 1)]),
+    ("chain-b", &[("scale", 1)]),
+    ("chain-c", &[("scale", 1)]),
+    ("chain-d", &[("scale", 1)]),
+    ("chain-e", &[("scale", 1)]),
+];
+
+/// The matrix chains of Section 6: the dimensions `d0..dn` (matrix `Mi` is
+/// `d(i-1) × d(i)`) and the fixed parenthesisation, as the paper prints it.
+const CHAINS: &[(&str, &[usize], &str)] = &[
+    (
+        "chain-a",
+        &[10240, 16384, 6144, 16384, 6144, 16384, 6144, 16384, 6144, 10240],
+        "(M1 M2) ((M3 M4)((M5 M6)(M7 M8))) M9",
+    ),
+    ("chain-b", &[9216, 20480, 5120, 20480, 5120, 9216], "(M1 M2) ((M3 M4) M5)"),
+    ("chain-c", &[10240, 12288, 32768, 2048], "M1 (M2 M3)"),
+    (
+        "chain-d",
+        &[24576, 1536, 20480, 20480, 20480, 20480, 20480, 20480, 1536, 24576],
+        "M1 (M2 (M3 (M4 (M5 (M6 (M7 M8)))))) M9",
+    ),
+    (
+        "chain-e",
+        &[49152, 1024, 20480, 20480, 20480, 20480, 20480, 20480, 20480, 20480, 20480, 20480, 1024, 49152],
+        "M1 (M2 (M3 (M4 (M5 (M6 (M7 (M8 (M9 (M10 (M11 M12)))))))))) M13",
+    ),
 ];
 
 /// A parsed workload description: its name and every key with its value.
@@ -115,10 +142,62 @@ impl Workload {
                 }
                 g.save(x)?;
             }
+            chain if chain.starts_with("chain-") => {
+                let (_, dims, order) = CHAINS.iter().find(|(n, _, _)| *n == chain).expect("parse accepts known chains");
+                let scale = p("scale");
+                let dims: Vec<usize> = dims.iter().map(|d| (d / scale).max(1)).collect();
+                let mats = (1..dims.len())
+                    .map(|i| {
+                        g.input(
+                            &format!("M{i}"),
+                            &[(&format!("d{}", i - 1), dims[i - 1]), (&format!("d{i}"), dims[i])],
+                            dtype,
+                        )
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let product = build_chain(&mut g, &mats, order)?;
+                g.save(product)?;
+            }
             other => unreachable!("parse accepts only known workloads, got {other}"),
         }
         Ok(g)
     }
+}
+
+/// Multiplies the matrices `mats` (`M1` is `mats[0]`) in the order `order` gives, written as
+/// in the paper: juxtaposition multiplies, left to right, and parentheses group.
+fn build_chain(g: &mut Graph, mats: &[Tensor], order: &str) -> Result<Tensor> {
+    fn sequence(
+        g: &mut Graph,
+        mats: &[Tensor],
+        tokens: &mut std::iter::Peekable<std::vec::IntoIter<String>>,
+    ) -> Result<Tensor> {
+        let mut acc: Option<Tensor> = None;
+        while let Some(tok) = tokens.peek().cloned() {
+            let factor = match tok.as_str() {
+                ")" => break,
+                "(" => {
+                    tokens.next();
+                    let inner = sequence(g, mats, tokens)?;
+                    tokens.next(); // the matching ')'
+                    inner
+                }
+                name => {
+                    tokens.next();
+                    let i: usize = name[1..].parse().expect("chain tables name matrices M1..Mn");
+                    mats[i - 1]
+                }
+            };
+            acc = Some(match acc {
+                None => factor,
+                Some(left) => g.matmul(left, factor)?,
+            });
+        }
+        Ok(acc.expect("chain tables have no empty group"))
+    }
+    let spaced = order.replace('(', " ( ").replace(')', " ) ");
+    let tokens: Vec<String> = spaced.split_whitespace().map(str::to_string).collect();
+    sequence(g, mats, &mut tokens.into_iter().peekable())
 }
 
 /// The dimensions of a LLaMA-style transformer block.
@@ -205,6 +284,21 @@ mod tests {
         assert!(Workload::parse("ffn:tokens=x").is_err());
         assert!(Workload::parse("ffn:tokens=0").is_err());
         assert!(Workload::parse("ffn:tokens").is_err());
+    }
+
+    #[test]
+    fn chains_follow_the_papers_parenthesisation() {
+        for (name, dims, _) in CHAINS {
+            let g = Workload::parse(&format!("{name}:scale=512")).unwrap().build(DType::F32).unwrap();
+            let comp = g.computation();
+            assert_eq!(comp.ops().count(), dims.len() - 2, "{name}");
+            let out = comp.desc(comp.saved()[0]).unwrap();
+            assert_eq!(out.shape(), vec![dims[0] / 512, dims[dims.len() - 1] / 512], "{name}");
+        }
+        // Chain C is right-associated: M1 (M2 M3); its last product is 20 × 4 over k = 24.
+        let g = Workload::parse("chain-c:scale=512").unwrap().build(DType::F32).unwrap();
+        let (_, last, _) = g.computation().ops().last().unwrap();
+        assert_eq!(last.inputs()[1].shape(), vec![24, 4]);
     }
 
     #[test]

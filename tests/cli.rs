@@ -37,3 +37,45 @@ fn bad_input_exits_non_zero_with_a_message() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["error"].as_str().unwrap().contains("p = 7"));
 }
+
+#[test]
+fn plan_reports_splits_and_costs_as_json() {
+    let out = einsummable(&["plan", "matmul:n=64", "--devices", "8", "--cost", "proxy", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["optimizer"], "dp");
+    assert_eq!(v["cost_model"], "proxy");
+    assert_eq!(v["total_cost"], 5.0 * 64.0 * 64.0);
+    let op = &v["ops"][0];
+    assert_eq!(op["splits"]["m"], 2);
+    assert!(op["cost"]["join"].as_f64().unwrap() > 0.0);
+    assert!(v["optimize_ms"].as_f64().is_some());
+}
+
+#[test]
+fn plan_rejects_bad_input_with_non_zero_exit() {
+    for args in [
+        &["plan", "matmul:n=64", "--devices", "0"][..],
+        &["plan", "matmul:m=2,k=3,n=5", "--devices", "7"][..],
+        &["plan", "matmul:n=64", "--optimizer", "annealing"][..],
+        &["plan", "matmul:n=64", "--cost", "flops"][..],
+        &["plan", "matmul:n=64", "--topology", "dgx-b200"][..],
+    ] {
+        let out = einsummable(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+    }
+    let err = String::from_utf8_lossy(&einsummable(&["plan", "matmul:n=64", "--optimizer", "annealing"]).stderr).to_string();
+    assert!(err.contains("dp, greedy, random, ilp"), "{err}");
+}
+
+#[test]
+fn every_optimizer_runs_on_a_chain() {
+    for opt in ["dp", "greedy", "random", "ilp"] {
+        let out = einsummable(&["plan", "chain-c:scale=256", "--devices", "4", "--optimizer", opt, "--json"]);
+        assert!(out.status.success(), "{opt}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["ops"].as_array().unwrap().len(), 2);
+    }
+}
