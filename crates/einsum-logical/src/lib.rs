@@ -17,13 +17,19 @@
 #![warn(missing_docs)]
 
 mod cost;
+mod dp;
 mod error;
+mod greedy;
 mod optimizer;
 mod plan;
 mod problem;
+mod random;
 
 pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_name};
+pub use dp::Dp;
 pub use error::{Error, Result};
+pub use greedy::Greedy;
 pub use optimizer::{LogicalOptimizer, OPTIMIZERS};
 pub use plan::{LogicalPlan, OpCost, PlannedOp};
 pub use problem::{Candidate, OpProblem, Problem, Source, TilingId};
+pub use random::Random;

@@ -1,0 +1,484 @@
+//! The exact dynamic program of Section 4.2 (Algorithm 1), with the edge cases of 4.5.
+
+use std::collections::HashMap;
+
+use crate::{Error, LogicalOptimizer, Problem, Result, Source, TilingId};
+
+/// Algorithm 1: a dynamic program over output tilings, exact on trees.
+///
+/// `Opt(op, T)` is the cheapest way to produce `op`'s outputs in the tiling tuple `T`, for
+/// the tuples `T` its candidates produce (one table entry per distinct tuple, so an operator
+/// with several outputs is indexed by the tuple of their tilings, Section 4.5). For a
+/// candidate `J`, `B(J)` is its join + aggregation + compute plus, for every producer of
+/// its inputs, the minimum over that producer's table entries of `Opt(producer, entry)`
+/// plus the repartitions of the inputs it feeds that entry's tilings do not match. A
+/// consumer reading several outputs of one producer (or one output twice) therefore picks a
+/// single entry of it. `Opt(op, T)` is the least `B(J)` over the candidates with
+/// `out(J) = T`; a backward pass from the root recovers the choices. Ties go to the lowest
+/// candidate index, so the plan is deterministic.
+///
+/// # Design
+/// The cost is a sum of one term per input, so the minimum over combinations of input
+/// tilings separates producer by producer: `O(s·t·n)` per operator rather than the paper's
+/// `O(s·tⁿ)`. This subsumes the linear-path tactic of Section 4.5 (an operator on a path
+/// draws one input from the path, so its inner minimum ranges over one producer's
+/// tilings): here every operator's inner minimum ranges over one producer at a time.
+///
+/// Graphs that are not trees (a tensor read by several operators, or an operator whose
+/// outputs go to different operators) are cut at every edge out of such an operator; each
+/// piece is a tree with one root. The trees are optimised one at a time, the largest first
+/// (by operator count, then total output elements, then position of the root), each seeing
+/// the choices of the trees before it:
+/// - an input produced in an already-fixed tree is free like a computation input, except
+///   that its repartition is charged when the fixed producer's tiling differs from what
+///   the candidate needs;
+/// - a root whose outputs feed already-fixed consumers pays, per candidate, the
+///   repartitions those consumers would incur.
+///
+/// Every cut edge is thus charged once, by whichever side is optimised second, and the
+/// DP's total equals [`Problem::total`] of its choice (checked in debug builds). The plan
+/// is optimal within each tree, not necessarily globally.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Dp;
+
+impl LogicalOptimizer for Dp {
+    fn name(&self) -> &str {
+        "dp"
+    }
+
+    fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
+        Ok(self.solve_with_total(problem)?.0)
+    }
+}
+
+impl Dp {
+    /// The chosen candidate of every operator together with the total the DP computed for
+    /// it (the sum of the trees' minima), which equals `problem.total` of the choice up to
+    /// rounding.
+    pub fn solve_with_total(&self, problem: &Problem) -> Result<(Vec<usize>, f64)> {
+        let shape = Shape::of(problem)?;
+        let tables = Tables::of(problem);
+        let n = problem.ops.len();
+        let mut fixed: Vec<Option<usize>> = vec![None; n];
+        let mut opt: Vec<Vec<f64>> = vec![Vec::new(); n];
+        let mut best: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut total = 0.0;
+        for tree in &shape.trees {
+            total += solve_tree(problem, &shape, &tables, tree, &mut fixed, &mut opt, &mut best);
+        }
+        let choice: Vec<usize> = fixed.into_iter().map(|c| c.unwrap_or(0)).collect();
+        debug_assert!(
+            problem.total(&choice).is_ok_and(|t| close(t, total)),
+            "the DP's total {total} differs from the plan's {:?}",
+            problem.total(&choice)
+        );
+        Ok((choice, total))
+    }
+
+    /// The trees the graph is cut into, in the order they are optimised; each lists its
+    /// operators (indices into [`Problem::ops`]) in increasing order, its root last.
+    pub fn trees(problem: &Problem) -> Result<Vec<Vec<usize>>> {
+        Ok(Shape::of(problem)?.trees)
+    }
+}
+
+/// True when two totals agree up to floating-point rounding of different summation orders.
+fn close(a: f64, b: f64) -> bool {
+    a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+/// A producer inside the consumer's tree, with the `(input slot, output)` pairs it feeds.
+#[derive(Clone, Debug)]
+struct Child {
+    op: usize,
+    feeds: Vec<(usize, usize)>,
+}
+
+/// The forest the graph is cut into.
+#[derive(Clone, Debug)]
+struct Shape {
+    /// Per operator: the operator that reads all of its outputs, when there is exactly one.
+    parent: Vec<Option<usize>>,
+    /// Per operator: its producers inside its tree.
+    children: Vec<Vec<Child>>,
+    /// Per operator: `(consumer, input slot, output)` for every edge out of it.
+    out_edges: Vec<Vec<(usize, usize, usize)>>,
+    /// The trees, in optimisation order, each in increasing operator order.
+    trees: Vec<Vec<usize>>,
+}
+
+impl Shape {
+    fn of(problem: &Problem) -> Result<Shape> {
+        let ops = &problem.ops;
+        let n = ops.len();
+        let malformed = |msg: String| Err(Error::InvalidPlan(format!("malformed problem: {msg}")));
+        let outputs: Vec<usize> = ops.iter().map(|o| o.candidates.first().map_or(0, |c| c.outputs.len())).collect();
+        for (c, op) in ops.iter().enumerate() {
+            if op.candidates.is_empty() {
+                return malformed(format!("{} has no candidate spec", op.name));
+            }
+            if op.repartition.len() != op.sources.len() {
+                return malformed(format!(
+                    "{}: {} repartition costs for {} inputs",
+                    op.name,
+                    op.repartition.len(),
+                    op.sources.len()
+                ));
+            }
+            if op.candidates.iter().any(|k| k.inputs.len() != op.sources.len() || k.outputs.len() != outputs[c]) {
+                return malformed(format!("{}: candidates disagree on the number of inputs or outputs", op.name));
+            }
+            for src in &op.sources {
+                if let Source::Op { op: p, output } = *src
+                    && (p >= c || output >= outputs[p])
+                {
+                    return malformed(format!("{} reads output {output} of operator {p}", op.name));
+                }
+            }
+        }
+        let mut out_edges: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); n];
+        for (c, op) in ops.iter().enumerate() {
+            for (k, src) in op.sources.iter().enumerate() {
+                if let Source::Op { op: p, output } = *src {
+                    out_edges[p].push((c, k, output));
+                }
+            }
+        }
+        let parent: Vec<Option<usize>> = out_edges
+            .iter()
+            .map(|edges| match edges.split_first() {
+                Some((&(c, _, _), rest)) if rest.iter().all(|&(d, _, _)| d == c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let mut children: Vec<Vec<Child>> = vec![Vec::new(); n];
+        for (p, edges) in out_edges.iter().enumerate() {
+            if let Some(c) = parent[p] {
+                children[c].push(Child { op: p, feeds: edges.iter().map(|&(_, k, j)| (k, j)).collect() });
+            }
+        }
+        // The root of every operator: parents come later in topological order.
+        let mut root: Vec<usize> = (0..n).collect();
+        for op in (0..n).rev() {
+            if let Some(c) = parent[op] {
+                root[op] = root[c];
+            }
+        }
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for op in 0..n {
+            members[root[op]].push(op);
+        }
+        let elements: Vec<f64> = ops.iter().map(output_elements).collect();
+        let mut trees: Vec<(usize, f64, usize, Vec<usize>)> = members
+            .into_iter()
+            .enumerate()
+            .filter(|(_, m)| !m.is_empty())
+            .map(|(r, m)| (m.len(), m.iter().map(|&o| elements[o]).sum(), r, m))
+            .collect();
+        trees.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
+        Ok(Shape { parent, children, out_edges, trees: trees.into_iter().map(|t| t.3).collect() })
+    }
+}
+
+/// The elements of every output of an operator (its first candidate's output blocks tile
+/// each output, so their volumes add up to the output's).
+fn output_elements(op: &crate::OpProblem) -> f64 {
+    op.candidates.first().map_or(0.0, |c| {
+        (0..c.outputs.len()).map(|j| c.spec.output_blocks(j).iter().map(|b| b.volume() as f64).sum::<f64>()).sum()
+    })
+}
+
+/// Per operator, the DP table's layout: one entry per distinct tuple of output tilings.
+#[derive(Clone, Debug)]
+struct Tables {
+    /// Per operator, per candidate: its entry.
+    entry_of: Vec<Vec<usize>>,
+    /// Per operator: the output tilings of every entry, flattened (`entry · outputs + j`).
+    tilings: Vec<Vec<TilingId>>,
+    /// Per operator: its number of outputs.
+    outputs: Vec<usize>,
+    /// Per operator: its number of entries.
+    entries: Vec<usize>,
+}
+
+impl Tables {
+    fn of(problem: &Problem) -> Tables {
+        let mut entry_of = Vec::with_capacity(problem.ops.len());
+        let mut tilings = Vec::with_capacity(problem.ops.len());
+        let mut outputs = Vec::with_capacity(problem.ops.len());
+        let mut counts = Vec::with_capacity(problem.ops.len());
+        for op in &problem.ops {
+            let width = op.candidates.first().map_or(0, |c| c.outputs.len());
+            let mut index: HashMap<&[TilingId], usize> = HashMap::new();
+            let mut flat = Vec::new();
+            let entries = op
+                .candidates
+                .iter()
+                .map(|cand| {
+                    let next = index.len();
+                    *index.entry(&cand.outputs).or_insert_with(|| {
+                        flat.extend_from_slice(&cand.outputs);
+                        next
+                    })
+                })
+                .collect();
+            entry_of.push(entries);
+            tilings.push(flat);
+            outputs.push(width);
+            counts.push(index.len());
+        }
+        Tables { entry_of, tilings, outputs, entries: counts }
+    }
+}
+
+/// The cheapest entry of child `child` for a consumer whose candidate needs the input
+/// tilings `needs` (with repartition costs `repartition`): `(cost, entry)`, ties to the
+/// lowest entry.
+fn child_term(
+    tables: &Tables,
+    opt: &[Vec<f64>],
+    child: &Child,
+    needs: &[TilingId],
+    repartition: &[f64],
+) -> (f64, usize) {
+    let width = tables.outputs[child.op];
+    let tilings = &tables.tilings[child.op];
+    let mut best = (f64::INFINITY, 0);
+    for (e, &base) in opt[child.op].iter().enumerate() {
+        let mut cost = base;
+        for &(k, j) in &child.feeds {
+            if tilings[e * width + j] != needs[k] {
+                cost += repartition[k];
+            }
+        }
+        if cost < best.0 {
+            best = (cost, e);
+        }
+    }
+    best
+}
+
+/// Fills the tables of one tree, fixes its operators' choices, and returns its cost.
+fn solve_tree(
+    problem: &Problem,
+    shape: &Shape,
+    tables: &Tables,
+    tree: &[usize],
+    fixed: &mut [Option<usize>],
+    opt: &mut [Vec<f64>],
+    best: &mut [Vec<usize>],
+) -> f64 {
+    let mut root_best = (f64::INFINITY, 0);
+    for &c in tree {
+        let op = &problem.ops[c];
+        // Inputs produced in already-fixed trees: (slot, the fixed producer's tiling).
+        let fixed_inputs: Vec<(usize, TilingId)> = op
+            .sources
+            .iter()
+            .enumerate()
+            .filter_map(|(k, src)| match *src {
+                Source::Op { op: p, output } if shape.parent[p] != Some(c) => {
+                    fixed[p].map(|cp| (k, problem.ops[p].candidates[cp].outputs[output]))
+                }
+                _ => None,
+            })
+            .collect();
+        // Edges to already-fixed consumers (only a root has edges out of its tree):
+        // (output, the tiling the consumer needs, its repartition cost).
+        let fixed_consumers: Vec<(usize, TilingId, f64)> = if shape.parent[c].is_none() {
+            shape.out_edges[c]
+                .iter()
+                .filter_map(|&(d, k, j)| {
+                    fixed[d].map(|cd| (j, problem.ops[d].candidates[cd].inputs[k], problem.ops[d].repartition[k]))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let entries = tables.entries[c];
+        let mut table = vec![f64::INFINITY; entries];
+        let mut chosen = vec![0; entries];
+        for (n, cand) in op.candidates.iter().enumerate() {
+            let mut b = cand.cost.total();
+            for &(k, tiling) in &fixed_inputs {
+                if tiling != cand.inputs[k] {
+                    b += op.repartition[k];
+                }
+            }
+            for &(j, need, cost) in &fixed_consumers {
+                if cand.outputs[j] != need {
+                    b += cost;
+                }
+            }
+            for child in &shape.children[c] {
+                b += child_term(tables, opt, child, &cand.inputs, &op.repartition).0;
+            }
+            let e = tables.entry_of[c][n];
+            if b < table[e] {
+                table[e] = b;
+                chosen[e] = n;
+            }
+            if shape.parent[c].is_none() && b < root_best.0 {
+                root_best = (b, n);
+            }
+        }
+        opt[c] = table;
+        best[c] = chosen;
+    }
+    // Trace back from the root (the tree's last operator).
+    let Some(&root) = tree.last() else { return 0.0 };
+    let mut stack = vec![(root, root_best.1)];
+    while let Some((c, n)) = stack.pop() {
+        fixed[c] = Some(n);
+        let op = &problem.ops[c];
+        let cand = &op.candidates[n];
+        for child in &shape.children[c] {
+            let (_, e) = child_term(tables, opt, child, &cand.inputs, &op.repartition);
+            stack.push((child.op, best[child.op][e]));
+        }
+    }
+    root_best.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Candidate, OpProblem, SpecCost};
+    use einsum_joinagg::{JoinAggSpec, OpId};
+
+    /// A hand-made operator with candidates `(cost, output tilings, input tilings)`.
+    fn op(name: &str, sources: Vec<Source>, repartition: Vec<f64>, cands: &[(f64, Vec<u32>, Vec<u32>)]) -> OpProblem {
+        OpProblem {
+            id: OpId(0),
+            name: name.into(),
+            kind: "toy".into(),
+            shardable: Vec::new(),
+            input_bytes: vec![0.0; sources.len()],
+            consumers: Vec::new(),
+            sources,
+            repartition,
+            candidates: cands
+                .iter()
+                .map(|(cost, outs, ins)| Candidate {
+                    counts: Vec::new(),
+                    spec: JoinAggSpec { functions: Vec::new() },
+                    outputs: outs.iter().map(|&t| TilingId(t)).collect(),
+                    inputs: ins.iter().map(|&t| TilingId(t)).collect(),
+                    cost: SpecCost { join: *cost, aggregation: 0.0, compute: 0.0 },
+                    bytes: 0.0,
+                })
+                .collect(),
+        }
+    }
+
+    fn problem(ops: Vec<OpProblem>) -> Problem {
+        Problem { p: 1, ops, cost_model: "toy".into(), unit: "units" }
+    }
+
+    fn brute_force(problem: &Problem) -> f64 {
+        let sizes: Vec<usize> = problem.ops.iter().map(|o| o.candidates.len()).collect();
+        let mut choice = vec![0; sizes.len()];
+        let mut best = f64::INFINITY;
+        loop {
+            best = best.min(problem.total(&choice).unwrap());
+            let mut i = 0;
+            while i < sizes.len() {
+                choice[i] += 1;
+                if choice[i] < sizes[i] {
+                    break;
+                }
+                choice[i] = 0;
+                i += 1;
+            }
+            if i == sizes.len() {
+                return best;
+            }
+        }
+    }
+
+    #[test]
+    fn a_chain_pays_a_repartition_only_when_it_is_cheaper() {
+        // a: tiling 1 costs 1, tiling 2 costs 5. b needs tiling 2 cheaply (1) or 1 dearly (10).
+        let a = op("a", vec![Source::Input], vec![100.0], &[(1.0, vec![1], vec![0]), (5.0, vec![2], vec![0])]);
+        let b = op(
+            "b",
+            vec![Source::Op { op: 0, output: 0 }],
+            vec![3.0],
+            &[(1.0, vec![3], vec![2]), (10.0, vec![4], vec![1])],
+        );
+        let pr = problem(vec![a, b]);
+        let (choice, total) = Dp.solve_with_total(&pr).unwrap();
+        // Options: (a1, b-tiling2) = 1 + 3 + 1 = 5; (a2, b-tiling2) = 5 + 1 = 6; (a1, b1) = 11.
+        assert_eq!(choice, vec![0, 0]);
+        assert_eq!(total, 5.0);
+        assert_eq!(pr.total(&choice).unwrap(), 5.0);
+    }
+
+    #[test]
+    fn a_consumer_reading_two_outputs_picks_one_entry() {
+        // a has two outputs; its entries are (1,2) at cost 0 and (3,4) at cost 1. b reads both
+        // and needs (1,4) or (3,2): independent choice per output would wrongly cost 0.
+        let a = op("a", vec![], vec![], &[(0.0, vec![1, 2], vec![]), (1.0, vec![3, 4], vec![])]);
+        let b = op(
+            "b",
+            vec![Source::Op { op: 0, output: 0 }, Source::Op { op: 0, output: 1 }],
+            vec![10.0, 20.0],
+            &[(0.0, vec![9], vec![1, 4]), (0.0, vec![9], vec![3, 2])],
+        );
+        let pr = problem(vec![a, b]);
+        let (choice, total) = Dp.solve_with_total(&pr).unwrap();
+        // (a0, b0): 0 + 20; (a1, b1): 1 + 20; (a0, b1): 0 + 10; (a1, b0): 1 + 10.
+        assert_eq!(total, 10.0);
+        assert_eq!(choice, vec![0, 1]);
+        assert_eq!(brute_force(&pr), 10.0);
+    }
+
+    #[test]
+    fn shared_tensors_are_cut_and_charged_once() {
+        // a feeds b and c, so every tree has one operator; they are ordered by elements (all
+        // zero here), then position: a, b, c.
+        let a = op("a", vec![Source::Input], vec![1.0], &[(0.0, vec![1], vec![0]), (2.0, vec![2], vec![0])]);
+        let b = op("b", vec![Source::Op { op: 0, output: 0 }], vec![5.0], &[(0.0, vec![7], vec![2])]);
+        let c = op("c", vec![Source::Op { op: 0, output: 0 }], vec![5.0], &[(0.0, vec![8], vec![2])]);
+        let pr = problem(vec![a, b, c]);
+        assert_eq!(Dp::trees(&pr).unwrap(), vec![vec![0], vec![1], vec![2]]);
+        let (choice, total) = Dp.solve_with_total(&pr).unwrap();
+        // a is fixed first, alone: tiling 1 (cost 0); b and c then each pay 5.
+        assert_eq!(choice, vec![0, 0, 0]);
+        assert_eq!(total, 10.0);
+        assert_eq!(pr.total(&choice).unwrap(), 10.0);
+        assert_eq!(brute_force(&pr), 2.0);
+    }
+
+    #[test]
+    fn a_root_pays_for_its_fixed_consumers() {
+        // x -> y (a chain of two, optimised first) reads s; s is also read by z. s's tree is
+        // optimised after y's, so s pays y's repartition for each of its tilings.
+        let s = op("s", vec![], vec![], &[(0.0, vec![1], vec![]), (1.0, vec![2], vec![])]);
+        let z = op("z", vec![Source::Op { op: 0, output: 0 }], vec![0.5], &[(0.0, vec![5], vec![1])]);
+        let x = op("x", vec![Source::Input], vec![0.0], &[(0.0, vec![6], vec![0])]);
+        let y = op(
+            "y",
+            vec![Source::Op { op: 2, output: 0 }, Source::Op { op: 0, output: 0 }],
+            vec![0.0, 4.0],
+            &[(0.0, vec![7], vec![6, 2])],
+        );
+        let pr = problem(vec![s, z, x, y]);
+        let trees = Dp::trees(&pr).unwrap();
+        assert_eq!(trees, vec![vec![2, 3], vec![0], vec![1]]);
+        let (choice, total) = Dp.solve_with_total(&pr).unwrap();
+        // s = 2 costs 1 and saves y's 4, then z pays 0.5.
+        assert_eq!(choice, vec![1, 0, 0, 0]);
+        assert_eq!(total, 1.5);
+        assert_eq!(pr.total(&choice).unwrap(), 1.5);
+    }
+
+    #[test]
+    fn malformed_problems_are_errors() {
+        let a = op("a", vec![Source::Op { op: 0, output: 0 }], vec![1.0], &[(0.0, vec![1], vec![1])]);
+        assert!(Dp.solve(&problem(vec![a])).is_err());
+        let empty = op("e", vec![], vec![], &[]);
+        assert!(Dp.solve(&problem(vec![empty])).unwrap_err().to_string().contains("no candidate"));
+        assert_eq!(Dp.solve(&problem(Vec::new())).unwrap(), Vec::<usize>::new());
+    }
+}
