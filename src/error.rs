@@ -18,6 +18,9 @@ pub enum Error {
     /// A failure of the spec machinery or of a computation (no spec for p, ...).
     #[error(transparent)]
     JoinAgg(#[from] einsum_joinagg::Error),
+    /// A failure of the logical optimizer (unknown strategy or cost model, no devices, ...).
+    #[error(transparent)]
+    Logical(#[from] einsum_logical::Error),
     /// A failure of the core formalism.
     #[error(transparent)]
     Core(#[from] einsum_core::CoreError),

@@ -66,7 +66,8 @@ fn plan_rejects_bad_input_with_non_zero_exit() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.starts_with("error: "), "{args:?}: {err}");
     }
-    let err = String::from_utf8_lossy(&einsummable(&["plan", "matmul:n=64", "--optimizer", "annealing"]).stderr).to_string();
+    let err =
+        String::from_utf8_lossy(&einsummable(&["plan", "matmul:n=64", "--optimizer", "annealing"]).stderr).to_string();
     assert!(err.contains("dp, greedy, random, ilp"), "{err}");
 }
 

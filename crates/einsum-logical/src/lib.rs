@@ -6,7 +6,7 @@
 //!   tiling-independent costs, and where each input comes from.
 //! - [`CostModel`]: [`PaperProxy`] (Section 4.3, in elements) and [`Time`] (predicted
 //!   seconds on a machine, which sees load imbalance).
-//! - [`LogicalOptimizer`]: the strategies, one per file, chosen by name with [`by_name`].
+//! - [`LogicalOptimizer`]: the strategies, one per file, chosen by name with [`optimizer_by_name`].
 //! - [`LogicalPlan`]: the chosen spec per operator with its cost split into repartition,
 //!   join and aggregation (and compute, under [`Time`]).
 //!
@@ -29,7 +29,7 @@ pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_nam
 pub use dp::Dp;
 pub use error::{Error, Result};
 pub use greedy::Greedy;
-pub use optimizer::{LogicalOptimizer, OPTIMIZERS};
+pub use optimizer::{LogicalOptimizer, OPTIMIZERS, optimizer_by_name};
 pub use plan::{LogicalPlan, OpCost, PlannedOp};
 pub use problem::{Candidate, OpProblem, Problem, Source, TilingId};
 pub use random::Random;

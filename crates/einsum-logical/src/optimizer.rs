@@ -26,5 +26,17 @@ pub trait LogicalOptimizer {
     }
 }
 
-/// The names [`by_name`](crate::by_name) accepts.
+/// The names [`optimizer_by_name`] accepts.
 pub const OPTIMIZERS: &[&str] = &["dp", "greedy", "random", "ilp"];
+
+/// The strategy called `name` (one of [`OPTIMIZERS`]); `seed` drives `random`.
+pub fn optimizer_by_name(name: &str, seed: u64) -> Result<Box<dyn LogicalOptimizer>> {
+    match name {
+        "dp" => Ok(Box::new(crate::Dp)),
+        "greedy" => Ok(Box::new(crate::Greedy)),
+        "random" => Ok(Box::new(crate::Random { seed })),
+        other => {
+            Err(crate::Error::UnknownName { what: "optimizer", name: other.to_string(), valid: OPTIMIZERS.join(", ") })
+        }
+    }
+}

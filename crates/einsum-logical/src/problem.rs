@@ -158,7 +158,7 @@ impl Problem {
                 let moved: Vec<usize> =
                     (0..op.sources.len()).filter(|&k| self.needs_repartition(choice, c, k)).collect();
                 OpCost {
-                    repartition: moved.iter().map(|&k| op.repartition[k]).sum(),
+                    repartition: moved.iter().fold(0.0, |acc, &k| acc + op.repartition[k]),
                     join: cand.cost.join,
                     aggregation: cand.cost.aggregation,
                     compute: cand.cost.compute,
