@@ -1,0 +1,93 @@
+//! Machine topologies and an event-driven fluid simulator of data movement on them
+//! (the cost model of Section 5.2 of the paper).
+//!
+//! - [`Topology`]: sites (GPUs) with HBM bandwidth and capacity, compute rates and optional
+//!   endpoint caps; directed links; a fallback for unlinked pairs (a non-blocking switch, or
+//!   one shared resource such as the DGX-V100's PCIe bridge); and a route (the list of
+//!   resources crossed) for every ordered pair of distinct sites. Presets by name
+//!   ([`Topology::preset`], [`PRESETS`]) or JSON files ([`Topology::load`]).
+//! - [`simulate`]: runs a DAG of [`Task`]s (transfers, multicasts, local aggregations) as
+//!   fluid flows that share every resource they cross max-min fairly, recomputing rates at
+//!   each start and finish, and returns a [`Trace`].
+//! - Lower bounds for collectives ([`all_reduce_bound`] and friends).
+//!
+//! Units: sizes in bytes with [`GB`] = 1e9 bytes, bandwidths in bytes/s, times in seconds
+//! (constructors such as [`Link::gbps`] take GB/s).
+//!
+//! **Architecture invariant:** this crate knows nothing about operators, specs or exchange
+//! programs. It moves bytes between sites; what the bytes mean is its callers' business.
+//!
+//! # Example: the paper's Example 5.1 on a DGX-H100
+//!
+//! ```
+//! use einsum_sim::{GB, SiteId, Task, TaskGraph, Topology};
+//!
+//! let h100 = Topology::preset("dgx-h100")?;
+//! let mut g = TaskGraph::new();
+//! let a = g.push(Task::transfer("A @ 0 -> 1", SiteId(0), SiteId(1), GB));
+//! let b = g.push(Task::transfer("B @ 1 -> 0", SiteId(1), SiteId(0), GB));
+//! g.push(Task::aggregate("A+B @ 0", SiteId(0), 2.0 * GB, GB).after([b]));
+//! g.push(Task::aggregate("A+B @ 1", SiteId(1), 2.0 * GB, GB).after([a]));
+//! let trace = g.simulate(&h100)?;
+//! assert!((trace.completion_ms() - 3.1).abs() < 0.03 * 3.1);
+//! assert!((trace.transfer_time_ms() - 2.2).abs() < 0.03 * 2.2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The topology file format
+//!
+//! A JSON object in human units (GB/s, GB, TFLOP/s); the presets ship as examples under
+//! `crates/einsum-sim/topologies/`.
+//!
+//! ```json
+//! {
+//!   "name": "my-box",
+//!   "sites": 4,
+//!   "site": {"hbm_gbps": 900, "hbm_gb": 32, "tflops": {"f16": 125, "bf16": 15.7, "f32": 15.7}},
+//!   "links": [
+//!     {"a": 0, "b": 1, "gbps": 50},
+//!     {"a": 2, "b": 3, "gbps": 25}
+//!   ],
+//!   "fallback": {"shared": "pcie-bridge", "gbps": 15.75}
+//! }
+//! ```
+//!
+//! - `name` (required): a string.
+//! - `sites` (required): a count `n`, every site being `site`; or an array of `n` site
+//!   objects, each field of which overrides `site`.
+//! - `site` (required when `sites` is a count): a site object: `hbm_gbps` (HBM bandwidth),
+//!   `hbm_gb` (HBM capacity), `tflops` (`{"f16", "bf16", "f32"}`, dense peak), and optional
+//!   `egress_gbps` / `ingress_gbps` (caps on everything the site sends / receives, like an
+//!   NVSwitch port).
+//! - `links` (default `[]`): `{"a", "b", "gbps"}` joins distinct sites `a` and `b` (0-based;
+//!   each pair once) with `gbps` in *each* direction.
+//! - `fallback` (optional): what carries traffic between sites no link joins: `"switch"` (a
+//!   non-blocking switch; only endpoint caps limit it) or `{"shared": NAME, "gbps": G}` (one
+//!   resource of `G` GB/s total shared by all such transfers). Without it every pair must be
+//!   linked, and an unlinked pair is an error.
+//!
+//! Numbers must be positive; unknown fields are errors; every error names its field, as
+//! in `links[3].gbps: expected a positive number, got -1`. [`Topology::to_json_string`]
+//! writes this format and loading it back gives an equal topology.
+#![warn(missing_docs)]
+
+mod bounds;
+mod error;
+mod json;
+mod maxmin;
+mod presets;
+mod simulate;
+mod task;
+mod topology;
+mod trace;
+
+pub use bounds::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
+pub use error::{SimError, TopologyError};
+pub use presets::{PCIE_BRIDGE, PRESETS, V100_DOUBLE_LINKS, V100_SINGLE_LINKS};
+pub use simulate::simulate;
+pub use task::{Task, TaskGraph, TaskId, TaskKind};
+pub use topology::{
+    ComputeRates, Fallback, GB, Link, MAX_SITES, Precision, Resource, ResourceId, ResourceKind, Site, SiteId, TFLOP,
+    Topology,
+};
+pub use trace::{ResourceUsage, TaskTrace, Trace};

@@ -1,0 +1,409 @@
+//! The event-driven fluid simulator.
+//!
+//! Every task becomes one or more *flows*: a transfer is one flow along its route, a
+//! multicast one flow per destination, an aggregation one flow of `read + write` bytes
+//! through its site's HBM. Between events the set of active flows is fixed and each flow
+//! moves at its max-min fair rate over the resources it crosses; at every event (a task
+//! starting, a flow finishing) the rates are recomputed. The simulator jumps from one
+//! completion to the next, so it takes at most one step per flow.
+//!
+//! A task starts the instant its last dependency ends; a task with no bytes to move ends
+//! the instant it starts, and so can release its dependents at the same instant.
+
+use std::collections::VecDeque;
+
+use crate::error::SimError;
+use crate::maxmin::max_min_rates;
+use crate::task::{Task, TaskId, TaskKind};
+use crate::topology::{ResourceId, SiteId, Topology};
+use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
+
+/// Flows whose remaining time is within this fraction of the step finish together, so that
+/// equal flows end at one instant despite rounding.
+const FINISH_TIE: f64 = 1e-9;
+
+/// One flow of a task: `remaining` of `bytes` still to move over `route`.
+struct Flow {
+    task: usize,
+    route: Vec<usize>,
+    bytes: f64,
+    remaining: f64,
+    /// Index into the task's deliveries, for transfers and multicasts.
+    delivery: Option<usize>,
+}
+
+/// Simulates `tasks` on `topology`: see the module docs for the model. Fails, without
+/// running anything, on a dangling dependency, a dependency cycle, a site the topology lacks,
+/// a transfer to its own source, a repeated multicast destination, or a negative, NaN or
+/// infinite byte count.
+pub fn simulate(topology: &Topology, tasks: &[Task]) -> Result<Trace, SimError> {
+    check(topology, tasks)?;
+    let n = tasks.len();
+    let mut dependents = vec![Vec::new(); n];
+    let mut pending = vec![0usize; n];
+    for (i, task) in tasks.iter().enumerate() {
+        pending[i] = task.deps.len();
+        for d in &task.deps {
+            dependents[d.0].push(i);
+        }
+    }
+    let capacity: Vec<f64> = topology.resources().iter().map(|r| r.capacity).collect();
+    let mut usage: Vec<ResourceUsage> = topology
+        .resources()
+        .iter()
+        .map(|r| ResourceUsage { name: r.name(), capacity: r.capacity, busy_time: 0.0, bytes: 0.0 })
+        .collect();
+    let mut traces: Vec<TaskTrace> = tasks
+        .iter()
+        .map(|t| TaskTrace {
+            label: t.label.clone(),
+            kind: t.kind.clone(),
+            start: f64::NAN,
+            end: f64::NAN,
+            resources: Vec::new(),
+            deliveries: match &t.kind {
+                TaskKind::Transfer { dst, .. } => vec![(*dst, f64::NAN)],
+                TaskKind::Multicast { dsts, .. } => dsts.iter().map(|d| (*d, f64::NAN)).collect(),
+                TaskKind::Aggregate { .. } => Vec::new(),
+            },
+        })
+        .collect();
+
+    let mut ready: VecDeque<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+    let mut open = vec![0usize; n];
+    let mut active: Vec<Flow> = Vec::new();
+    let mut busy = vec![false; capacity.len()];
+    let mut now = 0.0_f64;
+    let mut done = 0usize;
+
+    // Ends `task` at `now` and queues the dependents it releases.
+    let mut finish = |task: usize, now: f64, traces: &mut [TaskTrace], ready: &mut VecDeque<usize>| {
+        traces[task].end = now;
+        for &j in &dependents[task] {
+            pending[j] -= 1;
+            if pending[j] == 0 {
+                ready.push_back(j);
+            }
+        }
+    };
+
+    loop {
+        while let Some(i) = ready.pop_front() {
+            traces[i].start = now;
+            for flow in flows_of(topology, i, &tasks[i]) {
+                let trace = &mut traces[i];
+                for &r in &flow.route {
+                    if !trace.resources.contains(&ResourceId(r)) {
+                        trace.resources.push(ResourceId(r));
+                    }
+                }
+                if flow.bytes > 0.0 {
+                    open[i] += 1;
+                    active.push(flow);
+                } else if let Some(d) = flow.delivery {
+                    trace.deliveries[d].1 = now;
+                }
+            }
+            if open[i] == 0 {
+                finish(i, now, &mut traces, &mut ready);
+                done += 1;
+            }
+        }
+        if active.is_empty() {
+            break;
+        }
+
+        let routes: Vec<&[usize]> = active.iter().map(|f| f.route.as_slice()).collect();
+        let rates = max_min_rates(&capacity, &routes);
+        let times: Vec<f64> = active.iter().zip(&rates).map(|(f, &r)| f.remaining / r).collect();
+        let step = times.iter().copied().fold(f64::INFINITY, f64::min);
+
+        busy.iter_mut().for_each(|b| *b = false);
+        for f in &active {
+            for &r in &f.route {
+                busy[r] = true;
+            }
+        }
+        for (u, &b) in usage.iter_mut().zip(&busy) {
+            if b {
+                u.busy_time += step;
+            }
+        }
+        now += step;
+
+        let mut still = Vec::with_capacity(active.len());
+        for ((mut flow, rate), time) in active.into_iter().zip(rates).zip(times) {
+            if time <= step * (1.0 + FINISH_TIE) {
+                for &r in &flow.route {
+                    usage[r].bytes += flow.bytes;
+                }
+                if let Some(d) = flow.delivery {
+                    traces[flow.task].deliveries[d].1 = now;
+                }
+                open[flow.task] -= 1;
+                if open[flow.task] == 0 {
+                    finish(flow.task, now, &mut traces, &mut ready);
+                    done += 1;
+                }
+            } else {
+                flow.remaining -= rate * step;
+                still.push(flow);
+            }
+        }
+        active = still;
+    }
+    debug_assert_eq!(done, n, "the cycle check guarantees every task runs");
+
+    let completion = traces.iter().map(|t| t.end).fold(0.0, f64::max);
+    let transfer_time =
+        union_length(traces.iter().filter(|t| t.kind.is_transfer()).map(|t| (t.start, t.end)).collect());
+    Ok(Trace { completion, transfer_time, tasks: traces, usage })
+}
+
+/// The flows of task `i`, in the order of its trace's deliveries.
+fn flows_of(topology: &Topology, i: usize, task: &Task) -> Vec<Flow> {
+    let route = |src: SiteId, dst: SiteId| -> Vec<usize> {
+        topology.route(src, dst).unwrap_or_default().into_iter().map(|r| r.0).collect()
+    };
+    match &task.kind {
+        TaskKind::Transfer { src, dst, bytes } => {
+            vec![Flow { task: i, route: route(*src, *dst), bytes: *bytes, remaining: *bytes, delivery: Some(0) }]
+        }
+        TaskKind::Multicast { src, dsts, bytes } => dsts
+            .iter()
+            .enumerate()
+            .map(|(d, dst)| Flow {
+                task: i,
+                route: route(*src, *dst),
+                bytes: *bytes,
+                remaining: *bytes,
+                delivery: Some(d),
+            })
+            .collect(),
+        TaskKind::Aggregate { site, read_bytes, write_bytes } => {
+            let bytes = read_bytes + write_bytes;
+            let hbm = topology.hbm(*site).map(|r| vec![r.0]).unwrap_or_default();
+            vec![Flow { task: i, route: hbm, bytes, remaining: bytes, delivery: None }]
+        }
+    }
+}
+
+/// Validates sites, byte counts and dependencies, and rejects cycles.
+fn check(topology: &Topology, tasks: &[Task]) -> Result<(), SimError> {
+    let sites = topology.num_sites();
+    for (i, task) in tasks.iter().enumerate() {
+        let id = TaskId(i);
+        let label = || task.label.clone();
+        let site_ok = |site: SiteId| {
+            if site.0 < sites { Ok(()) } else { Err(SimError::UnknownSite { task: id, label: label(), site, sites }) }
+        };
+        let bytes_ok = |field: &'static str, value: f64| {
+            if value.is_finite() && value >= 0.0 {
+                Ok(())
+            } else {
+                Err(SimError::InvalidBytes { task: id, label: label(), field, value })
+            }
+        };
+        match &task.kind {
+            TaskKind::Transfer { src, dst, bytes } => {
+                site_ok(*src)?;
+                site_ok(*dst)?;
+                if src == dst {
+                    return Err(SimError::SameSite { task: id, label: label(), site: *src });
+                }
+                bytes_ok("bytes", *bytes)?;
+            }
+            TaskKind::Multicast { src, dsts, bytes } => {
+                site_ok(*src)?;
+                for (k, dst) in dsts.iter().enumerate() {
+                    site_ok(*dst)?;
+                    if dst == src {
+                        return Err(SimError::SameSite { task: id, label: label(), site: *src });
+                    }
+                    if dsts[..k].contains(dst) {
+                        return Err(SimError::DuplicateDestination { task: id, label: label(), site: *dst });
+                    }
+                }
+                bytes_ok("bytes", *bytes)?;
+            }
+            TaskKind::Aggregate { site, read_bytes, write_bytes } => {
+                site_ok(*site)?;
+                bytes_ok("read_bytes", *read_bytes)?;
+                bytes_ok("write_bytes", *write_bytes)?;
+            }
+        }
+        for &dep in &task.deps {
+            if dep.0 >= tasks.len() {
+                return Err(SimError::UnknownDependency { task: id, label: label(), dep, count: tasks.len() });
+            }
+        }
+    }
+    check_acyclic(tasks)
+}
+
+/// Kahn's algorithm; on failure, walks unfinished dependencies from an unfinished task
+/// until one repeats, and reports that cycle.
+fn check_acyclic(tasks: &[Task]) -> Result<(), SimError> {
+    let n = tasks.len();
+    let mut pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
+    let mut dependents = vec![Vec::new(); n];
+    for (i, t) in tasks.iter().enumerate() {
+        for d in &t.deps {
+            dependents[d.0].push(i);
+        }
+    }
+    let mut queue: Vec<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+    let mut finished = vec![false; n];
+    while let Some(i) = queue.pop() {
+        finished[i] = true;
+        for &j in &dependents[i] {
+            pending[j] -= 1;
+            if pending[j] == 0 {
+                queue.push(j);
+            }
+        }
+    }
+    let Some(first) = (0..n).find(|&i| !finished[i]) else {
+        return Ok(());
+    };
+    let mut path = vec![first];
+    let mut position = vec![usize::MAX; n];
+    position[first] = 0;
+    let mut at = first;
+    // An unfinished task waits for at least one unfinished dependency.
+    while let Some(next) = tasks[at].deps.iter().map(|d| d.0).find(|&d| !finished[d]) {
+        if position[next] != usize::MAX {
+            let cycle = &path[position[next]..];
+            return Err(SimError::Cycle {
+                tasks: cycle.iter().map(|&i| TaskId(i)).collect(),
+                labels: cycle.iter().map(|&i| tasks[i].label.clone()).collect(),
+            });
+        }
+        position[next] = path.len();
+        path.push(next);
+        at = next;
+    }
+    // Unreachable in theory; report what was found rather than panic.
+    Err(SimError::Cycle { tasks: vec![TaskId(first)], labels: vec![tasks[first].label.clone()] })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::GB;
+
+    fn h100() -> Topology {
+        Topology::preset("dgx-h100").expect("preset")
+    }
+
+    fn s(i: usize) -> SiteId {
+        SiteId(i)
+    }
+
+    #[test]
+    fn empty_graph_completes_at_zero() {
+        let trace = simulate(&h100(), &[]).expect("simulate");
+        assert_eq!((trace.completion(), trace.transfer_time()), (0.0, 0.0));
+        assert!(trace.resource_usage().iter().all(|u| u.bytes == 0.0 && u.busy_time == 0.0));
+    }
+
+    #[test]
+    fn zero_byte_tasks_finish_at_once_and_release_dependents() {
+        let tasks = vec![
+            Task::transfer("t", s(0), s(1), GB),
+            Task::transfer("empty", s(1), s(2), 0.0).after([TaskId(0)]),
+            Task::multicast("nobody", s(2), vec![], GB).after([TaskId(1)]),
+            Task::aggregate("noop", s(2), 0.0, 0.0).after([TaskId(2)]),
+            Task::transfer("last", s(2), s(3), GB).after([TaskId(3)]),
+        ];
+        let trace = simulate(&h100(), &tasks).expect("simulate");
+        let one = GB / (450.0 * GB);
+        for i in 1..4 {
+            assert_eq!((trace.tasks()[i].start, trace.tasks()[i].end), (one, one), "task {i}");
+        }
+        assert_eq!(trace.tasks()[1].deliveries, [(s(2), one)]);
+        assert_eq!(trace.completion(), 2.0 * one);
+        assert_eq!(trace.transfer_time(), 2.0 * one);
+    }
+
+    #[test]
+    fn concurrent_aggregations_share_hbm() {
+        let tasks = vec![
+            Task::aggregate("x", s(0), 2.0 * GB, GB),
+            Task::aggregate("y", s(0), 2.0 * GB, GB),
+            Task::aggregate("z", s(1), 2.0 * GB, GB),
+        ];
+        let trace = simulate(&h100(), &tasks).expect("simulate");
+        let alone = 3.0 * GB / (3350.0 * GB);
+        assert_eq!(trace.tasks()[0].end, 2.0 * alone);
+        assert_eq!(trace.tasks()[1].end, 2.0 * alone);
+        assert_eq!(trace.tasks()[2].end, alone);
+        assert_eq!(trace.transfer_time(), 0.0);
+        assert_eq!(trace.bytes_through("hbm[0]"), 6.0 * GB);
+        let hbm0 = h100().hbm(s(0)).expect("hbm");
+        assert_eq!(trace.usage(hbm0).map(|u| u.busy_time), Some(2.0 * alone));
+    }
+
+    #[test]
+    fn a_faster_flow_takes_what_a_slower_one_leaves() {
+        // 0->1 and 2->1 share ingress[1]; 2->3 shares egress[2] with 2->1. Max-min: all three
+        // at 225 GB/s until the 0.5 GB flows end, then 2->3 alone at 450.
+        let tasks = vec![
+            Task::transfer("a", s(0), s(1), 0.5 * GB),
+            Task::transfer("b", s(2), s(1), 0.5 * GB),
+            Task::transfer("c", s(2), s(3), GB),
+        ];
+        let trace = simulate(&h100(), &tasks).expect("simulate");
+        let half = 0.5 * GB / (225.0 * GB);
+        assert_eq!(trace.tasks()[0].end, half);
+        assert_eq!(trace.tasks()[1].end, half);
+        assert!((trace.tasks()[2].end - (half + 0.5 * GB / (450.0 * GB))).abs() < 1e-15);
+    }
+
+    #[test]
+    fn bad_graphs_are_typed_errors() {
+        let t = h100();
+        let run = |tasks: Vec<Task>| simulate(&t, &tasks).unwrap_err();
+        assert!(matches!(
+            run(vec![Task::transfer("x", s(0), s(1), GB).after([TaskId(5)])]),
+            SimError::UnknownDependency { dep: TaskId(5), count: 1, .. }
+        ));
+        assert!(matches!(
+            run(vec![Task::transfer("x", s(0), s(8), GB)]),
+            SimError::UnknownSite { site: SiteId(8), .. }
+        ));
+        assert!(matches!(run(vec![Task::aggregate("x", s(9), 1.0, 1.0)]), SimError::UnknownSite { .. }));
+        assert!(matches!(run(vec![Task::transfer("x", s(3), s(3), GB)]), SimError::SameSite { .. }));
+        assert!(matches!(run(vec![Task::multicast("x", s(3), vec![s(1), s(3)], GB)]), SimError::SameSite { .. }));
+        assert!(matches!(
+            run(vec![Task::multicast("x", s(0), vec![s(1), s(2), s(1)], GB)]),
+            SimError::DuplicateDestination { site: SiteId(1), .. }
+        ));
+        assert!(matches!(
+            run(vec![Task::aggregate("x", s(0), 1.0, f64::NAN)]),
+            SimError::InvalidBytes { field: "write_bytes", .. }
+        ));
+        assert!(matches!(run(vec![Task::transfer("x", s(0), s(1), -1.0)]), SimError::InvalidBytes { .. }));
+        assert!(matches!(run(vec![Task::transfer("x", s(0), s(1), f64::INFINITY)]), SimError::InvalidBytes { .. }));
+    }
+
+    #[test]
+    fn cycles_are_reported_with_their_members() {
+        let t = h100();
+        let self_loop = vec![Task::transfer("me", s(0), s(1), GB).after([TaskId(0)])];
+        let err = simulate(&t, &self_loop).unwrap_err();
+        assert_eq!(err, SimError::Cycle { tasks: vec![TaskId(0)], labels: vec!["me".into()] });
+        assert_eq!(err.to_string(), "dependency cycle: #0 (`me`) needs #0 (`me`)");
+
+        let tasks = vec![
+            Task::transfer("root", s(0), s(1), GB),
+            Task::transfer("a", s(0), s(1), GB).after([TaskId(0), TaskId(3)]),
+            Task::transfer("b", s(0), s(1), GB).after([TaskId(1)]),
+            Task::transfer("c", s(0), s(1), GB).after([TaskId(2)]),
+            Task::transfer("after", s(0), s(1), GB).after([TaskId(3)]),
+        ];
+        let SimError::Cycle { mut tasks, .. } = simulate(&t, &tasks).unwrap_err() else { panic!("expected a cycle") };
+        tasks.sort();
+        assert_eq!(tasks, [TaskId(1), TaskId(2), TaskId(3)]);
+    }
+}

@@ -1,0 +1,146 @@
+//! The simulator's input: a DAG of labelled transfers, multicasts and aggregations.
+
+use std::fmt;
+
+use crate::error::SimError;
+use crate::topology::{SiteId, Topology};
+use crate::trace::Trace;
+
+/// A task of a [`TaskGraph`], an index into its task list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub usize);
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// What a task moves. Sizes are bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskKind {
+    /// `bytes` from `src` to `dst`, crossing the route's resources.
+    Transfer {
+        /// The sending site.
+        src: SiteId,
+        /// The receiving site.
+        dst: SiteId,
+        /// Bytes sent.
+        bytes: f64,
+    },
+    /// `bytes` from `src` to each of `dsts`: one flow per destination, each crossing its own
+    /// route. Where routes share the source's egress cap, the flows share it max-min fairly,
+    /// so a multicast to `k` destinations gets `1/k` of the egress per destination. The task
+    /// ends when the last destination has everything.
+    Multicast {
+        /// The sending site.
+        src: SiteId,
+        /// The receiving sites (distinct, none equal to `src`).
+        dsts: Vec<SiteId>,
+        /// Bytes sent to each destination.
+        bytes: f64,
+    },
+    /// A local aggregation at `site`: one flow of `read_bytes + write_bytes` through the
+    /// site's HBM, shared with the site's other concurrent aggregations.
+    Aggregate {
+        /// Where the aggregation runs.
+        site: SiteId,
+        /// Bytes read (every piece combined).
+        read_bytes: f64,
+        /// Bytes written (the result).
+        write_bytes: f64,
+    },
+}
+
+impl TaskKind {
+    /// Whether the task moves data between sites (a transfer or multicast).
+    pub fn is_transfer(&self) -> bool {
+        !matches!(self, TaskKind::Aggregate { .. })
+    }
+}
+
+/// A labelled task and the tasks it waits for. It starts the moment the last of them ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// A name for traces and error messages (e.g. the ExProg action it came from).
+    pub label: String,
+    /// What it moves.
+    pub kind: TaskKind,
+    /// The tasks that must end before it starts.
+    pub deps: Vec<TaskId>,
+}
+
+impl Task {
+    /// A transfer of `bytes` from `src` to `dst`, with no dependencies.
+    pub fn transfer(label: impl Into<String>, src: SiteId, dst: SiteId, bytes: f64) -> Self {
+        Task { label: label.into(), kind: TaskKind::Transfer { src, dst, bytes }, deps: Vec::new() }
+    }
+
+    /// A multicast of `bytes` from `src` to every site of `dsts`, with no dependencies.
+    pub fn multicast(label: impl Into<String>, src: SiteId, dsts: Vec<SiteId>, bytes: f64) -> Self {
+        Task { label: label.into(), kind: TaskKind::Multicast { src, dsts, bytes }, deps: Vec::new() }
+    }
+
+    /// An aggregation at `site` reading `read_bytes` and writing `write_bytes`, with no
+    /// dependencies.
+    pub fn aggregate(label: impl Into<String>, site: SiteId, read_bytes: f64, write_bytes: f64) -> Self {
+        Task { label: label.into(), kind: TaskKind::Aggregate { site, read_bytes, write_bytes }, deps: Vec::new() }
+    }
+
+    /// The same task, also waiting for `deps`.
+    pub fn after(mut self, deps: impl IntoIterator<Item = TaskId>) -> Self {
+        self.deps.extend(deps);
+        self
+    }
+}
+
+/// A list of tasks; a task's [`TaskId`] is its position. Dependencies may point anywhere:
+/// [`TaskGraph::simulate`] rejects dangling ones and cycles.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskGraph {
+    tasks: Vec<Task>,
+}
+
+impl TaskGraph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        TaskGraph::default()
+    }
+
+    /// Appends `task` and returns its id.
+    pub fn push(&mut self, task: Task) -> TaskId {
+        self.tasks.push(task);
+        TaskId(self.tasks.len() - 1)
+    }
+
+    /// The tasks, indexed by [`TaskId`].
+    pub fn tasks(&self) -> &[Task] {
+        &self.tasks
+    }
+
+    /// One task, or `None` when out of range.
+    pub fn task(&self, id: TaskId) -> Option<&Task> {
+        self.tasks.get(id.0)
+    }
+
+    /// How many tasks.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether there are no tasks.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Runs the graph on `topology` (see [`crate::simulate`]).
+    pub fn simulate(&self, topology: &Topology) -> Result<Trace, SimError> {
+        crate::simulate::simulate(topology, &self.tasks)
+    }
+}
+
+impl From<Vec<Task>> for TaskGraph {
+    fn from(tasks: Vec<Task>) -> Self {
+        TaskGraph { tasks }
+    }
+}

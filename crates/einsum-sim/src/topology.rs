@@ -1,0 +1,487 @@
+//! Machines as sites and capacity-limited resources, with a route for every ordered pair of
+//! distinct sites.
+//!
+//! A [`Topology`] is built from a small description (its sites, its links and a fallback for
+//! unlinked pairs), checked once, and from then on answers two questions: which resources a
+//! transfer from `a` to `b` crosses ([`Topology::route`]), and what each resource can carry
+//! ([`Topology::resources`]). The simulator needs nothing else.
+//!
+//! Resources are, in [`ResourceId`] order: each site's egress cap and ingress cap (where the
+//! site has them), each site's HBM, both directions of each link, and the shared fallback
+//! resource (where there is one). A route is `[egress(a)?, link a→b | shared | nothing,
+//! ingress(b)?]`.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::error::TopologyError;
+
+/// Bytes in a gigabyte: sizes and bandwidths use decimal units, GB = 1e9 bytes.
+pub const GB: f64 = 1e9;
+/// FLOP in a teraFLOP.
+pub const TFLOP: f64 = 1e12;
+/// The most sites a topology may have (routes are checked for every ordered pair).
+pub const MAX_SITES: usize = 1024;
+
+/// A processor (one GPU) of a topology, numbered from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteId(pub usize);
+
+impl fmt::Display for SiteId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A capacity-limited resource of a topology, an index into [`Topology::resources`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceId(pub usize);
+
+impl fmt::Display for ResourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}", self.0)
+    }
+}
+
+/// A floating-point format, for compute rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// IEEE single precision.
+    F32,
+}
+
+/// Dense FLOP/s of one site per precision, for predicting kernel times of whole plans.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ComputeRates {
+    /// f16 FLOP/s.
+    pub f16: f64,
+    /// bf16 FLOP/s.
+    pub bf16: f64,
+    /// f32 FLOP/s.
+    pub f32: f64,
+}
+
+impl ComputeRates {
+    /// Rates given in TFLOP/s.
+    pub fn tflops(f16: f64, bf16: f64, f32: f64) -> Self {
+        ComputeRates { f16: f16 * TFLOP, bf16: bf16 * TFLOP, f32: f32 * TFLOP }
+    }
+
+    /// FLOP/s at `precision`.
+    pub fn rate(&self, precision: Precision) -> f64 {
+        match precision {
+            Precision::F16 => self.f16,
+            Precision::BF16 => self.bf16,
+            Precision::F32 => self.f32,
+        }
+    }
+}
+
+/// One site's memory, compute and (on switched machines) endpoint caps. Bandwidths in
+/// bytes/s, capacities in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Site {
+    /// HBM bandwidth: local aggregations read and write through it, and share it.
+    pub hbm_bandwidth: f64,
+    /// HBM capacity in bytes.
+    pub hbm_capacity: f64,
+    /// Compute rates.
+    pub compute: ComputeRates,
+    /// Cap on everything the site sends (an NVSwitch port), if any.
+    pub egress: Option<f64>,
+    /// Cap on everything the site receives, if any.
+    pub ingress: Option<f64>,
+}
+
+impl Site {
+    /// A site with HBM bandwidth in GB/s and capacity in GB, and no endpoint caps.
+    pub fn new(hbm_gbps: f64, hbm_gb: f64, compute: ComputeRates) -> Self {
+        Site { hbm_bandwidth: hbm_gbps * GB, hbm_capacity: hbm_gb * GB, compute, egress: None, ingress: None }
+    }
+
+    /// The same site with egress and ingress both capped at `gbps` GB/s.
+    pub fn with_endpoint_caps(mut self, gbps: f64) -> Self {
+        self.egress = Some(gbps * GB);
+        self.ingress = Some(gbps * GB);
+        self
+    }
+}
+
+/// A point-to-point link between two sites; each direction has `bandwidth` bytes/s of its
+/// own (two directed resources).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Link {
+    /// One end.
+    pub a: SiteId,
+    /// The other end.
+    pub b: SiteId,
+    /// Bytes/s in each direction.
+    pub bandwidth: f64,
+}
+
+impl Link {
+    /// A link of `gbps` GB/s each way.
+    pub fn gbps(a: usize, b: usize, gbps: f64) -> Self {
+        Link { a: SiteId(a), b: SiteId(b), bandwidth: gbps * GB }
+    }
+}
+
+/// What carries traffic between two sites that no link joins.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fallback {
+    /// A non-blocking switch: the transfer crosses only the endpoint caps of its two sites
+    /// (NVSwitch machines).
+    Switch,
+    /// One resource shared by every transfer between unlinked pairs (the DGX-V100's PCIe
+    /// bridge).
+    Shared {
+        /// The resource's name.
+        name: String,
+        /// Its total bytes/s.
+        bandwidth: f64,
+    },
+}
+
+/// What a resource is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResourceKind {
+    /// Everything a site sends.
+    Egress(SiteId),
+    /// Everything a site receives.
+    Ingress(SiteId),
+    /// A site's HBM, crossed by its local aggregations.
+    Hbm(SiteId),
+    /// One direction of a link.
+    Link {
+        /// The sending end.
+        from: SiteId,
+        /// The receiving end.
+        to: SiteId,
+    },
+    /// A named resource shared by many routes.
+    Shared(String),
+}
+
+/// A capacity-limited resource: flows crossing it share `capacity` bytes/s max-min fairly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource {
+    /// What it is.
+    pub kind: ResourceKind,
+    /// Bytes/s.
+    pub capacity: f64,
+}
+
+impl Resource {
+    /// A short human name: `egress[0]`, `ingress[1]`, `hbm[2]`, `link 0->3`, or a shared
+    /// resource's own name.
+    pub fn name(&self) -> String {
+        match &self.kind {
+            ResourceKind::Egress(s) => format!("egress[{s}]"),
+            ResourceKind::Ingress(s) => format!("ingress[{s}]"),
+            ResourceKind::Hbm(s) => format!("hbm[{s}]"),
+            ResourceKind::Link { from, to } => format!("link {from}->{to}"),
+            ResourceKind::Shared(name) => name.clone(),
+        }
+    }
+}
+
+/// A machine: sites, links, a fallback for unlinked pairs, and the resources and routes
+/// derived from them. Built only through [`Topology::new`] (or a preset or file), so every
+/// `Topology` is valid: all capacities are positive and finite and every ordered pair of
+/// distinct sites has a route that crosses at least one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Topology {
+    name: String,
+    sites: Vec<Site>,
+    links: Vec<Link>,
+    fallback: Option<Fallback>,
+    resources: Vec<Resource>,
+    egress: Vec<Option<ResourceId>>,
+    ingress: Vec<Option<ResourceId>>,
+    hbm: Vec<ResourceId>,
+    link_index: HashMap<(SiteId, SiteId), ResourceId>,
+    shared: Option<ResourceId>,
+}
+
+fn check_positive(value: f64, path: impl FnOnce() -> String) -> Result<(), TopologyError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(TopologyError::field(path(), format!("expected a positive number, got {value}")))
+    }
+}
+
+impl Topology {
+    /// Checks a description and derives its resources. Errors name the offending field as
+    /// the JSON format spells it (`sites[2].hbm_gbps`, `links[3].b`, `fallback.gbps`), or
+    /// the first unroutable pair.
+    pub fn new(
+        name: impl Into<String>,
+        sites: Vec<Site>,
+        links: Vec<Link>,
+        fallback: Option<Fallback>,
+    ) -> Result<Self, TopologyError> {
+        let n = sites.len();
+        if n == 0 {
+            return Err(TopologyError::field("sites", "expected at least one site"));
+        }
+        if n > MAX_SITES {
+            return Err(TopologyError::field("sites", format!("at most {MAX_SITES} sites are supported, got {n}")));
+        }
+        for (i, site) in sites.iter().enumerate() {
+            check_positive(site.hbm_bandwidth, || format!("sites[{i}].hbm_gbps"))?;
+            check_positive(site.hbm_capacity, || format!("sites[{i}].hbm_gb"))?;
+            check_positive(site.compute.f16, || format!("sites[{i}].tflops.f16"))?;
+            check_positive(site.compute.bf16, || format!("sites[{i}].tflops.bf16"))?;
+            check_positive(site.compute.f32, || format!("sites[{i}].tflops.f32"))?;
+            if let Some(e) = site.egress {
+                check_positive(e, || format!("sites[{i}].egress_gbps"))?;
+            }
+            if let Some(e) = site.ingress {
+                check_positive(e, || format!("sites[{i}].ingress_gbps"))?;
+            }
+        }
+
+        let mut resources = Vec::new();
+        let mut push = |kind, capacity| {
+            resources.push(Resource { kind, capacity });
+            ResourceId(resources.len() - 1)
+        };
+        let egress: Vec<_> =
+            (0..n).map(|i| sites[i].egress.map(|c| push(ResourceKind::Egress(SiteId(i)), c))).collect();
+        let ingress: Vec<_> =
+            (0..n).map(|i| sites[i].ingress.map(|c| push(ResourceKind::Ingress(SiteId(i)), c))).collect();
+        let hbm: Vec<_> = (0..n).map(|i| push(ResourceKind::Hbm(SiteId(i)), sites[i].hbm_bandwidth)).collect();
+
+        let mut link_index = HashMap::new();
+        for (i, link) in links.iter().enumerate() {
+            for (end, site) in [("a", link.a), ("b", link.b)] {
+                if site.0 >= n {
+                    return Err(TopologyError::field(
+                        format!("links[{i}].{end}"),
+                        format!("site {site} is out of range (the topology has {n} sites)"),
+                    ));
+                }
+            }
+            if link.a == link.b {
+                return Err(TopologyError::field(
+                    format!("links[{i}].b"),
+                    format!("a link joins site {} to itself", link.a),
+                ));
+            }
+            check_positive(link.bandwidth, || format!("links[{i}].gbps"))?;
+            if link_index.contains_key(&(link.a, link.b)) {
+                return Err(TopologyError::field(
+                    format!("links[{i}]"),
+                    format!("sites {} and {} are already linked by an earlier entry", link.a, link.b),
+                ));
+            }
+            let ab = push(ResourceKind::Link { from: link.a, to: link.b }, link.bandwidth);
+            let ba = push(ResourceKind::Link { from: link.b, to: link.a }, link.bandwidth);
+            link_index.insert((link.a, link.b), ab);
+            link_index.insert((link.b, link.a), ba);
+        }
+
+        let shared = match &fallback {
+            Some(Fallback::Shared { name, bandwidth }) => {
+                if name.is_empty() {
+                    return Err(TopologyError::field("fallback.name", "expected a non-empty name"));
+                }
+                check_positive(*bandwidth, || "fallback.gbps".to_string())?;
+                Some(push(ResourceKind::Shared(name.clone()), *bandwidth))
+            }
+            _ => None,
+        };
+
+        let topology =
+            Topology { name: name.into(), sites, links, fallback, resources, egress, ingress, hbm, link_index, shared };
+        topology.check_routes()?;
+        Ok(topology)
+    }
+
+    /// Every ordered pair must have a route, and every route must cross a resource.
+    fn check_routes(&self) -> Result<(), TopologyError> {
+        let n = self.sites.len();
+        for a in 0..n {
+            for b in 0..n {
+                let (a, b) = (SiteId(a), SiteId(b));
+                if a == b || self.link_index.contains_key(&(a, b)) {
+                    continue;
+                }
+                match self.fallback {
+                    None => return Err(TopologyError::Unroutable { src: a, dst: b }),
+                    Some(Fallback::Shared { .. }) => {}
+                    Some(Fallback::Switch) => {
+                        if self.egress[a.0].is_none() && self.ingress[b.0].is_none() {
+                            return Err(TopologyError::field(
+                                "fallback",
+                                format!(
+                                    "a switch limits nothing between sites {a} and {b}: give site {a} an egress_gbps \
+                                     or site {b} an ingress_gbps"
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The topology's name (a preset's name, or the file's `name` field).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many sites.
+    pub fn num_sites(&self) -> usize {
+        self.sites.len()
+    }
+
+    /// All sites, indexed by [`SiteId`].
+    pub fn sites(&self) -> &[Site] {
+        &self.sites
+    }
+
+    /// One site, or `None` when out of range.
+    pub fn site(&self, site: SiteId) -> Option<&Site> {
+        self.sites.get(site.0)
+    }
+
+    /// The links, in the order given.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// What carries traffic between unlinked pairs, if anything.
+    pub fn fallback(&self) -> Option<&Fallback> {
+        self.fallback.as_ref()
+    }
+
+    /// All resources, indexed by [`ResourceId`].
+    pub fn resources(&self) -> &[Resource] {
+        &self.resources
+    }
+
+    /// One resource, or `None` when out of range.
+    pub fn resource(&self, id: ResourceId) -> Option<&Resource> {
+        self.resources.get(id.0)
+    }
+
+    /// The first resource whose [`Resource::name`] is `name` (e.g. `"pcie-bridge"`,
+    /// `"link 0->3"`, `"hbm[2]"`).
+    pub fn find_resource(&self, name: &str) -> Option<ResourceId> {
+        self.resources.iter().position(|r| r.name() == name).map(ResourceId)
+    }
+
+    /// The shared fallback resource, if the topology has one.
+    pub fn shared_resource(&self) -> Option<ResourceId> {
+        self.shared
+    }
+
+    /// A site's HBM resource, or `None` when out of range.
+    pub fn hbm(&self, site: SiteId) -> Option<ResourceId> {
+        self.hbm.get(site.0).copied()
+    }
+
+    /// The resources a transfer from `src` to `dst` crosses, or `None` when either site is
+    /// out of range or `src == dst`. Never empty otherwise.
+    pub fn route(&self, src: SiteId, dst: SiteId) -> Option<Vec<ResourceId>> {
+        let n = self.sites.len();
+        if src == dst || src.0 >= n || dst.0 >= n {
+            return None;
+        }
+        let mut route = Vec::with_capacity(3);
+        route.extend(self.egress[src.0]);
+        if let Some(&link) = self.link_index.get(&(src, dst)) {
+            route.push(link);
+        } else {
+            route.extend(self.shared);
+        }
+        route.extend(self.ingress[dst.0]);
+        Some(route)
+    }
+
+    /// The bandwidth a transfer from `src` to `dst` gets when alone: the smallest capacity on
+    /// its route. `None` as for [`Topology::route`].
+    pub fn route_bandwidth(&self, src: SiteId, dst: SiteId) -> Option<f64> {
+        let route = self.route(src, dst)?;
+        route.iter().map(|r| self.resources[r.0].capacity).reduce(f64::min)
+    }
+
+    /// Whether a link joins `a` and `b` directly.
+    pub fn linked(&self, a: SiteId, b: SiteId) -> bool {
+        self.link_index.contains_key(&(a, b))
+    }
+
+    /// Seconds for `flops` floating-point operations at `site` and `precision`, at the
+    /// site's dense peak rate; `None` when the site is out of range.
+    pub fn compute_time(&self, site: SiteId, flops: f64, precision: Precision) -> Option<f64> {
+        self.site(site).map(|s| flops / s.compute.rate(precision))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site() -> Site {
+        Site::new(100.0, 10.0, ComputeRates::tflops(1.0, 1.0, 1.0))
+    }
+
+    #[test]
+    fn routes_cross_endpoint_caps_and_links() {
+        let sites = vec![site().with_endpoint_caps(10.0), site(), site().with_endpoint_caps(5.0)];
+        let links = vec![Link::gbps(0, 1, 20.0)];
+        let t = Topology::new("t", sites, links, Some(Fallback::Shared { name: "bus".into(), bandwidth: GB }))
+            .expect("valid");
+        let names = |a, b| {
+            t.route(SiteId(a), SiteId(b)).unwrap().iter().map(|r| t.resource(*r).unwrap().name()).collect::<Vec<_>>()
+        };
+        assert_eq!(names(0, 1), ["egress[0]", "link 0->1"]);
+        assert_eq!(names(1, 0), ["link 1->0", "ingress[0]"]);
+        assert_eq!(names(0, 2), ["egress[0]", "bus", "ingress[2]"]);
+        assert_eq!(names(1, 2), ["bus", "ingress[2]"]);
+        assert_eq!(t.route_bandwidth(SiteId(0), SiteId(1)), Some(10.0 * GB));
+        assert_eq!(t.route_bandwidth(SiteId(1), SiteId(2)), Some(GB));
+        assert_eq!(t.route(SiteId(1), SiteId(1)), None);
+        assert_eq!(t.route(SiteId(1), SiteId(3)), None);
+        assert_eq!(t.find_resource("bus"), t.shared_resource());
+    }
+
+    #[test]
+    fn bad_descriptions_name_the_field() {
+        let err = |sites: Vec<Site>, links: Vec<Link>, fb: Option<Fallback>| {
+            Topology::new("t", sites, links, fb).unwrap_err().to_string()
+        };
+        let two = || vec![site(), site()];
+        assert!(err(vec![], vec![], None).starts_with("sites: "));
+        let mut bad = site();
+        bad.hbm_bandwidth = -1.0;
+        assert!(err(vec![site(), bad], vec![], Some(Fallback::Switch)).starts_with("sites[1].hbm_gbps: "));
+        assert!(err(two(), vec![Link::gbps(0, 2, 1.0)], None).starts_with("links[0].b: "));
+        assert!(err(two(), vec![Link::gbps(0, 0, 1.0)], None).starts_with("links[0].b: "));
+        assert!(err(two(), vec![Link::gbps(0, 1, 0.0)], None).starts_with("links[0].gbps: "));
+        let dup = vec![Link::gbps(0, 1, 1.0), Link::gbps(1, 0, 1.0)];
+        assert!(err(two(), dup, None).starts_with("links[1]: "));
+        assert_eq!(
+            Topology::new("t", two(), vec![], None),
+            Err(TopologyError::Unroutable { src: SiteId(0), dst: SiteId(1) })
+        );
+        assert!(err(two(), vec![], Some(Fallback::Switch)).starts_with("fallback: "));
+        let nan = Fallback::Shared { name: "x".into(), bandwidth: f64::NAN };
+        assert!(err(two(), vec![], Some(nan)).starts_with("fallback.gbps: "));
+    }
+
+    #[test]
+    fn single_site_needs_no_routes() {
+        let t = Topology::new("one", vec![site()], vec![], None).expect("valid");
+        assert_eq!(t.num_sites(), 1);
+        assert_eq!(t.resources().len(), 1);
+        assert_eq!(t.compute_time(SiteId(0), 2e12, Precision::F32), Some(2.0));
+    }
+}
