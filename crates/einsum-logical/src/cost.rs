@@ -5,6 +5,7 @@ use std::fmt;
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, JoinAggSpec};
+use einsum_sim::{ComputeRates, Precision, SiteId, Topology};
 
 use crate::{Error, Result};
 
@@ -88,43 +89,51 @@ impl CostModel for PaperProxy {
     }
 }
 
-/// The figures of a machine that the [`Time`] model needs: per-device compute rates and
-/// the per-device interconnect bandwidth (each direction).
+/// The per-device figures of a topology that the [`Time`] model needs: the slowest
+/// device's compute rates and its interconnect bandwidth (each direction).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Machine {
-    /// The preset's name.
-    pub name: &'static str,
-    /// Dense f16/bf16 FLOP/s of one device.
-    pub half_flops: f64,
-    /// Dense f32 FLOP/s of one device.
-    pub f32_flops: f64,
-    /// Interconnect bytes per second of one device, each direction.
+    /// The topology's name.
+    pub name: String,
+    /// Dense FLOP/s of the slowest device, per precision.
+    pub compute: ComputeRates,
+    /// Interconnect bytes per second of the slowest device, each direction: its endpoint
+    /// cap on a switched machine, or the sum of its links on a point-to-point one.
     pub link_bandwidth: f64,
 }
 
-/// The machine presets (a small table until the simulator crate provides topologies).
-pub const MACHINES: &[Machine] = &[
-    Machine { name: "dgx-a100", half_flops: 312e12, f32_flops: 19.5e12, link_bandwidth: 300e9 },
-    Machine { name: "dgx-h100", half_flops: 989e12, f32_flops: 67e12, link_bandwidth: 450e9 },
-    Machine { name: "dgx-v100", half_flops: 125e12, f32_flops: 15.7e12, link_bandwidth: 150e9 },
-];
-
 impl Machine {
-    /// The preset called `name`.
+    /// The figures of a topology read from `einsum-sim`.
+    pub fn from_topology(topology: &Topology) -> Machine {
+        let sites = topology.sites();
+        let injection = |i: usize| {
+            sites[i].egress.unwrap_or_else(|| {
+                let site = SiteId(i);
+                topology.links().iter().filter(|l| l.a == site || l.b == site).map(|l| l.bandwidth).sum()
+            })
+        };
+        let slowest = |f: fn(&ComputeRates) -> f64| sites.iter().map(|s| f(&s.compute)).fold(f64::INFINITY, f64::min);
+        Machine {
+            name: topology.name().to_string(),
+            compute: ComputeRates { f16: slowest(|c| c.f16), bf16: slowest(|c| c.bf16), f32: slowest(|c| c.f32) },
+            link_bandwidth: (0..sites.len()).map(injection).fold(f64::INFINITY, f64::min),
+        }
+    }
+
+    /// The machine of a topology preset (`dgx-a100`, `dgx-h100`, `dgx-v100`) or, when
+    /// `name` is the path of a file, of the custom topology it describes.
     pub fn by_name(name: &str) -> Result<Machine> {
-        MACHINES.iter().find(|m| m.name == name).cloned().ok_or_else(|| Error::UnknownName {
-            what: "machine",
-            name: name.to_string(),
-            valid: MACHINES.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
-        })
+        let topology = if std::path::Path::new(name).is_file() { Topology::load(name) } else { Topology::preset(name) };
+        Ok(Machine::from_topology(&topology.map_err(|e| Error::Topology(e.to_string()))?))
     }
 
     /// FLOP/s of one device for kernels storing `dtype`.
     pub fn flops(&self, dtype: DType) -> f64 {
-        match dtype {
-            DType::F32 => self.f32_flops,
-            DType::F16 | DType::BF16 => self.half_flops,
-        }
+        self.compute.rate(match dtype {
+            DType::F32 => Precision::F32,
+            DType::F16 => Precision::F16,
+            DType::BF16 => Precision::BF16,
+        })
     }
 }
 
@@ -177,11 +186,31 @@ impl CostModel for Time {
     }
 }
 
-/// The cost model called `name` (`proxy` or `time`); `time` uses the machine `machine`.
+/// The cost model called `name` (`proxy` or `time`); `time` predicts for the topology
+/// `machine` (a preset name or a topology file).
 pub fn cost_model_by_name(name: &str, machine: &str) -> Result<Box<dyn CostModel>> {
     match name {
         "proxy" => Ok(Box::new(PaperProxy)),
         "time" => Ok(Box::new(Time::on(Machine::by_name(machine)?))),
         other => Err(Error::UnknownName { what: "cost model", name: other.to_string(), valid: "proxy, time".into() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machines_come_from_the_simulators_topologies() {
+        let a100 = Machine::by_name("dgx-a100").unwrap();
+        assert_eq!(a100.link_bandwidth, 300e9);
+        assert_eq!(a100.flops(DType::F16), 312e12);
+        assert_eq!(a100.flops(DType::F32), 19.5e12);
+        // A DGX-1V GPU has six NVLink lanes of 25 GB/s (two double links, two single).
+        let v100 = Machine::by_name("dgx-v100").unwrap();
+        assert!((v100.link_bandwidth - 150e9).abs() < 1.0, "{}", v100.link_bandwidth);
+        let err = Machine::by_name("dgx-b200").unwrap_err().to_string();
+        assert!(err.contains("dgx-b200") && err.contains("dgx-a100"), "{err}");
+        assert!(cost_model_by_name("flops", "dgx-a100").is_err());
     }
 }

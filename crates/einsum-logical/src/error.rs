@@ -19,6 +19,9 @@ pub enum Error {
         /// The valid names.
         valid: String,
     },
+    /// A topology that cannot be loaded (unknown preset, bad file).
+    #[error("topology: {0}")]
+    Topology(String),
     /// A device count of zero.
     #[error("the device count must be at least 1, got {0}")]
     NoDevices(usize),
