@@ -18,12 +18,14 @@
 
 mod cost;
 mod error;
+mod ilp;
 mod optimizer;
 mod plan;
 mod problem;
 
 pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_name};
 pub use error::{Error, Result};
+pub use ilp::Ilp;
 pub use optimizer::{LogicalOptimizer, OPTIMIZERS};
 pub use plan::{LogicalPlan, OpCost, PlannedOp};
 pub use problem::{Candidate, OpProblem, Problem, Source, TilingId};
