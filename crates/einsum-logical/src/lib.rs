@@ -20,6 +20,7 @@ mod cost;
 mod dp;
 mod error;
 mod greedy;
+mod ilp;
 mod optimizer;
 mod plan;
 mod problem;
@@ -29,6 +30,7 @@ pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_nam
 pub use dp::Dp;
 pub use error::{Error, Result};
 pub use greedy::Greedy;
+pub use ilp::Ilp;
 pub use optimizer::{LogicalOptimizer, OPTIMIZERS, optimizer_by_name};
 pub use plan::{LogicalPlan, OpCost, PlannedOp};
 pub use problem::{Candidate, OpProblem, Problem, Source, TilingId};

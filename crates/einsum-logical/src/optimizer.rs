@@ -35,6 +35,7 @@ pub fn optimizer_by_name(name: &str, seed: u64) -> Result<Box<dyn LogicalOptimiz
         "dp" => Ok(Box::new(crate::Dp)),
         "greedy" => Ok(Box::new(crate::Greedy)),
         "random" => Ok(Box::new(crate::Random { seed })),
+        "ilp" => Ok(Box::new(crate::Ilp)),
         other => {
             Err(crate::Error::UnknownName { what: "optimizer", name: other.to_string(), valid: OPTIMIZERS.join(", ") })
         }

@@ -1,0 +1,182 @@
+//! The ILP strategy: the exact optimum of [`Problem::total`] over the whole DAG, found by a
+//! mixed-integer linear program solved through `good_lp`.
+//!
+//! Unlike the dynamic program, which is exact on trees but cuts the graph at every tensor
+//! with several consumers (Section 4.5), the ILP sees the whole DAG at once, so it is the
+//! reference the other strategies are measured against.
+//!
+//! # Formulation
+//! - One binary `x[o][J]` per operator `o` and candidate `J`, with `Σ_J x[o][J] = 1`: the
+//!   chosen candidate.
+//! - One continuous `r_e ∈ [0, 1]` per edge `e` (producer output → consumer input `k`): 1
+//!   when the input must be repartitioned.
+//! - Minimise `Σ_o Σ_J cost(J)·x[o][J] + Σ_e repartition[k]·r_e`, where `cost(J)` is the
+//!   candidate's tiling-independent [`SpecCost::total`](crate::SpecCost::total).
+//! - For every edge `e` and every tiling `t` that some consumer candidate needs on that
+//!   input: `r_e ≥ Σ_{consumer J with in_k(J) = t} x − Σ_{producer J' with out(J') = t} x`.
+//!
+//! # Why the linearisation is exact
+//! At an integral point exactly one consumer candidate (needing tiling `t_c`) and one
+//! producer candidate (producing `t_p`) are chosen. The constraint for `t = t_c` reads
+//! `r_e ≥ 1 − [t_p = t_c]`; the constraint for any other `t` reads `r_e ≥ 0 − [t_p = t] ≤ 0`.
+//! So the tightest lower bound on `r_e` is exactly the indicator `[t_p ≠ t_c]`, and since
+//! `repartition[k] ≥ 0` is minimised, an optimum sets `r_e` to it (when `repartition[k] = 0`
+//! the value of `r_e` does not matter). The objective at an optimum therefore equals
+//! [`Problem::total`] of the chosen candidates, and every assignment of candidates is
+//! feasible with `r_e` at its indicator, so the ILP's optimum is the exact minimum of the
+//! total. Tilings only a producer offers would give `r_e ≥ −(…) ≤ 0`, implied by `r_e ≥ 0`,
+//! so they get no constraint. No product variables `x·x'` are needed because one candidate
+//! per operator is chosen: "needs `t` and nobody produces `t`" is a difference of sums.
+//!
+//! # Numerics
+//! Solvers work with absolute tolerances near 1e-9, while costs are elements (up to ~1e9)
+//! or seconds (down to ~1e-9). The objective is therefore divided by the total of the
+//! cheapest-candidate-per-operator assignment, an upper bound on the optimum within a small
+//! factor of it, so the solver's tolerances become relative to the plan's cost. The MIP gap
+//! is zero. Assignments whose totals differ by less than about 1e-9 relative may be taken as
+//! ties; the model is built in a fixed order (problem order, tilings sorted by id), so the
+//! same problem always yields the same choice.
+//!
+//! # Solvers
+//! With the cargo feature `highs`, HiGHS (fast, built from C++ source); without it, the
+//! pure-Rust `microlp`, so the strategy exists on every build.
+
+use std::collections::BTreeMap;
+
+use good_lp::{Expression, ProblemVariables, Solution, SolutionStatus, SolverModel, Variable, variable};
+
+use crate::{Error, LogicalOptimizer, Problem, Result, Source};
+
+/// The exact optimum of [`Problem::total`] over the whole DAG, by integer linear programming:
+/// a binary per (operator, candidate), one chosen per operator, and per edge a continuous
+/// `r_e ∈ [0, 1]` bounded below by "the consumer needs tiling `t` and the producer does not
+/// produce it", which an optimum sets to exactly the repartition indicator. Solved by HiGHS
+/// with the `highs` feature, else by the pure-Rust microlp; a solver failure is
+/// [`Error::Solver`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ilp;
+
+impl LogicalOptimizer for Ilp {
+    fn name(&self) -> &str {
+        "ilp"
+    }
+
+    fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
+        if problem.ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        check_costs(problem)?;
+        let scale = objective_scale(problem)?;
+
+        let mut vars = ProblemVariables::new();
+        let x: Vec<Vec<Variable>> = problem
+            .ops
+            .iter()
+            .map(|op| op.candidates.iter().map(|_| vars.add(variable().binary())).collect())
+            .collect();
+        let mut objective = Expression::from(0.0);
+        for (op, xs) in problem.ops.iter().zip(&x) {
+            for (cand, &v) in op.candidates.iter().zip(xs) {
+                objective.add_mul(cand.cost.total() / scale, v);
+            }
+        }
+
+        // One repartition variable per edge that can need a repartition at a nonzero cost,
+        // with the tilings its consumer may need, each with the candidates on both sides.
+        let mut edges = Vec::new();
+        for (c, op) in problem.ops.iter().enumerate() {
+            for (k, source) in op.sources.iter().enumerate() {
+                let Source::Op { op: producer, output } = *source else { continue };
+                if op.repartition[k] == 0.0 {
+                    continue;
+                }
+                let mut needed: BTreeMap<_, Vec<usize>> = BTreeMap::new();
+                for (n, cand) in op.candidates.iter().enumerate() {
+                    needed.entry(cand.inputs[k]).or_default().push(n);
+                }
+                let mut produced: BTreeMap<_, Vec<usize>> = BTreeMap::new();
+                for (n, cand) in problem.ops[producer].candidates.iter().enumerate() {
+                    produced.entry(cand.outputs[output]).or_default().push(n);
+                }
+                // Nothing to decide when both sides agree on a single tiling.
+                if needed.len() == 1 && produced.len() == 1 && needed.keys().eq(produced.keys()) {
+                    continue;
+                }
+                let r = vars.add(variable().min(0.0).max(1.0));
+                objective.add_mul(op.repartition[k] / scale, r);
+                edges.push((r, c, producer, needed, produced));
+            }
+        }
+
+        let mut model = solver(vars.minimise(objective))?;
+        for xs in &x {
+            model.add_constraint(xs.iter().copied().sum::<Expression>().eq(1.0));
+        }
+        for (r, c, producer, needed, produced) in &edges {
+            for (t, consumers) in needed {
+                let demand: Expression = consumers.iter().map(|&n| x[*c][n]).sum();
+                let supply: Expression = produced
+                    .get(t)
+                    .map_or_else(|| Expression::from(0.0), |ps| ps.iter().map(|&n| x[*producer][n]).sum());
+                model.add_constraint((demand - supply).leq(*r));
+            }
+        }
+
+        let solution = model.solve().map_err(|e| Error::Solver(e.to_string()))?;
+        if let SolutionStatus::TimeLimit = solution.status() {
+            return Err(Error::Solver("stopped before proving optimality".into()));
+        }
+        problem
+            .ops
+            .iter()
+            .zip(&x)
+            .map(|(op, xs)| {
+                let values: Vec<f64> = xs.iter().map(|&v| solution.value(v)).collect();
+                values
+                    .iter()
+                    .position(|&v| v > 0.5)
+                    .ok_or_else(|| Error::Solver(format!("no candidate of {} is chosen (values {values:?})", op.name)))
+            })
+            .collect()
+    }
+}
+
+/// Rejects costs the linear program cannot represent (NaN, infinite, negative).
+fn check_costs(problem: &Problem) -> Result<()> {
+    for op in &problem.ops {
+        let costs = op.candidates.iter().map(|c| c.cost.total()).chain(op.repartition.iter().copied());
+        if let Some(bad) = costs.into_iter().find(|c| !c.is_finite() || *c < 0.0) {
+            return Err(Error::Solver(format!("{}: cost {bad} is not a finite non-negative number", op.name)));
+        }
+    }
+    Ok(())
+}
+
+/// The divisor of the objective: the total of the cheapest candidate per operator (an upper
+/// bound on the optimum, and within a small factor of it), or 1 when that is zero.
+fn objective_scale(problem: &Problem) -> Result<f64> {
+    let cheapest: Vec<usize> = problem
+        .ops
+        .iter()
+        .map(|op| {
+            (0..op.candidates.len())
+                .min_by(|&a, &b| op.candidates[a].cost.total().total_cmp(&op.candidates[b].cost.total()))
+                .unwrap_or(0)
+        })
+        .collect();
+    let total = problem.total(&cheapest)?;
+    Ok(if total > 0.0 { total } else { 1.0 })
+}
+
+/// The HiGHS model, with a zero MIP gap (its defaults stop at 0.01 %).
+#[cfg(feature = "highs")]
+fn solver(unsolved: good_lp::variable::UnsolvedProblem) -> Result<impl SolverModel<Error = good_lp::ResolutionError>> {
+    let gap = |e: good_lp::solvers::MipGapError| Error::Solver(e.to_string());
+    good_lp::highs(unsolved).set_mip_rel_gap(0.0).map_err(gap)?.set_mip_abs_gap(0.0).map_err(gap)
+}
+
+/// The microlp model (its MIP gap is zero unless set).
+#[cfg(not(feature = "highs"))]
+fn solver(unsolved: good_lp::variable::UnsolvedProblem) -> Result<impl SolverModel<Error = good_lp::ResolutionError>> {
+    Ok(good_lp::microlp(unsolved))
+}

@@ -1,0 +1,214 @@
+//! The ILP strategy: exact against exhaustive enumeration on small trees and DAGs, and the
+//! 3D matrix multiply of Section 4.4.
+
+use einsum_core::{DType, TensorDesc};
+use einsum_joinagg::{AbstractOperator, Computation, TensorId, enumerate_specs};
+use einsum_logical::{CostModel, Error, Ilp, LogicalOptimizer, Machine, PaperProxy, Problem, Time};
+use einsum_ops::binary::{Binary, BinaryOp};
+use einsum_ops::einsum::Einsum;
+use einsum_ops::unary::{Unary, UnaryOp};
+use proptest::prelude::*;
+
+/// The most assignments an exhaustive check enumerates.
+const MAX_ASSIGNMENTS: usize = 20_000;
+
+/// One operator of a random computation: its kind and two seeds that pick its arguments.
+#[derive(Clone, Debug)]
+struct OpRecipe {
+    kind: u8,
+    args: [usize; 2],
+}
+
+/// A random computation over `n×n` tensors: a tree (every tensor consumed at most once)
+/// or a DAG (any earlier tensor may be read again).
+#[derive(Clone, Debug)]
+struct Recipe {
+    p: usize,
+    n: usize,
+    dag: bool,
+    time: bool,
+    ops: Vec<OpRecipe>,
+}
+
+fn recipe(dag: bool) -> impl Strategy<Value = Recipe> {
+    (
+        prop::sample::select(vec![2usize, 3, 4, 6, 8]),
+        prop::sample::select(vec![4usize, 6, 8, 12]),
+        any::<bool>(),
+        prop::collection::vec((0u8..5, any::<usize>(), any::<usize>()), 2..7),
+    )
+        .prop_map(move |(p, n, time, ops)| Recipe {
+            p,
+            n,
+            dag,
+            time,
+            ops: ops.into_iter().map(|(kind, a, b)| OpRecipe { kind, args: [a, b] }).collect(),
+        })
+}
+
+fn operator(kind: u8, d: &TensorDesc) -> Box<dyn AbstractOperator> {
+    match kind {
+        0 => Box::new(Einsum::matmul(d, d).expect("matmul")),
+        1 => Box::new(Einsum::new("ij,kj->ik", &[d.clone(), d.clone()]).expect("einsum")),
+        2 => Box::new(Einsum::new("ij->ji", std::slice::from_ref(d)).expect("transpose")),
+        3 => Box::new(Unary::new(d, UnaryOp::Relu).expect("relu")),
+        _ => Box::new(Binary::new(d, d, BinaryOp::Add).expect("add")),
+    }
+}
+
+/// Builds the computation, adding operators while the product of candidate counts stays
+/// within [`MAX_ASSIGNMENTS`].
+fn build(r: &Recipe) -> Computation {
+    let d = TensorDesc::of(&[("i", r.n), ("j", r.n)], DType::F32).expect("desc");
+    let mut comp = Computation::new();
+    let mut available: Vec<TensorId> = vec![comp.add_input("x0", d.clone())];
+    let mut inputs = 1;
+    let mut assignments = 1usize;
+    let mut last = None;
+    for (i, o) in r.ops.iter().enumerate() {
+        let op = operator(o.kind, &d);
+        let count = enumerate_specs(op.as_ref(), r.p).expect("specs").len();
+        if assignments * count > MAX_ASSIGNMENTS {
+            break;
+        }
+        assignments *= count;
+        let mut args = Vec::new();
+        for &seed in &o.args[..op.inputs().len()] {
+            let pick = seed % (available.len() + 1);
+            if pick == available.len() {
+                args.push(comp.add_input(format!("x{inputs}"), d.clone()));
+                inputs += 1;
+            } else if r.dag {
+                args.push(available[pick]);
+            } else {
+                args.push(available.remove(pick));
+            }
+        }
+        let out = comp.add_op(format!("op{i}"), op, &args).expect("add op")[0];
+        available.push(out);
+        last = Some(out);
+    }
+    if let Some(t) = last {
+        comp.save(t).expect("save");
+    }
+    comp
+}
+
+fn model(time: bool) -> Box<dyn CostModel> {
+    if time { Box::new(Time::on(Machine::by_name("dgx-a100").expect("machine"))) } else { Box::new(PaperProxy) }
+}
+
+/// The minimum of `problem.total` over every assignment.
+fn exhaustive_minimum(problem: &Problem) -> f64 {
+    let radix: Vec<usize> = problem.ops.iter().map(|o| o.candidates.len()).collect();
+    let mut choice = vec![0; radix.len()];
+    let mut best = f64::INFINITY;
+    loop {
+        best = best.min(problem.total(&choice).expect("total"));
+        let Some(pos) = (0..radix.len()).find(|&i| choice[i] + 1 < radix[i]) else { return best };
+        choice[pos] += 1;
+        choice[..pos].iter_mut().for_each(|c| *c = 0);
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(f64::MIN_POSITIVE)
+}
+
+fn check_exact(r: &Recipe) -> Result<(), TestCaseError> {
+    let comp = build(r);
+    let cost = model(r.time);
+    let problem = Problem::new(&comp, r.p, cost.as_ref()).expect("problem");
+    let choice = Ilp.solve(&problem).expect("ilp");
+    let ilp = problem.total(&choice).expect("total");
+    let best = exhaustive_minimum(&problem);
+    prop_assert!(close(ilp, best), "ilp {ilp} vs exhaustive {best} ({} ops)", problem.ops.len());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn ilp_is_exact_on_trees(r in recipe(false)) {
+        check_exact(&r)?;
+    }
+
+    #[test]
+    fn ilp_is_exact_on_dags(r in recipe(true)) {
+        check_exact(&r)?;
+    }
+}
+
+/// A single `N×N×N` matmul whose inputs are computation inputs.
+fn matmul(n: usize) -> Computation {
+    let d = TensorDesc::of(&[("i", n), ("j", n)], DType::F32).expect("desc");
+    let mut comp = Computation::new();
+    let a = comp.add_input("a", d.clone());
+    let b = comp.add_input("b", d.clone());
+    let c = comp.add_op("mm", Box::new(Einsum::matmul(&d, &d).expect("matmul")), &[a, b]).expect("op")[0];
+    comp.save(c).expect("save");
+    comp
+}
+
+/// Section 4.4: `p = q³` devices get the `q×q×q` grid at `(3q − 1)·N²`.
+#[test]
+fn matmul_gets_the_3d_grid() {
+    let n = 12;
+    for (p, q) in [(8, 2), (27, 3)] {
+        let plan = Ilp.optimize(&matmul(n), p, &PaperProxy).expect("plan");
+        assert_eq!(plan.optimizer, "ilp");
+        let splits: Vec<usize> = plan.ops[0].splits.iter().map(|(_, c)| *c).collect();
+        assert_eq!(splits, vec![q; 3], "p = {p}");
+        assert_eq!(plan.total, ((3 * q - 1) * n * n) as f64, "p = {p}");
+    }
+}
+
+/// A transpose read three times (twice by one matmul, once by an add): the ILP charges each
+/// read's repartition and still matches enumeration.
+#[test]
+fn tensor_read_three_times_matches_enumeration() {
+    let r = Recipe {
+        p: 4,
+        n: 8,
+        dag: true,
+        time: false,
+        ops: vec![
+            OpRecipe { kind: 2, args: [1, 0] },
+            OpRecipe { kind: 0, args: [1, 1] },
+            OpRecipe { kind: 4, args: [1, 2] },
+        ],
+    };
+    let problem = Problem::new(&build(&r), r.p, &PaperProxy).expect("problem");
+    assert_eq!(problem.ops[0].consumers[0], vec![(1, 0), (1, 1), (2, 0)]);
+    check_exact(&r).expect("exact");
+}
+
+#[test]
+fn same_problem_same_choice() {
+    let r = Recipe {
+        p: 8,
+        n: 8,
+        dag: true,
+        time: true,
+        ops: (0..4).map(|k| OpRecipe { kind: k, args: [k as usize, 2 * k as usize + 1] }).collect(),
+    };
+    let problem = Problem::new(&build(&r), r.p, model(r.time).as_ref()).expect("problem");
+    assert_eq!(Ilp.solve(&problem).expect("first"), Ilp.solve(&problem).expect("second"));
+}
+
+#[test]
+fn computation_without_operators_has_an_empty_plan() {
+    let mut comp = Computation::new();
+    let x = comp.add_input("x", TensorDesc::of(&[("i", 4)], DType::F32).expect("desc"));
+    comp.save(x).expect("save");
+    let problem = Problem::new(&comp, 2, &PaperProxy).expect("problem");
+    assert_eq!(Ilp.solve(&problem).expect("solve"), Vec::<usize>::new());
+}
+
+#[test]
+fn non_finite_cost_is_a_solver_error() {
+    let mut problem = Problem::new(&matmul(4), 2, &PaperProxy).expect("problem");
+    problem.ops[0].candidates[0].cost.join = f64::NAN;
+    assert!(matches!(Ilp.solve(&problem), Err(Error::Solver(_))));
+}
