@@ -1,9 +1,10 @@
-//! The ILP strategy: exact against exhaustive enumeration on small trees and DAGs, and the
-//! 3D matrix multiply of Section 4.4.
+//! The ILP strategy: exact against exhaustive enumeration on small trees and DAGs, the
+//! cross-check of the DP (equal on trees, never better than the ILP on DAGs), and the 3D
+//! matrix multiply of Section 4.4.
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, Computation, TensorId, enumerate_specs};
-use einsum_logical::{CostModel, Error, Ilp, LogicalOptimizer, Machine, PaperProxy, Problem, Time};
+use einsum_logical::{CostModel, Dp, Error, Greedy, Ilp, LogicalOptimizer, Machine, PaperProxy, Problem, Time};
 use einsum_ops::binary::{Binary, BinaryOp};
 use einsum_ops::einsum::Einsum;
 use einsum_ops::unary::{Unary, UnaryOp};
@@ -31,11 +32,15 @@ struct Recipe {
 }
 
 fn recipe(dag: bool) -> impl Strategy<Value = Recipe> {
+    recipe_of(dag, 2..7)
+}
+
+fn recipe_of(dag: bool, ops: std::ops::Range<usize>) -> impl Strategy<Value = Recipe> {
     (
         prop::sample::select(vec![2usize, 3, 4, 6, 8]),
         prop::sample::select(vec![4usize, 6, 8, 12]),
         any::<bool>(),
-        prop::collection::vec((0u8..5, any::<usize>(), any::<usize>()), 2..7),
+        prop::collection::vec((0u8..5, any::<usize>(), any::<usize>()), ops),
     )
         .prop_map(move |(p, n, time, ops)| Recipe {
             p,
@@ -58,7 +63,7 @@ fn operator(kind: u8, d: &TensorDesc) -> Box<dyn AbstractOperator> {
 
 /// Builds the computation, adding operators while the product of candidate counts stays
 /// within [`MAX_ASSIGNMENTS`].
-fn build(r: &Recipe) -> Computation {
+fn build(r: &Recipe, max_assignments: usize) -> Computation {
     let d = TensorDesc::of(&[("i", r.n), ("j", r.n)], DType::F32).expect("desc");
     let mut comp = Computation::new();
     let mut available: Vec<TensorId> = vec![comp.add_input("x0", d.clone())];
@@ -68,10 +73,10 @@ fn build(r: &Recipe) -> Computation {
     for (i, o) in r.ops.iter().enumerate() {
         let op = operator(o.kind, &d);
         let count = enumerate_specs(op.as_ref(), r.p).expect("specs").len();
-        if assignments * count > MAX_ASSIGNMENTS {
+        if assignments.saturating_mul(count) > max_assignments {
             break;
         }
-        assignments *= count;
+        assignments = assignments.saturating_mul(count);
         let mut args = Vec::new();
         for &seed in &o.args[..op.inputs().len()] {
             let pick = seed % (available.len() + 1);
@@ -116,13 +121,32 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 fn check_exact(r: &Recipe) -> Result<(), TestCaseError> {
-    let comp = build(r);
+    let comp = build(r, MAX_ASSIGNMENTS);
     let cost = model(r.time);
     let problem = Problem::new(&comp, r.p, cost.as_ref()).expect("problem");
     let choice = Ilp.solve(&problem).expect("ilp");
     let ilp = problem.total(&choice).expect("total");
     let best = exhaustive_minimum(&problem);
     prop_assert!(close(ilp, best), "ilp {ilp} vs exhaustive {best} ({} ops)", problem.ops.len());
+    Ok(())
+}
+
+/// The DP against the ILP on computations too large to enumerate: equal on trees, and on
+/// DAGs (where the DP is exact only within each cut tree) never below the ILP's optimum.
+/// Greedy never beats the DP on trees.
+fn check_dp_against_ilp(r: &Recipe) -> Result<(), TestCaseError> {
+    let comp = build(r, usize::MAX);
+    let cost = model(r.time);
+    let problem = Problem::new(&comp, r.p, cost.as_ref()).expect("problem");
+    let ilp = problem.total(&Ilp.solve(&problem).expect("ilp")).expect("total");
+    let dp = problem.total(&Dp.solve(&problem).expect("dp")).expect("total");
+    if r.dag {
+        prop_assert!(ilp <= dp * (1.0 + 1e-9), "ilp {ilp} > dp {dp}");
+    } else {
+        prop_assert!(close(ilp, dp), "trees: ilp {ilp} vs dp {dp}");
+        let greedy = problem.total(&Greedy.solve(&problem).expect("greedy")).expect("total");
+        prop_assert!(greedy >= dp * (1.0 - 1e-9), "greedy {greedy} < dp {dp}");
+    }
     Ok(())
 }
 
@@ -137,6 +161,16 @@ proptest! {
     #[test]
     fn ilp_is_exact_on_dags(r in recipe(true)) {
         check_exact(&r)?;
+    }
+
+    #[test]
+    fn dp_equals_ilp_on_trees(r in recipe_of(false, 6..14)) {
+        check_dp_against_ilp(&r)?;
+    }
+
+    #[test]
+    fn ilp_is_never_worse_than_dp_on_dags(r in recipe_of(true, 6..14)) {
+        check_dp_against_ilp(&r)?;
     }
 }
 
@@ -179,7 +213,7 @@ fn tensor_read_three_times_matches_enumeration() {
             OpRecipe { kind: 4, args: [1, 2] },
         ],
     };
-    let problem = Problem::new(&build(&r), r.p, &PaperProxy).expect("problem");
+    let problem = Problem::new(&build(&r, MAX_ASSIGNMENTS), r.p, &PaperProxy).expect("problem");
     assert_eq!(problem.ops[0].consumers[0], vec![(1, 0), (1, 1), (2, 0)]);
     check_exact(&r).expect("exact");
 }
@@ -193,7 +227,7 @@ fn same_problem_same_choice() {
         time: true,
         ops: (0..4).map(|k| OpRecipe { kind: k, args: [k as usize, 2 * k as usize + 1] }).collect(),
     };
-    let problem = Problem::new(&build(&r), r.p, model(r.time).as_ref()).expect("problem");
+    let problem = Problem::new(&build(&r, MAX_ASSIGNMENTS), r.p, model(r.time).as_ref()).expect("problem");
     assert_eq!(Ilp.solve(&problem).expect("first"), Ilp.solve(&problem).expect("second"));
 }
 
