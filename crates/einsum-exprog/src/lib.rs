@@ -14,6 +14,8 @@
 //!   needs), [`Program::validate`] (searching memberships of partitions declared by size),
 //!   [`Program::validate_with`], [`Program::well_formed`].
 //! - Rewrites: [`rewrite`].
+//! - Preambles (Section 5.3): [`preamble`] turns a producer's blocks and placement and a
+//!   consumer's spec into the atoms and the `GPUS`/`PARTITIONS`/`IN`/`OUT` header.
 //! - [`load`]: parse, check and report errors with their line.
 //!
 //! # Syntax
@@ -69,6 +71,7 @@ mod lexer;
 mod membership;
 mod parser;
 mod partition;
+mod preamble;
 mod printer;
 mod program;
 pub mod rewrite;
@@ -85,6 +88,7 @@ pub use ids::{AtomId, InvalidName, PartitionId, SiteId, is_identifier};
 pub use membership::Membership;
 pub use parser::{ParseError, parse, parse_with_spans};
 pub use partition::PartitionSpec;
+pub use preamble::{Atom, AtomCopy, ConsumerInput, Preamble, PreambleError, Side, Upstream, preamble};
 pub use program::{DEFAULT_SIZE_GB, Input, Program, Requirement};
 pub use search::{MAX_EVALUATIONS, MAX_NODES};
 pub use span::{Item, SourceMap, Span};
