@@ -14,6 +14,9 @@
 //!   needs), [`Program::validate`] (searching memberships of partitions declared by size),
 //!   [`Program::validate_with`], [`Program::well_formed`].
 //! - Rewrites: [`rewrite`].
+//! - Cost: [`simulate`] lowers a program's closure to an `einsum-sim` task DAG ([`lower()`])
+//!   and simulates it on a topology, choosing the fastest valid membership.
+//! - Synthesis: [`synth::naive`] and [`synth::search`].
 //! - [`load`]: parse, check and report errors with their line.
 //!
 //! # Syntax
@@ -63,9 +66,11 @@ mod aggregate;
 mod atomset;
 mod check;
 mod closure;
+mod cost;
 mod cover;
 mod ids;
 mod lexer;
+mod lower;
 mod membership;
 mod parser;
 mod partition;
@@ -74,6 +79,7 @@ mod program;
 pub mod rewrite;
 mod search;
 mod span;
+pub mod synth;
 mod target;
 mod validity;
 
@@ -81,7 +87,9 @@ pub use action::Action;
 pub use aggregate::{Aggregate, EmptyAggregate};
 pub use check::{CheckError, CheckErrorKind};
 pub use closure::{Closure, Firing, Materialization, Producer};
+pub use cost::{ActionTime, MAX_SIMULATED_MEMBERSHIPS, SimulateError, Simulation, TimeSpan, simulate, simulate_with};
 pub use ids::{AtomId, InvalidName, PartitionId, SiteId, is_identifier};
+pub use lower::{FiringTasks, Lowering, lower};
 pub use membership::Membership;
 pub use parser::{ParseError, parse, parse_with_spans};
 pub use partition::PartitionSpec;
