@@ -16,6 +16,9 @@
 //! - Rewrites: [`rewrite`].
 //! - Preambles (Section 5.3): [`preamble`] turns a producer's blocks and placement and a
 //!   consumer's spec into the atoms and the `GPUS`/`PARTITIONS`/`IN`/`OUT` header.
+//! - Cost: [`simulate`] lowers a program's closure to an `einsum-sim` task DAG ([`lower()`])
+//!   and simulates it on a topology, choosing the fastest valid membership.
+//! - Synthesis: [`synth::naive`] and [`synth::search`].
 //! - [`load`]: parse, check and report errors with their line.
 //!
 //! # Syntax
@@ -65,9 +68,11 @@ mod aggregate;
 mod atomset;
 mod check;
 mod closure;
+mod cost;
 mod cover;
 mod ids;
 mod lexer;
+mod lower;
 mod membership;
 mod parser;
 mod partition;
@@ -77,6 +82,7 @@ mod program;
 pub mod rewrite;
 mod search;
 mod span;
+pub mod synth;
 mod target;
 mod validity;
 
@@ -84,7 +90,9 @@ pub use action::Action;
 pub use aggregate::{Aggregate, EmptyAggregate};
 pub use check::{CheckError, CheckErrorKind};
 pub use closure::{Closure, Firing, Materialization, Producer};
+pub use cost::{ActionTime, MAX_SIMULATED_MEMBERSHIPS, SimulateError, Simulation, TimeSpan, simulate, simulate_with};
 pub use ids::{AtomId, InvalidName, PartitionId, SiteId, is_identifier};
+pub use lower::{FiringTasks, Lowering, lower};
 pub use membership::Membership;
 pub use parser::{ParseError, parse, parse_with_spans};
 pub use partition::PartitionSpec;

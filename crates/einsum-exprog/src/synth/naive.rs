@@ -1,0 +1,48 @@
+//! The naive program (Experiment 4's baseline): every required aggregate is gathered and
+//! aggregated at each site that needs it, with no routing, relaying or placement choice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{SynthError, canonical_membership, checked_preamble};
+use crate::action::Action;
+use crate::aggregate::Aggregate;
+use crate::ids::{AtomId, SiteId};
+use crate::program::Program;
+
+/// The naive body for `preamble` (its body, if any, is ignored).
+///
+/// Partitions declared by size get the placement-blind membership of
+/// [`canonical_membership`]: in name order, each takes the next free sites in ascending
+/// order. Then for every `OUT` requirement and every site it targets, each atom of the
+/// aggregate held elsewhere is sent straight from its `IN` site to the target (one multicast
+/// per atom to all the targets lacking it), and an aggregate of several atoms is formed by a
+/// local action at the target. The result keeps the preamble (partitions still declared by
+/// size) and is valid under that membership; actions are all sourced at sites.
+pub fn naive(preamble: &Program) -> Result<Program, SynthError> {
+    let preamble = checked_preamble(preamble)?;
+    let membership = canonical_membership(&preamble)?;
+    let mut sends: BTreeMap<(AtomId, SiteId), BTreeSet<SiteId>> = BTreeMap::new();
+    let mut body = BTreeSet::new();
+    for r in &preamble.outputs {
+        let targets = membership
+            .resolve(&r.target)
+            .ok_or_else(|| SynthError::Placement(format!("partition {} has no sites", r.target)))?;
+        for t in targets {
+            for atom in r.aggregate.atoms() {
+                let from = preamble.inputs.get(atom).map(|i| i.site).unwrap_or(t);
+                if from != t {
+                    sends.entry((atom.clone(), from)).or_default().insert(t);
+                }
+            }
+            if r.aggregate.len() > 1 {
+                body.insert(Action::local(r.aggregate.clone(), t));
+            }
+        }
+    }
+    for ((atom, from), dests) in sends {
+        body.insert(Action::new(Aggregate::atom(atom), from, dests));
+    }
+    let program = preamble.with_body(body);
+    program.validate_with(&membership).map_err(SynthError::Unsatisfiable)?;
+    Ok(program)
+}

@@ -1,0 +1,846 @@
+//! Structured sub-programs for one required aggregate: the templates the search seeds with
+//! and re-plans with.
+//!
+//! A [`Group`] is one aggregate `X` that `OUT` requires, with every site that must end with it
+//! (under a membership) and, for every site holding atoms of `X`, those atoms. A [`Plan`]
+//! says how to deliver it:
+//!
+//! - [`Kind::Rooted`]: reduce the holders' partial aggregates to a root, then spread `X` from
+//!   the root to the targets. Each phase has a [`Shape`]: a star (everyone sends to the root /
+//!   the root multicasts), a chain along a ring order (the pipeline of a ring collective), or
+//!   a binomial tree along that order (recursive halving / doubling). Distinct roots for the
+//!   groups of an all-reduce make a reduce-scatter followed by an all-gather.
+//! - [`Kind::Butterfly`]: recursive doubling (Example 5.2) when the holders are exactly the
+//!   targets and there are a power of two of them.
+//!
+//! With `relay`, every transfer whose direct route is slower than some two-hop route is sent
+//! through the best intermediate site (relay introduction applied wherever it helps the
+//! bottleneck: on the DGX-V100, around the PCIe bridge).
+//!
+//! The ring orders come from the machine: the sites in order, the Hamiltonian cycle with the
+//! widest bottleneck (then the largest total bandwidth), its reverse, and the best cycle that
+//! shares no link with it, and its reverse (on the DGX-V100 the double-link ring
+//! 0-3-2-1-5-6-7-4 and the single-link ring).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use einsum_sim::Topology;
+
+use crate::action::Action;
+use crate::aggregate::Aggregate;
+use crate::ids::SiteId;
+use crate::lower::sim_site;
+use crate::membership::Membership;
+use crate::program::Program;
+use crate::target::Target;
+
+/// Sites up to which the best ring is found exhaustively (`(n-1)!` cycles).
+const EXHAUSTIVE_RING_SITES: usize = 8;
+
+/// One required aggregate, where it must go and where its atoms are.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Group {
+    /// The aggregate.
+    pub aggregate: Aggregate,
+    /// Its size in bytes.
+    pub bytes: f64,
+    /// Every site that must end with it.
+    pub targets: BTreeSet<SiteId>,
+    /// The atoms of the aggregate at each site that holds some.
+    pub holders: BTreeMap<SiteId, Aggregate>,
+}
+
+impl Group {
+    /// Whether the aggregate is one atom that is where it is needed and needed nowhere else.
+    fn trivial(&self) -> bool {
+        self.aggregate.len() == 1 && self.targets.iter().all(|t| self.holders.contains_key(t))
+    }
+
+    /// Whether recursive doubling applies: holders = targets, a power of two of them (≥ 2).
+    pub fn butterfly_applies(&self) -> bool {
+        let n = self.targets.len();
+        n >= 2 && n.is_power_of_two() && self.holders.keys().copied().collect::<BTreeSet<_>>() == self.targets
+    }
+
+    /// The sites a root may sensibly be: holders and targets.
+    pub fn root_candidates(&self) -> Vec<SiteId> {
+        let mut c: BTreeSet<SiteId> = self.targets.clone();
+        c.extend(self.holders.keys().copied());
+        c.into_iter().collect()
+    }
+}
+
+/// The groups of `preamble`'s `OUT` under `membership`: one per distinct required aggregate
+/// (requirements of the same aggregate merge their targets), in aggregate order. `None` if a
+/// target partition has no sites in `membership` or an atom is not in `IN`.
+pub(crate) fn groups(preamble: &Program, membership: &Membership) -> Option<Vec<Group>> {
+    let mut targets: BTreeMap<&Aggregate, BTreeSet<SiteId>> = BTreeMap::new();
+    for r in &preamble.outputs {
+        targets.entry(&r.aggregate).or_default().extend(membership.resolve(&r.target)?);
+    }
+    let mut out = Vec::new();
+    for (aggregate, targets) in targets {
+        let mut holders: BTreeMap<SiteId, Vec<crate::ids::AtomId>> = BTreeMap::new();
+        for atom in aggregate.atoms() {
+            holders.entry(preamble.inputs.get(atom)?.site).or_default().push(atom.clone());
+        }
+        let holders: Option<BTreeMap<SiteId, Aggregate>> =
+            holders.into_iter().map(|(s, atoms)| Aggregate::new(atoms).ok().map(|a| (s, a))).collect();
+        let bytes = preamble.aggregate_bytes(aggregate);
+        out.push(Group { aggregate: aggregate.clone(), bytes, targets, holders: holders? });
+    }
+    Some(out)
+}
+
+/// How one phase of a rooted plan moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Shape {
+    /// Straight to (or from) the root.
+    Star,
+    /// A pipeline along the ring order.
+    Chain,
+    /// A binomial tree along the ring order.
+    Tree,
+    /// The machine's fastest-path tree from (or to) the root: every site reaches the root by
+    /// the route of least time per byte, relaying (and, while reducing, aggregating) on the
+    /// way; the plan's salt perturbs the edge times to vary it.
+    Fastest,
+}
+
+/// Every shape.
+pub(crate) const SHAPES: [Shape; 4] = [Shape::Star, Shape::Chain, Shape::Tree, Shape::Fastest];
+
+/// The structure of a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// Reduce to `root` in shape `reduce`, then spread from it in shape `spread`.
+    Rooted {
+        /// Where the aggregate is formed.
+        root: SiteId,
+        /// How the partials reach the root.
+        reduce: Shape,
+        /// How the aggregate reaches the targets.
+        spread: Shape,
+    },
+    /// Reduce to `root` along the explicit tree `reduce` (each site sends its partial, with
+    /// its children's, to its parent) and spread along `spread` (each site receives from its
+    /// parent). Both trees span every site; the sites no holder or target needs are pruned.
+    Trees {
+        /// Where the aggregate is formed.
+        root: SiteId,
+        /// The reduction tree.
+        reduce: Tree,
+        /// The spreading tree.
+        spread: Tree,
+    },
+    /// Recursive doubling (falls back to a rooted tree where it does not apply).
+    Butterfly,
+}
+
+impl Kind {
+    /// The root, for rooted plans.
+    pub fn root(&self) -> Option<SiteId> {
+        match self {
+            Kind::Rooted { root, .. } | Kind::Trees { root, .. } => Some(*root),
+            Kind::Butterfly => None,
+        }
+    }
+}
+
+/// How to deliver one group.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Plan {
+    /// The structure.
+    pub kind: Kind,
+    /// Which of [`Machine::orders`] chains and trees follow.
+    pub order: usize,
+    /// Whether to route slow transfers through a relay.
+    pub relay: bool,
+    /// Perturbs the edge times of [`Shape::Fastest`] trees (0: none).
+    pub salt: u64,
+}
+
+impl Plan {
+    /// A short description for reports, e.g. `star/chain, ring 1, relays`.
+    pub fn describe(&self) -> String {
+        let kind = match &self.kind {
+            Kind::Rooted { reduce, spread, .. } => format!("{reduce:?}/{spread:?}").to_lowercase(),
+            Kind::Trees { .. } => "trees".to_string(),
+            Kind::Butterfly => "butterfly".to_string(),
+        };
+        let salt = if self.salt == 0 { String::new() } else { format!(", salt {:x}", self.salt & 0xffff) };
+        format!("{kind}, ring {}{}{salt}", self.order, if self.relay { ", relays" } else { "" })
+    }
+}
+
+/// Bytes queued on each topology resource (by resource index), for congestion-aware trees.
+pub(crate) type Load = HashMap<usize, f64>;
+
+/// A spanning tree as each site's parent. For a reduction a site sends to its parent; for a
+/// spread a site receives from its parent.
+pub(crate) type Tree = BTreeMap<SiteId, SiteId>;
+
+/// The route between two sites: its bandwidth when alone and the resources it crosses.
+#[derive(Clone, Debug, Default)]
+struct Route {
+    bandwidth: f64,
+    /// (resource index, capacity in bytes/s).
+    resources: Vec<(usize, f64)>,
+}
+
+/// What the plans need to know about the machine: routes between the program's sites and
+/// ring orders over them.
+#[derive(Clone, Debug)]
+pub(crate) struct Machine {
+    /// The program's sites, ascending.
+    pub sites: Vec<SiteId>,
+    /// Position of each site id in `sites` (`usize::MAX` for ids not in it).
+    slot: Vec<usize>,
+    /// Routes by slot pair (empty on the diagonal).
+    routes: Vec<Vec<Route>>,
+    /// Ring orders: permutations of `sites`.
+    pub orders: Vec<Vec<SiteId>>,
+    /// Whether every pair has the same bandwidth (relays never help).
+    pub uniform: bool,
+}
+
+impl Machine {
+    /// The machine facts for `sites` on `topology` (sites out of its range get no routes).
+    pub fn new(sites: &BTreeSet<SiteId>, topology: &Topology) -> Machine {
+        let sites: Vec<SiteId> = sites.iter().copied().collect();
+        let n = sites.iter().map(|s| s.0 as usize + 1).max().unwrap_or(0);
+        let mut slot = vec![usize::MAX; n];
+        for (i, s) in sites.iter().enumerate() {
+            slot[s.0 as usize] = i;
+        }
+        let routes = sites
+            .iter()
+            .map(|&a| {
+                sites
+                    .iter()
+                    .map(|&b| {
+                        let resources: Vec<(usize, f64)> = topology
+                            .route(sim_site(a), sim_site(b))
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|r| topology.resource(r).map(|res| (r.0, res.capacity)))
+                            .collect();
+                        let bandwidth = resources.iter().map(|(_, c)| *c).reduce(f64::min).unwrap_or(0.0);
+                        Route { bandwidth, resources }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut m = Machine { sites, slot, routes, orders: Vec::new(), uniform: true };
+        let first = m.pair_bandwidths().next();
+        let uniform = m.pair_bandwidths().all(|b| Some(b) == first);
+        m.uniform = uniform;
+        m.orders = m.ring_orders();
+        m
+    }
+
+    fn route(&self, a: SiteId, b: SiteId) -> Option<&Route> {
+        let i = *self.slot.get(a.0 as usize)?;
+        let j = *self.slot.get(b.0 as usize)?;
+        self.routes.get(i)?.get(j)
+    }
+
+    fn pair_bandwidths(&self) -> impl Iterator<Item = f64> + '_ {
+        self.sites
+            .iter()
+            .flat_map(move |&a| self.sites.iter().filter(move |&&b| b != a).map(move |&b| self.bandwidth(a, b)))
+    }
+
+    /// Bandwidth of the route from `a` to `b` when alone (0 if there is none).
+    pub fn bandwidth(&self, a: SiteId, b: SiteId) -> f64 {
+        self.route(a, b).map_or(0.0, |r| r.bandwidth)
+    }
+
+    /// Seconds to move `bytes` from `a` to `b` behind the `load` already on its resources
+    /// (infinite without a route).
+    fn edge_time(&self, a: SiteId, b: SiteId, load: &Load, bytes: f64) -> f64 {
+        match self.route(a, b) {
+            Some(r) if !r.resources.is_empty() => r
+                .resources
+                .iter()
+                .map(|(id, cap)| (load.get(id).copied().unwrap_or(0.0) + bytes) / cap)
+                .fold(0.0, f64::max),
+            _ => f64::INFINITY,
+        }
+    }
+
+    /// Adds `bytes` to every resource of the route from `a` to `b`.
+    pub fn add_load(&self, load: &mut Load, a: SiteId, b: SiteId, bytes: f64) {
+        if let Some(r) = self.route(a, b) {
+            for (id, _) in &r.resources {
+                *load.entry(*id).or_default() += bytes;
+            }
+        }
+    }
+
+    /// The intermediate site whose two-hop route from `s` to `d` has the widest bottleneck, if
+    /// that beats the direct route.
+    pub fn relay(&self, s: SiteId, d: SiteId) -> Option<SiteId> {
+        let direct = self.bandwidth(s, d);
+        let mut best: Option<(f64, SiteId)> = None;
+        for &w in &self.sites {
+            if w == s || w == d {
+                continue;
+            }
+            let b = self.bandwidth(s, w).min(self.bandwidth(w, d));
+            if b > direct * 1.01 && best.is_none_or(|(bb, _)| b > bb) {
+                best = Some((b, w));
+            }
+        }
+        best.map(|(_, w)| w)
+    }
+
+    /// The fastest-path tree over all sites rooted at `root`: toward the root (`inbound`, for
+    /// reductions) or away from it (for spreading). An edge costs the time to move `bytes`
+    /// behind the `load` on its route, perturbed by up to 25% by `salt`; ties go to fewer
+    /// hops, then the lower site. Sites with no route are left out.
+    pub fn tree(&self, root: SiteId, inbound: bool, salt: u64, load: &Load, bytes: f64) -> Tree {
+        let bytes = bytes.max(1.0);
+        let cost = |a: SiteId, b: SiteId| {
+            let (from, to) = if inbound { (b, a) } else { (a, b) };
+            let noise = if salt == 0 { 0.0 } else { 0.25 * unit_hash(salt, from, to) };
+            self.edge_time(from, to, load, bytes) * (1.0 + noise)
+        };
+        let better =
+            |x: (f64, usize), y: (f64, usize)| x.0 < y.0 * (1.0 - 1e-9) || (x.0 <= y.0 * (1.0 + 1e-9) && x.1 < y.1);
+        let mut dist: BTreeMap<SiteId, (f64, usize)> = BTreeMap::from([(root, (0.0, 0))]);
+        let mut parent = Tree::new();
+        let mut done: BTreeSet<SiteId> = BTreeSet::new();
+        while let Some((&u, &du)) =
+            dist.iter().filter(|(s, _)| !done.contains(*s)).reduce(|a, b| if better(*b.1, *a.1) { b } else { a })
+        {
+            done.insert(u);
+            for &v in &self.sites {
+                if v == u || done.contains(&v) {
+                    continue;
+                }
+                let c = cost(u, v);
+                if !c.is_finite() {
+                    continue;
+                }
+                let cand = (du.0 + c, du.1 + 1);
+                if dist.get(&v).is_none_or(|dv| better(cand, *dv)) {
+                    dist.insert(v, cand);
+                    parent.insert(v, u);
+                }
+            }
+        }
+        parent
+    }
+
+    /// The ring orders described in the module docs, without duplicates.
+    fn ring_orders(&self) -> Vec<Vec<SiteId>> {
+        let mut orders = vec![self.sites.clone()];
+        if self.sites.len() >= 3 {
+            let none = BTreeSet::new();
+            if let Some(best) = self.best_cycle(&none) {
+                let used: BTreeSet<(SiteId, SiteId)> = cycle_edges(&best).collect();
+                let second = self.best_cycle(&used);
+                orders.push(best.clone());
+                orders.push(reversed(&best));
+                if let Some(second) = second {
+                    orders.push(second.clone());
+                    orders.push(reversed(&second));
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        orders.retain(|o| seen.insert(o.clone()));
+        orders
+    }
+
+    /// The Hamiltonian cycle (starting at the first site) that avoids `excluded` undirected
+    /// edges and maximises (bottleneck, total) bandwidth: exhaustive for few sites, greedy
+    /// nearest-widest-neighbour otherwise. `None` if every cycle uses an excluded edge.
+    fn best_cycle(&self, excluded: &BTreeSet<(SiteId, SiteId)>) -> Option<Vec<SiteId>> {
+        let edge = |a: SiteId, b: SiteId| {
+            if excluded.contains(&(a.min(b), a.max(b))) { 0.0 } else { self.bandwidth(a, b).min(self.bandwidth(b, a)) }
+        };
+        let n = self.sites.len();
+        let mut best: Option<((f64, f64), Vec<SiteId>)> = None;
+        if n <= EXHAUSTIVE_RING_SITES {
+            let mut path = vec![self.sites[0]];
+            let mut rest: Vec<SiteId> = self.sites[1..].to_vec();
+            extend_cycles(&mut path, &mut rest, &edge, &mut best);
+        } else {
+            let mut path = vec![self.sites[0]];
+            let mut rest: Vec<SiteId> = self.sites[1..].to_vec();
+            while !rest.is_empty() {
+                let last = path[path.len() - 1];
+                let mut k = 0;
+                for i in 1..rest.len() {
+                    if edge(last, rest[i]) > edge(last, rest[k]) {
+                        k = i;
+                    }
+                }
+                path.push(rest.remove(k));
+            }
+            let score = cycle_score(&path, &edge);
+            best = Some((score, path));
+        }
+        best.filter(|((bottleneck, _), _)| *bottleneck > 0.0).map(|(_, p)| p)
+    }
+}
+
+/// A hash of (`salt`, `a`, `b`) in `[0, 1)`.
+fn unit_hash(salt: u64, a: SiteId, b: SiteId) -> f64 {
+    let mut z = salt ^ (((a.0 as u64) << 32) | b.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The sites of `tree` on the way from some site of `keep` to `root` (`root` excluded),
+/// with their depth, deepest first (ties by site).
+pub(crate) fn pruned(tree: &Tree, root: SiteId, keep: impl Iterator<Item = SiteId>) -> Vec<(SiteId, usize)> {
+    let mut needed: BTreeSet<SiteId> = BTreeSet::new();
+    for mut s in keep {
+        while s != root && needed.insert(s) {
+            match tree.get(&s) {
+                Some(p) => s = *p,
+                None => break,
+            }
+        }
+    }
+    let depth = |mut s: SiteId| {
+        let mut d = 0;
+        while s != root && d <= tree.len() {
+            s = tree.get(&s).copied().unwrap_or(root);
+            d += 1;
+        }
+        d
+    };
+    let mut out: Vec<(SiteId, usize)> = needed.into_iter().map(|s| (s, depth(s))).collect();
+    out.sort_by_key(|(s, d)| (std::cmp::Reverse(*d), *s));
+    out
+}
+
+/// `tree` with `v` hung under `p` instead, unless `p` is `v` or below it (which would cut
+/// the tree).
+pub(crate) fn reparent(tree: &Tree, root: SiteId, v: SiteId, p: SiteId) -> Option<Tree> {
+    if v == root || v == p {
+        return None;
+    }
+    let mut at = p;
+    let mut steps = 0;
+    while at != root {
+        if at == v || steps > tree.len() {
+            return None;
+        }
+        at = *tree.get(&at)?;
+        steps += 1;
+    }
+    let mut t = tree.clone();
+    t.insert(v, p);
+    Some(t)
+}
+
+/// Plans for `gs` rooted at `roots`, with explicit trees chosen one group at a time (in the
+/// order `sequence`) around the load the earlier groups put on the machine's resources.
+pub(crate) fn congestion_aware(gs: &[Group], roots: &[SiteId], sequence: &[usize], machine: &Machine) -> Vec<Plan> {
+    let mut load = Load::new();
+    let mut plans: Vec<Option<Plan>> = vec![None; gs.len()];
+    for &g in sequence {
+        let (Some(group), Some(&root)) = (gs.get(g), roots.get(g)) else { continue };
+        let reduce = machine.tree(root, true, 0, &load, group.bytes);
+        let senders = group.holders.keys().copied().filter(|s| *s != root);
+        for (s, _) in pruned(&reduce, root, senders) {
+            if let Some(&up) = reduce.get(&s) {
+                machine.add_load(&mut load, s, up, group.bytes);
+            }
+        }
+        let spread = machine.tree(root, false, 0, &load, group.bytes);
+        for (s, _) in pruned(&spread, root, group.targets.iter().copied()) {
+            if let Some(&from) = spread.get(&s) {
+                machine.add_load(&mut load, from, s, group.bytes);
+            }
+        }
+        plans[g] = Some(Plan { kind: Kind::Trees { root, reduce, spread }, order: 0, relay: false, salt: 0 });
+    }
+    plans
+        .into_iter()
+        .zip(roots)
+        .map(|(p, &root)| {
+            p.unwrap_or(Plan {
+                kind: Kind::Rooted { root, reduce: Shape::Star, spread: Shape::Star },
+                order: 0,
+                relay: false,
+                salt: 0,
+            })
+        })
+        .collect()
+}
+
+/// Depth-first enumeration of the cycles extending `path` through `rest`, keeping the best.
+fn extend_cycles(
+    path: &mut Vec<SiteId>,
+    rest: &mut Vec<SiteId>,
+    edge: &dyn Fn(SiteId, SiteId) -> f64,
+    best: &mut Option<((f64, f64), Vec<SiteId>)>,
+) {
+    if rest.is_empty() {
+        let score = cycle_score(path, edge);
+        if best.as_ref().is_none_or(|(b, _)| score > *b) {
+            *best = Some((score, path.clone()));
+        }
+        return;
+    }
+    for i in 0..rest.len() {
+        let next = rest.remove(i);
+        path.push(next);
+        extend_cycles(path, rest, edge, best);
+        path.pop();
+        rest.insert(i, next);
+    }
+}
+
+/// (bottleneck, total) bandwidth of the cycle through `path`.
+fn cycle_score(path: &[SiteId], edge: &dyn Fn(SiteId, SiteId) -> f64) -> (f64, f64) {
+    let mut bottleneck = f64::INFINITY;
+    let mut total = 0.0;
+    for (a, b) in path.iter().zip(path.iter().cycle().skip(1)) {
+        let e = edge(*a, *b);
+        bottleneck = bottleneck.min(e);
+        total += e;
+    }
+    (bottleneck, total)
+}
+
+/// The undirected edges of the cycle through `order`, each as (smaller, larger).
+fn cycle_edges(order: &[SiteId]) -> impl Iterator<Item = (SiteId, SiteId)> + '_ {
+    order.iter().zip(order.iter().cycle().skip(1)).map(|(a, b)| (*a.min(b), *a.max(b)))
+}
+
+/// The same cycle walked the other way, from the same first site.
+fn reversed(order: &[SiteId]) -> Vec<SiteId> {
+    let mut r = vec![order[0]];
+    r.extend(order[1..].iter().rev());
+    r
+}
+
+/// The actions that deliver `group` by `plan` on `machine`.
+pub(crate) fn build(group: &Group, plan: &Plan, machine: &Machine) -> Vec<Action> {
+    if group.trivial() {
+        return Vec::new();
+    }
+    let order = machine.orders.get(plan.order).unwrap_or(&machine.sites);
+    let pos: BTreeMap<SiteId, usize> = order.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    let n = order.len().max(1);
+    let mut acts = Vec::new();
+    match &plan.kind {
+        Kind::Butterfly if group.butterfly_applies() => butterfly(group, &pos, &mut acts),
+        Kind::Butterfly => {
+            let root = group.targets.iter().next().copied().unwrap_or(SiteId(0));
+            let rank = |s: SiteId| (pos.get(&s).copied().unwrap_or(0) + n - pos.get(&root).copied().unwrap_or(0)) % n;
+            let phases = Phases { root, reduce: Shape::Tree, spread: Shape::Tree, salt: plan.salt };
+            rooted(group, &phases, &rank, machine, &mut acts);
+        }
+        Kind::Rooted { root, reduce, spread } => {
+            let rank = |s: SiteId| (pos.get(&s).copied().unwrap_or(0) + n - pos.get(root).copied().unwrap_or(0)) % n;
+            let phases = Phases { root: *root, reduce: *reduce, spread: *spread, salt: plan.salt };
+            rooted(group, &phases, &rank, machine, &mut acts);
+        }
+        Kind::Trees { root, reduce, spread } => {
+            reduce_along(group, *root, reduce, &mut acts);
+            spread_along(group, *root, spread, &mut acts);
+            finish_at_root(group, *root, &mut acts);
+        }
+    }
+    if plan.relay { reroute(acts, machine) } else { acts }
+}
+
+/// A rooted plan's phases.
+#[derive(Clone, Copy)]
+struct Phases {
+    root: SiteId,
+    reduce: Shape,
+    spread: Shape,
+    salt: u64,
+}
+
+/// Reduce to the root, then spread from it. `rank` orders sites along the ring from the root
+/// (the root has rank 0).
+fn rooted(group: &Group, phases: &Phases, rank: &dyn Fn(SiteId) -> usize, machine: &Machine, acts: &mut Vec<Action>) {
+    let Phases { root, reduce, spread, salt } = *phases;
+    let x = &group.aggregate;
+    // Reduce: partials of the holders other than the root flow to the root.
+    let mut others: Vec<(SiteId, Aggregate)> =
+        group.holders.iter().filter(|(s, _)| **s != root).map(|(s, a)| (*s, a.clone())).collect();
+    others.sort_by_key(|(s, _)| (rank(*s), *s));
+    match reduce {
+        Shape::Star => {
+            for (s, part) in &others {
+                acts.push(Action::new(part.clone(), *s, [root]));
+            }
+        }
+        Shape::Chain => {
+            let mut acc: Option<Aggregate> = None;
+            for (i, (s, part)) in others.iter().enumerate() {
+                let sum = acc.as_ref().map_or_else(|| part.clone(), |a| a.union(part));
+                let next = others.get(i + 1).map_or(root, |(n, _)| *n);
+                acts.push(Action::new(sum.clone(), *s, [next]));
+                acc = Some(sum);
+            }
+        }
+        Shape::Tree => {
+            let mut sites = vec![root];
+            let mut acc: Vec<Option<Aggregate>> = vec![group.holders.get(&root).cloned()];
+            for (s, part) in &others {
+                sites.push(*s);
+                acc.push(Some(part.clone()));
+            }
+            let mut step = 1;
+            while step < sites.len() {
+                for i in (step..sites.len()).step_by(2 * step) {
+                    if let Some(part) = acc[i].clone() {
+                        acts.push(Action::new(part.clone(), sites[i], [sites[i - step]]));
+                        acc[i - step] = Some(acc[i - step].as_ref().map_or_else(|| part.clone(), |a| a.union(&part)));
+                    }
+                }
+                step *= 2;
+            }
+        }
+        Shape::Fastest => reduce_along(group, root, &machine.tree(root, true, salt, &Load::new(), group.bytes), acts),
+    }
+    // Spread: the aggregate, formed at the root, reaches the other targets.
+    let mut dests: Vec<SiteId> = group.targets.iter().copied().filter(|t| *t != root).collect();
+    dests.sort_by_key(|s| (rank(*s), *s));
+    match spread {
+        Shape::Star => {
+            if !dests.is_empty() {
+                acts.push(Action::new(x.clone(), root, dests.iter().copied()));
+            }
+        }
+        Shape::Chain => {
+            let mut prev = root;
+            for d in dests {
+                acts.push(Action::new(x.clone(), prev, [d]));
+                prev = d;
+            }
+        }
+        Shape::Tree => {
+            let mut sites = vec![root];
+            sites.extend(dests);
+            for i in 1..sites.len() {
+                // the parent in a binomial tree: clear the highest set bit
+                let parent = i & !(1usize << (usize::BITS - 1 - i.leading_zeros()));
+                acts.push(Action::new(x.clone(), sites[parent], [sites[i]]));
+            }
+        }
+        Shape::Fastest => spread_along(group, root, &machine.tree(root, false, salt, &Load::new(), group.bytes), acts),
+    }
+    finish_at_root(group, root, acts);
+}
+
+/// Reduction along `tree`: deepest first, every site on the way from a holder to `root`
+/// sends its partial (its own atoms and what its children sent) to its parent.
+fn reduce_along(group: &Group, root: SiteId, tree: &Tree, acts: &mut Vec<Action>) {
+    let mut partial: BTreeMap<SiteId, Aggregate> = group.holders.clone();
+    let senders = group.holders.keys().copied().filter(|s| *s != root);
+    for (s, _) in pruned(tree, root, senders) {
+        let (Some(part), Some(&up)) = (partial.get(&s).cloned(), tree.get(&s)) else { continue };
+        acts.push(Action::new(part.clone(), s, [up]));
+        let merged = partial.get(&up).map_or_else(|| part.clone(), |p| p.union(&part));
+        partial.insert(up, merged);
+    }
+}
+
+/// Spreading along `tree`: every site on the way from `root` to a target receives the
+/// aggregate from its parent.
+fn spread_along(group: &Group, root: SiteId, tree: &Tree, acts: &mut Vec<Action>) {
+    let dests = group.targets.iter().copied().filter(|t| *t != root);
+    let mut edges = pruned(tree, root, dests);
+    edges.reverse();
+    for (s, _) in edges {
+        if let Some(&from) = tree.get(&s) {
+            acts.push(Action::new(group.aggregate.clone(), from, [s]));
+        }
+    }
+}
+
+/// The local aggregation at the root, when it is a target and nothing else forms the
+/// aggregate there.
+fn finish_at_root(group: &Group, root: SiteId, acts: &mut Vec<Action>) {
+    let x = &group.aggregate;
+    let formed_at_root = acts.iter().any(|a| a.source == Target::Site(root) && &a.aggregate == x);
+    let already = x.len() == 1 && group.holders.contains_key(&root);
+    if group.targets.contains(&root) && !formed_at_root && !already {
+        acts.push(Action::local(x.clone(), root));
+    }
+}
+
+/// Recursive doubling over the targets in ring order (Example 5.2).
+fn butterfly(group: &Group, pos: &BTreeMap<SiteId, usize>, acts: &mut Vec<Action>) {
+    let mut sites: Vec<SiteId> = group.targets.iter().copied().collect();
+    sites.sort_by_key(|s| (pos.get(s).copied().unwrap_or(usize::MAX), *s));
+    let mut acc: Vec<Aggregate> = sites.iter().filter_map(|s| group.holders.get(s).cloned()).collect();
+    if acc.len() != sites.len() {
+        return;
+    }
+    let mut bit = 1;
+    while bit < sites.len() {
+        let next: Vec<Aggregate> = (0..sites.len()).map(|i| acc[i].union(&acc[i ^ bit])).collect();
+        for i in 0..sites.len() {
+            acts.push(Action::new(acc[i].clone(), sites[i], [sites[i ^ bit]]));
+        }
+        acc = next;
+        bit *= 2;
+    }
+    for s in sites {
+        acts.push(Action::local(group.aggregate.clone(), s));
+    }
+}
+
+/// Sends every transfer whose direct route is slower than a two-hop one through the best
+/// relay (forwarding from each relay fused into one multicast per aggregate).
+fn reroute(acts: Vec<Action>, machine: &Machine) -> Vec<Action> {
+    let mut out = Vec::new();
+    let mut forwards: BTreeMap<(Aggregate, SiteId), BTreeSet<SiteId>> = BTreeMap::new();
+    for a in acts {
+        let Some(s) = a.source_site() else {
+            out.push(a);
+            continue;
+        };
+        let mut dests = BTreeSet::new();
+        for &d in &a.dests {
+            match machine.relay(s, d) {
+                Some(w) => {
+                    dests.insert(w);
+                    forwards.entry((a.aggregate.clone(), w)).or_default().insert(d);
+                }
+                None => {
+                    dests.insert(d);
+                }
+            }
+        }
+        out.push(a.with_dests(dests));
+    }
+    for ((x, w), ds) in forwards {
+        out.push(Action::new(x, w, ds));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(i: u32) -> SiteId {
+        SiteId(i)
+    }
+
+    fn all(n: u32) -> BTreeSet<SiteId> {
+        (0..n).map(SiteId).collect()
+    }
+
+    #[test]
+    fn v100_rings_use_only_nvlink() {
+        let v100 = Topology::preset("dgx-v100").unwrap();
+        let m = Machine::new(&all(8), &v100);
+        assert!(!m.uniform);
+        assert_eq!(m.orders.len(), 5);
+        let best = &m.orders[1];
+        for (a, b) in best.iter().zip(best.iter().cycle().skip(1)) {
+            assert_eq!(m.bandwidth(*a, *b), 50e9, "{best:?}");
+        }
+        let second = &m.orders[3];
+        for (a, b) in second.iter().zip(second.iter().cycle().skip(1)) {
+            assert_eq!(m.bandwidth(*a, *b), 25e9, "{second:?}");
+        }
+        // 0 and 5 are unlinked: relay through a site linked to both
+        let w = m.relay(s(0), s(5)).unwrap();
+        assert!(v100.linked(sim_site(s(0)), sim_site(w)) && v100.linked(sim_site(w), sim_site(s(5))));
+        assert_eq!(m.relay(s(0), s(4)), None);
+        let a100 = Machine::new(&all(8), &Topology::preset("dgx-a100").unwrap());
+        assert!(a100.uniform);
+        assert_eq!(a100.orders[0], all(8).into_iter().collect::<Vec<_>>());
+        assert_eq!(a100.relay(s(0), s(5)), None);
+    }
+
+    fn group(src: &str) -> (Program, Vec<Group>) {
+        let p: Program = src.parse().unwrap();
+        let g = groups(&p, &p.declared_membership()).unwrap();
+        (p, g)
+    }
+
+    fn valid(p: &Program, acts: Vec<Action>) -> Program {
+        let q = p.with_body(acts);
+        q.validate_with(&q.declared_membership()).unwrap_or_else(|e| panic!("{e}\n{q}"));
+        q
+    }
+
+    #[test]
+    fn every_shape_builds_a_valid_program() {
+        let (p, groups) =
+            group("GPUS: 0, 1, 2, 3, 4\nIN: A @ 0; B @ 1; C @ 2; D @ 2; E @ 4\nOUT: A+B+C+D+E @ 0, 1, 3; E @ 0, 2, 3");
+        let m = Machine::new(&p.sites(), &Topology::preset("dgx-v100").unwrap());
+        for order in 0..m.orders.len() {
+            for reduce in SHAPES {
+                for spread in SHAPES {
+                    for root in 0..5 {
+                        for relay in [false, true] {
+                            let plan = Plan {
+                                kind: Kind::Rooted { root: s(root), reduce, spread },
+                                order,
+                                relay,
+                                salt: root as u64,
+                            };
+                            let acts: Vec<Action> = groups.iter().flat_map(|g| build(g, &plan, &m)).collect();
+                            valid(&p, acts);
+                        }
+                    }
+                }
+            }
+            let plan = Plan { kind: Kind::Butterfly, order, relay: false, salt: 0 };
+            valid(&p, groups.iter().flat_map(|g| build(g, &plan, &m)).collect());
+        }
+    }
+
+    #[test]
+    fn butterfly_is_example_5_2() {
+        let (p, groups) = group("IN: A @ 0; B @ 1; C @ 2; D @ 3\nOUT: A+B+C+D @ 0, 1, 2, 3");
+        assert!(groups[0].butterfly_applies());
+        let m = Machine::new(&p.sites(), &Topology::preset("dgx-h100").unwrap());
+        let plan = Plan { kind: Kind::Butterfly, order: 0, relay: false, salt: 0 };
+        let q = valid(&p, build(&groups[0], &plan, &m));
+        let expected: Program = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/example_5_2_recursive_doubling.exprog"
+        ))
+        .unwrap()
+        .parse()
+        .unwrap();
+        assert_eq!(q.body, expected.body);
+    }
+
+    #[test]
+    fn chains_follow_the_ring() {
+        let (p, groups) = group("IN: A @ 0; B @ 1; C @ 2; D @ 3\nOUT: A+B+C+D @ 0, 1, 2, 3");
+        let m = Machine::new(&p.sites(), &Topology::preset("dgx-h100").unwrap());
+        let plan = Plan {
+            kind: Kind::Rooted { root: s(1), reduce: Shape::Chain, spread: Shape::Chain },
+            order: 0,
+            relay: false,
+            salt: 0,
+        };
+        let q = valid(&p, build(&groups[0], &plan, &m));
+        let text: Vec<String> = q.body.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "C @ 2 -> 3",
+                "C+D @ 3 -> 0",
+                "A+C+D @ 0 -> 1",
+                "A+B+C+D @ 1 -> 2",
+                "A+B+C+D @ 2 -> 3",
+                "A+B+C+D @ 3 -> 0"
+            ]
+        );
+    }
+}

@@ -1,0 +1,629 @@
+//! The searched synthesis: simulated annealing over (membership, action set) pairs. The
+//! algorithm and its justification are in the docs of [`crate::synth`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use einsum_sim::Topology;
+
+use super::plan::{Group, Kind, Load, Machine, Plan, SHAPES, Shape, build, congestion_aware, groups, pruned, reparent};
+use super::rng::Rng;
+use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, naive, sized_partitions};
+use crate::action::Action;
+use crate::aggregate::Aggregate;
+use crate::cost::{Simulation, check_sites, run};
+use crate::ids::{AtomId, SiteId};
+use crate::lower::lower;
+use crate::membership::Membership;
+use crate::program::Program;
+use crate::rewrite::{self, Refusal};
+
+/// How [`search`] runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchOptions {
+    /// Seed of the random choices: equal seeds and iteration budgets give equal results.
+    pub seed: u64,
+    /// Annealing iterations after the seeds (each proposes one candidate; the budget).
+    pub iterations: usize,
+    /// An optional wall-clock cap on the annealing as well; when it cuts the search short
+    /// the result depends on the machine's speed, so tests leave it `None`.
+    pub time_limit: Option<Duration>,
+    /// Initial temperature, relative: a candidate `x` times slower than the current one is
+    /// accepted with probability `exp(-(x - 1) / t)`; `t` decays geometrically to 1% of it.
+    pub temperature: f64,
+}
+
+impl Default for SearchOptions {
+    /// Seed 0, 400 iterations, no time limit, temperature 0.05.
+    fn default() -> Self {
+        SearchOptions { seed: 0, iterations: 400, time_limit: None, temperature: 0.05 }
+    }
+}
+
+/// The result of [`search`].
+#[derive(Clone, Debug)]
+pub struct Synthesis {
+    /// The preamble as given (partitions still declared by size) with the best body found;
+    /// every action of the body is sourced at a site.
+    pub program: Program,
+    /// Its simulated completion time.
+    pub completion_ms: f64,
+    /// The membership it was costed under (valid for it).
+    pub membership: Membership,
+    /// The naive program's simulated completion time (a seed, so never beaten by
+    /// `completion_ms`).
+    pub naive_ms: f64,
+    /// Candidates validated and simulated (seeds and annealing; duplicates count once).
+    pub evaluated: usize,
+    /// Annealing iterations run.
+    pub iterations: usize,
+    /// Proposals refused: a rewrite that did not apply or would have been invalid, or a
+    /// re-plan that was invalid or changed nothing.
+    pub refused: usize,
+    /// How the best candidate was reached (the seed, or the last move that improved it).
+    pub origin: String,
+    /// The best program's simulation.
+    pub simulation: Simulation,
+}
+
+/// A point of the search: a membership, the plan last used for each group, and the program
+/// (preamble resolved under the membership, and a body of site-sourced actions).
+#[derive(Clone, Debug)]
+struct State {
+    membership: Membership,
+    groups: Vec<Group>,
+    plans: Vec<Plan>,
+    program: Program,
+    cost: Score,
+    origin: String,
+}
+
+/// How good a candidate is: its simulated completion, and the annealing's objective, which
+/// adds a little of the mean task end time so that moves that shorten paths other than the
+/// critical one (a plateau of the makespan) still count as progress.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Score {
+    completion: f64,
+    objective: f64,
+}
+
+impl Score {
+    /// Weight of the mean task end time in the objective.
+    const SPREAD: f64 = 0.5;
+
+    /// Better: a shorter completion, ties broken by the objective.
+    fn better(&self, other: &Score) -> bool {
+        self.completion < other.completion || (self.completion == other.completion && self.objective < other.objective)
+    }
+}
+
+/// Everything the search carries between candidates.
+struct Search<'a> {
+    preamble: Program,
+    topology: &'a Topology,
+    machine: Machine,
+    rng: Rng,
+    cache: HashMap<(Membership, BTreeSet<Action>), Option<Score>>,
+    evaluated: usize,
+    refused: usize,
+}
+
+/// Synthesizes a body for `preamble` on `topology` by a seeded simulated-annealing search over
+/// placements, structured plans and the rewrites of Section 5.4 (the algorithm, and why it is
+/// not an e-graph, are in [`crate::synth`]). The preamble's body, if valid, is one of the
+/// seeds; otherwise it is ignored. Deterministic for a given seed and iteration budget.
+pub fn search(preamble: &Program, topology: &Topology, options: SearchOptions) -> Result<Synthesis, SynthError> {
+    let given = preamble;
+    let preamble = checked_preamble(given)?;
+    check_sites(&preamble, topology)?;
+    let naive_program = naive(&preamble)?;
+    let mut s = Search {
+        machine: Machine::new(&preamble.sites(), topology),
+        preamble,
+        topology,
+        rng: Rng::new(options.seed),
+        cache: HashMap::new(),
+        evaluated: 0,
+        refused: 0,
+    };
+
+    // Seeds: naive, the given body, and structured plans under two placements.
+    let canonical = canonical_membership(&s.preamble)?;
+    let naive_state = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
+    let naive_ms = naive_state.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
+    let mut best: Option<State> = naive_state;
+    let consider = |st: Option<State>, best: &mut Option<State>| {
+        if let Some(st) = st
+            && best.as_ref().is_none_or(|b| st.cost.better(&b.cost))
+        {
+            *best = Some(st);
+        }
+    };
+    if !given.body.is_empty()
+        && let Ok(v) = given.validate()
+    {
+        let body = given.resolve(&v.membership).body;
+        let st = s.state_of_body(&v.membership, body, "the given body")?;
+        consider(st, &mut best);
+    }
+    let mut placements = vec![canonical.clone()];
+    let affinity = affinity_membership(&s.preamble)?;
+    if affinity != canonical {
+        placements.push(affinity);
+    }
+    for m in &placements {
+        let gs = s.groups_under(m)?;
+        for (plans, origin) in s.seed_plans(&gs) {
+            let st = s.state_of_plans(m, gs.clone(), plans, origin);
+            consider(st, &mut best);
+        }
+    }
+    let Some(mut best) = best else {
+        return Err(SynthError::Placement("no seed program could be simulated".to_string()));
+    };
+
+    // Annealing.
+    let start = Instant::now();
+    let mut cur = best.clone();
+    let patience = (options.iterations / 5).max(20);
+    let mut since_best = 0;
+    let mut iterations = 0;
+    for it in 0..options.iterations {
+        if options.time_limit.is_some_and(|limit| start.elapsed() >= limit) {
+            break;
+        }
+        iterations += 1;
+        let temperature = options.temperature * 0.01f64.powf(it as f64 / options.iterations as f64);
+        match s.propose(&cur) {
+            None => s.refused += 1,
+            Some(candidate) => {
+                let delta = (candidate.cost.objective - cur.cost.objective) / cur.cost.objective.max(1e-12);
+                if delta <= 0.0 || s.rng.unit() < (-delta / temperature.max(1e-12)).exp() {
+                    cur = candidate;
+                }
+            }
+        }
+        if cur.cost.better(&best.cost) {
+            best = cur.clone();
+            since_best = 0;
+        } else {
+            since_best += 1;
+            if since_best >= patience {
+                cur = best.clone();
+                since_best = 0;
+            }
+        }
+    }
+
+    let program = s.preamble.with_body(best.program.body.iter().cloned());
+    let validation = program.validate_with(&best.membership).map_err(SynthError::Unsatisfiable)?;
+    let simulation = run(&program, validation, topology, None)?;
+    Ok(Synthesis {
+        program,
+        completion_ms: simulation.completion_ms,
+        membership: best.membership,
+        naive_ms,
+        evaluated: s.evaluated,
+        iterations,
+        refused: s.refused,
+        origin: best.origin,
+        simulation,
+    })
+}
+
+impl Search<'_> {
+    fn groups_under(&self, membership: &Membership) -> Result<Vec<Group>, SynthError> {
+        groups(&self.preamble, membership)
+            .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
+    }
+
+    /// The score of `program` (a resolved preamble with a body) under
+    /// `membership`, or `None` if it is not valid. `known_valid`: a rewrite already checked it.
+    fn cost(&mut self, program: &Program, membership: &Membership, known_valid: bool) -> Option<Score> {
+        let key = (membership.clone(), program.body.clone());
+        if let Some(c) = self.cache.get(&key) {
+            return *c;
+        }
+        let closure = if known_valid {
+            program.closure(membership).ok()
+        } else {
+            program.validate_with(membership).ok().map(|v| v.closure)
+        };
+        let cost = closure.and_then(|c| lower(program, &c).graph.simulate(self.topology).ok()).map(|t| {
+            let ends: f64 = t.tasks().iter().map(|task| task.end).sum();
+            let mean_ms = 1e3 * ends / t.tasks().len().max(1) as f64;
+            Score { completion: t.completion_ms(), objective: t.completion_ms() + Score::SPREAD * mean_ms }
+        });
+        if cost.is_some() {
+            self.evaluated += 1;
+        }
+        self.cache.insert(key, cost);
+        cost
+    }
+
+    /// A state from an explicit body (plans default to balanced stars).
+    fn state_of_body(
+        &mut self,
+        membership: &Membership,
+        body: BTreeSet<Action>,
+        origin: &str,
+    ) -> Result<Option<State>, SynthError> {
+        let gs = self.groups_under(membership)?;
+        let roots = balanced_roots(&gs);
+        let plans = roots.iter().map(|&root| star(root)).collect();
+        let program = self.preamble.resolve(membership).with_body(body);
+        Ok(self.cost(&program, membership, false).map(|cost| State {
+            membership: membership.clone(),
+            groups: gs,
+            plans,
+            program,
+            cost,
+            origin: origin.to_string(),
+        }))
+    }
+
+    /// A state whose body is the union of the groups' plans.
+    fn state_of_plans(
+        &mut self,
+        membership: &Membership,
+        gs: Vec<Group>,
+        plans: Vec<Plan>,
+        origin: String,
+    ) -> Option<State> {
+        let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
+        let program = self.preamble.resolve(membership).with_body(body);
+        let cost = self.cost(&program, membership, false)?;
+        Some(State { membership: membership.clone(), groups: gs, plans, program, cost, origin })
+    }
+
+    /// The uniform structured seeds: every group with the same shape, roots balanced.
+    fn seed_plans(&self, gs: &[Group]) -> Vec<(Vec<Plan>, String)> {
+        let roots = balanced_roots(gs);
+        let relays: &[bool] = if self.machine.uniform { &[false] } else { &[false, true] };
+        let mut seeds = Vec::new();
+        let forward: Vec<usize> = (0..gs.len()).collect();
+        let backward: Vec<usize> = forward.iter().rev().copied().collect();
+        for (sequence, name) in
+            [(forward, "seed: congestion-aware trees"), (backward, "seed: congestion-aware trees, reversed")]
+        {
+            seeds.push((congestion_aware(gs, &roots, &sequence, &self.machine), name.to_string()));
+        }
+        for &relay in relays {
+            let uniform = |kind: &dyn Fn(SiteId) -> Kind, order: usize| -> Vec<Plan> {
+                roots.iter().map(|&root| Plan { kind: kind(root), order, relay, salt: 0 }).collect()
+            };
+            let rooted = |reduce, spread| move |root| Kind::Rooted { root, reduce, spread };
+            for kind in [rooted(Shape::Star, Shape::Star), rooted(Shape::Fastest, Shape::Fastest)] {
+                let plans = uniform(&kind, 0);
+                seeds.push((plans.clone(), format!("seed: {}", plans.first().map_or(String::new(), Plan::describe))));
+            }
+            for order in 0..self.machine.orders.len() {
+                for kind in [rooted(Shape::Chain, Shape::Chain), rooted(Shape::Tree, Shape::Tree)] {
+                    let plans = uniform(&kind, order);
+                    seeds.push((
+                        plans.clone(),
+                        format!("seed: {}", plans.first().map_or(String::new(), Plan::describe)),
+                    ));
+                }
+                if gs.iter().any(Group::butterfly_applies) {
+                    let plans = uniform(&|_| Kind::Butterfly, order);
+                    seeds
+                        .push((plans, format!("seed: butterfly, ring {order}{}", if relay { ", relays" } else { "" })));
+                }
+            }
+        }
+        seeds
+    }
+
+    /// One random move from `cur`: `None` when it does not apply, is refused, or is invalid.
+    fn propose(&mut self, cur: &State) -> Option<State> {
+        let r = self.rng.unit();
+        let swappable = sized_partitions(&self.preamble).len() >= 2;
+        if r < 0.35 {
+            self.replan_one(cur)
+        } else if r < 0.42 {
+            self.replan_all(cur)
+        } else if r < 0.50 && swappable {
+            self.swap(cur)
+        } else {
+            self.rewrite(cur)
+        }
+    }
+
+    /// Re-plans one group with one field of its plan changed.
+    fn replan_one(&mut self, cur: &State) -> Option<State> {
+        let g = self.rng.below(cur.groups.len());
+        let group = cur.groups.get(g)?;
+        let plan = self.mutate(&cur.plans[g], group);
+        let others: Vec<&Aggregate> =
+            cur.groups.iter().enumerate().filter(|(h, _)| *h != g).map(|(_, o)| &o.aggregate).collect();
+        let owned =
+            |a: &Action| a.aggregate.is_subset(&group.aggregate) && !others.iter().any(|o| a.aggregate.is_subset(o));
+        let mut body: BTreeSet<Action> = cur.program.body.iter().filter(|a| !owned(a)).cloned().collect();
+        body.extend(build(group, &plan, &self.machine));
+        if body == cur.program.body {
+            return None;
+        }
+        let program = cur.program.with_body(body);
+        let cost = self.cost(&program, &cur.membership, false)?;
+        let mut plans = cur.plans.clone();
+        plans[g] = plan.clone();
+        let origin = format!("re-planned {} as {}", group.aggregate, plan.describe());
+        Some(State { membership: cur.membership.clone(), groups: cur.groups.clone(), plans, program, cost, origin })
+    }
+
+    /// Re-plans every group (keeping each group's root): all with one random shape, or all
+    /// with congestion-aware trees laid out in a random sequence of groups.
+    fn replan_all(&mut self, cur: &State) -> Option<State> {
+        let roots: Vec<SiteId> = cur
+            .plans
+            .iter()
+            .zip(balanced_roots(&cur.groups))
+            .map(|(p, balanced)| p.kind.root().unwrap_or(balanced))
+            .collect();
+        if self.rng.below(3) == 0 {
+            let mut sequence: Vec<usize> = (0..cur.groups.len()).collect();
+            for i in (1..sequence.len()).rev() {
+                sequence.swap(i, self.rng.below(i + 1));
+            }
+            let plans = congestion_aware(&cur.groups, &roots, &sequence, &self.machine);
+            let origin = "re-planned every group as congestion-aware trees".to_string();
+            return self.state_of_plans(&cur.membership, cur.groups.clone(), plans, origin);
+        }
+        let order = self.rng.below(self.machine.orders.len());
+        let relay = !self.machine.uniform && self.rng.below(2) == 1;
+        let butterfly = self.rng.below(5) == 0;
+        let (reduce, spread) = (SHAPES[self.rng.below(SHAPES.len())], SHAPES[self.rng.below(SHAPES.len())]);
+        let plans: Vec<Plan> = roots
+            .into_iter()
+            .map(|root| {
+                let kind = if butterfly { Kind::Butterfly } else { Kind::Rooted { root, reduce, spread } };
+                Plan { kind, order, relay, salt: self.rng.next_u64() }
+            })
+            .collect();
+        let origin = format!("re-planned every group as {}", plans.first().map_or(String::new(), Plan::describe));
+        self.state_of_plans(&cur.membership, cur.groups.clone(), plans, origin)
+    }
+
+    /// Swaps two sites between two partitions declared by size and rebuilds from the plans.
+    fn swap(&mut self, cur: &State) -> Option<State> {
+        let sized = sized_partitions(&self.preamble);
+        let i = self.rng.below(sized.len());
+        let j = (i + 1 + self.rng.below(sized.len() - 1)) % sized.len();
+        let (p, q) = (&sized[i].0, &sized[j].0);
+        let ps: Vec<SiteId> = cur.membership.sites(p)?.iter().copied().collect();
+        let qs: Vec<SiteId> = cur.membership.sites(q)?.iter().copied().collect();
+        let (a, b) = (*self.rng.pick(&ps)?, *self.rng.pick(&qs)?);
+        let mut membership = cur.membership.clone();
+        membership.0.get_mut(p)?.remove(&a);
+        membership.0.get_mut(p)?.insert(b);
+        membership.0.get_mut(q)?.remove(&b);
+        membership.0.get_mut(q)?.insert(a);
+        let gs = groups(&self.preamble, &membership)?;
+        let balanced = balanced_roots(&gs);
+        let plans: Vec<Plan> = cur
+            .plans
+            .iter()
+            .zip(&gs)
+            .zip(balanced)
+            .map(|((plan, g), fallback)| match (&plan.kind, plan.kind.root()) {
+                (Kind::Rooted { reduce, spread, .. }, Some(root)) if !g.root_candidates().contains(&root) => {
+                    Plan { kind: Kind::Rooted { root: fallback, reduce: *reduce, spread: *spread }, ..plan.clone() }
+                }
+                (Kind::Trees { .. }, Some(root)) if !g.root_candidates().contains(&root) => Plan {
+                    kind: Kind::Rooted { root: fallback, reduce: Shape::Fastest, spread: Shape::Fastest },
+                    ..plan.clone()
+                },
+                _ => plan.clone(),
+            })
+            .collect();
+        self.state_of_plans(&membership, gs, plans, format!("placed {membership}"))
+    }
+
+    /// A plan with one thing changed at random: the root, a phase's shape, the ring order,
+    /// relaying, the salt, one site's parent in a tree, or the structure.
+    fn mutate(&mut self, plan: &Plan, group: &Group) -> Plan {
+        let mut next = plan.clone();
+        let roots = group.root_candidates();
+        let root = plan.kind.root().or_else(|| roots.first().copied()).unwrap_or(SiteId(0));
+        let (reduce, spread) = match plan.kind {
+            Kind::Rooted { reduce, spread, .. } => (reduce, spread),
+            _ => (Shape::Fastest, Shape::Fastest),
+        };
+        let shape = |rng: &mut Rng| SHAPES[rng.below(SHAPES.len())];
+        match self.rng.below(8) {
+            0 => {
+                let root = self.rng.pick(&roots).copied().unwrap_or(root);
+                next.kind = Kind::Rooted { root, reduce, spread };
+            }
+            1 => next.kind = Kind::Rooted { root, reduce: shape(&mut self.rng), spread },
+            2 => next.kind = Kind::Rooted { root, reduce, spread: shape(&mut self.rng) },
+            3 => next.order = self.rng.below(self.machine.orders.len()),
+            4 if !self.machine.uniform => next.relay = !plan.relay,
+            5 => {
+                next.salt = self.rng.next_u64();
+                next.kind = Kind::Rooted { root, reduce, spread };
+            }
+            6 | 7 => next.kind = self.reparented(plan, group, root),
+            _ if group.butterfly_applies() && plan.kind != Kind::Butterfly => next.kind = Kind::Butterfly,
+            _ => next.kind = Kind::Rooted { root, reduce: shape(&mut self.rng), spread: shape(&mut self.rng) },
+        }
+        next
+    }
+
+    /// Explicit trees for `plan` (its own, or the fastest-path trees of its root) with one
+    /// site of one tree hung under another parent: relay introduction or elimination (and,
+    /// while reducing, aggregation pushdown) on the tree's edges.
+    fn reparented(&mut self, plan: &Plan, group: &Group, root: SiteId) -> Kind {
+        let (mut reduce, mut spread) = match &plan.kind {
+            Kind::Trees { reduce, spread, .. } => (reduce.clone(), spread.clone()),
+            _ => {
+                let none = Load::new();
+                (
+                    self.machine.tree(root, true, plan.salt, &none, group.bytes),
+                    self.machine.tree(root, false, plan.salt, &none, group.bytes),
+                )
+            }
+        };
+        let inbound = self.rng.below(2) == 0;
+        let (tree, ends): (&mut BTreeMap<SiteId, SiteId>, Vec<SiteId>) = if inbound {
+            (&mut reduce, group.holders.keys().copied().collect())
+        } else {
+            (&mut spread, group.targets.iter().copied().collect())
+        };
+        let used: Vec<SiteId> = pruned(tree, root, ends.into_iter()).into_iter().map(|(s, _)| s).collect();
+        if let Some(&v) = self.rng.pick(&used) {
+            let parents: Vec<SiteId> = self
+                .machine
+                .sites
+                .iter()
+                .copied()
+                .filter(|&p| {
+                    p != v && if inbound { self.machine.bandwidth(v, p) } else { self.machine.bandwidth(p, v) } > 0.0
+                })
+                .collect();
+            if let Some(&p) = self.rng.pick(&parents)
+                && let Some(t) = reparent(tree, root, v, p)
+            {
+                *tree = t;
+            }
+        }
+        Kind::Trees { root, reduce, spread }
+    }
+
+    /// One Section 5.4 rewrite at a random place, aimed where it is likely to pay off.
+    fn rewrite(&mut self, cur: &State) -> Option<State> {
+        let p = &cur.program;
+        let body: Vec<&Action> = p.body.iter().collect();
+        let sends: Vec<(&Action, SiteId, SiteId)> = body
+            .iter()
+            .filter_map(|a| a.source_site().map(|s| (*a, s)))
+            .flat_map(|(a, s)| a.dests.iter().map(move |d| (a, s, *d)))
+            .collect();
+        let sites: Vec<SiteId> = self.machine.sites.clone();
+        let (name, result): (&str, Result<Program, Refusal>) = match self.rng.below(20) {
+            // relay introduction, preferably around a slow route, through its best relay
+            0..=4 => {
+                let slow: Vec<(&Action, SiteId, SiteId)> =
+                    sends.iter().copied().filter(|(_, s, d)| self.machine.relay(*s, *d).is_some()).collect();
+                let pool = if !slow.is_empty() && self.rng.below(4) != 0 { &slow } else { &sends };
+                let &(a, s, d) = self.rng.pick(pool)?;
+                let relay = match self.machine.relay(s, d) {
+                    Some(w) if self.rng.below(2) == 0 => w,
+                    _ => {
+                        let others: Vec<SiteId> = sites.iter().copied().filter(|w| *w != s && *w != d).collect();
+                        *self.rng.pick(&others)?
+                    }
+                };
+                ("introduce_relay", rewrite::introduce_relay(p, a, d, relay))
+            }
+            5 => {
+                let pairs: Vec<(&Action, &Action, SiteId)> = body
+                    .iter()
+                    .flat_map(|a| body.iter().map(move |b| (*a, *b)))
+                    .filter(|(a, b)| a.aggregate == b.aggregate && a.source_site().is_some())
+                    .filter_map(|(a, b)| b.source_site().filter(|r| a.dests.contains(r)).map(|_| (a, b)))
+                    .flat_map(|(a, b)| b.dests.iter().map(move |d| (a, b, *d)))
+                    .collect();
+                let &(a, b, d) = self.rng.pick(&pairs)?;
+                ("eliminate_relay", rewrite::eliminate_relay(p, a, b, d))
+            }
+            6..=8 => {
+                let multi: Vec<&Action> = body.iter().copied().filter(|a| a.dests.len() >= 2).collect();
+                let a = *self.rng.pick(&multi)?;
+                let dests: Vec<SiteId> = a.dests.iter().copied().collect();
+                let first: BTreeSet<SiteId> = if self.rng.below(2) == 0 {
+                    BTreeSet::from([*self.rng.pick(&dests)?])
+                } else {
+                    dests[..dests.len() / 2].iter().copied().collect()
+                };
+                ("fission", rewrite::fission(p, a, &first))
+            }
+            9..=10 => {
+                let pairs: Vec<(&Action, &Action)> = body
+                    .iter()
+                    .flat_map(|a| body.iter().map(move |b| (*a, *b)))
+                    .filter(|(a, b)| a < b && a.aggregate == b.aggregate && a.source == b.source)
+                    .collect();
+                let &(a, b) = self.rng.pick(&pairs)?;
+                ("fusion", rewrite::fusion(p, a, b))
+            }
+            11..=12 => {
+                let triples: Vec<(&Action, &Action, SiteId)> = body
+                    .iter()
+                    .flat_map(|a| body.iter().map(move |b| (*a, *b)))
+                    .filter(|(a, b)| a < b && a.source == b.source && a.aggregate.is_disjoint(&b.aggregate))
+                    .flat_map(|(a, b)| a.dests.intersection(&b.dests).map(move |d| (a, b, *d)))
+                    .collect();
+                let &(a, b, d) = self.rng.pick(&triples)?;
+                ("pushdown", rewrite::pushdown(p, a, b, d))
+            }
+            13 => {
+                let big: Vec<(&Action, SiteId, SiteId)> =
+                    sends.iter().copied().filter(|(a, _, _)| a.aggregate.len() >= 2).collect();
+                let &(a, _, d) = self.rng.pick(&big)?;
+                let atoms: Vec<AtomId> = a.aggregate.atoms().iter().cloned().collect();
+                let cut = 1 + self.rng.below(atoms.len() - 1);
+                let part = Aggregate::new(atoms[..cut].iter().cloned()).ok()?;
+                ("pullup", rewrite::pullup(p, a, d, &part, true))
+            }
+            14..=16 => {
+                let &(a, s, d) = self.rng.pick(&sends)?;
+                // sites where the aggregate is likely materialised: sources and destinations
+                // of the actions that move it
+                let holders: Vec<SiteId> = body
+                    .iter()
+                    .filter(|b| b.aggregate == a.aggregate)
+                    .flat_map(|b| b.source_site().into_iter().chain(b.dests.iter().copied()))
+                    .filter(|w| *w != s && *w != d)
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                let new_source = *self.rng.pick(&holders)?;
+                ("substitute_source", rewrite::substitute_source(p, a, d, new_source))
+            }
+            _ => {
+                let a = *self.rng.pick(&body)?;
+                ("delete", rewrite::delete(p, a))
+            }
+        };
+        let program = result.ok()?;
+        let cost = self.cost(&program, &cur.membership, true)?;
+        Some(State {
+            membership: cur.membership.clone(),
+            groups: cur.groups.clone(),
+            plans: cur.plans.clone(),
+            program,
+            cost,
+            origin: format!("rewrite: {name}"),
+        })
+    }
+}
+
+/// A star plan (reduce to `root`, multicast from it) along the first order.
+fn star(root: SiteId) -> Plan {
+    Plan { kind: Kind::Rooted { root, reduce: Shape::Star, spread: Shape::Star }, order: 0, relay: false, salt: 0 }
+}
+
+/// One root per group, spreading the work: each group takes, among its targets (its holders
+/// if it has none), a site holding some of its atoms if possible, then the one rooting the
+/// fewest groups so far, then the lowest. Distinct roots turn an all-reduce into a
+/// reduce-scatter and an all-gather.
+fn balanced_roots(gs: &[Group]) -> Vec<SiteId> {
+    let mut load: HashMap<SiteId, usize> = HashMap::new();
+    gs.iter()
+        .map(|g| {
+            let candidates: Vec<SiteId> = if g.targets.is_empty() {
+                g.holders.keys().copied().collect()
+            } else {
+                g.targets.iter().copied().collect()
+            };
+            let root = candidates
+                .into_iter()
+                .min_by_key(|c| (!g.holders.contains_key(c), load.get(c).copied().unwrap_or(0), *c))
+                .unwrap_or(SiteId(0));
+            *load.entry(root).or_default() += 1;
+            root
+        })
+        .collect()
+}
