@@ -24,6 +24,26 @@ pub enum Error {
     /// A failure of the core formalism.
     #[error(transparent)]
     Core(#[from] einsum_core::CoreError),
+    /// An exchange program that does not parse, check or validate (with its line).
+    #[error(transparent)]
+    Exprog(#[from] einsum_exprog::Error),
+    /// A program that cannot be simulated.
+    #[error(transparent)]
+    Simulate(#[from] einsum_exprog::SimulateError),
+    /// Synthesis failed.
+    #[error(transparent)]
+    Synthesis(#[from] einsum_exprog::synth::SynthError),
+    /// A topology that cannot be loaded.
+    #[error(transparent)]
+    Topology(#[from] einsum_sim::TopologyError),
+    /// A file that cannot be read.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A tensor handle that does not belong to this graph.
     #[error("tensor {0} does not belong to this graph")]
     ForeignTensor(String),

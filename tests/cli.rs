@@ -80,3 +80,63 @@ fn every_optimizer_runs_on_a_chain() {
         assert_eq!(v["ops"].as_array().unwrap().len(), 2);
     }
 }
+
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/einsum-exprog/examples");
+
+#[test]
+fn exprog_simulate_reproduces_example_5_3() {
+    let file = format!("{EXAMPLES}/example_5_3_v100_placement.exprog");
+    let out = einsummable(&["exprog", "simulate", &file, "--topology", "dgx-v100", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], true);
+    let ms = v["completion_ms"].as_f64().unwrap();
+    assert!((ms - 67.0).abs() / 67.0 < 0.03, "{ms}");
+    assert_eq!(v["bridge_bytes"], 0.0);
+    assert_eq!(v["membership"]["G1"], serde_json::json!([0, 1, 4, 5]));
+    assert!(v["transfer_ms"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn exprog_synthesize_returns_a_program_that_checks() {
+    let file = format!("{EXAMPLES}/example_5_4_preamble.exprog");
+    for mode in ["naive", "search"] {
+        let out = einsummable(&[
+            "exprog",
+            "synthesize",
+            &file,
+            "--topology",
+            "dgx-a100",
+            "--mode",
+            mode,
+            "--iterations",
+            "20",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["mode"], mode);
+        assert!(v["completion_ms"].as_f64().unwrap() > 0.0);
+        let program = v["program"].as_str().unwrap();
+        let path = std::env::temp_dir().join(format!("einsummable-cli-{mode}-{}.exprog", std::process::id()));
+        std::fs::write(&path, program).unwrap();
+        let check = einsummable(&["exprog", "check", path.to_str().unwrap()]);
+        std::fs::remove_file(&path).ok();
+        assert!(check.status.success(), "{mode}: {}", String::from_utf8_lossy(&check.stderr));
+    }
+}
+
+#[test]
+fn exprog_errors_name_the_line_and_exit_non_zero() {
+    let path = std::env::temp_dir().join(format!("einsummable-cli-bad-{}.exprog", std::process::id()));
+    std::fs::write(&path, "IN: A @ 0\nOUT: A @ 1\nA 0 -> 1\n").unwrap();
+    let out = einsummable(&["exprog", "check", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).ok();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 3"));
+    let out = einsummable(&["exprog", "simulate", "/no/such/file.exprog", "--topology", "dgx-h100"]);
+    assert!(!out.status.success());
+    let file = format!("{EXAMPLES}/example_5_1_swap.exprog");
+    let out = einsummable(&["exprog", "simulate", &file, "--topology", "dgx-b200"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dgx-a100"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -273,6 +273,12 @@ impl Topology {
         parse(&value)
     }
 
+    /// The topology a command-line argument names: a preset (`dgx-a100`, ...) or, when
+    /// `name` is the path of an existing file, the custom topology it describes.
+    pub fn named(name: &str) -> Result<Topology> {
+        if Path::new(name).is_file() { Topology::load(name) } else { Topology::preset(name) }
+    }
+
     /// Reads and parses a topology file; errors start with the file's path.
     pub fn load(path: impl AsRef<Path>) -> Result<Topology> {
         let path = path.as_ref();

@@ -97,7 +97,7 @@ impl Trace {
     /// Bytes through the resource called `name` (e.g. `"pcie-bridge"`); 0 when the
     /// topology has no such resource.
     pub fn bytes_through(&self, name: &str) -> f64 {
-        self.usage.iter().filter(|u| u.name == name).map(|u| u.bytes).sum()
+        self.usage.iter().filter(|u| u.name == name).fold(0.0, |acc, u| acc + u.bytes)
     }
 }
 

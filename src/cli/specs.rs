@@ -1,0 +1,53 @@
+//! `einsummable specs`: every join-agg spec each operator offers.
+
+use einsum_joinagg::enumerate_specs;
+use einsummable::{Result, Workload};
+use serde_json::{Value, json};
+
+use super::{Report, parse_dtype};
+
+/// Arguments of `specs`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The workload, `name:key=value,...`.
+    workload: String,
+    /// Number of devices p.
+    #[arg(long, default_value_t = 8)]
+    devices: usize,
+    /// Storage dtype: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+}
+
+/// Runs `specs`.
+pub fn run(a: Args) -> Result<Report> {
+    let graph = Workload::parse(&a.workload)?.build(parse_dtype(&a.dtype)?)?;
+    let comp = graph.computation();
+    let mut text = String::new();
+    let mut ops = Vec::new();
+    for (id, op, _) in comp.ops() {
+        let name = comp.node(id).map_or("", |n| n.name());
+        let shardable = op.shardable();
+        let specs = enumerate_specs(op, a.devices)?;
+        text += &format!("{name} ({}): {} specs\n", op.kind(), specs.len());
+        let mut listed = Vec::new();
+        for choice in &specs {
+            let splits: Vec<String> = shardable
+                .iter()
+                .zip(&choice.counts)
+                .filter(|(_, c)| **c > 1)
+                .map(|(s, c)| format!("{}={c}", s.name))
+                .collect();
+            let flops: Vec<f64> = choice.spec.functions.iter().map(|f| op.flops(f)).collect();
+            let (lo, hi) = flops.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let blocks = choice.spec.output_blocks(0).len();
+            let splits = if splits.is_empty() { "replicated".to_string() } else { splits.join(" ") };
+            text += &format!("  {splits:<32} output blocks {blocks:>3}  flops/device {lo:.3e}..{hi:.3e}\n");
+            let counts: serde_json::Map<String, Value> =
+                shardable.iter().zip(&choice.counts).map(|(s, c)| (s.name.clone(), json!(c))).collect();
+            listed.push(json!({"splits": counts, "output_blocks": blocks, "min_flops": lo, "max_flops": hi}));
+        }
+        ops.push(json!({"name": name, "kind": op.kind(), "specs": listed}));
+    }
+    Ok(Report { json: json!({"workload": a.workload, "devices": a.devices, "ops": ops}), text, ok: true })
+}
