@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use common::{Rng, naive};
+use common::{Chance, Rng, naive};
 use einsum_core::{DType, Interval, TensorType, Tiling, check_tiling};
 use einsum_exprog::{
     AtomId, DEFAULT_SIZE_GB, Membership, PartitionId, Program, SiteId, Target, Upstream, parse, preamble,

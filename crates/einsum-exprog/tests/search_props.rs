@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{Partitions, Rng, random_valid_program};
+use common::{Chance, Partitions, Rng, random_valid_program};
 use einsum_exprog::{Membership, PartitionSpec, Program, SiteId};
 use proptest::prelude::*;
 

@@ -98,7 +98,6 @@
 pub mod collectives;
 mod naive;
 mod plan;
-mod rng;
 mod search;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use einsum_sim::Topology;
 
 use super::plan::{Group, Kind, Load, Machine, Plan, SHAPES, Shape, build, congestion_aware, groups, pruned, reparent};
-use super::rng::Rng;
 use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, naive, sized_partitions};
 use crate::action::Action;
 use crate::aggregate::Aggregate;
@@ -17,6 +16,7 @@ use crate::lower::lower;
 use crate::membership::Membership;
 use crate::program::Program;
 use crate::rewrite::{self, Refusal};
+use einsum_core::SplitMix64 as Rng;
 
 /// How [`search`] runs.
 #[derive(Clone, Copy, Debug, PartialEq)]

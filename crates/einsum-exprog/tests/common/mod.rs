@@ -10,37 +10,24 @@ use einsum_exprog::{
     Action, Aggregate, AtomId, Input, Membership, PartitionId, PartitionSpec, Program, Requirement, SiteId, Target,
 };
 
-/// SplitMix64: small, seedable, good enough to drive test choices.
-pub struct Rng(u64);
+/// The seedable generator that drives the test choices.
+pub use einsum_core::SplitMix64 as Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
+/// The generators' extra draws.
+pub trait Chance {
+    /// True with probability `num / den`.
+    fn chance(&mut self, num: usize, den: usize) -> bool;
 
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
+    /// A random non-empty subset of `items` (which must be non-empty).
+    fn subset<T: Clone>(&mut self, items: &[T]) -> Vec<T>;
+}
 
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    pub fn chance(&mut self, num: usize, den: usize) -> bool {
+impl Chance for Rng {
+    fn chance(&mut self, num: usize, den: usize) -> bool {
         self.below(den) < num
     }
 
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
-        if items.is_empty() { None } else { Some(&items[self.below(items.len())]) }
-    }
-
-    /// A random non-empty subset of `items` (which must be non-empty).
-    pub fn subset<T: Clone>(&mut self, items: &[T]) -> Vec<T> {
+    fn subset<T: Clone>(&mut self, items: &[T]) -> Vec<T> {
         loop {
             let s: Vec<T> = items.iter().filter(|_| self.chance(1, 2)).cloned().collect();
             if !s.is_empty() {
