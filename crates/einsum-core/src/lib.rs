@@ -7,26 +7,32 @@
 //! - [`DType`] and [`HostTensor`]: dense row-major data that carries its [`TensorType`].
 //! - [`TensorDesc`]: a zero-bounded type with named indices, as users see it.
 //! - [`Aggregation`]: the elementwise ⊕ that combines partial outputs.
+//! - [`TaskGraph`]: the backend-independent executable IR, and the [`Backend`] contract.
 //!
-//! **Architecture invariant:** this crate knows nothing about operators, specs or devices.
+//! **Architecture invariant:** this crate knows nothing about operators, specs or
+//! optimizers; a task graph names devices and kernels by index only.
 #![warn(missing_docs)]
 
 mod aggregation;
+mod backend;
 mod desc;
 mod dtype;
 mod error;
 mod host_tensor;
 mod interval;
 mod rng;
+pub mod taskgraph;
 mod tensor_type;
 mod tiling;
 
 pub use aggregation::Aggregation;
+pub use backend::{Backend, BackendError, KernelLibrary};
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
 pub use host_tensor::{HostTensor, relative_error, scaled_error};
 pub use interval::Interval;
 pub use rng::SplitMix64;
+pub use taskgraph::{TaskGraph, TaskGraphError};
 pub use tensor_type::TensorType;
 pub use tiling::{Tiling, check_tiling};

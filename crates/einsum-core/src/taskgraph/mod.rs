@@ -1,0 +1,493 @@
+//! The task graph: the backend-independent executable IR (the analogue of the paper's CUDA
+//! graph). Per device it holds buffers (blocks with absolute types) and tasks — load a
+//! block of a computation input, slice a resident block into an atom, transfer between
+//! devices, aggregate with ⊕, stitch atoms into a kernel's input block, run a kernel on one
+//! function spec, store a block of a saved output — with explicit dependencies.
+//!
+//! # Design
+//! A graph is built in dependency order: a task may depend only on tasks added before it,
+//! so every graph is acyclic by construction and the insertion order is a valid schedule.
+//! Each task writes exactly one buffer (or, for a kernel, its output buffers) that nothing
+//! else writes, so buffers are single-assignment and a backend may free a buffer as soon
+//! as its last reader has finished ([`TaskGraph::last_readers`]). [`TaskGraph::push`]
+//! checks every invariant a backend relies on (devices, types, dtypes, single writer), so a
+//! backend never has to.
+
+mod memory;
+
+use std::fmt;
+
+use crate::{Aggregation, DType, TensorType, check_tiling};
+
+pub use memory::MemoryStats;
+
+/// A device (a virtual device on the CPU backend, a GPU on CUDA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId(pub u32);
+
+/// A buffer of a task graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+/// A task of a task graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u32);
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {}", self.0)
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task {}", self.0)
+    }
+}
+
+/// A block resident on one device: its absolute type and storage dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    /// Where it lives.
+    pub device: DeviceId,
+    /// Its index box, in the coordinates of the whole tensor.
+    pub ty: TensorType,
+    /// Its storage dtype.
+    pub dtype: DType,
+}
+
+impl Buffer {
+    /// Bytes of storage.
+    pub fn bytes(&self) -> usize {
+        self.ty.volume() * self.dtype.size_bytes()
+    }
+}
+
+/// What a task does. Every task writes only its destination buffer(s).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Task {
+    /// Fills `dst` with the block of computation input `input` that `dst`'s type selects.
+    Load {
+        /// Index of the computation input (in the graph's input list).
+        input: usize,
+        /// The block to fill.
+        dst: BufferId,
+    },
+    /// Copies the part of `src` that `dst`'s type selects (same device).
+    Slice {
+        /// The resident block.
+        src: BufferId,
+        /// The sub-block.
+        dst: BufferId,
+    },
+    /// Copies `src` to `dst` on another device (same type and dtype).
+    Transfer {
+        /// The block sent.
+        src: BufferId,
+        /// Its copy on the destination device.
+        dst: BufferId,
+    },
+    /// `dst = srcs[0] ⊕ srcs[1] ⊕ ...` (same device, type and dtype).
+    Aggregate {
+        /// The pieces, at least two.
+        srcs: Vec<BufferId>,
+        /// The result.
+        dst: BufferId,
+        /// The ⊕.
+        agg: Aggregation,
+    },
+    /// Stitches `srcs`, which tile `dst`'s type, into `dst` (same device and dtype).
+    Stitch {
+        /// The pieces.
+        srcs: Vec<BufferId>,
+        /// The whole block.
+        dst: BufferId,
+    },
+    /// Runs kernel `kernel` (an index into the executable's kernel table) on one function
+    /// spec: the inputs' and outputs' types are the function spec's boxes (same device).
+    Kernel {
+        /// Which kernel.
+        kernel: usize,
+        /// The input blocks.
+        inputs: Vec<BufferId>,
+        /// The output blocks it writes.
+        outputs: Vec<BufferId>,
+    },
+    /// Hands `src` to the host as (part of) saved output `output`; the blocks stored for one
+    /// output tile it.
+    Store {
+        /// Index of the saved output (in the graph's output list).
+        output: usize,
+        /// The block.
+        src: BufferId,
+    },
+}
+
+impl Task {
+    /// The buffers the task reads.
+    pub fn reads(&self) -> Vec<BufferId> {
+        match self {
+            Task::Load { .. } => Vec::new(),
+            Task::Slice { src, .. } | Task::Transfer { src, .. } | Task::Store { src, .. } => vec![*src],
+            Task::Aggregate { srcs, .. } | Task::Stitch { srcs, .. } => srcs.clone(),
+            Task::Kernel { inputs, .. } => inputs.clone(),
+        }
+    }
+
+    /// The buffers the task writes.
+    pub fn writes(&self) -> Vec<BufferId> {
+        match self {
+            Task::Load { dst, .. }
+            | Task::Slice { dst, .. }
+            | Task::Transfer { dst, .. }
+            | Task::Aggregate { dst, .. }
+            | Task::Stitch { dst, .. } => vec![*dst],
+            Task::Kernel { outputs, .. } => outputs.clone(),
+            Task::Store { .. } => Vec::new(),
+        }
+    }
+
+    /// A short name of the task's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Task::Load { .. } => "load",
+            Task::Slice { .. } => "slice",
+            Task::Transfer { .. } => "transfer",
+            Task::Aggregate { .. } => "aggregate",
+            Task::Stitch { .. } => "stitch",
+            Task::Kernel { .. } => "kernel",
+            Task::Store { .. } => "store",
+        }
+    }
+}
+
+/// A task and the tasks it waits for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// What it does.
+    pub task: Task,
+    /// Tasks that must finish first (all added earlier).
+    pub deps: Vec<TaskId>,
+    /// A readable label (operator and function spec, atom, ...).
+    pub label: String,
+}
+
+/// A tensor that crosses the graph's boundary: a computation input or a saved output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Boundary {
+    /// Its name.
+    pub name: String,
+    /// Its whole (zero-bounded) type.
+    pub ty: TensorType,
+    /// Its dtype.
+    pub dtype: DType,
+}
+
+/// A malformed task: what is wrong with it, for the compiler author.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("task `{label}` ({kind}): {reason}")]
+pub struct TaskGraphError {
+    /// The task's label.
+    pub label: String,
+    /// Its kind.
+    pub kind: &'static str,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// The executable IR: devices, buffers, tasks in a valid schedule order, and the graph's
+/// inputs and outputs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskGraph {
+    devices: usize,
+    buffers: Vec<Buffer>,
+    writer: Vec<Option<TaskId>>,
+    nodes: Vec<Node>,
+    inputs: Vec<Boundary>,
+    outputs: Vec<Boundary>,
+}
+
+impl TaskGraph {
+    /// An empty graph over `devices` devices with the given inputs and saved outputs.
+    pub fn new(devices: usize, inputs: Vec<Boundary>, outputs: Vec<Boundary>) -> Self {
+        Self { devices, inputs, outputs, ..Self::default() }
+    }
+
+    /// Number of devices.
+    pub fn devices(&self) -> usize {
+        self.devices
+    }
+
+    /// The computation inputs.
+    pub fn inputs(&self) -> &[Boundary] {
+        &self.inputs
+    }
+
+    /// The saved outputs.
+    pub fn outputs(&self) -> &[Boundary] {
+        &self.outputs
+    }
+
+    /// Every buffer.
+    pub fn buffers(&self) -> &[Buffer] {
+        &self.buffers
+    }
+
+    /// The buffer `id`.
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+
+    /// Every task, in a valid schedule order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The task that writes `id`, once it has been added.
+    pub fn writer(&self, id: BufferId) -> Option<TaskId> {
+        self.writer.get(id.0 as usize).copied().flatten()
+    }
+
+    /// Declares a buffer; it must then be written by exactly one task.
+    pub fn add_buffer(&mut self, device: DeviceId, ty: TensorType, dtype: DType) -> BufferId {
+        self.buffers.push(Buffer { device, ty, dtype });
+        self.writer.push(None);
+        BufferId(self.buffers.len() as u32 - 1)
+    }
+
+    /// Adds a task after checking it; `deps` are completed by the writers of the buffers it
+    /// reads, so callers name only extra ordering constraints (usually none).
+    pub fn push(&mut self, task: Task, deps: &[TaskId], label: impl Into<String>) -> Result<TaskId, TaskGraphError> {
+        let label = label.into();
+        let id = TaskId(self.nodes.len() as u32);
+        self.check(&task, &label)?;
+        let mut all: Vec<TaskId> = deps.to_vec();
+        for b in task.reads() {
+            all.push(self.writer(b).expect("checked: every read buffer has a writer"));
+        }
+        if let Some(bad) = all.iter().find(|d| d.0 >= id.0) {
+            return Err(TaskGraphError {
+                label,
+                kind: task.kind(),
+                reason: format!("depends on {bad}, not added yet"),
+            });
+        }
+        all.sort();
+        all.dedup();
+        for b in task.writes() {
+            self.writer[b.0 as usize] = Some(id);
+        }
+        self.nodes.push(Node { task, deps: all, label });
+        Ok(id)
+    }
+
+    fn check(&self, task: &Task, label: &str) -> Result<(), TaskGraphError> {
+        let fail = |reason: String| Err(TaskGraphError { label: label.to_string(), kind: task.kind(), reason });
+        for b in task.reads().into_iter().chain(task.writes()) {
+            if b.0 as usize >= self.buffers.len() {
+                return fail(format!("unknown buffer {}", b.0));
+            }
+            if self.buffer(b).device.0 as usize >= self.devices {
+                return fail(format!(
+                    "buffer {} is on {}, the graph has {} devices",
+                    b.0,
+                    self.buffer(b).device,
+                    self.devices
+                ));
+            }
+        }
+        for b in task.reads() {
+            if self.writer(b).is_none() {
+                return fail(format!("reads buffer {} before any task writes it", b.0));
+            }
+        }
+        for b in task.writes() {
+            if self.writer(b).is_some() {
+                return fail(format!("buffer {} is already written", b.0));
+            }
+        }
+        let buf = |b: &BufferId| self.buffer(*b);
+        let same_device = |bs: &[BufferId]| bs.windows(2).all(|w| buf(&w[0]).device == buf(&w[1]).device);
+        match task {
+            Task::Load { input, dst } => match self.inputs.get(*input) {
+                None => fail(format!("unknown input {input}")),
+                Some(i) if !buf(dst).ty.is_projection_of(&i.ty) || buf(dst).dtype != i.dtype => fail(format!(
+                    "block {} {} is not a block of input `{}` {} {}",
+                    buf(dst).ty,
+                    buf(dst).dtype,
+                    i.name,
+                    i.ty,
+                    i.dtype
+                )),
+                _ => Ok(()),
+            },
+            Task::Slice { src, dst } => {
+                if !same_device(&[*src, *dst]) || buf(src).dtype != buf(dst).dtype {
+                    fail("slice across devices or dtypes".into())
+                } else if !buf(dst).ty.is_projection_of(&buf(src).ty) {
+                    fail(format!("{} is not inside {}", buf(dst).ty, buf(src).ty))
+                } else {
+                    Ok(())
+                }
+            }
+            Task::Transfer { src, dst } => {
+                if buf(src).device == buf(dst).device {
+                    fail(format!("transfer within {}", buf(src).device))
+                } else if buf(src).ty != buf(dst).ty || buf(src).dtype != buf(dst).dtype {
+                    fail(format!("transfer changes the block: {} to {}", buf(src).ty, buf(dst).ty))
+                } else {
+                    Ok(())
+                }
+            }
+            Task::Aggregate { srcs, dst, .. } => {
+                let mut all = srcs.clone();
+                all.push(*dst);
+                if srcs.len() < 2 {
+                    fail(format!("aggregates {} pieces", srcs.len()))
+                } else if !same_device(&all) {
+                    fail("aggregates across devices".into())
+                } else if all.iter().any(|b| buf(b).ty != buf(dst).ty || buf(b).dtype != buf(dst).dtype) {
+                    fail("aggregates blocks of different types".into())
+                } else {
+                    Ok(())
+                }
+            }
+            Task::Stitch { srcs, dst } => {
+                let mut all = srcs.clone();
+                all.push(*dst);
+                if !same_device(&all) || all.iter().any(|b| buf(b).dtype != buf(dst).dtype) {
+                    return fail("stitches across devices or dtypes".into());
+                }
+                let parts: Vec<TensorType> = srcs.iter().map(|b| buf(b).ty.clone()).collect();
+                check_tiling(&buf(dst).ty, &parts).or_else(|e| fail(e.to_string()))
+            }
+            Task::Kernel { inputs, outputs, .. } => {
+                let all: Vec<BufferId> = inputs.iter().chain(outputs).copied().collect();
+                if outputs.is_empty() {
+                    fail("a kernel with no output".into())
+                } else if !same_device(&all) {
+                    fail("kernel buffers on several devices".into())
+                } else {
+                    Ok(())
+                }
+            }
+            Task::Store { output, src } => match self.outputs.get(*output) {
+                None => fail(format!("unknown output {output}")),
+                Some(o) if !buf(src).ty.is_projection_of(&o.ty) || buf(src).dtype != o.dtype => {
+                    fail(format!("block {} is not a block of output `{}` {}", buf(src).ty, o.name, o.ty))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// For each buffer, the last task (in schedule order) that reads it, if any: after it,
+    /// the buffer can be freed.
+    pub fn last_readers(&self) -> Vec<Option<TaskId>> {
+        let mut last = vec![None; self.buffers.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for b in n.task.reads() {
+                last[b.0 as usize] = Some(TaskId(i as u32));
+            }
+        }
+        last
+    }
+
+    /// Task counts, bytes moved between devices, and peak memory per device when the tasks
+    /// run one at a time in schedule order, each buffer allocated by its writer and freed
+    /// after its last reader.
+    pub fn stats(&self) -> MemoryStats {
+        memory::stats(self)
+    }
+
+    /// Checks that every declared buffer is written and every output is covered by stored
+    /// blocks that tile it.
+    pub fn check_complete(&self) -> Result<(), TaskGraphError> {
+        let fail = |reason: String| Err(TaskGraphError { label: "graph".into(), kind: "graph", reason });
+        if let Some(b) = self.writer.iter().position(Option::is_none) {
+            return fail(format!("buffer {b} is never written"));
+        }
+        for (o, out) in self.outputs.iter().enumerate() {
+            let blocks: Vec<TensorType> = self
+                .nodes
+                .iter()
+                .filter_map(|n| match n.task {
+                    Task::Store { output, src } if output == o => Some(self.buffer(src).ty.clone()),
+                    _ => None,
+                })
+                .collect();
+            if let Err(e) = check_tiling(&out.ty, &blocks) {
+                return fail(format!("output `{}`: {e}", out.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tt(lo: &[usize], hi: &[usize]) -> TensorType {
+        TensorType::new(lo, hi).unwrap()
+    }
+
+    /// Two devices each load half a row vector; device 1's half moves to device 0, where the
+    /// halves are stitched and stored.
+    fn gather() -> TaskGraph {
+        let whole = TensorType::zero_bounded(&[4]);
+        let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(2, vec![io("x")], vec![io("y")]);
+        let a = g.add_buffer(DeviceId(0), tt(&[0], &[2]), DType::F32);
+        let b = g.add_buffer(DeviceId(1), tt(&[2], &[4]), DType::F32);
+        let b0 = g.add_buffer(DeviceId(0), tt(&[2], &[4]), DType::F32);
+        let y = g.add_buffer(DeviceId(0), whole, DType::F32);
+        g.push(Task::Load { input: 0, dst: a }, &[], "load a").unwrap();
+        g.push(Task::Load { input: 0, dst: b }, &[], "load b").unwrap();
+        g.push(Task::Transfer { src: b, dst: b0 }, &[], "move b").unwrap();
+        g.push(Task::Stitch { srcs: vec![a, b0], dst: y }, &[], "stitch").unwrap();
+        g.push(Task::Store { output: 0, src: y }, &[], "store").unwrap();
+        g
+    }
+
+    #[test]
+    fn dependencies_follow_the_buffers() {
+        let g = gather();
+        assert_eq!(g.nodes()[2].deps, vec![TaskId(1)]);
+        assert_eq!(g.nodes()[3].deps, vec![TaskId(0), TaskId(2)]);
+        assert!(g.check_complete().is_ok());
+        assert_eq!(g.last_readers()[1], Some(TaskId(2)));
+    }
+
+    #[test]
+    fn stats_count_bytes_and_peaks() {
+        let s = gather().stats();
+        assert_eq!(s.bytes_moved, 8);
+        assert_eq!(s.tasks["transfer"], 1);
+        // Device 0 holds a (8 B), b0 (8 B) and y (16 B) at once; device 1 only b.
+        assert_eq!(s.peak_bytes, vec![32, 8]);
+    }
+
+    #[test]
+    fn malformed_tasks_are_refused() {
+        let mut g = gather();
+        let c = g.add_buffer(DeviceId(0), tt(&[0], &[2]), DType::F32);
+        let d = g.add_buffer(DeviceId(1), tt(&[0], &[2]), DType::F16);
+        let e = g.add_buffer(DeviceId(5), tt(&[0], &[2]), DType::F32);
+        let err = g.push(Task::Transfer { src: BufferId(0), dst: c }, &[], "same device").unwrap_err();
+        assert!(err.reason.contains("within"), "{err}");
+        assert!(g.push(Task::Transfer { src: BufferId(0), dst: d }, &[], "dtype").is_err());
+        assert!(g.push(Task::Load { input: 0, dst: e }, &[], "device").unwrap_err().reason.contains("2 devices"));
+        assert!(
+            g.push(Task::Slice { src: c, dst: BufferId(0) }, &[], "unwritten").unwrap_err().reason.contains("before")
+        );
+        assert!(
+            g.push(Task::Load { input: 0, dst: BufferId(0) }, &[], "twice").unwrap_err().reason.contains("already")
+        );
+        assert!(g.push(Task::Load { input: 3, dst: c }, &[], "input").is_err());
+        assert!(g.push(Task::Load { input: 0, dst: c }, &[TaskId(99)], "future").is_err());
+        let mut h = gather();
+        h.add_buffer(DeviceId(0), tt(&[0], &[1]), DType::F32);
+        assert!(h.check_complete().unwrap_err().reason.contains("never written"));
+    }
+}
