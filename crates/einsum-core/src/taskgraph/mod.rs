@@ -13,12 +13,14 @@
 //! checks every invariant a backend relies on (devices, types, dtypes, single writer), so a
 //! backend never has to.
 
+mod interpret;
 mod memory;
 
 use std::fmt;
 
 use crate::{Aggregation, DType, TensorType, check_tiling};
 
+pub use interpret::{check_inputs, check_kernel_outputs, interpret, stitch_outputs};
 pub use memory::MemoryStats;
 
 /// A device (a virtual device on the CPU backend, a GPU on CUDA).
@@ -466,6 +468,57 @@ mod tests {
         assert_eq!(s.tasks["transfer"], 1);
         // Device 0 holds a (8 B), b0 (8 B) and y (16 B) at once; device 1 only b.
         assert_eq!(s.peak_bytes, vec![32, 8]);
+    }
+
+    /// Kernel 0 doubles its input; anything else fails.
+    struct Doubler;
+
+    impl crate::KernelLibrary for Doubler {
+        fn run(
+            &self,
+            kernel: usize,
+            inputs: &[crate::HostTensor],
+            outputs: &[(TensorType, DType)],
+        ) -> Result<Vec<crate::HostTensor>, String> {
+            if kernel != 0 {
+                return Err("no such kernel".into());
+            }
+            let data = inputs[0].to_f32().iter().map(|x| 2.0 * x).collect();
+            crate::HostTensor::from_f32(outputs[0].0.clone(), outputs[0].1, data)
+                .map_err(|e| e.to_string())
+                .map(|t| vec![t])
+        }
+
+        fn name(&self, kernel: usize) -> String {
+            format!("doubler {kernel}")
+        }
+    }
+
+    #[test]
+    fn interpreting_a_gather_returns_the_input() {
+        let g = gather();
+        let x = crate::HostTensor::random(TensorType::zero_bounded(&[4]), DType::F32, 3);
+        assert_eq!(interpret(&g, &Doubler, std::slice::from_ref(&x)).unwrap(), vec![x.clone()]);
+        let wrong = crate::HostTensor::random(TensorType::zero_bounded(&[5]), DType::F32, 3);
+        assert!(matches!(interpret(&g, &Doubler, &[wrong]), Err(crate::BackendError::Input { index: 0, .. })));
+        assert!(matches!(interpret(&g, &Doubler, &[]), Err(crate::BackendError::Input { .. })));
+    }
+
+    #[test]
+    fn kernel_errors_name_the_task() {
+        let whole = TensorType::zero_bounded(&[2]);
+        let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(1, vec![io("x")], vec![io("y")]);
+        let a = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+        let b = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+        let c = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+        g.push(Task::Load { input: 0, dst: a }, &[], "load").unwrap();
+        g.push(Task::Kernel { kernel: 0, inputs: vec![a], outputs: vec![b] }, &[], "double").unwrap();
+        g.push(Task::Kernel { kernel: 1, inputs: vec![b], outputs: vec![c] }, &[], "broken").unwrap();
+        g.push(Task::Store { output: 0, src: c }, &[], "store").unwrap();
+        let x = crate::HostTensor::random(whole, DType::F32, 1);
+        let err = interpret(&g, &Doubler, &[x]).unwrap_err().to_string();
+        assert!(err.contains("broken") && err.contains("no such kernel") && err.contains("task 2"), "{err}");
     }
 
     #[test]
