@@ -5,10 +5,14 @@
 
 use std::collections::HashMap;
 
-use einsum_core::{DType, SplitMix64, relative_error};
+use einsum_core::{DType, SplitMix64, scaled_error};
 use einsum_joinagg::{Computation, OpId, decomposition_error, enumerate_specs};
 
-use crate::Result;
+use crate::{Error, Result};
+
+/// The most elements `check` materialises (over every tensor of the computation): about
+/// 2 GiB of f32. Larger workloads are refused with a message, not run for hours.
+pub const MAX_CHECK_ELEMENTS: usize = 1 << 29;
 
 /// The relative error a decomposed run may show against the reference, for a dtype.
 pub fn tolerance(dtype: DType) -> f32 {
@@ -30,7 +34,7 @@ pub struct OpCheck {
     pub specs: usize,
     /// How many of them were run.
     pub checked: usize,
-    /// The largest relative error among those run.
+    /// The largest error among those run (`max|split - whole| / max(max|whole|, 1)`).
     pub max_error: f32,
 }
 
@@ -39,7 +43,7 @@ pub struct OpCheck {
 pub struct CheckReport {
     /// One entry per operator, in topological order.
     pub ops: Vec<OpCheck>,
-    /// Relative error of the saved outputs when every operator runs a random spec.
+    /// Error of the saved outputs when every operator runs a random spec (same measure).
     pub graph_error: f32,
     /// The tolerance the errors are held to.
     pub tolerance: f32,
@@ -56,6 +60,17 @@ impl CheckReport {
 /// evenly over its enumeration) and the whole graph under one seeded random choice of spec
 /// per operator. Fails when an operator has no spec for `p`.
 pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u64) -> Result<CheckReport> {
+    let elements: usize = comp
+        .topo_order()
+        .into_iter()
+        .filter_map(|id| comp.node(id))
+        .flat_map(|n| n.outputs().iter().map(|d| d.shape().iter().product::<usize>()))
+        .fold(0, usize::saturating_add);
+    if elements > MAX_CHECK_ELEMENTS {
+        return Err(Error::Usage(format!(
+            "the computation holds {elements} elements, more than check runs ({MAX_CHECK_ELEMENTS}); give smaller dimensions, e.g. llama-block:tokens=64,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=128"
+        )));
+    }
     let mut rng = SplitMix64::new(seed);
     let mut ops = Vec::new();
     let mut chosen = HashMap::<OpId, _>::new();
@@ -81,6 +96,6 @@ pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u
     let inputs = comp.random_inputs(rng.next_u64());
     let reference = comp.evaluate(&inputs)?;
     let decomposed = comp.evaluate_with_specs(&inputs, &chosen)?;
-    let graph_error = reference.iter().map(|(t, r)| relative_error(&decomposed[t], r)).fold(0.0, f32::max);
+    let graph_error = reference.iter().map(|(t, r)| scaled_error(&decomposed[t], r, 1.0)).fold(0.0, f32::max);
     Ok(CheckReport { ops, graph_error, tolerance: tolerance(dtype) })
 }

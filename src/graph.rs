@@ -14,6 +14,8 @@
 //! # Ok::<(), einsummable::Error>(())
 //! ```
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, Computation, TensorId};
 use einsum_ops::{
@@ -31,16 +33,36 @@ use einsum_ops::{
 
 use crate::{Error, Result};
 
-/// A handle to a tensor of a [`Graph`].
+/// A handle to a tensor of one [`Graph`]; using it with another graph is an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Tensor(pub TensorId);
+pub struct Tensor {
+    graph: u64,
+    id: TensorId,
+}
+
+impl Tensor {
+    /// The tensor's id in the graph's [`Computation`].
+    pub fn id(&self) -> TensorId {
+        self.id
+    }
+}
+
+/// Source of distinct graph ids, so a tensor handle remembers which graph made it.
+static NEXT_GRAPH: AtomicU64 = AtomicU64::new(0);
 
 /// A computation under construction: inputs, abstract operators and saved outputs. No
 /// device, sharding or communication appears here; `compile` decides all of that.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Graph {
+    id: u64,
     comp: Computation,
     ops_added: usize,
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Self { id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed), comp: Computation::new(), ops_added: 0 }
+    }
 }
 
 impl Graph {
@@ -53,7 +75,8 @@ impl Graph {
     pub fn input(&mut self, name: &str, dims: &[(&str, usize)], dtype: DType) -> Result<Tensor> {
         let desc = TensorDesc::of(dims, dtype)
             .map_err(|e| Error::Build { node: format!("input `{name}`"), source: e.into() })?;
-        Ok(Tensor(self.comp.add_input(name, desc)))
+        let id = self.comp.add_input(name, desc);
+        Ok(self.handle(id))
     }
 
     /// A general contraction written as index strings, e.g. `"td,dhe->hte"`.
@@ -120,12 +143,23 @@ impl Graph {
 
     /// Marks a tensor as an output that must remain after execution.
     pub fn save(&mut self, t: Tensor) -> Result<()> {
-        self.comp.save(t.0).map_err(|_| Error::ForeignTensor(t.0.to_string()))
+        let id = self.own(t)?;
+        self.comp.save(id).map_err(|_| Error::ForeignTensor(id.to_string()))
     }
 
     /// The type of a tensor.
     pub fn desc(&self, t: Tensor) -> Result<&TensorDesc> {
-        self.comp.desc(t.0).map_err(|_| Error::ForeignTensor(t.0.to_string()))
+        let id = self.own(t)?;
+        self.comp.desc(id).map_err(|_| Error::ForeignTensor(id.to_string()))
+    }
+
+    fn handle(&self, id: TensorId) -> Tensor {
+        Tensor { graph: self.id, id }
+    }
+
+    /// The tensor's id, if the handle was made by this graph.
+    fn own(&self, t: Tensor) -> Result<TensorId> {
+        if t.graph == self.id { Ok(t.id) } else { Err(Error::ForeignTensor(t.id.to_string())) }
     }
 
     /// The computation built so far.
@@ -151,9 +185,9 @@ impl Graph {
         self.ops_added += 1;
         let node = format!("{kind} #{}", self.ops_added);
         let op = op.map_err(|source| Error::Build { node: node.clone(), source })?;
-        let ids: Vec<TensorId> = inputs.iter().map(|t| t.0).collect();
+        let ids = inputs.iter().map(|&t| self.own(t)).collect::<Result<Vec<TensorId>>>()?;
         let outs =
             self.comp.add_op(node.clone(), Box::new(op), &ids).map_err(|source| Error::Build { node, source })?;
-        Ok(Tensor(outs[0]))
+        Ok(self.handle(outs[0]))
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! Describe a computation with the PyTorch-like [`Graph`] builder; every operator is an
 //! abstract operator that exposes its decompositions as join-agg specs (Section 3 of the
-//! paper). This crate is the thin driver over the workspace's crates:
-//! `einsum-core` (tensor types, tilings, host tensors), `einsum-joinagg` (specs,
-//! enumeration, validation, reference semantics, the operator DAG) and `einsum-ops` (the
-//! operator library).
+//! paper). This crate is the thin driver over the workspace's crates: `einsum-core`
+//! (tensor types, tilings, host tensors, the task graph), `einsum-joinagg` (specs,
+//! enumeration, validation, reference semantics, the operator DAG), `einsum-ops` (the
+//! operator library), `einsum-logical` (the logical optimizer), `einsum-sim` (topologies
+//! and the simulator) and `einsum-exprog` (exchange programs).
 #![warn(missing_docs)]
 
 pub mod check;

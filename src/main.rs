@@ -37,7 +37,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // Bad arguments: with --json, stdout still holds exactly one JSON object.
+            if std::env::args().any(|a| a == "--json") {
+                println!("{}", json!({ "error": e.to_string().trim_end() }));
+            }
+            eprint!("{e}");
+            return ExitCode::from(2);
+        }
+    };
     let report = match cli.command {
         Command::Check(args) => cli::check::run(args),
         Command::Plan(args) => cli::plan::run(args),

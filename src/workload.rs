@@ -69,10 +69,8 @@ const CHAINS: &[(&str, &[usize], &str)] = &[
 /// A parsed workload description: its name and every key with its value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
-    /// The workload's name.
-    pub name: String,
-    /// Every key, with its value (given or default).
-    pub params: BTreeMap<String, usize>,
+    name: String,
+    params: BTreeMap<String, usize>,
 }
 
 impl Workload {
@@ -110,6 +108,16 @@ impl Workload {
             }
         }
         Ok(Self { name: name.to_string(), params })
+    }
+
+    /// The workload's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every key, with its value (given or default).
+    pub fn params(&self) -> &BTreeMap<String, usize> {
+        &self.params
     }
 
     /// Builds the workload's graph with every tensor in `dtype`.

@@ -82,6 +82,12 @@ fn tensors_of_another_graph_are_rejected() {
     let mut other = Graph::new();
     let _ = other.input("a", &[("i", 2)], DType::F32).unwrap();
     let foreign = other.input("b", &[("i", 2)], DType::F32).unwrap();
+    // The same node index exists in `g`: the handle must still be refused.
     let mut g = Graph::new();
+    let a = g.input("a", &[("i", 2)], DType::F32).unwrap();
+    let _ = g.input("b", &[("i", 2)], DType::F32).unwrap();
     assert!(matches!(g.save(foreign), Err(Error::ForeignTensor(_))));
+    assert!(matches!(g.binary(a, foreign, BinaryOp::Add), Err(Error::ForeignTensor(_))));
+    assert!(matches!(g.desc(foreign), Err(Error::ForeignTensor(_))));
+    assert!(g.binary(a, a, BinaryOp::Add).is_ok());
 }

@@ -30,15 +30,27 @@ pub struct TensorDesc {
 }
 
 impl TensorDesc {
-    /// A descriptor; fails when a name repeats.
+    /// A descriptor; fails when a name repeats, an extent is zero, or the tensor's size in
+    /// bytes does not fit in a `usize`.
     pub fn new(dims: Vec<Dim>, dtype: DType) -> Result<Self> {
         let desc = Self { dims, dtype };
         for (i, d) in desc.dims.iter().enumerate() {
             if desc.dims[..i].iter().any(|e| e.name == d.name) {
                 return Err(CoreError::DuplicateIndex { name: d.name.clone(), dims: desc.dims_string() });
             }
+            if d.extent == 0 {
+                return Err(CoreError::EmptyIndex { name: d.name.clone(), dims: desc.dims_string() });
+            }
+        }
+        if desc.checked_size_bytes().is_none() {
+            return Err(CoreError::TooLarge { dims: desc.dims_string(), dtype });
         }
         Ok(desc)
+    }
+
+    /// Bytes of the whole tensor, or `None` when that overflows a `usize`.
+    pub fn checked_size_bytes(&self) -> Option<usize> {
+        self.dims.iter().try_fold(self.dtype.size_bytes(), |acc, d| acc.checked_mul(d.extent))
     }
 
     /// Shorthand: `TensorDesc::of(&[("i", 4), ("j", 8)], DType::F32)`.
@@ -111,5 +123,8 @@ mod tests {
         let err = d.index_of("heads").unwrap_err().to_string();
         assert!(err.contains("heads") && err.contains("tokens=8"), "{err}");
         assert!(TensorDesc::of(&[("i", 2), ("i", 3)], DType::F32).is_err());
+        assert!(matches!(TensorDesc::of(&[("i", 0)], DType::F32), Err(CoreError::EmptyIndex { .. })));
+        let huge = TensorDesc::of(&[("i", 1 << 40), ("j", 1 << 40)], DType::F16);
+        assert!(matches!(huge, Err(CoreError::TooLarge { .. })), "{huge:?}");
     }
 }

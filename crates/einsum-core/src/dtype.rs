@@ -34,7 +34,8 @@ impl DType {
         }
     }
 
-    /// Unit roundoff of the storage type: a relative-error scale for comparisons.
+    /// Machine epsilon of the storage type (twice its unit roundoff): a relative-error scale
+    /// for comparisons.
     pub fn epsilon(self) -> f32 {
         match self {
             DType::F32 => f32::EPSILON,

@@ -84,6 +84,22 @@ pub enum CoreError {
         /// The descriptor's dimensions, for the message.
         dims: String,
     },
+    /// A named index of extent zero: no block of it could be non-empty.
+    #[error("index `{name}` of tensor [{dims}] has extent 0")]
+    EmptyIndex {
+        /// The index.
+        name: String,
+        /// The descriptor's dimensions, for the message.
+        dims: String,
+    },
+    /// A tensor whose size in bytes overflows a `usize`.
+    #[error("tensor [{dims}] of {dtype} is too large to address")]
+    TooLarge {
+        /// The descriptor's dimensions, for the message.
+        dims: String,
+        /// Its dtype.
+        dtype: DType,
+    },
     /// An unknown dtype name.
     #[error("unknown dtype `{0}` (expected f32, f16 or bf16)")]
     UnknownDType(String),

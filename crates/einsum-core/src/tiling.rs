@@ -23,7 +23,7 @@ pub fn check_tiling(whole: &TensorType, blocks: &[TensorType]) -> Result<()> {
             }
         }
     }
-    let covered: usize = blocks.iter().map(TensorType::volume).sum();
+    let covered = blocks.iter().fold(0usize, |acc, b| acc.saturating_add(b.volume()));
     if covered != whole.volume() {
         return fail(format!("the blocks cover {covered} of its {} indices", whole.volume()));
     }

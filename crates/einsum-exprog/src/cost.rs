@@ -45,7 +45,7 @@ pub enum SimulateError {
         /// Its last site.
         last: usize,
     },
-    /// The simulator rejected the lowered task graph (a bug in the lowering if it happens).
+    /// The simulator rejected the lowered task graph (for example a site the topology lacks).
     #[error("the simulator rejected the lowered program: {0}")]
     Sim(#[from] SimError),
 }
@@ -70,7 +70,7 @@ pub struct ActionTime {
     pub round: usize,
     /// Its local aggregation, if the aggregate was not yet at the site.
     pub aggregate: Option<TimeSpan>,
-    /// Its transfer or multicast, if it has destinations.
+    /// Its transfers, if it has destinations: from the first start to the last end.
     pub transfer: Option<TimeSpan>,
 }
 
@@ -192,7 +192,11 @@ pub(crate) fn run(
             site: f.site,
             round: f.round,
             aggregate: span(t.aggregate),
-            transfer: span(t.transfer),
+            transfer: t
+                .transfers
+                .iter()
+                .filter_map(|(_, id)| span(Some(*id)))
+                .reduce(|a, b| TimeSpan { start_ms: a.start_ms.min(b.start_ms), end_ms: a.end_ms.max(b.end_ms) }),
         })
         .collect();
     Ok(Simulation {

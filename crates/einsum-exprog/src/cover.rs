@@ -8,7 +8,7 @@ pub(crate) struct CoverLimit;
 
 /// Finds indices of `candidates` that partition `target` exactly (pairwise disjoint, union
 /// `target`), or `None`. Candidates are tried in the given order, so the first cover in that
-/// order is returned (the caller orders them earliest-materialised first). Candidates that are
+/// order is returned (the closure orders them largest first). Candidates that are
 /// not subsets of `target` are ignored. Iterative backtracking on the smallest uncovered atom;
 /// every candidate examined costs one step of `budget`.
 pub(crate) fn exact_cover(

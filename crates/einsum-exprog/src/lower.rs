@@ -5,12 +5,13 @@
 //! tasks:
 //!
 //! - an **aggregation** at the site, only when the aggregate `X` is not yet materialised
-//!   there: it reads every piece of the firing's enabling set and writes `X`, through the
+//!   there (neither declared by `IN`, nor delivered, nor formed by an earlier firing at the
+//!   site): it reads every piece of the firing's enabling set and writes `X`, through the
 //!   site's HBM (read = Σ piece sizes, write = size(`X`));
-//! - a **transfer** of size(`X`) bytes to the action's destinations: one multicast task (a
-//!   plain transfer for one destination), which the simulator splits into one flow per
-//!   destination, so a multicast to `k` sites shares the source's egress `k` ways. It ends when
-//!   the last destination has everything, and that is when the aggregate counts as arrived.
+//! - a **transfer** of size(`X`) bytes to each of the action's destinations other than the
+//!   site itself. The transfers of one multicast start together, so where the source's
+//!   egress is capped they share it `k` ways; each destination's copy counts as arrived when
+//!   its own transfer ends, so a consumer never waits for a slower destination.
 //!
 //! A task waits for the tasks that materialised its enabling pieces (the closure's
 //! dependencies): the producing firing's aggregation (or whatever made `X` present at its
@@ -20,6 +21,8 @@
 //! Sizes: an aggregate ⊕-combines partial copies of one tensor block, so its size is the size
 //! of its atoms (their largest, should they differ), from `IN` in GB of 1e9 bytes.
 
+use std::collections::HashMap;
+
 use einsum_sim::{GB, Task, TaskGraph, TaskId};
 
 use crate::aggregate::Aggregate;
@@ -28,7 +31,7 @@ use crate::ids::SiteId;
 use crate::program::{DEFAULT_SIZE_GB, Program};
 
 /// The tasks one firing became (indices into [`Lowering::graph`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FiringTasks {
     /// The aggregation that formed the aggregate at the firing's site, if it was not already
     /// materialised there.
@@ -36,8 +39,16 @@ pub struct FiringTasks {
     /// The task after which the aggregate is present at the firing's site: the aggregation,
     /// or the task that delivered it earlier (`None`: present from the start).
     pub ready: Option<TaskId>,
-    /// The transfer or multicast to the destinations, if any.
-    pub transfer: Option<TaskId>,
+    /// The transfer to each destination, in destination order.
+    pub transfers: Vec<(SiteId, TaskId)>,
+}
+
+impl FiringTasks {
+    /// The task after which the aggregate is present at `site` (a destination or the
+    /// firing's own site).
+    pub fn arrival(&self, site: SiteId) -> Option<TaskId> {
+        self.transfers.iter().find(|(d, _)| *d == site).map(|(_, t)| *t).or(self.ready)
+    }
 }
 
 /// A closure lowered to a task DAG.
@@ -74,6 +85,8 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
     let firings = closure.firings();
     let mut graph = TaskGraph::new();
     let mut tasks: Vec<FiringTasks> = Vec::with_capacity(firings.len());
+    // Aggregates already formed at a site by an earlier firing, with the forming task.
+    let mut formed_at: HashMap<(SiteId, &Aggregate), TaskId> = HashMap::new();
     for f in firings {
         // The task after which each piece is present at the firing's site.
         let mut deps: Vec<TaskId> = f
@@ -83,10 +96,7 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
                 let mat = mats.get(m)?;
                 match mat.producer {
                     Producer::Input(_) => None,
-                    Producer::Firing(k) => {
-                        let (producer, done) = (firings.get(k)?, tasks.get(k)?);
-                        if mat.site == producer.site { done.ready } else { done.transfer }
-                    }
+                    Producer::Firing(k) => tasks.get(k)?.arrival(mat.site),
                 }
             })
             .collect();
@@ -97,26 +107,27 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
         let present = f.pieces.len() == 1 && mats.get(f.pieces[0]).is_some_and(|m| &m.aggregate == aggregate);
         let (formed, ready) = if present {
             (None, deps.first().copied())
+        } else if let Some(&earlier) = formed_at.get(&(f.site, aggregate)) {
+            (None, Some(earlier))
         } else {
             let read: f64 =
                 f.pieces.iter().filter_map(|&m| mats.get(m)).map(|m| program.aggregate_bytes(&m.aggregate)).sum();
             let label = format!("{aggregate} @ {}", f.site);
             let id = graph.push(Task::aggregate(label, sim_site(f.site), read, bytes).after(deps));
+            formed_at.insert((f.site, aggregate), id);
             (Some(id), Some(id))
         };
-        let transfer = if f.action.dests.is_empty() {
-            None
-        } else {
-            let dests: Vec<String> = f.action.dests.iter().map(ToString::to_string).collect();
-            let label = format!("{aggregate} @ {} -> {}", f.site, dests.join(", "));
-            let src = sim_site(f.site);
-            let task = match f.action.dests.iter().collect::<Vec<_>>().as_slice() {
-                [only] => Task::transfer(label, src, sim_site(**only), bytes),
-                many => Task::multicast(label, src, many.iter().map(|d| sim_site(**d)).collect(), bytes),
-            };
-            Some(graph.push(task.after(ready)))
-        };
-        tasks.push(FiringTasks { aggregate: formed, ready, transfer });
+        let transfers = f
+            .action
+            .dests
+            .iter()
+            .filter(|&&d| d != f.site)
+            .map(|&d| {
+                let label = format!("{aggregate} @ {} -> {d}", f.site);
+                (d, graph.push(Task::transfer(label, sim_site(f.site), sim_site(d), bytes).after(ready)))
+            })
+            .collect();
+        tasks.push(FiringTasks { aggregate: formed, ready, transfers });
     }
     Lowering { graph, firings: tasks }
 }
@@ -158,14 +169,38 @@ mod tests {
         let p: Program = "IN: A @ 0; B @ 0\nA+B @ 0 -> 1\nA+B @ 1 -> 2, 3\nA+B @ 2".parse().unwrap();
         let c = p.closure(&Membership::default()).unwrap();
         let l = lower(&p, &c);
-        assert_eq!(l.graph.len(), 3, "{:?}", l.graph);
+        // One aggregation at 0, one transfer to 1, one transfer each to 2 and 3.
+        assert_eq!(l.graph.len(), 4, "{:?}", l.graph);
+        let first = l.firings[0].transfers[0].1;
         let relay = &l.firings[1];
         assert_eq!(relay.aggregate, None);
-        assert_eq!(relay.ready, l.firings[0].transfer);
-        let t = &l.graph.tasks()[relay.transfer.unwrap().0];
-        assert!(matches!(&t.kind, TaskKind::Multicast { dsts, .. } if dsts.len() == 2));
-        assert_eq!(t.deps, vec![l.firings[0].transfer.unwrap()]);
-        // the local action at 2 is a no-op
-        assert_eq!(l.firings[2], FiringTasks { aggregate: None, ready: relay.transfer, transfer: None });
+        assert_eq!(relay.ready, Some(first));
+        assert_eq!(relay.transfers.len(), 2);
+        for (_, t) in &relay.transfers {
+            assert_eq!(l.graph.tasks()[t.0].deps, vec![first]);
+        }
+        // the local action at 2 is a no-op that waits for the transfer to 2 only
+        let to_2 = relay.arrival(SiteId(2));
+        assert_eq!(l.firings[2], FiringTasks { aggregate: None, ready: to_2, transfers: vec![] });
+    }
+
+    #[test]
+    fn an_aggregate_formed_twice_at_one_site_is_aggregated_once() {
+        // Two actions form A+B at 0 in the same round; the second reuses the first's result.
+        let p: Program = "IN: A @ 0; B @ 0\nA+B @ 0 -> 1\nA+B @ 0 -> 2".parse().unwrap();
+        let c = p.closure(&Membership::default()).unwrap();
+        let l = lower(&p, &c);
+        let aggregations = l.graph.tasks().iter().filter(|t| matches!(t.kind, TaskKind::Aggregate { .. })).count();
+        assert_eq!(aggregations, 1);
+    }
+
+    #[test]
+    fn a_destination_waits_only_for_its_own_copy() {
+        let p: Program = "IN: A @ 0\nA @ 0 -> 1, 3\nA @ 3 -> 7".parse().unwrap();
+        let c = p.closure(&Membership::default()).unwrap();
+        let l = lower(&p, &c);
+        let to_3 = l.firings[0].arrival(SiteId(3)).unwrap();
+        let onward = l.firings[1].transfers[0].1;
+        assert_eq!(l.graph.tasks()[onward.0].deps, vec![to_3]);
     }
 }

@@ -110,6 +110,12 @@ impl Computation {
                 });
             }
         }
+        if let Some(d) = op.outputs().iter().find(|d| d.checked_size_bytes().is_none()) {
+            return Err(Error::Invalid {
+                op: name,
+                reason: format!("output [{}] is too large to address", d.dims_string()),
+            });
+        }
         let outputs = op.outputs().len();
         let id = self.graph.add_node(Node::Op { name, op, inputs: inputs.to_vec() });
         for (slot, t) in inputs.iter().enumerate() {

@@ -63,13 +63,22 @@ pub fn request_spec(op: &dyn AbstractOperator, counts: &[usize]) -> Result<JoinA
     Ok(spec)
 }
 
+/// The largest device count specs are enumerated for: each spec has `p` function specs and
+/// validating it is quadratic in `p`, so far larger counts would only exhaust memory.
+pub const MAX_DEVICES: usize = 4096;
+
 /// Every spec `op` offers on `p` devices: one per assignment of interval counts to its
 /// shardable indices whose product is `p`, skipping combinations the operator reports as
-/// unsupported. Fails with [`Error::NoSpec`] when none exists.
+/// unsupported and specs identical to one already listed (two requests can yield the same
+/// spec, e.g. cuts of two indices that fall at the same positions). Fails with
+/// [`Error::NoSpec`] when none exists.
 pub fn enumerate_specs(op: &dyn AbstractOperator, p: usize) -> Result<Vec<SpecChoice>> {
     let no_spec = |reason: String| Error::NoSpec { op: op.kind().to_string(), p, reason };
     if p == 0 {
         return Err(no_spec("the device count must be at least 1".into()));
+    }
+    if p > MAX_DEVICES {
+        return Err(no_spec(format!("at most {MAX_DEVICES} devices are supported")));
     }
     let shardable = op.shardable();
     let max: Vec<usize> = shardable.iter().map(|s| s.max_parts()).collect();
@@ -77,6 +86,7 @@ pub fn enumerate_specs(op: &dyn AbstractOperator, p: usize) -> Result<Vec<SpecCh
     let mut unsupported = Vec::new();
     for counts in factorizations(p, &max) {
         match request_spec(op, &counts) {
+            Ok(spec) if choices.iter().any(|c: &SpecChoice| c.spec == spec) => {}
             Ok(spec) => choices.push(SpecChoice { counts, spec }),
             Err(Error::Unsupported { reason, .. }) => unsupported.push(reason),
             Err(e) => return Err(e),

@@ -23,7 +23,7 @@ mod validate;
 
 pub use computation::{Computation, Node, OpId, TensorId};
 pub use einsum_core::Aggregation;
-pub use enumerate::{SpecChoice, enumerate_specs, factorizations, request_spec};
+pub use enumerate::{MAX_DEVICES, SpecChoice, enumerate_specs, factorizations, request_spec};
 pub use error::{Error, Result};
 pub use grid::{DimIndex, check_request, combinations, grid_spec};
 pub use operator::AbstractOperator;

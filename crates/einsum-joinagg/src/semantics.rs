@@ -15,7 +15,10 @@ pub fn whole_spec(op: &dyn AbstractOperator) -> FunctionSpec {
 /// Runs the operator's kernel once on whole tensors: the single-device reference.
 pub fn execute_whole(op: &dyn AbstractOperator, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
     check_inputs(op, inputs)?;
-    op.compute(&whole_spec(op), inputs)
+    let f = whole_spec(op);
+    let outs = op.compute(&f, inputs)?;
+    check_outputs(op, &f, &outs)?;
+    Ok(outs)
 }
 
 /// Executes `spec` by Definition 3.7: (1) for each function spec, project every input onto
@@ -30,20 +33,9 @@ pub fn execute_spec(op: &dyn AbstractOperator, spec: &JoinAggSpec, inputs: &[Hos
         // (1) Join.
         let blocks = f.inputs.iter().zip(inputs).map(|(b, t)| t.slice(b)).collect::<Result<Vec<_>, _>>()?;
         let outs = op.compute(f, &blocks)?;
-        if outs.len() != f.outputs.len() {
-            return Err(kernel_error(
-                op,
-                format!("returned {} outputs for {} output blocks", outs.len(), f.outputs.len()),
-            ));
-        }
+        check_outputs(op, f, &outs)?;
         // (2) Aggregate.
-        for ((j, out), want) in outs.into_iter().enumerate().zip(&f.outputs) {
-            if out.ty() != want {
-                return Err(kernel_error(
-                    op,
-                    format!("output {j} has type {}, the function spec says {want}", out.ty()),
-                ));
-            }
+        for (j, (out, want)) in outs.into_iter().zip(&f.outputs).enumerate() {
             match partials[j].iter_mut().find(|(b, _)| b == want) {
                 Some((_, acc)) => *acc = acc.aggregate(&out, agg)?,
                 None => partials[j].push((want.clone(), out)),
@@ -76,6 +68,23 @@ fn check_inputs(op: &dyn AbstractOperator, inputs: &[HostTensor]) -> Result<()> 
                 expected: format!("{} {}", desc.tensor_type(), desc.dtype),
                 got: format!("{} {}", t.ty(), t.dtype()),
             });
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a kernel returned one block per output box of `f`, each of that box's type
+/// and its output's dtype.
+fn check_outputs(op: &dyn AbstractOperator, f: &FunctionSpec, outs: &[HostTensor]) -> Result<()> {
+    if outs.len() != f.outputs.len() {
+        return Err(kernel_error(op, format!("returned {} outputs for {} output blocks", outs.len(), f.outputs.len())));
+    }
+    for (j, ((out, want), desc)) in outs.iter().zip(&f.outputs).zip(op.outputs()).enumerate() {
+        if out.ty() != want || out.dtype() != desc.dtype {
+            return Err(kernel_error(
+                op,
+                format!("output {j} is {} {}, the function spec says {want} {}", out.ty(), out.dtype(), desc.dtype),
+            ));
         }
     }
     Ok(())

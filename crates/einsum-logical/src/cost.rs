@@ -97,26 +97,33 @@ pub struct Machine {
     pub name: String,
     /// Dense FLOP/s of the slowest device, per precision.
     pub compute: ComputeRates,
-    /// Interconnect bytes per second of the slowest device, each direction: its endpoint
-    /// cap on a switched machine, or the sum of its links on a point-to-point one.
+    /// Interconnect bytes per second of the slowest device, each direction (see
+    /// [`Machine::from_topology`]); infinite on a machine of one device.
     pub link_bandwidth: f64,
 }
 
 impl Machine {
-    /// The figures of a topology read from `einsum-sim`.
+    /// The figures of a topology read from `einsum-sim`. A device's injection bandwidth is
+    /// its egress cap where it has one, else the sum of its links, else its fastest route to
+    /// another device (a shared fallback); a single-device machine never communicates.
     pub fn from_topology(topology: &Topology) -> Machine {
         let sites = topology.sites();
         let injection = |i: usize| {
-            sites[i].egress.unwrap_or_else(|| {
-                let site = SiteId(i);
-                topology.links().iter().filter(|l| l.a == site || l.b == site).map(|l| l.bandwidth).sum()
+            let site = SiteId(i);
+            let links: f64 = topology.links().iter().filter(|l| l.a == site || l.b == site).map(|l| l.bandwidth).sum();
+            sites[i].egress.or((links > 0.0).then_some(links)).unwrap_or_else(|| {
+                (0..sites.len())
+                    .filter(|&j| j != i)
+                    .filter_map(|j| topology.route_bandwidth(site, SiteId(j)))
+                    .fold(f64::NAN, f64::max)
             })
         };
         let slowest = |f: fn(&ComputeRates) -> f64| sites.iter().map(|s| f(&s.compute)).fold(f64::INFINITY, f64::min);
+        let link_bandwidth = (0..sites.len()).map(injection).filter(|b| !b.is_nan()).fold(f64::INFINITY, f64::min);
         Machine {
             name: topology.name().to_string(),
             compute: ComputeRates { f16: slowest(|c| c.f16), bf16: slowest(|c| c.bf16), f32: slowest(|c| c.f32) },
-            link_bandwidth: (0..sites.len()).map(injection).fold(f64::INFINITY, f64::min),
+            link_bandwidth,
         }
     }
 
@@ -154,7 +161,7 @@ impl Time {
     }
 
     fn seconds(&self, bytes: f64, p: usize) -> f64 {
-        bytes / (p as f64 * self.machine.link_bandwidth)
+        if bytes == 0.0 { 0.0 } else { bytes / (p as f64 * self.machine.link_bandwidth) }
     }
 }
 
@@ -212,5 +219,16 @@ mod tests {
         let err = Machine::by_name("dgx-b200").unwrap_err().to_string();
         assert!(err.contains("dgx-b200") && err.contains("dgx-a100"), "{err}");
         assert!(cost_model_by_name("flops", "dgx-a100").is_err());
+    }
+
+    #[test]
+    fn a_single_device_machine_never_pays_for_communication() {
+        let site = einsum_sim::Site::new(1000.0, 16.0, ComputeRates::tflops(100.0, 100.0, 10.0));
+        let one = Topology::new("one", vec![site], vec![], None).unwrap();
+        let machine = Machine::from_topology(&one);
+        assert_eq!(machine.link_bandwidth, f64::INFINITY);
+        let time = Time::on(machine);
+        let d = TensorDesc::of(&[("i", 8)], DType::F32).unwrap();
+        assert_eq!(time.repartition(&d, 1), 0.0);
     }
 }

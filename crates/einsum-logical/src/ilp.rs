@@ -31,8 +31,8 @@
 //! # Numerics
 //! Solvers work with absolute tolerances near 1e-9, while costs are elements (up to ~1e9)
 //! or seconds (down to ~1e-9). The objective is therefore divided by the total of the
-//! cheapest-candidate-per-operator assignment, an upper bound on the optimum within a small
-//! factor of it, so the solver's tolerances become relative to the plan's cost. The MIP gap
+//! cheapest-candidate-per-operator assignment (its tiling-independent costs, a quantity of
+//! the plan's own scale), so the solver's tolerances become relative to the plan's cost. The MIP gap
 //! is zero. Assignments whose totals differ by less than about 1e-9 relative may be taken as
 //! ties; the model is built in a fixed order (problem order, tilings sorted by id), so the
 //! same problem always yields the same choice.
@@ -152,8 +152,8 @@ fn check_costs(problem: &Problem) -> Result<()> {
     Ok(())
 }
 
-/// The divisor of the objective: the total of the cheapest candidate per operator (an upper
-/// bound on the optimum, and within a small factor of it), or 1 when that is zero.
+/// The divisor of the objective: the total of the cheapest candidate per operator (a cost
+/// of the plan's own scale), or 1 when that is zero.
 fn objective_scale(problem: &Problem) -> Result<f64> {
     let cheapest: Vec<usize> = problem
         .ops

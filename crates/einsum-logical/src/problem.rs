@@ -106,11 +106,19 @@ impl Problem {
             for choice in enumerate_specs(op, p)? {
                 let spec = choice.spec;
                 let bytes = bytes_of(op, &spec);
+                let priced = cost.spec(op, &spec, p);
+                if [priced.join, priced.aggregation, priced.compute].iter().any(|c| !c.is_finite() || *c < 0.0) {
+                    return Err(Error::InvalidPlan(format!(
+                        "{}: the {} cost model priced a spec at {priced:?}; costs must be finite and non-negative",
+                        op.kind(),
+                        cost.name()
+                    )));
+                }
                 candidates.push(Candidate {
                     counts: choice.counts,
                     outputs: (0..op.outputs().len()).map(|j| intern(spec.output_blocks(j))).collect(),
                     inputs: (0..op.inputs().len()).map(|k| intern(spec.input_blocks(k))).collect(),
-                    cost: cost.spec(op, &spec, p),
+                    cost: priced,
                     bytes,
                     spec,
                 });
