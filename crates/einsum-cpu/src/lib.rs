@@ -45,7 +45,10 @@
 mod memory;
 mod schedule;
 
-use std::sync::Mutex;
+use std::sync::{
+    Mutex,
+    atomic::{AtomicUsize, Ordering},
+};
 
 use einsum_core::{
     Backend, BackendError, DType, HostTensor, KernelLibrary, TensorType,
@@ -83,7 +86,7 @@ pub struct RunStats {
     pub threads: usize,
     /// Tasks run.
     pub tasks: usize,
-    /// Bytes copied between devices (the sum over transfers).
+    /// Bytes copied between devices by the transfers (equal to [`TaskGraph::stats`]'s).
     pub bytes_moved: usize,
     /// The most bytes resident on each device at once (equal to
     /// [`TaskGraph::stats`]'s prediction when run on one thread).
@@ -126,6 +129,7 @@ impl CpuBackend {
         let memory = Memory::new(graph);
         // Blocks handed to the host: (task, output, block).
         let stored: Mutex<Vec<(TaskId, usize, HostTensor)>> = Mutex::new(Vec::new());
+        let moved = AtomicUsize::new(0);
         let threads = self.threads.min(graph.nodes().len()).max(1);
         schedule::run_all(graph, threads, |id| {
             let node = &graph.nodes()[id.0 as usize];
@@ -133,6 +137,9 @@ impl CpuBackend {
             let ctx = Context { graph, kernels, inputs, memory: &memory };
             match ctx.run(&node.task).map_err(fail)? {
                 Done::Wrote(blocks) => {
+                    if let Task::Transfer { src, .. } = node.task {
+                        moved.fetch_add(graph.buffer(src).bytes(), Ordering::Relaxed);
+                    }
                     for (b, t) in node.task.writes().into_iter().zip(blocks) {
                         memory.write(b, t);
                     }
@@ -155,7 +162,7 @@ impl CpuBackend {
         let stats = RunStats {
             threads,
             tasks: graph.nodes().len(),
-            bytes_moved: graph.stats().bytes_moved,
+            bytes_moved: moved.into_inner(),
             peak_bytes: memory.peak_bytes(),
             resident_bytes: memory.resident_bytes(),
         };

@@ -172,3 +172,108 @@ fn message(payload: &(dyn Any + Send)) -> String {
         "(a panic payload that is not a string)".into()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use einsum_core::{
+        DType, TensorType,
+        taskgraph::{Boundary, DeviceId, Task},
+    };
+
+    use super::*;
+
+    /// A layered graph: 4 loads, then layers of slices, each reading two random buffers of
+    /// the layer before (extra dependency on the second).
+    fn layered(layers: usize) -> TaskGraph {
+        let whole = TensorType::zero_bounded(&[2]);
+        let x = Boundary { name: "x".into(), ty: whole.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(1, vec![x], Vec::new());
+        let mut prev = Vec::new();
+        for _ in 0..4 {
+            let b = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+            prev.push((g.push(Task::Load { input: 0, dst: b }, &[], "load").unwrap(), b));
+        }
+        let mut rng = einsum_core::SplitMix64::new(9);
+        for _ in 0..layers {
+            let mut next = Vec::new();
+            for _ in 0..4 {
+                let (_, src) = prev[rng.below(4)];
+                let (extra, _) = prev[rng.below(4)];
+                let b = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+                next.push((g.push(Task::Slice { src, dst: b }, &[extra], "slice").unwrap(), b));
+            }
+            prev = next;
+        }
+        g
+    }
+
+    #[test]
+    fn tasks_start_after_their_dependencies_finish() {
+        let g = layered(30);
+        for threads in [1, 2, 4, 8] {
+            let clock = AtomicUsize::new(1);
+            let finished: Vec<AtomicUsize> = (0..g.nodes().len()).map(|_| AtomicUsize::new(0)).collect();
+            let started: Vec<AtomicUsize> = (0..g.nodes().len()).map(|_| AtomicUsize::new(0)).collect();
+            run_all(&g, threads, |id| {
+                started[id.0 as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+                finished[id.0 as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+            for (i, node) in g.nodes().iter().enumerate() {
+                let start = started[i].load(Ordering::SeqCst);
+                assert!(start > 0, "task {i} ran");
+                for d in &node.deps {
+                    assert!(finished[d.0 as usize].load(Ordering::SeqCst) < start, "task {i} before {d}");
+                }
+            }
+            if threads == 1 {
+                let order: Vec<usize> = started.iter().map(|s| s.load(Ordering::SeqCst)).collect();
+                assert!(order.windows(2).all(|w| w[0] < w[1]), "one thread runs in schedule order");
+            }
+        }
+    }
+
+    #[test]
+    fn no_task_starts_after_a_failure_on_one_thread() {
+        let g = layered(5);
+        let ran = AtomicUsize::new(0);
+        let err = run_all(&g, 1, |id| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            if id.0 == 7 { Err(BackendError::Unavailable("seven".into())) } else { Ok(()) }
+        })
+        .unwrap_err();
+        assert_eq!(err, BackendError::Unavailable("seven".into()));
+        assert_eq!(ran.load(Ordering::SeqCst), 8);
+    }
+
+    #[test]
+    fn panics_with_any_payload_are_caught() {
+        let g = layered(2);
+        for threads in [1, 4] {
+            let err = run_all(&g, threads, |id| {
+                if id.0 == 5 {
+                    std::panic::panic_any(5u8);
+                }
+                Ok(())
+            })
+            .unwrap_err();
+            assert_eq!(
+                err,
+                BackendError::Panic {
+                    task: TaskId(5),
+                    label: "slice".into(),
+                    message: "(a panic payload that is not a string)".into()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_graph_runs_at_once() {
+        let g = TaskGraph::new(2, Vec::new(), Vec::new());
+        run_all(&g, 4, |_| unreachable!("no tasks")).unwrap();
+    }
+}
