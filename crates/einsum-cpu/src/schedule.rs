@@ -1,0 +1,279 @@
+//! The scheduler: a pool of worker threads that pull ready tasks, lowest id first, until
+//! every task has run or one has failed.
+
+use std::{
+    any::Any,
+    cmp::Reverse,
+    collections::BinaryHeap,
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::{Condvar, Mutex, MutexGuard},
+    thread,
+};
+
+use einsum_core::{
+    BackendError,
+    taskgraph::{TaskGraph, TaskId},
+};
+
+/// What the workers share, behind one lock.
+struct State {
+    /// Tasks whose dependencies have all finished, lowest id on top.
+    ready: BinaryHeap<Reverse<u32>>,
+    /// Per task, the number of its dependencies not finished yet.
+    waiting: Vec<usize>,
+    /// Tasks taken by a worker and not finished yet.
+    running: usize,
+    /// Tasks finished successfully.
+    finished: usize,
+    /// The first failure; once set, workers take no more tasks.
+    failure: Option<BackendError>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Tasks run outside the lock, so a poisoned state is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fail(&self, error: BackendError) {
+        let mut s = self.lock();
+        s.failure.get_or_insert(error);
+        self.wake.notify_all();
+    }
+}
+
+/// Stops the whole run if a worker unwinds outside a task (a bug in the scheduler itself),
+/// so the other workers never wait for it.
+struct StopOnUnwind<'a>(&'a Shared, usize);
+
+impl Drop for StopOnUnwind<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.fail(BackendError::Panic {
+                task: TaskId(self.1 as u32),
+                label: "cpu scheduler".into(),
+                message: "a worker thread panicked outside a task".into(),
+            });
+        }
+    }
+}
+
+/// Runs every task of `graph` through `run` on up to `threads` worker threads, each task
+/// once all its dependencies have finished. Returns the first failure: an error `run`
+/// returned, or a panic inside `run` (caught, and reported as [`BackendError::Panic`]
+/// naming the task). After a failure no task starts; running ones finish and every worker
+/// is joined before this returns.
+pub(crate) fn run_all<F>(graph: &TaskGraph, threads: usize, run: F) -> Result<(), BackendError>
+where
+    F: Fn(TaskId) -> Result<(), BackendError> + Sync,
+{
+    let n = graph.nodes().len();
+    let mut dependents: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut waiting = vec![0usize; n];
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let mut deps = node.deps.clone();
+        deps.sort();
+        deps.dedup();
+        waiting[i] = deps.len();
+        for d in deps {
+            dependents[d.0 as usize].push(i as u32);
+        }
+    }
+    let ready = (0..n as u32).filter(|&i| waiting[i as usize] == 0).map(Reverse).collect();
+    let shared = Shared {
+        state: Mutex::new(State { ready, waiting, running: 0, finished: 0, failure: None }),
+        wake: Condvar::new(),
+    };
+    let workers = threads.clamp(1, n.max(1));
+    thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers).map(|_| scope.spawn(|| worker(graph, &shared, &dependents, &run))).collect();
+        for h in handles {
+            // A worker that unwound has already stopped the run (StopOnUnwind).
+            let _ = h.join();
+        }
+    });
+    let state = shared.state.into_inner().unwrap_or_else(|e| e.into_inner());
+    match state.failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn worker<F>(graph: &TaskGraph, shared: &Shared, dependents: &[Vec<u32>], run: &F)
+where
+    F: Fn(TaskId) -> Result<(), BackendError> + Sync,
+{
+    let n = graph.nodes().len();
+    let _guard = StopOnUnwind(shared, n);
+    loop {
+        let id = {
+            let mut s = shared.lock();
+            loop {
+                if s.failure.is_some() || s.finished == n {
+                    return;
+                }
+                if let Some(Reverse(id)) = s.ready.pop() {
+                    s.running += 1;
+                    break TaskId(id);
+                }
+                if s.running == 0 {
+                    // Unreachable for a graph built by `TaskGraph::push` (dependencies point
+                    // backwards), but never wait for nothing.
+                    let first = s.waiting.iter().position(|&w| w > 0).unwrap_or(0);
+                    s.failure = Some(BackendError::Task {
+                        task: TaskId(first as u32),
+                        label: graph.nodes().get(first).map_or_else(String::new, |node| node.label.clone()),
+                        reason: "its dependencies can never finish".into(),
+                    });
+                    shared.wake.notify_all();
+                    return;
+                }
+                s = shared.wake.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| run(id)));
+        let label = || graph.nodes()[id.0 as usize].label.clone();
+        let mut s = shared.lock();
+        s.running -= 1;
+        match outcome {
+            Ok(Ok(())) => {
+                s.finished += 1;
+                for &d in &dependents[id.0 as usize] {
+                    s.waiting[d as usize] -= 1;
+                    if s.waiting[d as usize] == 0 {
+                        s.ready.push(Reverse(d));
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                s.failure.get_or_insert(e);
+            }
+            Err(payload) => {
+                s.failure.get_or_insert(BackendError::Panic { task: id, label: label(), message: message(&*payload) });
+            }
+        }
+        // Wake idle workers: there may be new ready tasks, or the run is over.
+        shared.wake.notify_all();
+    }
+}
+
+/// The message a panic carried (`panic!("...")` gives a `&str` or a `String`).
+fn message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic payload that is not a string)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use einsum_core::{
+        DType, TensorType,
+        taskgraph::{Boundary, DeviceId, Task},
+    };
+
+    use super::*;
+
+    /// A layered graph: 4 loads, then layers of slices, each reading two random buffers of
+    /// the layer before (extra dependency on the second).
+    fn layered(layers: usize) -> TaskGraph {
+        let whole = TensorType::zero_bounded(&[2]);
+        let x = Boundary { name: "x".into(), ty: whole.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(1, vec![x], Vec::new());
+        let mut prev = Vec::new();
+        for _ in 0..4 {
+            let b = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+            prev.push((g.push(Task::Load { input: 0, dst: b }, &[], "load").unwrap(), b));
+        }
+        let mut rng = einsum_core::SplitMix64::new(9);
+        for _ in 0..layers {
+            let mut next = Vec::new();
+            for _ in 0..4 {
+                let (_, src) = prev[rng.below(4)];
+                let (extra, _) = prev[rng.below(4)];
+                let b = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+                next.push((g.push(Task::Slice { src, dst: b }, &[extra], "slice").unwrap(), b));
+            }
+            prev = next;
+        }
+        g
+    }
+
+    #[test]
+    fn tasks_start_after_their_dependencies_finish() {
+        let g = layered(30);
+        for threads in [1, 2, 4, 8] {
+            let clock = AtomicUsize::new(1);
+            let finished: Vec<AtomicUsize> = (0..g.nodes().len()).map(|_| AtomicUsize::new(0)).collect();
+            let started: Vec<AtomicUsize> = (0..g.nodes().len()).map(|_| AtomicUsize::new(0)).collect();
+            run_all(&g, threads, |id| {
+                started[id.0 as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+                finished[id.0 as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+                Ok(())
+            })
+            .unwrap();
+            for (i, node) in g.nodes().iter().enumerate() {
+                let start = started[i].load(Ordering::SeqCst);
+                assert!(start > 0, "task {i} ran");
+                for d in &node.deps {
+                    assert!(finished[d.0 as usize].load(Ordering::SeqCst) < start, "task {i} before {d}");
+                }
+            }
+            if threads == 1 {
+                let order: Vec<usize> = started.iter().map(|s| s.load(Ordering::SeqCst)).collect();
+                assert!(order.windows(2).all(|w| w[0] < w[1]), "one thread runs in schedule order");
+            }
+        }
+    }
+
+    #[test]
+    fn no_task_starts_after_a_failure_on_one_thread() {
+        let g = layered(5);
+        let ran = AtomicUsize::new(0);
+        let err = run_all(&g, 1, |id| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            if id.0 == 7 { Err(BackendError::Unavailable("seven".into())) } else { Ok(()) }
+        })
+        .unwrap_err();
+        assert_eq!(err, BackendError::Unavailable("seven".into()));
+        assert_eq!(ran.load(Ordering::SeqCst), 8);
+    }
+
+    #[test]
+    fn panics_with_any_payload_are_caught() {
+        let g = layered(2);
+        for threads in [1, 4] {
+            let err = run_all(&g, threads, |id| {
+                if id.0 == 5 {
+                    std::panic::panic_any(5u8);
+                }
+                Ok(())
+            })
+            .unwrap_err();
+            assert_eq!(
+                err,
+                BackendError::Panic {
+                    task: TaskId(5),
+                    label: "slice".into(),
+                    message: "(a panic payload that is not a string)".into()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_graph_runs_at_once() {
+        let g = TaskGraph::new(2, Vec::new(), Vec::new());
+        run_all(&g, 4, |_| unreachable!("no tasks")).unwrap();
+    }
+}
