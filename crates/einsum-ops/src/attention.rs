@@ -687,7 +687,22 @@ mod tests {
         assert_eq!(shape_index(Attention::new(&q, &kv, &desc(&[("hkv", 2), ("t", 8), ("g", 3)]), cfg.clone())), "g");
         let bad_packing = AttentionConfig::new(true, Packing::new(vec![3, 9]).unwrap());
         assert_eq!(shape_index(Attention::new(&q, &kv, &kv, bad_packing)), "s");
-        assert_eq!(shape_index(Attention::new(&desc(&[("hq", 0), ("s", 8), ("e", 4)]), &kv, &kv, cfg.clone())), "hq");
+        assert_eq!(
+            shape_index(Attention::new(
+                &TensorDesc {
+                    dims: vec![
+                        einsum_core::Dim::new("hq", 0),
+                        einsum_core::Dim::new("s", 8),
+                        einsum_core::Dim::new("e", 4)
+                    ],
+                    dtype: DType::F32
+                },
+                &kv,
+                &kv,
+                cfg.clone()
+            )),
+            "hq"
+        );
         let query_named = desc(&[("hq", 6), ("query", 8), ("e", 4)]);
         assert_eq!(shape_index(Attention::new(&query_named, &kv, &kv, cfg.clone())), "query");
         let clash = desc(&[("s", 2), ("t", 8), ("f", 4)]);

@@ -689,7 +689,9 @@ mod tests {
         let b16 = TensorDesc::of(&[("j", 5), ("k", 6)], DType::F16).unwrap();
         assert!(invalid(Einsum::new("ij,jk->ik", &[a.clone(), b16])).contains("dtype"));
         // Empty dims.
-        let z = desc(&[("i", 0), ("j", 5)]);
+        // Built literally: `TensorDesc::new` itself refuses extent 0.
+        let z =
+            TensorDesc { dims: vec![einsum_core::Dim::new("i", 0), einsum_core::Dim::new("j", 5)], dtype: DType::F32 };
         assert!(shape_err(Einsum::new("ij,jk->ik", &[z, b.clone()]), "i").contains("extent 0"));
         // Matmul of mismatched inner extents.
         match Einsum::matmul(&a, &desc(&[("j", 4), ("k", 6)])) {
