@@ -68,6 +68,7 @@ mod aggregate;
 mod atomset;
 mod check;
 mod closure;
+pub mod compile;
 mod cost;
 mod cover;
 mod ids;
@@ -90,6 +91,9 @@ pub use action::Action;
 pub use aggregate::{Aggregate, EmptyAggregate};
 pub use check::{CheckError, CheckErrorKind};
 pub use closure::{Closure, Firing, Materialization, Producer};
+pub use compile::{
+    CompileError, CompileOptions, Compiled, ComputationKernels, ExchangeProgram, KernelCall, Schedule, compile,
+};
 pub use cost::{ActionTime, MAX_SIMULATED_MEMBERSHIPS, SimulateError, Simulation, TimeSpan, simulate, simulate_with};
 pub use ids::{AtomId, InvalidName, PartitionId, SiteId, is_identifier};
 pub use lower::{FiringTasks, Lowering, lower};
