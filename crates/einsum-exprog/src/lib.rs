@@ -19,6 +19,9 @@
 //! - Cost: [`simulate`] lowers a program's closure to an `einsum-sim` task DAG ([`lower()`])
 //!   and simulates it on a topology, choosing the fastest valid membership.
 //! - Synthesis: [`synth::naive`] and [`synth::search`].
+//! - Physical compilation (Sections 5.1, 5.3): [`compile()`] turns a computation with one
+//!   join-agg spec per operator into a [`einsum_core::TaskGraph`], synthesizing and lowering
+//!   an exchange program per operator input; [`ComputationKernels`] runs its kernels.
 //! - [`load`]: parse, check and report errors with their line.
 //!
 //! # Syntax

@@ -80,7 +80,10 @@ pub fn lower_exchange(
             .holders
             .get(copy.holder)
             .ok_or_else(|| internal(format!("atom {id} is held by unknown function spec {}", copy.holder)))?;
-        let block = &preamble.atoms[copy.atom].block;
+        if holder.0 as usize >= graph.buffers().len() {
+            return Err(internal(format!("the holder of atom {id} is buffer {}, not in the graph", holder.0)));
+        }
+        let block = &preamble.atoms.get(copy.atom).ok_or_else(|| internal(format!("atom {id} has no cell")))?.block;
         let b = if graph.buffer(holder).ty == *block {
             holder
         } else {
@@ -95,7 +98,7 @@ pub fn lower_exchange(
     for (f, firing) in closure.firings().iter().enumerate() {
         let agg = &firing.action.aggregate;
         let atom = atom_of(agg)?;
-        let block = preamble.atoms[atom].block.clone();
+        let block = preamble.atoms.get(atom).ok_or_else(|| internal(format!("atom {atom} has no cell")))?.block.clone();
         let pieces =
             firing.pieces.iter().map(|&m| resident(graph, &mut bufs, m)).collect::<Result<Vec<BufferId>, _>>()?;
         let present = firing.pieces.len() == 1 && &mats[firing.pieces[0]].aggregate == agg;

@@ -335,7 +335,10 @@ pub fn compile(
                 match &blocks[k] {
                     Some(b) => ins.push(b[i]),
                     None => {
-                        let input = inputs.iter().position(|x| x == t).unwrap_or_default();
+                        let input = inputs
+                            .iter()
+                            .position(|x| x == t)
+                            .ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
                         let dst = graph.add_buffer(dev, f.inputs[k].clone(), comp.desc(*t)?.dtype);
                         graph.push(
                             Task::Load { input, dst },
