@@ -1,0 +1,433 @@
+//! Physical compilation (Sections 5.1 and 5.3): a computation whose operators each have a
+//! join-agg spec of `p` function specs becomes a [`TaskGraph`] over `p` devices.
+//!
+//! # Algorithm
+//! Operators are compiled one at a time in topological order ([`Computation::ops`]):
+//!
+//! 1. **Placement.** If the operator reads a tensor produced by another operator, the
+//!    exchange program of its first such input is synthesized with the preamble's `{size 1}`
+//!    partitions `S1..Sp` free ([`crate::preamble`], then [`crate::synth::naive`] or
+//!    [`crate::synth::search`]); the membership the program is valid under places function
+//!    spec `i` on the one site of `S{i+1}`. Its other produced inputs are synthesized with
+//!    those partitions declared by members. An operator reading only computation inputs gets
+//!    the identity placement (function spec `i` on device `i`).
+//! 2. **Computation inputs** are loaded directly in the block each function spec reads, on
+//!    its device (`Load`; free, as Section 4.2 says: inputs may be laid out in any tiling).
+//! 3. **Produced inputs**: the program's closure is lowered ([`lower_exchange`]): every `IN`
+//!    copy is a `Slice` of the producer's unaggregated output block; every firing, in closure
+//!    order, an `Aggregate` with the producer's ⊕ (only where the aggregate is not yet there)
+//!    and a `Transfer` to each destination; then each function spec's block is `Stitch`ed
+//!    from its atoms (a block of one atom is that atom's buffer).
+//! 4. **Kernels**: one `Kernel` task per function spec, writing one new buffer per output
+//!    box; partial outputs stay unaggregated where they were computed.
+//! 5. **Saved outputs**: the copies of each distinct output box are gathered at the device
+//!    of the first copy, ⊕-aggregated and `Store`d (a saved computation input is loaded whole
+//!    on device 0 and stored).
+//! 6. **Memory**: a graph whose [`TaskGraph::stats`] peak exceeds a device's HBM capacity in
+//!    the topology is refused.
+//!
+//! # Predicted time
+//! [`Compiled::predicted_ms`] is a serial estimate: the sum over operators, in order, of the
+//! slowest of the operator's exchange programs (their simulated completion times; 0 with
+//! none) plus its slowest function spec's FLOPs over its device's dense compute rate at the
+//! dtype of the operator's first output. It ignores overlap between operators.
+
+mod kernels;
+mod lower_program;
+mod placement;
+
+use std::collections::HashMap;
+
+use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, Task, TaskGraph};
+use einsum_core::{DType, TaskGraphError};
+use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
+use einsum_sim::{Precision, Topology};
+
+pub use kernels::ComputationKernels;
+pub use lower_program::{ExchangeSources, lower_exchange};
+
+use crate::preamble::PreambleError;
+use crate::program::Program;
+use crate::synth::SynthError;
+use crate::validity::ValidityError;
+use placement::{Request, synthesize};
+
+/// How exchange programs are synthesized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// [`crate::synth::naive`]: gather every atom where it is needed (identity placement).
+    Naive,
+    /// [`crate::synth::search`] with this seed and iteration budget.
+    Search {
+        /// The search's seed.
+        seed: u64,
+        /// Annealing iterations per exchange program.
+        iterations: usize,
+    },
+}
+
+/// What [`compile`] needs besides the computation and its specs.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// The number of devices `p`; every spec has `p` function specs.
+    pub devices: usize,
+    /// How exchange programs are synthesized.
+    pub schedule: Schedule,
+    /// The machine: its first `p` sites are the devices (costs and HBM capacities).
+    pub topology: Topology,
+}
+
+/// One kernel of the table [`Compiled::kernels`]: operator `op` on one function spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelCall {
+    /// The operator's vertex.
+    pub op: OpId,
+    /// The function spec it runs on.
+    pub function: FunctionSpec,
+}
+
+/// The exchange program that brings input `input` of operator `op` to its function specs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExchangeProgram {
+    /// The consuming operator.
+    pub op: OpId,
+    /// Its input slot.
+    pub input: usize,
+    /// The program (preamble and synthesized body).
+    pub program: Program,
+    /// Its simulated completion time on the topology.
+    pub simulated_ms: f64,
+}
+
+/// A compiled computation.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The task graph.
+    pub graph: TaskGraph,
+    /// Kernel index → (operator, function spec).
+    pub kernels: Vec<KernelCall>,
+    /// Every synthesized exchange program, in compilation order.
+    pub programs: Vec<ExchangeProgram>,
+    /// The device of every function spec of every operator.
+    pub placement: HashMap<OpId, Vec<DeviceId>>,
+    /// Predicted time in ms (see the module docs: a serial sum of exchange and kernel times).
+    pub predicted_ms: f64,
+}
+
+/// Why a computation could not be compiled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CompileError {
+    /// No devices.
+    #[error("the device count must be at least 1")]
+    NoDevices,
+    /// The topology has fewer sites than devices.
+    #[error("topology `{topology}` has {sites} sites, fewer than the {devices} devices")]
+    TopologyTooSmall {
+        /// The topology's name.
+        topology: String,
+        /// Its sites.
+        sites: usize,
+        /// Devices asked for.
+        devices: usize,
+    },
+    /// An operator without a spec.
+    #[error("operator `{op}` has no join-agg spec")]
+    MissingSpec {
+        /// The operator's name.
+        op: String,
+    },
+    /// A spec whose function-spec count is not the device count.
+    #[error("operator `{op}` has a spec of {got} function specs; compiling for {expected} devices needs {expected}")]
+    SpecCount {
+        /// The operator's name.
+        op: String,
+        /// The device count.
+        expected: usize,
+        /// Function specs in its spec.
+        got: usize,
+    },
+    /// A spec that does not decompose its operator.
+    #[error("operator `{op}`: {source}")]
+    InvalidSpec {
+        /// The operator's name.
+        op: String,
+        /// Why.
+        source: einsum_joinagg::Error,
+    },
+    /// The computation itself is inconsistent (an unknown tensor).
+    #[error(transparent)]
+    Computation(#[from] einsum_joinagg::Error),
+    /// The preamble of an exchange program could not be generated.
+    #[error("{label}: {source}")]
+    Preamble {
+        /// The consumer and input.
+        label: String,
+        /// Why.
+        source: PreambleError,
+    },
+    /// No body could be synthesized.
+    #[error("{label}: {source}")]
+    Synth {
+        /// The consumer and input.
+        label: String,
+        /// Why.
+        source: SynthError,
+    },
+    /// The synthesized program is not valid under its membership.
+    #[error("{label}: {source}")]
+    Invalid {
+        /// The consumer and input.
+        label: String,
+        /// Why.
+        source: ValidityError,
+    },
+    /// The membership does not place each function spec on its own device.
+    #[error("{label}: bad placement: {reason}")]
+    Placement {
+        /// The consumer and input.
+        label: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An action aggregates copies of different atoms (different boxes), which ⊕ cannot.
+    #[error("{label}: aggregate {aggregate} mixes different atoms; ⊕ combines copies of one block only")]
+    MixedAggregate {
+        /// The consumer and input.
+        label: String,
+        /// The aggregate.
+        aggregate: String,
+    },
+    /// The program's closure cannot be lowered (it lacks a piece).
+    #[error("{label}: {reason}")]
+    Lowering {
+        /// The consumer and input.
+        label: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// A malformed task (a compiler bug if it happens).
+    #[error(transparent)]
+    Graph(#[from] TaskGraphError),
+    /// The graph needs more memory on a device than it has.
+    #[error("{device} needs {peak} bytes at its peak, more than its HBM capacity of {capacity} bytes")]
+    OutOfMemory {
+        /// The device.
+        device: DeviceId,
+        /// Peak bytes resident.
+        peak: usize,
+        /// Its capacity in bytes.
+        capacity: f64,
+    },
+}
+
+/// An operator output already compiled: its partial blocks, one per function spec.
+struct Produced<'a> {
+    spec: &'a JoinAggSpec,
+    output: usize,
+    placement: Vec<DeviceId>,
+    buffers: Vec<BufferId>,
+    aggregation: einsum_core::Aggregation,
+}
+
+fn precision(dtype: DType) -> Precision {
+    match dtype {
+        DType::F32 => Precision::F32,
+        DType::F16 => Precision::F16,
+        DType::BF16 => Precision::BF16,
+    }
+}
+
+/// Compiles `comp`, each operator decomposed by its spec in `specs`, to a task graph over
+/// `options.devices` devices (the algorithm is in the module docs).
+pub fn compile(
+    comp: &Computation,
+    specs: &HashMap<OpId, JoinAggSpec>,
+    options: &CompileOptions,
+) -> Result<Compiled, CompileError> {
+    let p = options.devices;
+    let topology = &options.topology;
+    if p == 0 {
+        return Err(CompileError::NoDevices);
+    }
+    if topology.num_sites() < p {
+        return Err(CompileError::TopologyTooSmall {
+            topology: topology.name().to_string(),
+            sites: topology.num_sites(),
+            devices: p,
+        });
+    }
+    let name = |id: OpId| comp.node(id).map_or_else(|| format!("vertex {}", id.0), |n| n.name().to_string());
+    for (id, op, _) in comp.ops() {
+        let spec = specs.get(&id).ok_or_else(|| CompileError::MissingSpec { op: name(id) })?;
+        if spec.len() != p {
+            return Err(CompileError::SpecCount { op: name(id), expected: p, got: spec.len() });
+        }
+        validate_spec(op, spec, Some(p)).map_err(|source| CompileError::InvalidSpec { op: name(id), source })?;
+    }
+
+    let boundary = |t: TensorId, label: String| -> Result<Boundary, CompileError> {
+        let desc = comp.desc(t)?;
+        Ok(Boundary { name: label, ty: desc.tensor_type(), dtype: desc.dtype })
+    };
+    let inputs = comp.inputs();
+    let in_bounds = inputs.iter().map(|&t| boundary(t, name(t.op))).collect::<Result<Vec<_>, _>>()?;
+    let out_bounds = comp
+        .saved()
+        .iter()
+        .map(|&t| {
+            let n = comp.node(t.op).map_or(0, |n| n.outputs().len());
+            boundary(t, if n > 1 { format!("{}.{}", name(t.op), t.output) } else { name(t.op) })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut graph = TaskGraph::new(p, in_bounds, out_bounds);
+    let mut kernels = Vec::new();
+    let mut programs = Vec::new();
+    let mut placements: HashMap<OpId, Vec<DeviceId>> = HashMap::new();
+    let mut produced: HashMap<TensorId, Produced<'_>> = HashMap::new();
+    let mut predicted_ms = 0.0;
+
+    for (id, op, args) in comp.ops() {
+        let spec = &specs[&id];
+        let op_name = name(id);
+        let is_input = |t: &TensorId| matches!(comp.node(t.op), Some(Node::Input { .. }));
+        // Exchange programs: the first produced input chooses the placement.
+        let mut placement: Option<Vec<DeviceId>> = None;
+        let mut blocks: Vec<Option<Vec<BufferId>>> = vec![None; args.len()];
+        let mut exchange_ms: f64 = 0.0;
+        for (k, t) in args.iter().enumerate() {
+            if is_input(t) {
+                continue;
+            }
+            let from = produced.get(t).ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
+            let label = format!("operator `{op_name}` input {k}");
+            let req = Request {
+                producer: from.spec,
+                output: from.output,
+                producer_placement: &from.placement,
+                consumer: spec,
+                input: k,
+                dtype: comp.desc(*t)?.dtype,
+                devices: p,
+                fixed: placement.as_deref(),
+                label: label.clone(),
+            };
+            let s = synthesize(&req, options.schedule, topology)?;
+            let here = placement.get_or_insert_with(|| s.placement.clone()).clone();
+            let sources = ExchangeSources {
+                holders: &from.buffers,
+                aggregation: from.aggregation,
+                placement: &here,
+                label: &label,
+            };
+            blocks[k] = Some(lower_exchange(&mut graph, &s.preamble, &s.closure, &sources)?);
+            exchange_ms = exchange_ms.max(s.simulated_ms);
+            programs.push(ExchangeProgram { op: id, input: k, program: s.program, simulated_ms: s.simulated_ms });
+        }
+        let placement = placement.unwrap_or_else(|| (0..p as u32).map(DeviceId).collect());
+
+        let mut slowest: f64 = 0.0;
+        let out_descs = op.outputs();
+        let mut outs: Vec<Vec<BufferId>> = vec![Vec::with_capacity(p); out_descs.len()];
+        for (i, f) in spec.functions.iter().enumerate() {
+            let dev = placement[i];
+            let mut ins = Vec::with_capacity(args.len());
+            for (k, t) in args.iter().enumerate() {
+                match &blocks[k] {
+                    Some(b) => ins.push(b[i]),
+                    None => {
+                        let input = inputs
+                            .iter()
+                            .position(|x| x == t)
+                            .ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
+                        let dst = graph.add_buffer(dev, f.inputs[k].clone(), comp.desc(*t)?.dtype);
+                        graph.push(
+                            Task::Load { input, dst },
+                            &[],
+                            format!("load {} {} for `{op_name}` f{i}", name(t.op), f.inputs[k]),
+                        )?;
+                        ins.push(dst);
+                    }
+                }
+            }
+            let written: Vec<BufferId> =
+                f.outputs.iter().zip(out_descs).map(|(b, d)| graph.add_buffer(dev, b.clone(), d.dtype)).collect();
+            let kernel = kernels.len();
+            kernels.push(KernelCall { op: id, function: f.clone() });
+            graph.push(
+                Task::Kernel { kernel, inputs: ins, outputs: written.clone() },
+                &[],
+                format!("`{op_name}` f{i}"),
+            )?;
+            for (j, b) in written.into_iter().enumerate() {
+                outs[j].push(b);
+            }
+            let dtype = out_descs.first().map_or(DType::F32, |d| d.dtype);
+            let rate = topology.sites()[dev.0 as usize].compute.rate(precision(dtype));
+            slowest = slowest.max(op.flops(f) / rate * 1e3);
+        }
+        predicted_ms += exchange_ms + slowest;
+        for (j, buffers) in outs.into_iter().enumerate() {
+            produced.insert(
+                TensorId { op: id, output: j },
+                Produced { spec, output: j, placement: placement.clone(), buffers, aggregation: op.aggregation() },
+            );
+        }
+        placements.insert(id, placement);
+    }
+
+    for (o, t) in comp.saved().iter().enumerate() {
+        match produced.get(t) {
+            None => {
+                let input = inputs
+                    .iter()
+                    .position(|x| x == t)
+                    .ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
+                let dst = graph.add_buffer(DeviceId(0), graph.inputs()[input].ty.clone(), graph.inputs()[input].dtype);
+                graph.push(Task::Load { input, dst }, &[], format!("load saved input {}", name(t.op)))?;
+                graph.push(Task::Store { output: o, src: dst }, &[], format!("store {}", name(t.op)))?;
+            }
+            Some(from) => {
+                let mut boxes: Vec<(einsum_core::TensorType, Vec<usize>)> = Vec::new();
+                for (i, f) in from.spec.functions.iter().enumerate() {
+                    let b = &f.outputs[from.output];
+                    match boxes.iter_mut().find(|(x, _)| x == b) {
+                        Some((_, holders)) => holders.push(i),
+                        None => boxes.push((b.clone(), vec![i])),
+                    }
+                }
+                for (block, holders) in boxes {
+                    let dev = from.placement[holders[0]];
+                    let mut pieces = vec![from.buffers[holders[0]]];
+                    for &h in &holders[1..] {
+                        let src = from.buffers[h];
+                        let dst = graph.add_buffer(dev, block.clone(), graph.buffer(src).dtype);
+                        graph.push(Task::Transfer { src, dst }, &[], format!("gather {t} {block} f{h} -> {dev}"))?;
+                        pieces.push(dst);
+                    }
+                    let src = if pieces.len() == 1 {
+                        pieces[0]
+                    } else {
+                        let dst = graph.add_buffer(dev, block.clone(), graph.buffer(pieces[0]).dtype);
+                        graph.push(
+                            Task::Aggregate { srcs: pieces, dst, agg: from.aggregation },
+                            &[],
+                            format!("aggregate {t} {block}"),
+                        )?;
+                        dst
+                    };
+                    graph.push(Task::Store { output: o, src }, &[], format!("store {t} {block}"))?;
+                }
+            }
+        }
+    }
+    graph.check_complete()?;
+
+    let stats = graph.stats();
+    for (d, &peak) in stats.peak_bytes.iter().enumerate() {
+        let capacity = topology.sites()[d].hbm_capacity;
+        if peak as f64 > capacity {
+            return Err(CompileError::OutOfMemory { device: DeviceId(d as u32), peak, capacity });
+        }
+    }
+    Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms })
+}

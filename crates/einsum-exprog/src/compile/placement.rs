@@ -1,0 +1,102 @@
+//! Synthesizing one input's exchange program and reading the consumer's placement from it.
+
+use std::collections::BTreeSet;
+
+use einsum_core::DType;
+use einsum_core::taskgraph::DeviceId;
+use einsum_joinagg::JoinAggSpec;
+use einsum_sim::Topology;
+
+use crate::closure::Closure;
+use crate::ids::SiteId;
+use crate::membership::Membership;
+use crate::partition::PartitionSpec;
+use crate::preamble::{Preamble, Upstream, preamble};
+use crate::program::Program;
+use crate::synth::{SearchOptions, canonical_membership, naive, search};
+
+use super::{CompileError, Schedule};
+
+/// An exchange program chosen for one consumer input, with what lowering needs.
+pub(crate) struct Synthesized {
+    pub preamble: Preamble,
+    pub program: Program,
+    pub closure: Closure,
+    /// The site of every consumer function spec (from the membership of `S1..Sp`).
+    pub placement: Vec<DeviceId>,
+    pub simulated_ms: f64,
+}
+
+/// What to synthesize: the producer's side, the consumer's, and whether the consumer's
+/// placement is already fixed.
+pub(crate) struct Request<'a> {
+    pub producer: &'a JoinAggSpec,
+    pub output: usize,
+    pub producer_placement: &'a [DeviceId],
+    pub consumer: &'a JoinAggSpec,
+    pub input: usize,
+    pub dtype: DType,
+    pub devices: usize,
+    /// `Some(placement)`: the partitions `S1..Sp` are declared with these members.
+    pub fixed: Option<&'a [DeviceId]>,
+    /// For error messages: the consumer and its input.
+    pub label: String,
+}
+
+/// Builds the preamble, synthesizes a body with `schedule`, validates it under the membership
+/// it was costed with, and reads the consumer's placement from that membership.
+pub(crate) fn synthesize(
+    req: &Request<'_>,
+    schedule: Schedule,
+    topology: &Topology,
+) -> Result<Synthesized, CompileError> {
+    let label = || req.label.clone();
+    let devices: Vec<SiteId> = (0..req.devices as u32).map(SiteId).collect();
+    let sites: Vec<SiteId> = req.producer_placement.iter().map(|d| SiteId(d.0)).collect();
+    let upstream = Upstream::Spec { spec: req.producer, output: req.output, placement: &sites };
+    let mut pre = preamble(&upstream, req.consumer, req.input, req.dtype, &devices)
+        .map_err(|source| CompileError::Preamble { label: label(), source })?;
+    if let Some(fixed) = req.fixed {
+        for (c, d) in pre.consumers.iter().zip(fixed) {
+            pre.program.partitions.insert(c.partition.clone(), PartitionSpec::Members(BTreeSet::from([SiteId(d.0)])));
+        }
+    }
+    let synth_err = |source| CompileError::Synth { label: label(), source };
+    let (program, membership, simulated_ms) = match schedule {
+        Schedule::Naive => {
+            let program = naive(&pre.program).map_err(synth_err)?;
+            let membership = canonical_membership(&program).map_err(synth_err)?;
+            let sim = crate::cost::simulate_with(&program, &membership, topology)
+                .map_err(|e| synth_err(crate::synth::SynthError::Simulate(e)))?;
+            (program, membership, sim.completion_ms)
+        }
+        Schedule::Search { seed, iterations } => {
+            let options = SearchOptions { seed, iterations, ..SearchOptions::default() };
+            let found = search(&pre.program, topology, options).map_err(synth_err)?;
+            (found.program, found.membership, found.completion_ms)
+        }
+    };
+    let validation =
+        program.validate_with(&membership).map_err(|source| CompileError::Invalid { label: label(), source })?;
+    let placement =
+        read_placement(&pre, &membership).map_err(|reason| CompileError::Placement { label: label(), reason })?;
+    Ok(Synthesized { preamble: pre, program, closure: validation.closure, placement, simulated_ms })
+}
+
+/// The device of each consumer function spec: the one member of its partition; the sites
+/// must be distinct (a bijection from function specs to devices).
+fn read_placement(pre: &Preamble, membership: &Membership) -> Result<Vec<DeviceId>, String> {
+    let mut seen = BTreeSet::new();
+    let mut placement = Vec::with_capacity(pre.consumers.len());
+    for c in &pre.consumers {
+        let sites = membership.sites(&c.partition).ok_or_else(|| format!("partition {} has no sites", c.partition))?;
+        let [site] = sites.iter().copied().collect::<Vec<_>>()[..] else {
+            return Err(format!("partition {} has {} sites, not one", c.partition, sites.len()));
+        };
+        if !seen.insert(site) {
+            return Err(format!("site {site} holds two function specs"));
+        }
+        placement.push(DeviceId(site.0));
+    }
+    Ok(placement)
+}

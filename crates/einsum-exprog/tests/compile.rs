@@ -1,0 +1,426 @@
+//! Physical compilation end to end: computations built from einsum-ops, compiled with random
+//! specs on 1 to 8 devices with both schedules, run by the reference interpreter and compared
+//! with the single-device evaluation; Example 5.4; the compile-time errors.
+
+use std::collections::HashMap;
+
+use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph, interpret};
+use einsum_core::{Aggregation, DType, HostTensor, SplitMix64, TensorDesc, TensorType, relative_error};
+use einsum_exprog::compile::{ExchangeSources, lower_exchange};
+use einsum_exprog::{
+    CompileError, CompileOptions, Compiled, ComputationKernels, DEFAULT_SIZE_GB, Membership, PartitionId, Program,
+    Schedule, SiteId, Upstream, compile, parse, preamble,
+};
+use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId, TensorId, enumerate_specs};
+use einsum_ops::attention::{Attention, AttentionConfig};
+use einsum_ops::einsum::Einsum;
+use einsum_ops::rmsnorm::RmsNorm;
+use einsum_ops::rope::Rope;
+use einsum_ops::softmax::Softmax;
+use einsum_ops::unary::{Unary, UnaryOp};
+use einsum_ops::{Packing, binary};
+use einsum_sim::{ComputeRates, Fallback, Site, Topology};
+use proptest::prelude::*;
+
+const F32: DType = DType::F32;
+
+fn desc(dims: &[(&str, usize)]) -> TensorDesc {
+    TensorDesc::of(dims, F32).unwrap()
+}
+
+/// An NVSwitch-like machine of `n` sites (HBM capacity in GB).
+fn switch(n: usize, hbm_gb: f64) -> Topology {
+    let site = Site::new(2000.0, hbm_gb, ComputeRates::tflops(100.0, 100.0, 20.0)).with_endpoint_caps(200.0);
+    Topology::new("switch", vec![site; n], vec![], Some(Fallback::Switch)).unwrap()
+}
+
+/// A random spec of `p` function specs per operator, or `None` when some operator has none.
+fn random_specs(comp: &Computation, p: usize, rng: &mut SplitMix64) -> Option<HashMap<OpId, JoinAggSpec>> {
+    let mut specs = HashMap::new();
+    for (id, op, _) in comp.ops() {
+        let choices = enumerate_specs(op, p).ok()?;
+        specs.insert(id, rng.pick(&choices)?.spec.clone());
+    }
+    Some(specs)
+}
+
+fn run(comp: &Computation, compiled: &Compiled, seed: u64) {
+    let inputs = comp.random_inputs(seed);
+    let expected = comp.evaluate(&inputs).unwrap();
+    let ordered: Vec<HostTensor> = comp.inputs().iter().map(|t| inputs[t].clone()).collect();
+    let got = interpret(&compiled.graph, &ComputationKernels(comp, &compiled.kernels), &ordered).unwrap();
+    assert_eq!(got.len(), comp.saved().len());
+    for (t, g) in comp.saved().iter().zip(&got) {
+        let err = relative_error(g, &expected[t]);
+        assert!(err < 1e-4, "saved {t}: relative error {err}");
+    }
+}
+
+/// Compiles with random specs for `p` devices and checks the result; false if some
+/// operator has no spec for `p`.
+fn check(comp: &Computation, p: usize, seed: u64, schedule: Schedule, topology: &Topology) -> bool {
+    let mut rng = SplitMix64::new(seed);
+    let Some(specs) = random_specs(comp, p, &mut rng) else { return false };
+    let options = CompileOptions { devices: p, schedule, topology: topology.clone() };
+    let compiled = compile(comp, &specs, &options).unwrap_or_else(|e| panic!("p = {p}, seed {seed}: {e}"));
+    assert!(compiled.graph.check_complete().is_ok());
+    assert_eq!(compiled.graph.devices(), p);
+    assert!(compiled.predicted_ms.is_finite() && compiled.predicted_ms >= 0.0);
+    for (id, places) in &compiled.placement {
+        let mut sorted = places.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..p as u32).map(DeviceId).collect::<Vec<_>>(), "{id:?} is placed on a bijection");
+    }
+    run(comp, &compiled, seed);
+    true
+}
+
+/// Every p in 1..=8 with both schedules; at least half the device counts must have specs.
+fn check_all(comp: &Computation, seed: u64) {
+    let topology = switch(8, 80.0);
+    let mut ran = 0;
+    for p in 1..=8 {
+        let naive = check(comp, p, seed + p as u64, Schedule::Naive, &topology);
+        let search = check(comp, p, seed + 100 + p as u64, Schedule::Search { seed, iterations: 10 }, &topology);
+        ran += naive as usize + search as usize;
+    }
+    assert!(ran >= 8, "only {ran} runs had specs");
+}
+
+fn matmul_chain() -> Computation {
+    let mut c = Computation::new();
+    let a = c.add_input("a", desc(&[("i", 8), ("j", 6)]));
+    let b = c.add_input("b", desc(&[("j", 6), ("k", 8)]));
+    let d = c.add_input("d", desc(&[("k", 8), ("l", 4)]));
+    let ab = c
+        .add_op(
+            "ab",
+            Box::new(Einsum::matmul(&desc(&[("i", 8), ("j", 6)]), &desc(&[("j", 6), ("k", 8)])).unwrap()),
+            &[a, b],
+        )
+        .unwrap()[0];
+    let abd = c
+        .add_op(
+            "abd",
+            Box::new(Einsum::matmul(&desc(&[("i", 8), ("k", 8)]), &desc(&[("k", 8), ("l", 4)])).unwrap()),
+            &[ab, d],
+        )
+        .unwrap()[0];
+    c.save(abd).unwrap();
+    c
+}
+
+fn ffn() -> Computation {
+    let mut c = Computation::new();
+    let x = c.add_input("x", desc(&[("t", 8), ("d", 4)]));
+    let w1 = c.add_input("w1", desc(&[("d", 4), ("f", 8)]));
+    let w2 = c.add_input("w2", desc(&[("f", 8), ("d", 4)]));
+    let h = c
+        .add_op(
+            "up",
+            Box::new(Einsum::matmul(&desc(&[("t", 8), ("d", 4)]), &desc(&[("d", 4), ("f", 8)])).unwrap()),
+            &[x, w1],
+        )
+        .unwrap()[0];
+    let r =
+        c.add_op("relu", Box::new(Unary::new(&desc(&[("t", 8), ("f", 8)]), UnaryOp::Relu).unwrap()), &[h]).unwrap()[0];
+    let y = c
+        .add_op(
+            "down",
+            Box::new(Einsum::matmul(&desc(&[("t", 8), ("f", 8)]), &desc(&[("f", 8), ("d", 4)])).unwrap()),
+            &[r, w2],
+        )
+        .unwrap()[0];
+    c.save(y).unwrap();
+    c
+}
+
+/// `x` is read by two operators, and `h` twice by one (h * h), and two tensors are saved.
+fn dag() -> Computation {
+    let mut c = Computation::new();
+    let xd = desc(&[("i", 8), ("j", 8)]);
+    let x = c.add_input("x", xd.clone());
+    let w = c.add_input("w", xd.clone());
+    let h = c.add_op("h", Box::new(Einsum::matmul(&xd, &xd).unwrap()), &[x, w]).unwrap()[0];
+    let sq = c
+        .add_op(
+            "sq",
+            Box::new(binary::Binary::new(&xd, &xd, binary::BinaryOp::parse("mul").unwrap()).unwrap()),
+            &[h, h],
+        )
+        .unwrap()[0];
+    let e = c.add_op("e", Box::new(Unary::new(&xd, UnaryOp::Relu).unwrap()), &[x]).unwrap()[0];
+    let sum = c
+        .add_op(
+            "sum",
+            Box::new(binary::Binary::new(&xd, &xd, binary::BinaryOp::parse("add").unwrap()).unwrap()),
+            &[sq, e],
+        )
+        .unwrap()[0];
+    c.save(sum).unwrap();
+    c.save(h).unwrap();
+    c
+}
+
+fn softmax() -> Computation {
+    let mut c = Computation::new();
+    let a = c.add_input("a", desc(&[("i", 8), ("j", 4)]));
+    let b = c.add_input("b", desc(&[("j", 4), ("k", 8)]));
+    let ab = c
+        .add_op(
+            "ab",
+            Box::new(Einsum::matmul(&desc(&[("i", 8), ("j", 4)]), &desc(&[("j", 4), ("k", 8)])).unwrap()),
+            &[a, b],
+        )
+        .unwrap()[0];
+    let s = c.add_op("softmax", Box::new(Softmax::new(&desc(&[("i", 8), ("k", 8)]), "k").unwrap()), &[ab]).unwrap()[0];
+    c.save(s).unwrap();
+    c
+}
+
+fn rmsnorm() -> Computation {
+    let mut c = Computation::new();
+    let xd = desc(&[("t", 8), ("d", 8)]);
+    let x = c.add_input("x", xd.clone());
+    let w = c.add_input("w", desc(&[("d", 8)]));
+    let r = c.add_op("relu", Box::new(Unary::new(&xd, UnaryOp::Relu).unwrap()), &[x]).unwrap()[0];
+    let n = c.add_op("norm", Box::new(RmsNorm::new(&xd, &desc(&[("d", 8)]), "d", 1e-5).unwrap()), &[r, w]).unwrap()[0];
+    c.save(n).unwrap();
+    c
+}
+
+/// Causal grouped-query attention (4 query heads, 2 KV heads) with RoPE on q and k.
+fn attention() -> Computation {
+    let mut c = Computation::new();
+    let (s, d) = (8, 4);
+    let qd = desc(&[("heads_q", 4), ("tokens", s), ("d_head", d)]);
+    let kd = desc(&[("heads_kv", 2), ("tokens", s), ("d_head", d)]);
+    let vd = desc(&[("heads_v", 2), ("tokens", s), ("e", d)]);
+    let q = c.add_input("q", qd.clone());
+    let k = c.add_input("k", kd.clone());
+    let v = c.add_input("v", vd.clone());
+    let rq = c
+        .add_op("rope_q", Box::new(Rope::new(&qd, "tokens", "d_head", 10000.0, Packing::single(s)).unwrap()), &[q])
+        .unwrap()[0];
+    let rk = c
+        .add_op("rope_k", Box::new(Rope::new(&kd, "tokens", "d_head", 10000.0, Packing::single(s)).unwrap()), &[k])
+        .unwrap()[0];
+    let att = Attention::new(&qd, &kd, &vd, AttentionConfig::new(true, Packing::single(s))).unwrap();
+    let o = c.add_op("attention", Box::new(att), &[rq, rk, v]).unwrap()[0];
+    c.save(o).unwrap();
+    c
+}
+
+#[test]
+fn matmul_chain_runs_correctly() {
+    check_all(&matmul_chain(), 1);
+}
+
+#[test]
+fn ffn_runs_correctly() {
+    check_all(&ffn(), 2);
+}
+
+#[test]
+fn dag_with_a_tensor_read_twice_runs_correctly() {
+    check_all(&dag(), 3);
+}
+
+#[test]
+fn softmax_runs_correctly() {
+    check_all(&softmax(), 4);
+}
+
+#[test]
+fn rmsnorm_runs_correctly() {
+    check_all(&rmsnorm(), 5);
+}
+
+#[test]
+fn gqa_attention_with_rope_runs_correctly() {
+    check_all(&attention(), 6);
+}
+
+#[test]
+fn dgx_v100_with_eight_devices() {
+    let v100 = Topology::preset("dgx-v100").unwrap();
+    for (i, comp) in [ffn(), softmax(), dag()].iter().enumerate() {
+        assert!(check(comp, 8, 40 + i as u64, Schedule::Naive, &v100));
+        assert!(check(comp, 8, 50 + i as u64, Schedule::Search { seed: 7, iterations: 10 }, &v100));
+    }
+}
+
+fn tt(lo: &[usize], hi: &[usize]) -> TensorType {
+    TensorType::new(lo, hi).unwrap()
+}
+
+/// Example 5.4, shrunk: the matmul of Example 3.8 (i = k = 8, j = 4) with the four function
+/// specs F_mn (m-th half of i, n-th half of j), feeding a softmax over k split into four
+/// row blocks.
+fn example_5_4() -> (Computation, HashMap<OpId, JoinAggSpec>) {
+    let mut c = Computation::new();
+    let (ad, bd) = (desc(&[("i", 8), ("j", 4)]), desc(&[("j", 4), ("k", 8)]));
+    let a = c.add_input("a", ad.clone());
+    let b = c.add_input("b", bd.clone());
+    let ab = c.add_op("matmul", Box::new(Einsum::matmul(&ad, &bd).unwrap()), &[a, b]).unwrap()[0];
+    let s = c.add_op("softmax", Box::new(Softmax::new(&desc(&[("i", 8), ("k", 8)]), "k").unwrap()), &[ab]).unwrap()[0];
+    c.save(s).unwrap();
+    let mut matmul = Vec::new();
+    for m in 0..2 {
+        for n in 0..2 {
+            matmul.push(FunctionSpec {
+                inputs: vec![tt(&[4 * m, 2 * n], &[4 * m + 4, 2 * n + 2]), tt(&[2 * n, 0], &[2 * n + 2, 8])],
+                outputs: vec![tt(&[4 * m, 0], &[4 * m + 4, 8])],
+            });
+        }
+    }
+    let rows = (0..4)
+        .map(|q| {
+            let r = tt(&[2 * q, 0], &[2 * q + 2, 8]);
+            FunctionSpec { inputs: vec![r.clone()], outputs: vec![r] }
+        })
+        .collect();
+    let specs = HashMap::from([(ab.op, JoinAggSpec { functions: matmul }), (s.op, JoinAggSpec { functions: rows })]);
+    (c, specs)
+}
+
+fn without_sizes(p: &Program) -> Program {
+    let mut p = p.with_body([]);
+    for input in p.inputs.values_mut() {
+        input.size_gb = DEFAULT_SIZE_GB;
+    }
+    p
+}
+
+#[test]
+fn example_5_4_compiles_to_its_preamble_and_runs() {
+    let (comp, specs) = example_5_4();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/example_5_4_preamble.exprog");
+    let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10 }] {
+        let options = CompileOptions { devices: 4, schedule, topology: switch(4, 80.0) };
+        let compiled = compile(&comp, &specs, &options).unwrap();
+        assert_eq!(compiled.programs.len(), 1);
+        let program = &compiled.programs[0];
+        assert_eq!((program.op, program.input), (OpId(3), 0));
+        assert_eq!(without_sizes(&program.program), expected);
+        assert!(program.simulated_ms > 0.0 && compiled.predicted_ms >= program.simulated_ms);
+        // Every atom is 2 x 8 f32 values.
+        assert!(program.program.inputs.values().all(|i| i.size_gb == 64.0 / 1e9));
+        // 8 kernels; each softmax block aggregates its two partial copies once.
+        assert_eq!(compiled.kernels.len(), 8);
+        let stats = compiled.graph.stats();
+        assert_eq!(stats.tasks["aggregate"], 4);
+        assert_eq!(stats.tasks["load"], 8);
+        run(&comp, &compiled, 11);
+    }
+}
+
+#[test]
+fn wrong_spec_counts_and_missing_specs_are_refused() {
+    let (comp, specs) = example_5_4();
+    let options = CompileOptions { devices: 2, schedule: Schedule::Naive, topology: switch(8, 80.0) };
+    let err = compile(&comp, &specs, &options).unwrap_err();
+    assert!(matches!(&err, CompileError::SpecCount { expected: 2, got: 4, .. }), "{err}");
+    assert!(err.to_string().contains("matmul"), "{err}");
+    let mut partial = specs.clone();
+    partial.remove(&OpId(3));
+    let options = CompileOptions { devices: 4, ..options };
+    let err = compile(&comp, &partial, &options).unwrap_err();
+    assert_eq!(err, CompileError::MissingSpec { op: "softmax".into() });
+    let err = compile(&comp, &specs, &CompileOptions { devices: 0, ..options }).unwrap_err();
+    assert_eq!(err, CompileError::NoDevices);
+}
+
+#[test]
+fn a_topology_with_too_few_sites_is_refused() {
+    let (comp, specs) = example_5_4();
+    let options = CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(2, 80.0) };
+    let err = compile(&comp, &specs, &options).unwrap_err();
+    assert!(matches!(err, CompileError::TopologyTooSmall { sites: 2, devices: 4, .. }), "{err}");
+}
+
+#[test]
+fn a_graph_over_hbm_capacity_is_refused() {
+    let (comp, specs) = example_5_4();
+    // 200 bytes of HBM per device: one 4 x 8 f32 block alone takes 128.
+    let options = CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(4, 200e-9) };
+    let err = compile(&comp, &specs, &options).unwrap_err();
+    let CompileError::OutOfMemory { device, peak, capacity } = &err else { panic!("{err}") };
+    assert!(*peak as f64 > *capacity && *capacity == 200.0 && device.0 < 4, "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&format!("device {}", device.0)) && text.contains(&peak.to_string()), "{text}");
+}
+
+#[test]
+fn an_aggregate_mixing_atoms_is_refused() {
+    let (_, specs) = example_5_4();
+    let producer = &specs[&OpId(2)];
+    let consumer = &specs[&OpId(3)];
+    let gpus: Vec<SiteId> = (0..4).map(SiteId).collect();
+    let pre =
+        preamble(&Upstream::Spec { spec: producer, output: 0, placement: &gpus }, consumer, 0, F32, &gpus).unwrap();
+    // X1 and X2 are copies of different atoms (rows 0..2 and 2..4) on site 0.
+    let program = parse(&format!("{}X1+X2 @ 0 -> 1\n", pre.program)).unwrap();
+    let membership =
+        Membership((0..4).map(|i| (PartitionId::new(&format!("S{}", i + 1)).unwrap(), [SiteId(i)].into())).collect());
+    let closure = program.closure(&membership).unwrap();
+    let whole = TensorType::zero_bounded(&[8, 8]);
+    let io = einsum_core::taskgraph::Boundary { name: "ab".into(), ty: whole, dtype: F32 };
+    let mut graph = TaskGraph::new(4, vec![io.clone()], vec![io]);
+    let holders: Vec<BufferId> = producer
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let b = graph.add_buffer(DeviceId(i as u32), f.outputs[0].clone(), F32);
+            graph.push(Task::Load { input: 0, dst: b }, &[], "load").unwrap();
+            b
+        })
+        .collect();
+    let placement: Vec<DeviceId> = (0..4).map(DeviceId).collect();
+    let sources =
+        ExchangeSources { holders: &holders, aggregation: Aggregation::Sum, placement: &placement, label: "test" };
+    let err = lower_exchange(&mut graph, &pre, &closure, &sources).unwrap_err();
+    assert!(matches!(&err, CompileError::MixedAggregate { aggregate, .. } if aggregate == "X1+X2"), "{err}");
+}
+
+/// A random DAG of `n` operators over [8, 8] tensors: matmuls, relus, adds and softmaxes
+/// reading random earlier tensors; the last and one random tensor are saved.
+fn random_dag(seed: u64, n: usize) -> Computation {
+    let mut rng = SplitMix64::new(seed);
+    let xd = desc(&[("i", 8), ("j", 8)]);
+    let mut c = Computation::new();
+    let mut tensors: Vec<TensorId> = vec![c.add_input("x", xd.clone()), c.add_input("y", xd.clone())];
+    for k in 0..n {
+        let a = tensors[rng.below(tensors.len())];
+        let b = tensors[rng.below(tensors.len())];
+        let name = format!("op{k}");
+        let t = match rng.below(4) {
+            0 => c.add_op(name, Box::new(Einsum::matmul(&xd, &xd).unwrap()), &[a, b]),
+            1 => c.add_op(name, Box::new(Unary::new(&xd, UnaryOp::Relu).unwrap()), &[a]),
+            2 => c.add_op(
+                name,
+                Box::new(binary::Binary::new(&xd, &xd, binary::BinaryOp::parse("add").unwrap()).unwrap()),
+                &[a, b],
+            ),
+            _ => c.add_op(name, Box::new(Softmax::new(&xd, "j").unwrap()), &[a]),
+        }
+        .unwrap()[0];
+        tensors.push(t);
+    }
+    c.save(*tensors.last().unwrap()).unwrap();
+    c.save(tensors[rng.below(tensors.len())]).unwrap();
+    c
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn random_dags_compile_and_run_correctly(seed in any::<u64>(), n in 1usize..6, p in 1usize..=8, search in any::<bool>()) {
+        let comp = random_dag(seed, n);
+        let schedule = if search { Schedule::Search { seed, iterations: 10 } } else { Schedule::Naive };
+        prop_assert!(check(&comp, p, seed, schedule, &switch(8, 80.0)));
+    }
+}
