@@ -33,6 +33,12 @@ pub enum Error {
     /// Synthesis failed.
     #[error(transparent)]
     Synthesis(#[from] einsum_exprog::synth::SynthError),
+    /// Physical compilation failed (placement, lowering, memory over capacity, ...).
+    #[error(transparent)]
+    Compile(#[from] einsum_exprog::CompileError),
+    /// A run failed on the backend (a kernel error, a panicking task, a bad input).
+    #[error(transparent)]
+    Backend(#[from] einsum_core::BackendError),
     /// A topology that cannot be loaded.
     #[error(transparent)]
     Topology(#[from] einsum_sim::TopologyError),

@@ -157,6 +157,17 @@ impl Graph {
         Tensor { graph: self.id, id }
     }
 
+    /// The handle of tensor `id` of [`Graph::computation`] (for example a workload's inputs).
+    pub fn tensor(&self, id: TensorId) -> Result<Tensor> {
+        self.comp.desc(id).map_err(|_| Error::ForeignTensor(id.to_string()))?;
+        Ok(self.handle(id))
+    }
+
+    /// The tensor's id in [`Graph::computation`], if the handle was made by this graph.
+    pub fn own_tensor(&self, t: Tensor) -> Result<TensorId> {
+        self.own(t)
+    }
+
     /// The tensor's id, if the handle was made by this graph.
     fn own(&self, t: Tensor) -> Result<TensorId> {
         if t.graph == self.id { Ok(t.id) } else { Err(Error::ForeignTensor(t.id.to_string())) }

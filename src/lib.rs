@@ -10,13 +10,17 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod dump;
 mod error;
+mod executable;
 mod graph;
 pub mod workload;
 
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
+pub use einsum_exprog::Schedule;
 pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
 pub use error::{Error, Result};
+pub use executable::{CompileOptions, Executable, RunReport, compile};
 pub use graph::{Graph, Tensor};
 pub use workload::Workload;

@@ -31,6 +31,12 @@ enum Command {
     Plan(cli::plan::Args),
     /// Lists every join-agg spec each operator of a workload offers on P devices.
     Specs(cli::specs::Args),
+    /// Compiles a workload (logical plan, exchange programs, task graph) and runs it on the
+    /// backend with random inputs; `--check` compares with the single-device reference.
+    Run(cli::run::RunArgs),
+    /// Prints how a workload would run: its plan, exchange programs and task-graph
+    /// statistics.
+    Explain(cli::run::ExplainArgs),
     /// Exchange programs: check, simulate or synthesize an ExProg file.
     #[command(subcommand)]
     Exprog(cli::exprog::Command),
@@ -53,6 +59,8 @@ fn main() -> ExitCode {
         Command::Check(args) => cli::check::run(args),
         Command::Plan(args) => cli::plan::run(args),
         Command::Specs(args) => cli::specs::run(args),
+        Command::Run(args) => cli::run::run(args),
+        Command::Explain(args) => cli::run::explain(args),
         Command::Exprog(command) => cli::exprog::run(command),
     };
     match report {

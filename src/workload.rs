@@ -146,7 +146,9 @@ impl Workload {
                 let dims = LlamaDims::from_params(self)?;
                 let mut x = g.input("x", &[("tokens", dims.tokens), ("d_model", dims.d_model)], dtype)?;
                 for layer in 0..layers {
-                    x = llama_block(&mut g, x, &dims, layer, dtype)?;
+                    // A single block's weights carry the plain names of the block's definition.
+                    let prefix = if self.name == "llama" { format!("l{layer}.") } else { String::new() };
+                    x = llama_block(&mut g, x, &dims, &prefix, dtype)?;
                 }
                 g.save(x)?;
             }
@@ -241,10 +243,14 @@ impl LlamaDims {
     }
 }
 
-/// One pre-norm LLaMA block: RMSNorm, grouped-query causal attention with RoPE over packed
-/// sequences, residual add, RMSNorm, SwiGLU FFN, residual add.
-fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, layer: usize, dtype: DType) -> Result<Tensor> {
-    let w = |name: &str| format!("l{layer}.{name}");
+/// One pre-norm LLaMA block, exactly as `docs/llama-block.md` defines it:
+/// `h = x + attention(rmsnorm(x))`, `y = h + w_down(silu(w_gate·n) ⊙ (w_up·n))` with
+/// `n = rmsnorm(h)`; RMSNorm with eps 1e-5 and a weight; RoPE (rotate-half, θ = 500000,
+/// positions from the start of each packed sequence) on queries and keys; attention scaled
+/// by 1/√d_head, causal within each packed sequence, query head `g·(heads_q/heads_kv) + i`
+/// reading key/value head `g`.
+fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, dtype: DType) -> Result<Tensor> {
+    let w = |name: &str| format!("{prefix}{name}");
     let norm1 = g.input(&w("attn_norm"), &[("d_model", d.d_model)], dtype)?;
     let wq = g.input(&w("wq"), &[("d_model", d.d_model), ("heads_q", d.heads_q), ("d_head", d.d_head)], dtype)?;
     let wk = g.input(&w("wk"), &[("d_model", d.d_model), ("heads_kv", d.heads_kv), ("d_head", d.d_head)], dtype)?;

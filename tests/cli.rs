@@ -140,3 +140,56 @@ fn exprog_errors_name_the_line_and_exit_non_zero() {
     let out = einsummable(&["exprog", "simulate", &file, "--topology", "dgx-b200"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("dgx-a100"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn run_checks_against_the_reference_and_dumps_npy() {
+    let dir = std::env::temp_dir().join(format!("einsummable-dump-{}", std::process::id()));
+    let workload = "llama-block:tokens=16,seqs=2,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=24";
+    let out = einsummable(&["run", workload, "--devices", "4", "--check", "--json", "--dump", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "workload",
+        "devices",
+        "ok",
+        "max_rel_error",
+        "wall_ms",
+        "predicted_ms",
+        "bytes_moved",
+        "peak_bytes_per_device",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["ok"], true);
+    assert!(v["max_rel_error"].as_f64().unwrap() <= 1e-4);
+    assert_eq!(v["peak_bytes_per_device"].as_array().unwrap().len(), 4);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let tensors = manifest["tensors"].as_array().unwrap();
+    assert!(
+        tensors.iter().any(|t| t["name"] == "x" && t["role"] == "input" && t["shape"] == serde_json::json!([16, 16]))
+    );
+    assert!(tensors.iter().any(|t| t["role"] == "output"));
+    let x = std::fs::read(dir.join("x.npy")).unwrap();
+    assert_eq!(&x[..6], b"\x93NUMPY");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn explain_prints_plan_programs_and_a_dot_graph() {
+    let dot = std::env::temp_dir().join(format!("einsummable-{}.dot", std::process::id()));
+    let out =
+        einsummable(&["explain", "ffn:tokens=16,d_model=8,d_ff=16", "--devices", "2", "--dot", dot.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("logical plan") && text.contains("exchange programs") && text.contains("PARTITIONS"),
+        "{text}"
+    );
+    let graph = std::fs::read_to_string(&dot).unwrap();
+    assert!(graph.starts_with("digraph tasks") && graph.contains("->"));
+    std::fs::remove_file(&dot).ok();
+    let out = einsummable(&["run", "ffn:tokens=16,d_model=8,d_ff=16", "--devices", "16"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("16"));
+}

@@ -6,6 +6,7 @@ use serde_json::Value;
 pub mod check;
 pub mod exprog;
 pub mod plan;
+pub mod run;
 pub mod specs;
 
 /// What a command produced: its JSON object, its text, and whether it succeeded.

@@ -1,0 +1,236 @@
+//! `einsummable run` and `einsummable explain`: compile a workload and run it, or show how
+//! it would run.
+
+use std::{collections::HashMap, fmt::Write as _, path::PathBuf};
+
+use einsum_core::scaled_error;
+use einsum_core::taskgraph::Task;
+use einsummable::{
+    CompileOptions, Error, Executable, Graph, Result, Schedule, Workload,
+    check::tolerance,
+    compile,
+    dump::{Dumped, dump},
+};
+use serde_json::json;
+
+use super::{Report, parse_dtype};
+
+/// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
+/// and runs it on 8 virtual devices in seconds.
+pub const DEFAULT_WORKLOAD: &str =
+    "llama-block:tokens=1024,seqs=2,d_model=512,heads_q=8,heads_kv=4,d_head=64,d_ff=1536";
+
+/// What to compile and how.
+#[derive(clap::Args)]
+pub struct CompileArgs {
+    /// The workload, `name:key=value,...`.
+    #[arg(default_value = DEFAULT_WORKLOAD)]
+    workload: String,
+    /// Number of (virtual) devices p.
+    #[arg(long, default_value_t = 8)]
+    devices: usize,
+    /// The backend.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// The logical optimizer: dp, greedy, random or ilp.
+    #[arg(long, default_value = "dp")]
+    optimizer: String,
+    /// The cost model: time or proxy.
+    #[arg(long, default_value = "time")]
+    cost: String,
+    /// Exchange programs: naive or search.
+    #[arg(long, default_value = "naive")]
+    schedule: String,
+    /// Search iterations per exchange program (with --schedule search).
+    #[arg(long, default_value_t = 50)]
+    iterations: usize,
+    /// A topology preset or file (at least as many sites as devices).
+    #[arg(long, default_value = "dgx-a100")]
+    topology: String,
+    /// Seed of the random data, the random optimizer and the search.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Storage dtype: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+}
+
+impl CompileArgs {
+    fn graph(&self) -> Result<Graph> {
+        Workload::parse(&self.workload)?.build(parse_dtype(&self.dtype)?)
+    }
+
+    fn options(&self) -> Result<CompileOptions> {
+        let schedule = match self.schedule.as_str() {
+            "naive" => Schedule::Naive,
+            "search" => Schedule::Search { seed: self.seed, iterations: self.iterations },
+            other => return Err(Error::Usage(format!("unknown schedule `{other}`; valid: naive, search"))),
+        };
+        Ok(CompileOptions {
+            devices: self.devices,
+            backend: self.backend.clone(),
+            optimizer: self.optimizer.clone(),
+            cost: self.cost.clone(),
+            seed: self.seed,
+            schedule,
+            topology: self.topology.clone(),
+        })
+    }
+}
+
+/// Arguments of `run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    compile: CompileArgs,
+    /// Also run the single-device reference on the same inputs and report the largest
+    /// error; a mismatch exits non-zero.
+    #[arg(long)]
+    check: bool,
+    /// Write every input and saved output as DIR/NAME.npy, with DIR/manifest.json.
+    #[arg(long)]
+    dump: Option<PathBuf>,
+}
+
+/// Runs `run`.
+pub fn run(a: RunArgs) -> Result<Report> {
+    let graph = a.compile.graph()?;
+    let mut exe = compile(&graph, &a.compile.options()?)?;
+    exe.load_random(a.compile.seed);
+    let report = exe.execute()?;
+    let comp = graph.computation();
+    let (max_error, ok) = if a.check {
+        let reference = comp.evaluate(&exe.loaded_inputs())?;
+        let err = reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
+        (Some(err), err <= 10.0 * tolerance(parse_dtype(&a.compile.dtype)?))
+    } else {
+        (None, true)
+    };
+    if let Some(dir) = &a.dump {
+        let name = |t: &einsum_joinagg::TensorId| comp.node(t.op).map_or_else(String::new, |n| n.name().to_string());
+        let inputs = exe.loaded_inputs();
+        let mut tensors: Vec<(String, &str, &einsum_core::HostTensor)> =
+            comp.inputs().iter().map(|t| (name(t), "input", &inputs[t])).collect();
+        for (i, t) in comp.saved().iter().enumerate() {
+            tensors.push((
+                if comp.saved().len() == 1 { "y".into() } else { format!("y{i}") },
+                "output",
+                &exe.outputs()[t],
+            ));
+        }
+        let dumped: Vec<Dumped<'_>> = tensors.iter().map(|(n, role, v)| Dumped { name: n, role, value: v }).collect();
+        dump(dir, &dumped)?;
+    }
+    let stats = exe.stats();
+    let mut text = summary(&a.compile, &exe);
+    let _ = writeln!(text, "ran in {:.1} ms on the {} backend", report.wall_ms, a.compile.backend);
+    if let Some(err) = max_error {
+        let _ = writeln!(
+            text,
+            "max error against the single-device reference: {err:.3e} ({})",
+            if ok { "PASS" } else { "FAIL" }
+        );
+    }
+    let json = json!({
+        "workload": a.compile.workload, "devices": a.compile.devices, "ok": ok, "max_rel_error": max_error,
+        "wall_ms": report.wall_ms, "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved,
+        "peak_bytes_per_device": stats.peak_bytes, "tasks": stats.tasks,
+    });
+    Ok(Report { json, text, ok })
+}
+
+/// Arguments of `explain`.
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    compile: CompileArgs,
+    /// Also write the task graph in Graphviz format to FILE.
+    #[arg(long)]
+    dot: Option<PathBuf>,
+}
+
+/// Runs `explain`: the plan, the exchange programs and the task-graph statistics.
+pub fn explain(a: ExplainArgs) -> Result<Report> {
+    let graph = a.compile.graph()?;
+    let exe = compile(&graph, &a.compile.options()?)?;
+    let comp = graph.computation();
+    let mut text = summary(&a.compile, &exe);
+    let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
+    let _ = writeln!(text, "\nlogical plan ({} optimizer, {} cost):", a.compile.optimizer, exe.plan().cost_model);
+    for o in &exe.plan().ops {
+        let place = exe.compiled().placement.get(&o.id).map(|d| d.iter().map(|d| d.0.to_string()).collect::<Vec<_>>());
+        let _ = writeln!(
+            text,
+            "  {:<16} {:<10} {:<28} devices {}",
+            o.name,
+            o.kind,
+            o.splits_label(),
+            place.map_or_else(String::new, |p| p.join(","))
+        );
+    }
+    let _ = writeln!(text, "\nexchange programs:");
+    for p in exe.programs() {
+        let _ = writeln!(
+            text,
+            "# {} input {} ({:.4} ms simulated)\n{}",
+            names.get(&p.op).map_or("", |s| s),
+            p.input,
+            p.simulated_ms,
+            p.program
+        );
+    }
+    if let Some(path) = &a.dot {
+        std::fs::write(path, dot(&exe))
+            .map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
+        let _ = writeln!(text, "task graph written to {}", path.display());
+    }
+    let programs: Vec<_> = exe
+        .programs()
+        .iter()
+        .map(|p| json!({"op": names.get(&p.op), "input": p.input, "simulated_ms": p.simulated_ms, "program": p.program.to_string()}))
+        .collect();
+    let ops: Vec<_> =
+        exe.plan().ops.iter().map(|o| json!({"name": o.name, "kind": o.kind, "split": o.splits_label()})).collect();
+    let stats = exe.stats();
+    let json = json!({
+        "workload": a.compile.workload, "devices": a.compile.devices, "ops": ops, "programs": programs,
+        "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved, "peak_bytes_per_device": stats.peak_bytes,
+        "tasks": stats.tasks, "operators": comp.ops().count(),
+    });
+    Ok(Report { json, text, ok: true })
+}
+
+fn summary(args: &CompileArgs, exe: &Executable<'_>) -> String {
+    let stats = exe.stats();
+    let tasks: Vec<String> = stats.tasks.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let peak = stats.peak_bytes.iter().max().copied().unwrap_or(0);
+    format!(
+        "{} on {} devices: {} tasks ({}), {} bytes moved, peak {} bytes on a device, predicted {:.4} ms on {}\n",
+        args.workload,
+        args.devices,
+        stats.tasks.values().sum::<usize>(),
+        tasks.join(", "),
+        stats.bytes_moved,
+        peak,
+        exe.predicted_ms(),
+        args.topology
+    )
+}
+
+/// The task graph in Graphviz's dot language: one node per task, clustered by device.
+fn dot(exe: &Executable<'_>) -> String {
+    let g = &exe.compiled().graph;
+    let mut out = String::from("digraph tasks {\n  node [shape=box, fontsize=10];\n");
+    for (i, n) in g.nodes().iter().enumerate() {
+        let device = n.task.writes().first().or(n.task.reads().first()).map(|b| g.buffer(*b).device.0);
+        let device = device.map_or_else(|| "host".to_string(), |d| d.to_string());
+        let label = n.label.replace('"', "'");
+        let _ = writeln!(out, "  t{i} [label=\"{}\\n{label}\\ndevice {device}\"];", n.task.kind());
+        for d in &n.deps {
+            let style = if matches!(n.task, Task::Transfer { .. }) { " [color=blue]" } else { "" };
+            let _ = writeln!(out, "  t{} -> t{i}{style};", d.0);
+        }
+    }
+    out.push_str("}\n");
+    out
+}

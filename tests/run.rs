@@ -1,0 +1,153 @@
+//! End to end: compile (logical plan, exchange programs, task graph) and run on the CPU
+//! backend's virtual devices; the results equal the single-device reference.
+
+use std::collections::HashMap;
+
+use einsum_core::Backend;
+use einsum_core::{HostTensor, scaled_error};
+use einsum_cpu::CpuBackend;
+use einsum_exprog::{ComputationKernels, compile as compile_physical};
+use einsum_logical::{PaperProxy, Problem};
+use einsum_sim::Topology;
+use einsummable::{CompileOptions, DType, Error, Graph, Schedule, UnaryOp, Workload, compile};
+use proptest::prelude::*;
+
+const SMALL_LLAMA: &str = "llama-block:tokens=32,seqs=2,d_model=32,heads_q=8,heads_kv=4,d_head=8,d_ff=48";
+
+/// The largest error of the saved outputs against `Computation::evaluate` on the same inputs.
+fn run_and_compare(graph: &Graph, options: &CompileOptions, seed: u64) -> f32 {
+    let mut exe = compile(graph, options).unwrap();
+    exe.load_random(seed);
+    exe.execute().unwrap();
+    let reference = graph.computation().evaluate(&exe.loaded_inputs()).unwrap();
+    reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0, f32::max)
+}
+
+#[test]
+fn llama_block_runs_correctly_on_1_2_4_and_8_devices() {
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F32).unwrap();
+    for devices in [1, 2, 4, 8] {
+        for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5 }] {
+            let options = CompileOptions { devices, schedule, ..CompileOptions::default() };
+            let err = run_and_compare(&graph, &options, devices as u64);
+            assert!(err <= 1e-4, "p = {devices}, {schedule:?}: error {err}");
+        }
+    }
+}
+
+/// The DeepSpeed-Ulysses shape of Section 6.2 (attention on heads, everything else on
+/// tokens, repartitions between), forced on a small block, runs correctly.
+#[test]
+fn the_ulysses_shaped_plan_runs_correctly() {
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F32).unwrap();
+    let comp = graph.computation();
+    let p = 4;
+    let problem = Problem::new(comp, p, &PaperProxy).unwrap();
+    let mut specs = HashMap::new();
+    for op in &problem.ops {
+        let want = if op.kind == "attention" { "heads_kv" } else { "tokens" };
+        let pick = op
+            .candidates
+            .iter()
+            .find(|c| op.shardable.iter().zip(&c.counts).all(|(n, &k)| if n == want { k == p } else { k == 1 }))
+            .unwrap_or_else(|| panic!("{} has no {want}={p} spec", op.name));
+        specs.insert(op.id, pick.spec.clone());
+    }
+    let options = einsum_exprog::CompileOptions {
+        devices: p,
+        schedule: Schedule::Naive,
+        topology: Topology::preset("dgx-a100").unwrap(),
+    };
+    let compiled = compile_physical(comp, &specs, &options).unwrap();
+    assert!(compiled.graph.stats().tasks["transfer"] > 0);
+    let inputs = comp.random_inputs(7);
+    let ordered: Vec<HostTensor> = comp.inputs().iter().map(|t| inputs[t].clone()).collect();
+    let outs =
+        CpuBackend::new().execute(&compiled.graph, &ComputationKernels(comp, &compiled.kernels), &ordered).unwrap();
+    let reference = comp.evaluate(&inputs).unwrap();
+    let err = scaled_error(&outs[0], &reference[&comp.saved()[0]], 1.0);
+    assert!(err <= 1e-4, "error {err}");
+}
+
+fn mlp(tokens: usize, width: usize, act: UnaryOp) -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", &[("t", tokens), ("d", width)], DType::F32).unwrap();
+    let w = g.input("w", &[("d", width), ("f", width + 2)], DType::F32).unwrap();
+    let v = g.input("v", &[("f", width + 2), ("d", width)], DType::F32).unwrap();
+    let h = g.matmul(x, w).unwrap();
+    let h = g.unary(h, act).unwrap();
+    let y = g.matmul(h, v).unwrap();
+    let y = g.binary(y, x, einsummable::BinaryOp::Add).unwrap();
+    let s = g.softmax(y, "d").unwrap();
+    g.save(s).unwrap();
+    g.save(h).unwrap();
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// Random small computations (a DAG: `x` feeds two operators, two saved outputs) at random
+    /// p, under every optimizer and both schedules, give the single-device result.
+    #[test]
+    fn every_optimizer_and_schedule_gives_the_reference(
+        tokens in 4usize..12,
+        width in 3usize..7,
+        devices in 1usize..=8,
+        optimizer in prop::sample::select(vec!["dp", "greedy", "random", "ilp"]),
+        search in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let graph = mlp(tokens, width, UnaryOp::Gelu);
+        let schedule = if search { Schedule::Search { seed, iterations: 5 } } else { Schedule::Naive };
+        let options = CompileOptions { devices, schedule, optimizer: optimizer.into(), seed, ..CompileOptions::default() };
+        match compile(&graph, &options) {
+            // A device count no spec reaches for these small extents is a typed error.
+            Err(Error::Logical(_)) => {}
+            Err(e) => prop_assert!(false, "{e}"),
+            Ok(_) => {
+                let err = run_and_compare(&graph, &options, seed);
+                prop_assert!(err <= 1e-4, "error {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    let graph = mlp(8, 4, UnaryOp::Relu);
+    let mut exe = compile(&graph, &CompileOptions { devices: 2, ..CompileOptions::default() }).unwrap();
+    let x = graph_input(&graph, 0);
+    let out = graph_saved(&graph, 0);
+    // Executing or offloading before everything is loaded and run.
+    assert!(exe.execute().unwrap_err().to_string().contains("not loaded"));
+    assert!(exe.offload(out).unwrap_err().to_string().contains("before execute"));
+    // A value of the wrong shape.
+    let wrong = HostTensor::random(einsum_core::TensorType::zero_bounded(&[8, 5]), DType::F32, 1);
+    assert!(exe.load(x, wrong).unwrap_err().to_string().contains("input `x`"));
+    // Loading a tensor that is not an input, or one from another graph.
+    assert!(exe.load(out, HostTensor::random(einsum_core::TensorType::zero_bounded(&[8, 4]), DType::F32, 1)).is_err());
+    let other = mlp(8, 4, UnaryOp::Relu);
+    assert!(matches!(
+        exe.load(
+            graph_input(&other, 0),
+            HostTensor::random(einsum_core::TensorType::zero_bounded(&[8, 4]), DType::F32, 1)
+        ),
+        Err(Error::ForeignTensor(_))
+    ));
+    // Then a proper run.
+    exe.load_random(3);
+    exe.execute().unwrap();
+    assert_eq!(exe.offload(out).unwrap().ty().shape(), vec![8, 4]);
+    // More devices than the topology has sites, an unknown backend.
+    assert!(compile(&graph, &CompileOptions { devices: 16, ..CompileOptions::default() }).is_err());
+    assert!(compile(&graph, &CompileOptions { backend: "tpu".into(), ..CompileOptions::default() }).is_err());
+}
+
+fn graph_input(g: &Graph, i: usize) -> einsummable::Tensor {
+    g.tensor(g.computation().inputs()[i]).unwrap()
+}
+
+fn graph_saved(g: &Graph, i: usize) -> einsummable::Tensor {
+    g.tensor(g.computation().saved()[i]).unwrap()
+}
