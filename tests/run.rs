@@ -69,14 +69,18 @@ fn the_ulysses_shaped_plan_runs_correctly() {
     assert!(err <= 1e-4, "error {err}");
 }
 
+/// A small DAG: `x` feeds a matmul and a residual add, `h` is both saved and consumed;
+/// einsum, elementwise, RMSNorm and softmax operators.
 fn mlp(tokens: usize, width: usize, act: UnaryOp) -> Graph {
     let mut g = Graph::new();
     let x = g.input("x", &[("t", tokens), ("d", width)], DType::F32).unwrap();
     let w = g.input("w", &[("d", width), ("f", width + 2)], DType::F32).unwrap();
     let v = g.input("v", &[("f", width + 2), ("d", width)], DType::F32).unwrap();
-    let h = g.matmul(x, w).unwrap();
+    let norm = g.input("norm", &[("d", width)], DType::F32).unwrap();
+    let n = g.rmsnorm(x, norm, "d", 1e-5).unwrap();
+    let h = g.matmul(n, w).unwrap();
     let h = g.unary(h, act).unwrap();
-    let y = g.matmul(h, v).unwrap();
+    let y = g.einsum("tf,fd->td", &[h, v]).unwrap();
     let y = g.binary(y, x, einsummable::BinaryOp::Add).unwrap();
     let s = g.softmax(y, "d").unwrap();
     g.save(s).unwrap();
@@ -84,23 +88,35 @@ fn mlp(tokens: usize, width: usize, act: UnaryOp) -> Graph {
     g
 }
 
+/// A 16-device NVSwitch-like topology (the presets have 8), as a file the options can name.
+fn sixteen_devices() -> String {
+    let path = std::env::temp_dir().join(format!("einsummable-switch16-{}.json", std::process::id()));
+    let text = r#"{"name": "switch-16", "sites": 16, "site": {"hbm_gbps": 1555, "hbm_gb": 40,
+        "tflops": {"f16": 312, "bf16": 312, "f32": 19.5}, "egress_gbps": 300, "ingress_gbps": 300},
+        "fallback": "switch"}"#;
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
     /// Random small computations (a DAG: `x` feeds two operators, two saved outputs) at random
-    /// p, under every optimizer and both schedules, give the single-device result.
+    /// p in 1..=16, under every optimizer and both schedules, give the single-device result.
     #[test]
     fn every_optimizer_and_schedule_gives_the_reference(
-        tokens in 4usize..12,
+        tokens in 4usize..20,
         width in 3usize..7,
-        devices in 1usize..=8,
+        devices in 1usize..=16,
         optimizer in prop::sample::select(vec!["dp", "greedy", "random", "ilp"]),
         search in any::<bool>(),
         seed in any::<u64>(),
     ) {
         let graph = mlp(tokens, width, UnaryOp::Gelu);
         let schedule = if search { Schedule::Search { seed, iterations: 5 } } else { Schedule::Naive };
-        let options = CompileOptions { devices, schedule, optimizer: optimizer.into(), seed, ..CompileOptions::default() };
+        let topology = if devices > 8 { sixteen_devices() } else { "dgx-a100".into() };
+        let options =
+            CompileOptions { devices, schedule, optimizer: optimizer.into(), seed, topology, ..CompileOptions::default() };
         match compile(&graph, &options) {
             // A device count no spec reaches for these small extents is a typed error.
             Err(Error::Logical(_)) => {}
