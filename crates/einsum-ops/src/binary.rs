@@ -9,7 +9,7 @@
 use einsum_core::{HostTensor, Interval, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::unary::{check_call, kernel_error};
+use crate::common::{check_call, kernel_error};
 
 const KIND: &str = "binary";
 

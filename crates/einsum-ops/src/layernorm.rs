@@ -7,9 +7,9 @@
 use einsum_core::{HostTensor, Interval, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::rmsnorm::{check_eps, check_param, check_whole_param};
-use crate::softmax::{check_rows, row_axis, row_dims, row_shardable, split_rows};
-use crate::unary::check_call;
+use crate::common::{
+    check_call, check_eps, check_param, check_rows, check_whole_param, row_axis, row_dims, row_shardable, split_rows,
+};
 
 const KIND: &str = "layernorm";
 

@@ -9,6 +9,7 @@
 
 pub mod attention;
 pub mod binary;
+mod common;
 pub mod einsum;
 pub mod layernorm;
 pub mod packing;

@@ -5,10 +5,11 @@
 //! here are shared with [`LayerNorm`](crate::layernorm::LayerNorm).
 
 use einsum_core::{HostTensor, Interval, TensorDesc};
-use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
+use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::softmax::{check_rows, row_axis, row_dims, row_shardable, split_rows};
-use crate::unary::{check_call, kernel_error};
+use crate::common::{
+    check_call, check_eps, check_param, check_rows, check_whole_param, row_axis, row_dims, row_shardable, split_rows,
+};
 
 const KIND: &str = "rmsnorm";
 
@@ -102,54 +103,10 @@ impl AbstractOperator for RmsNorm {
     }
 }
 
-/// Checks a per-row parameter (weight, bias) of a norm over `x`'s dimension `axis`: rank
-/// 1, the extent of that index, `x`'s dtype. Errors name operator `op` and the index.
-pub(crate) fn check_param(op: &str, x: &TensorDesc, axis: usize, param: &TensorDesc, what: &str) -> Result<()> {
-    let dim = &x.dims[axis];
-    if param.rank() != 1 || param.dims[0].extent != dim.extent {
-        return Err(Error::Shape {
-            op: op.to_string(),
-            index: dim.name.clone(),
-            reason: format!(
-                "the {what} must have rank 1 and extent {} (that of `{}` in x [{}]), got [{}]",
-                dim.extent,
-                dim.name,
-                x.dims_string(),
-                param.dims_string()
-            ),
-        });
-    }
-    if param.dtype != x.dtype {
-        return Err(Error::Invalid {
-            op: op.to_string(),
-            reason: format!("the {what} has dtype {}, x has {}", param.dtype, x.dtype),
-        });
-    }
-    Ok(())
-}
-
-/// Checks that `eps` is finite and non-negative.
-pub(crate) fn check_eps(op: &str, eps: f32) -> Result<()> {
-    if eps.is_finite() && eps >= 0.0 {
-        Ok(())
-    } else {
-        Err(Error::Invalid { op: op.to_string(), reason: format!("eps must be finite and non-negative, got {eps}") })
-    }
-}
-
-/// Checks that input `k` of `f` is the whole parameter `param`.
-pub(crate) fn check_whole_param(op: &str, f: &FunctionSpec, k: usize, param: &TensorDesc) -> Result<()> {
-    let whole = param.tensor_type();
-    if f.inputs[k] != whole {
-        return Err(kernel_error(op, format!("input {k} block {} is not the whole parameter {whole}", f.inputs[k])));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use einsum_core::{DType, TensorType, relative_error};
-    use einsum_joinagg::{decomposition_error, enumerate_specs, execute_whole};
+    use einsum_joinagg::{Error, decomposition_error, enumerate_specs, execute_whole};
 
     use super::*;
 

@@ -9,6 +9,7 @@ use einsum_core::{HostTensor, Interval, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::Packing;
+use crate::common::{kernel_error, row_dims, row_shardable};
 
 const KIND: &str = "rope";
 
@@ -68,23 +69,6 @@ impl Rope {
     pub fn theta(&self) -> f32 {
         self.theta
     }
-
-    fn kernel_error(reason: String) -> Error {
-        Error::Kernel { op: KIND.into(), reason }
-    }
-
-    /// For every dimension of `x`, the shardable index it follows (`None` for `feature`).
-    fn dim_index(&self) -> Vec<Option<usize>> {
-        let mut next = 0;
-        (0..self.inputs[0].rank())
-            .map(|d| {
-                (d != self.feature_dim).then(|| {
-                    next += 1;
-                    next - 1
-                })
-            })
-            .collect()
-    }
 }
 
 impl AbstractOperator for Rope {
@@ -101,15 +85,11 @@ impl AbstractOperator for Rope {
     }
 
     fn shardable(&self) -> Vec<ShardableIndex> {
-        let x = &self.inputs[0];
-        (0..x.rank())
-            .filter(|&d| d != self.feature_dim)
-            .map(|d| ShardableIndex::any(x.dims[d].name.clone(), x.dims[d].extent))
-            .collect()
+        row_shardable(&self.inputs[0], self.feature_dim)
     }
 
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
-        let dims: DimIndex = vec![self.dim_index(); 2];
+        let dims: DimIndex = vec![row_dims(self.inputs[0].rank(), self.feature_dim); 2];
         grid_spec(KIND, &self.inputs, &self.inputs, &self.shardable(), &dims, intervals)
     }
 
@@ -121,31 +101,36 @@ impl AbstractOperator for Rope {
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         let x_desc = &self.inputs[0];
         if inputs.len() != 1 || f.inputs.len() != 1 || f.outputs.len() != 1 {
-            return Err(Self::kernel_error(format!(
-                "expects one input and one output, got {} input tensors and a spec of {} inputs and {} outputs",
-                inputs.len(),
-                f.inputs.len(),
-                f.outputs.len()
-            )));
+            return Err(kernel_error(
+                KIND,
+                format!(
+                    "expects one input and one output, got {} input tensors and a spec of {} inputs and {} outputs",
+                    inputs.len(),
+                    f.inputs.len(),
+                    f.outputs.len()
+                ),
+            ));
         }
         let (x, block) = (&inputs[0], &f.inputs[0]);
         if x.ty() != block || f.outputs[0] != *block {
-            return Err(Self::kernel_error(format!(
-                "input {} and output {} must both have the block type {block}",
-                x.ty(),
-                f.outputs[0]
-            )));
+            return Err(kernel_error(
+                KIND,
+                format!("input {} and output {} must both have the block type {block}", x.ty(), f.outputs[0]),
+            ));
         }
         if !block.is_projection_of(&x_desc.tensor_type()) {
-            return Err(Self::kernel_error(format!("block {block} lies outside {}", x_desc.tensor_type())));
+            return Err(kernel_error(KIND, format!("block {block} lies outside {}", x_desc.tensor_type())));
         }
         let d = x_desc.dims[self.feature_dim].extent;
         if block.dim(self.feature_dim) != Interval::full(d) {
-            return Err(Self::kernel_error(format!(
-                "the feature index `{}` must be whole, the block has {}",
-                x_desc.dims[self.feature_dim].name,
-                block.dim(self.feature_dim)
-            )));
+            return Err(kernel_error(
+                KIND,
+                format!(
+                    "the feature index `{}` must be whole, the block has {}",
+                    x_desc.dims[self.feature_dim].name,
+                    block.dim(self.feature_dim)
+                ),
+            ));
         }
 
         let half = d / 2;

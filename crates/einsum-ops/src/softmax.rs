@@ -6,10 +6,10 @@
 //! row-wise kernel sees its block as `(outer, n, inner)`, with the normalised index of
 //! extent `n` at any position, and works on one `n × inner` slab at a time.
 
-use einsum_core::{HostTensor, Interval, TensorDesc, TensorType};
-use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
+use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::unary::{check_call, kernel_error};
+use crate::common::{check_call, check_rows, row_axis, row_dims, row_shardable, split_rows};
 
 const KIND: &str = "softmax";
 
@@ -93,57 +93,10 @@ impl AbstractOperator for Softmax {
     }
 }
 
-/// The position of the row index `name` in `x`: an [`Error::Shape`] of operator `op`
-/// naming the index when `x` lacks it or it is empty.
-pub(crate) fn row_axis(op: &str, x: &TensorDesc, name: &str) -> Result<usize> {
-    let shape_error = |reason: String| Error::Shape { op: op.to_string(), index: name.to_string(), reason };
-    let axis = x.position(name).ok_or_else(|| shape_error(format!("not an index of x [{}]", x.dims_string())))?;
-    if x.dims[axis].extent == 0 {
-        return Err(shape_error("the normalised index is empty".into()));
-    }
-    Ok(axis)
-}
-
-/// Every index of `x` but the row index, shardable anywhere under its own name.
-pub(crate) fn row_shardable(x: &TensorDesc, axis: usize) -> Vec<ShardableIndex> {
-    x.dims
-        .iter()
-        .enumerate()
-        .filter(|&(d, _)| d != axis)
-        .map(|(_, d)| ShardableIndex::any(d.name.clone(), d.extent))
-        .collect()
-}
-
-/// For a tensor with `x`'s indices: the shardable index each dimension follows (see
-/// [`row_shardable`]), `None` for the row index.
-pub(crate) fn row_dims(rank: usize, axis: usize) -> Vec<Option<usize>> {
-    (0..rank).map(|d| (d != axis).then(|| if d < axis { d } else { d - 1 })).collect()
-}
-
-/// Checks a row-wise call: the input and output blocks of `x` and `y` agree, and hold
-/// whole rows (`[0, n)` along `axis`).
-pub(crate) fn check_rows(op: &str, x: &TensorType, y: &TensorType, axis: usize, n: usize) -> Result<()> {
-    if x != y {
-        return Err(kernel_error(op, format!("input block {x} and output block {y} differ")));
-    }
-    if x.dim(axis) != Interval::full(n) {
-        return Err(kernel_error(
-            op,
-            format!("block {x} does not hold whole rows: dimension {axis} must be 0..{n}, the index is not shardable"),
-        ));
-    }
-    Ok(())
-}
-
-/// `(outer, n, inner)`: the products of the extents before `axis`, at it, and after it.
-pub(crate) fn split_rows(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
-}
-
 #[cfg(test)]
 mod tests {
-    use einsum_core::{DType, relative_error};
-    use einsum_joinagg::{decomposition_error, enumerate_specs, execute_whole};
+    use einsum_core::{DType, TensorType, relative_error};
+    use einsum_joinagg::{Error, decomposition_error, enumerate_specs, execute_whole};
 
     use super::*;
 

@@ -7,6 +7,8 @@
 use einsum_core::{HostTensor, Interval, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
+use crate::common::{check_call, kernel_error};
+
 const KIND: &str = "unary";
 
 /// The names [`UnaryOp::parse`] accepts.
@@ -164,51 +166,6 @@ impl AbstractOperator for Unary {
         let data = inputs[0].to_f32().into_iter().map(|x| self.op.apply(x)).collect();
         Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, data)?])
     }
-}
-
-/// An [`Error::Kernel`] of operator `op`.
-pub(crate) fn kernel_error(op: &str, reason: impl Into<String>) -> Error {
-    Error::Kernel { op: op.to_string(), reason: reason.into() }
-}
-
-/// The checks every kernel call shares: `f` has one block per operator input and output,
-/// each a projection of its whole tensor, and `inputs` holds one tensor per input block,
-/// of exactly that block's type.
-pub(crate) fn check_call(op: &dyn AbstractOperator, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<()> {
-    let kind = op.kind();
-    let (ins, outs) = (op.inputs(), op.outputs());
-    if f.inputs.len() != ins.len() || f.outputs.len() != outs.len() {
-        return Err(kernel_error(
-            kind,
-            format!(
-                "function spec has {} input and {} output blocks, the operator {} and {}",
-                f.inputs.len(),
-                f.outputs.len(),
-                ins.len(),
-                outs.len()
-            ),
-        ));
-    }
-    if inputs.len() != ins.len() {
-        return Err(kernel_error(
-            kind,
-            format!("{} input tensors given, the operator takes {}", inputs.len(), ins.len()),
-        ));
-    }
-    let blocks =
-        f.inputs.iter().zip(ins).map(|b| ("input", b)).chain(f.outputs.iter().zip(outs).map(|b| ("output", b)));
-    for (role, (block, desc)) in blocks {
-        let whole = desc.tensor_type();
-        if !block.is_projection_of(&whole) {
-            return Err(kernel_error(kind, format!("{role} block {block} is not a projection of {whole}")));
-        }
-    }
-    for (k, (t, block)) in inputs.iter().zip(&f.inputs).enumerate() {
-        if t.ty() != block {
-            return Err(kernel_error(kind, format!("input {k} has type {}, its block is {block}", t.ty())));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
