@@ -22,7 +22,7 @@ use crate::lower::{Lowering, lower};
 use crate::membership::Membership;
 use crate::partition::PartitionSpec;
 use crate::program::Program;
-use crate::search::MAX_EVALUATIONS;
+use crate::search::{MAX_EVALUATIONS, next_combination};
 use crate::target::Target;
 use crate::validity::{Validation, ValidityError};
 
@@ -329,21 +329,6 @@ impl Enumeration<'_> {
             }
         }
     }
-}
-
-/// The next k-combination of `0..n` in lexicographic order, in place.
-fn next_combination(combo: &mut [usize], n: usize) -> bool {
-    let k = combo.len();
-    for i in (0..k).rev() {
-        if combo[i] < n - k + i {
-            combo[i] += 1;
-            for j in i + 1..k {
-                combo[j] = combo[j - 1] + 1;
-            }
-            return true;
-        }
-    }
-    false
 }
 
 #[cfg(test)]

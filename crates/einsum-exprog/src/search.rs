@@ -51,7 +51,7 @@ struct Level {
 }
 
 /// The next k-combination of `0..n` in lexicographic order, in place.
-fn next_combination(combo: &mut [usize], n: usize) -> bool {
+pub(crate) fn next_combination(combo: &mut [usize], n: usize) -> bool {
     let k = combo.len();
     for i in (0..k).rev() {
         if combo[i] < n - k + i {
