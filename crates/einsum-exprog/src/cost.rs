@@ -20,7 +20,6 @@ use crate::action::Action;
 use crate::ids::{PartitionId, SiteId};
 use crate::lower::{Lowering, lower};
 use crate::membership::Membership;
-use crate::partition::PartitionSpec;
 use crate::program::Program;
 use crate::search::{MAX_EVALUATIONS, next_combination};
 use crate::target::Target;
@@ -219,14 +218,7 @@ pub(crate) fn run(
 /// [`MAX_EVALUATIONS`] memberships tried.
 fn valid_memberships(program: &Program, first: &Membership, limit: usize) -> Vec<Validation> {
     let declared = program.declared_membership();
-    let sized: Vec<(PartitionId, usize)> = program
-        .partitions
-        .iter()
-        .filter_map(|(name, spec)| match spec {
-            PartitionSpec::Size(k) => Some((name.clone(), *k)),
-            PartitionSpec::Members(_) => None,
-        })
-        .collect();
+    let sized: Vec<(PartitionId, usize)> = program.sized_partitions();
     let taken: BTreeSet<SiteId> = declared.0.values().flatten().copied().collect();
     let pool: Vec<SiteId> = program.sites().difference(&taken).copied().collect();
     let mut over = declared.clone();

@@ -112,6 +112,17 @@ impl Program {
         self.partitions.values().any(|p| matches!(p, PartitionSpec::Size(_)))
     }
 
+    /// The partitions declared by size, with their sizes, in name order.
+    pub fn sized_partitions(&self) -> Vec<(PartitionId, usize)> {
+        self.partitions
+            .iter()
+            .filter_map(|(name, spec)| match spec {
+                PartitionSpec::Size(k) => Some((name.clone(), *k)),
+                PartitionSpec::Members(_) => None,
+            })
+            .collect()
+    }
+
     /// The membership of the explicitly declared partitions only.
     pub fn declared_membership(&self) -> Membership {
         Membership(

@@ -68,14 +68,7 @@ pub(crate) fn next_combination(combo: &mut [usize], n: usize) -> bool {
 pub(crate) fn search_membership(program: &Program, goal: Goal) -> Result<Validation, ValidityError> {
     program.check()?;
     let declared = program.declared_membership();
-    let sized: Vec<(PartitionId, usize)> = program
-        .partitions
-        .iter()
-        .filter_map(|(name, spec)| match spec {
-            PartitionSpec::Size(k) => Some((name.clone(), *k)),
-            PartitionSpec::Members(_) => None,
-        })
-        .collect();
+    let sized: Vec<(PartitionId, usize)> = program.sized_partitions();
     if sized.is_empty() {
         return program.evaluate(&declared, goal);
     }

@@ -109,7 +109,6 @@ use crate::check::CheckError;
 use crate::cost::SimulateError;
 use crate::ids::SiteId;
 use crate::membership::Membership;
-use crate::partition::PartitionSpec;
 use crate::program::Program;
 use crate::target::Target;
 use crate::validity::ValidityError;
@@ -139,18 +138,6 @@ pub(crate) fn checked_preamble(preamble: &Program) -> Result<Program, SynthError
     Ok(p)
 }
 
-/// The partitions declared by size, in name order, with their sizes.
-fn sized_partitions(preamble: &Program) -> Vec<(crate::ids::PartitionId, usize)> {
-    preamble
-        .partitions
-        .iter()
-        .filter_map(|(name, spec)| match spec {
-            PartitionSpec::Size(k) => Some((name.clone(), *k)),
-            PartitionSpec::Members(_) => None,
-        })
-        .collect()
-}
-
 /// The sites no explicit partition holds, ascending.
 fn free_sites(preamble: &Program) -> Vec<SiteId> {
     let taken: BTreeSet<SiteId> = preamble.declared_membership().0.values().flatten().copied().collect();
@@ -162,7 +149,7 @@ fn free_sites(preamble: &Program) -> Vec<SiteId> {
 pub fn canonical_membership(preamble: &Program) -> Result<Membership, SynthError> {
     let mut membership = preamble.declared_membership();
     let mut free = free_sites(preamble).into_iter();
-    for (name, k) in sized_partitions(preamble) {
+    for (name, k) in preamble.sized_partitions() {
         let sites: BTreeSet<SiteId> = free.by_ref().take(k).collect();
         if sites.len() != k {
             return Err(SynthError::Placement(format!("partition {name} needs {k} sites, too few are free")));
@@ -178,7 +165,7 @@ pub fn canonical_membership(preamble: &Program) -> Result<Membership, SynthError
 pub(crate) fn affinity_membership(preamble: &Program) -> Result<Membership, SynthError> {
     let mut membership = preamble.declared_membership();
     let mut free: BTreeSet<SiteId> = free_sites(preamble).into_iter().collect();
-    for (name, k) in sized_partitions(preamble) {
+    for (name, k) in preamble.sized_partitions() {
         let mut score: BTreeMap<SiteId, f64> = free.iter().map(|s| (*s, 0.0)).collect();
         for r in preamble.outputs.iter().filter(|r| r.target == Target::Partition(name.clone())) {
             for atom in r.aggregate.atoms() {

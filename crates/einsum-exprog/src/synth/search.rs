@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use einsum_sim::Topology;
 
 use super::plan::{Group, Kind, Load, Machine, Plan, SHAPES, Shape, build, congestion_aware, groups, pruned, reparent};
-use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, naive, sized_partitions};
+use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, naive};
 use crate::action::Action;
 use crate::aggregate::Aggregate;
 use crate::cost::{Simulation, check_sites, run};
@@ -318,7 +318,7 @@ impl Search<'_> {
     /// One random move from `cur`: `None` when it does not apply, is refused, or is invalid.
     fn propose(&mut self, cur: &State) -> Option<State> {
         let r = self.rng.unit();
-        let swappable = sized_partitions(&self.preamble).len() >= 2;
+        let swappable = self.preamble.sized_partitions().len() >= 2;
         if r < 0.35 {
             self.replan_one(cur)
         } else if r < 0.42 {
@@ -387,7 +387,7 @@ impl Search<'_> {
 
     /// Swaps two sites between two partitions declared by size and rebuilds from the plans.
     fn swap(&mut self, cur: &State) -> Option<State> {
-        let sized = sized_partitions(&self.preamble);
+        let sized = self.preamble.sized_partitions();
         let i = self.rng.below(sized.len());
         let j = (i + 1 + self.rng.below(sized.len() - 1)) % sized.len();
         let (p, q) = (&sized[i].0, &sized[j].0);
