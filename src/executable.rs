@@ -21,7 +21,8 @@ pub struct CompileOptions {
     pub devices: usize,
     /// The backend: `cpu`.
     pub backend: String,
-    /// The logical optimizer: `dp`, `greedy`, `random` or `ilp`.
+    /// The logical optimizer: `dp`, `greedy`, `random` or `ilp`, or a baseline: `data`,
+    /// `megatron`, `ulysses` or `mesh2d`.
     pub optimizer: String,
     /// The cost model: `time` or `proxy`.
     pub cost: String,

@@ -16,7 +16,7 @@ pub struct Args {
     /// Number of devices p.
     #[arg(long, default_value_t = 8)]
     devices: usize,
-    /// The strategy: dp, greedy, random or ilp.
+    /// The strategy: dp, greedy, random or ilp, or a baseline: data, megatron, ulysses or mesh2d.
     #[arg(long, default_value = "dp")]
     optimizer: String,
     /// The cost model: time (predicted seconds) or proxy (the paper's element count).

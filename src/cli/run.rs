@@ -32,7 +32,8 @@ pub struct CompileArgs {
     /// The backend.
     #[arg(long, default_value = "cpu")]
     backend: String,
-    /// The logical optimizer: dp, greedy, random or ilp.
+    /// The logical optimizer: dp, greedy, random or ilp, or a baseline: data, megatron, ulysses or
+    /// mesh2d.
     #[arg(long, default_value = "dp")]
     optimizer: String,
     /// The cost model: time or proxy.

@@ -353,6 +353,8 @@ mod tests {
             name: name.into(),
             kind: "toy".into(),
             shardable: Vec::new(),
+            max_parts: Vec::new(),
+            output_dims: Vec::new(),
             input_bytes: vec![0.0; sources.len()],
             consumers: Vec::new(),
             sources,
@@ -361,6 +363,7 @@ mod tests {
                 .iter()
                 .map(|(cost, outs, ins)| Candidate {
                     counts: Vec::new(),
+                    aliases: Vec::new(),
                     spec: JoinAggSpec { functions: Vec::new() },
                     outputs: outs.iter().map(|&t| TilingId(t)).collect(),
                     inputs: ins.iter().map(|&t| TilingId(t)).collect(),

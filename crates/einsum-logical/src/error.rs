@@ -28,6 +28,17 @@ pub enum Error {
     /// A plan that does not fit its problem (wrong length, a choice out of range).
     #[error("invalid plan: {0}")]
     InvalidPlan(String),
+    /// A hand-designed baseline whose rule cannot be expressed on this graph or operator
+    /// (e.g. `ulysses` on a graph without attention).
+    #[error("the {strategy} baseline cannot plan {at}: {reason}")]
+    Baseline {
+        /// The baseline's name.
+        strategy: &'static str,
+        /// Where: `the graph`, or the operator (`operator `einsum #3` (einsum)`).
+        at: String,
+        /// Why.
+        reason: String,
+    },
     /// The ILP solver failed.
     #[error("ILP solver: {0}")]
     Solver(String),

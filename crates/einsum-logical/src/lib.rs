@@ -7,6 +7,8 @@
 //! - [`CostModel`]: [`PaperProxy`] (Section 4.3, in elements) and [`Time`] (predicted
 //!   seconds on a machine, which sees load imbalance).
 //! - [`LogicalOptimizer`]: the strategies, one per file, chosen by name with [`optimizer_by_name`].
+//! - Baselines ([`BASELINES`]): hand-designed plans of other systems ([`Data`],
+//!   [`Megatron`], [`Ulysses`], [`Mesh2d`]) as strategies over the same candidates.
 //! - [`LogicalPlan`]: the chosen spec per operator with its cost split into repartition,
 //!   join and aggregation (and compute, under [`Time`]).
 //!
@@ -16,6 +18,7 @@
 //! [`Computation`]: einsum_joinagg::Computation
 #![warn(missing_docs)]
 
+mod baselines;
 mod cost;
 mod dp;
 mod error;
@@ -26,6 +29,7 @@ mod plan;
 mod problem;
 mod random;
 
+pub use baselines::{BASELINES, Data, Megatron, Mesh2d, Ulysses};
 pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_name};
 pub use dp::Dp;
 pub use error::{Error, Result};

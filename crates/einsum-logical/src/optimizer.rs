@@ -26,18 +26,26 @@ pub trait LogicalOptimizer {
     }
 }
 
-/// The names [`optimizer_by_name`] accepts.
+/// The searching strategies [`optimizer_by_name`] accepts; it also accepts the
+/// hand-designed [`BASELINES`](crate::BASELINES).
 pub const OPTIMIZERS: &[&str] = &["dp", "greedy", "random", "ilp"];
 
-/// The strategy called `name` (one of [`OPTIMIZERS`]); `seed` drives `random`.
+/// The strategy called `name` (one of [`OPTIMIZERS`] or [`BASELINES`](crate::BASELINES));
+/// `seed` drives `random`.
 pub fn optimizer_by_name(name: &str, seed: u64) -> Result<Box<dyn LogicalOptimizer>> {
     match name {
         "dp" => Ok(Box::new(crate::Dp)),
         "greedy" => Ok(Box::new(crate::Greedy)),
         "random" => Ok(Box::new(crate::Random { seed })),
         "ilp" => Ok(Box::new(crate::Ilp)),
-        other => {
-            Err(crate::Error::UnknownName { what: "optimizer", name: other.to_string(), valid: OPTIMIZERS.join(", ") })
-        }
+        "data" => Ok(Box::new(crate::Data)),
+        "megatron" => Ok(Box::new(crate::Megatron)),
+        "ulysses" => Ok(Box::new(crate::Ulysses)),
+        "mesh2d" => Ok(Box::new(crate::Mesh2d)),
+        other => Err(crate::Error::UnknownName {
+            what: "optimizer",
+            name: other.to_string(),
+            valid: OPTIMIZERS.iter().chain(crate::BASELINES).copied().collect::<Vec<_>>().join(", "),
+        }),
     }
 }

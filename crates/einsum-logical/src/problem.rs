@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use einsum_core::TensorType;
-use einsum_joinagg::{Computation, JoinAggSpec, Node, OpId, enumerate_specs};
+use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, Node, OpId, enumerate_specs, factorizations};
 
 use crate::{CostModel, Error, LogicalPlan, OpCost, PlannedOp, Result, SpecCost};
 
@@ -31,6 +31,12 @@ pub enum Source {
 pub struct Candidate {
     /// Interval count per shardable index.
     pub counts: Vec<usize>,
+    /// Other interval counts that request exactly this spec. Enumeration keeps one
+    /// candidate per distinct spec (the first request that produced it), so a strategy
+    /// that looks for a spec by its counts (the baselines) must also look here: e.g.
+    /// attention split into `query=4` blocks that coincide with four packed sequences is
+    /// the same spec as `tokens=4`.
+    pub aliases: Vec<Vec<usize>>,
     /// The spec.
     pub spec: JoinAggSpec,
     /// The tiling of each output (`out(J)`).
@@ -54,6 +60,12 @@ pub struct OpProblem {
     pub kind: String,
     /// The names of its shardable indices.
     pub shardable: Vec<String>,
+    /// The most intervals each shardable index can be split into (its extent, or one more
+    /// than its allowed cut positions, e.g. the number of packed sequences).
+    pub max_parts: Vec<usize>,
+    /// The dimension names of each output, outermost first (so rules can name "the row
+    /// index of the output").
+    pub output_dims: Vec<Vec<String>>,
     /// Where each input comes from.
     pub sources: Vec<Source>,
     /// The cost of repartitioning each input, in the model's unit.
@@ -116,6 +128,7 @@ impl Problem {
                 }
                 candidates.push(Candidate {
                     counts: choice.counts,
+                    aliases: Vec::new(),
                     outputs: (0..op.outputs().len()).map(|j| intern(spec.output_blocks(j))).collect(),
                     inputs: (0..op.inputs().len()).map(|k| intern(spec.input_blocks(k))).collect(),
                     cost: priced,
@@ -123,11 +136,15 @@ impl Problem {
                     spec,
                 });
             }
+            add_aliases(op, p, &mut candidates);
+            let shardable = op.shardable();
             ops.push(OpProblem {
                 id,
                 name: comp.node(id).map_or_else(String::new, |n| n.name().to_string()),
                 kind: op.kind().to_string(),
-                shardable: op.shardable().into_iter().map(|s| s.name).collect(),
+                max_parts: shardable.iter().map(|s| s.max_parts()).collect(),
+                shardable: shardable.into_iter().map(|s| s.name).collect(),
+                output_dims: op.outputs().iter().map(|d| d.dims.iter().map(|x| x.name.clone()).collect()).collect(),
                 sources,
                 repartition: op.inputs().iter().map(|d| cost.repartition(d, p)).collect(),
                 input_bytes: op.inputs().iter().map(|d| d.size_bytes() as f64).collect(),
@@ -223,6 +240,48 @@ impl Problem {
             }
         }
         Ok(())
+    }
+}
+
+impl Candidate {
+    /// Every interval-count vector that requests this spec: [`counts`](Self::counts), then
+    /// the [`aliases`](Self::aliases).
+    pub fn all_counts(&self) -> impl Iterator<Item = &[usize]> {
+        std::iter::once(self.counts.as_slice()).chain(self.aliases.iter().map(Vec::as_slice))
+    }
+}
+
+impl OpProblem {
+    /// The position of the shardable index called `name`, if the operator has one.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.shardable.iter().position(|s| s == name)
+    }
+
+    /// The candidate whose spec the interval counts `counts` request (directly or as an
+    /// alias), if any.
+    pub fn find(&self, counts: &[usize]) -> Option<usize> {
+        self.candidates.iter().position(|c| c.all_counts().any(|k| k == counts))
+    }
+}
+
+/// Records, on the candidate whose spec it requests, every factorization of `p` over the
+/// operator's shardable indices that enumeration dropped as a duplicate. Requests that are
+/// unsupported or cannot be split are skipped: they name no candidate.
+fn add_aliases(op: &dyn AbstractOperator, p: usize, candidates: &mut [Candidate]) {
+    let shardable = op.shardable();
+    let max: Vec<usize> = shardable.iter().map(|s| s.max_parts()).collect();
+    for counts in factorizations(p, &max) {
+        if candidates.iter().any(|c| c.counts == counts) {
+            continue;
+        }
+        let Some(intervals) = shardable.iter().zip(&counts).map(|(s, &c)| s.intervals(c)).collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let Ok(spec) = op.join_agg_spec(&intervals) else { continue };
+        if let Some(c) = candidates.iter_mut().find(|c| c.spec == spec) {
+            c.aliases.push(counts);
+        }
     }
 }
 
