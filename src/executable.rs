@@ -174,8 +174,8 @@ impl Executable<'_> {
         self.compiled.graph.stats()
     }
 
-    /// The predicted time on the topology, in ms (exchange programs simulated, kernels at
-    /// the devices' compute rates).
+    /// The predicted time on the topology, in ms: the whole task graph simulated once, roofline
+    /// kernels and simulated exchanges overlapped as dependencies allow (`einsum_exprog::predict`).
     pub fn predicted_ms(&self) -> f64 {
         self.compiled.predicted_ms
     }

@@ -26,8 +26,9 @@ enum Command {
     /// specs, and the whole graph under a random spec per operator, against the
     /// single-device reference on random data.
     Check(cli::check::Args),
-    /// Chooses a join-agg spec for every operator of a workload (the logical plan) and prints
-    /// each operator's split and cost.
+    /// Chooses a join-agg spec for every operator of a workload (the logical plan), prints
+    /// each operator's split and cost, and compiles the plan (without running it) for its
+    /// predicted time and bytes moved.
     Plan(cli::plan::Args),
     /// Lists every join-agg spec each operator of a workload offers on P devices.
     Specs(cli::specs::Args),

@@ -1,7 +1,13 @@
-//! Logical plans of whole workloads: the paper's headline plan shapes.
+//! Logical plans of whole workloads: the paper's headline plan shapes; whole-plan
+//! prediction of compiled plans; the `plan` command's prediction fields.
 
+use std::process::Command;
+
+use einsum_core::taskgraph::{DeviceId, Task};
+use einsum_joinagg::Node;
 use einsum_logical::{Dp, LogicalOptimizer, Machine, PaperProxy, Time};
-use einsummable::{DType, Workload};
+use einsum_sim::{KernelClass, Precision, Roofline, Topology};
+use einsummable::{CompileOptions, DType, Workload, compile};
 
 /// Section 6.2: on one 128K-token sequence at p = 8 the optimizer derives DeepSpeed-Ulysses:
 /// attention split on its 8 key/value heads, everything else split on tokens, joined by
@@ -39,4 +45,109 @@ fn square_matmul_gets_the_3d_grid() {
         assert_eq!(op.splits.iter().map(|(_, c)| *c).collect::<Vec<_>>(), vec![q, q, q], "p = {p}");
         assert_eq!(plan.total, (3 * q - 1) as f64 * n * n, "p = {p}");
     }
+}
+
+const SMALL_LLAMA: &str = "llama-block:tokens=1024,seqs=2,d_model=512,heads_q=8,heads_kv=4,d_head=64,d_ff=1536";
+
+/// The whole-plan prediction of a small LLaMA block at p = 8 lies between what the busiest
+/// device must compute and what every task would take one after another, and overlap makes
+/// it far below the latter.
+#[test]
+fn llama_block_prediction_lies_between_busiest_device_and_fully_serial() {
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F16).unwrap();
+    let exe = compile(&graph, &CompileOptions::default()).unwrap();
+    let predicted = exe.predicted_ms() / 1e3;
+    assert!(predicted.is_finite() && predicted > 0.0, "{predicted}");
+
+    // DGX-A100 by hand: 300 GB/s NVSwitch ports, 1555 GB/s HBM at 0.85 for copies
+    let a100 = Topology::preset("dgx-a100").unwrap();
+    let roofline = Roofline::default();
+    let (comp, compiled) = (graph.computation(), exe.compiled());
+    let g = &compiled.graph;
+    let mut per_device = [0.0f64; 8];
+    let mut serial = 0.0;
+    for node in g.nodes() {
+        let bytes = |b| g.buffer(b).bytes() as f64;
+        serial += match &node.task {
+            Task::Kernel { kernel, outputs, .. } => {
+                let call = &compiled.kernels[*kernel];
+                let Some(Node::Op { op, .. }) = comp.node(call.op) else { panic!("kernel of a non-operator") };
+                let DeviceId(d) = g.buffer(outputs[0]).device;
+                let (flops, io) = (op.flops(&call.function), op.bytes(&call.function));
+                let t = roofline.kernel_seconds(
+                    &a100.sites()[0],
+                    KernelClass::of_kind(op.kind()),
+                    flops,
+                    io,
+                    Precision::F16,
+                );
+                per_device[d as usize] += t;
+                t
+            }
+            Task::Transfer { src, .. } => bytes(*src) / 300e9,
+            Task::Slice { dst, .. } => 2.0 * bytes(*dst) / (1555e9 * 0.85),
+            Task::Aggregate { srcs, dst, .. } | Task::Stitch { srcs, dst } => {
+                (srcs.iter().map(|&b| bytes(b)).sum::<f64>() + bytes(*dst)) / (1555e9 * 0.85)
+            }
+            Task::Load { .. } | Task::Store { .. } => 0.0,
+        };
+    }
+    let busiest = per_device.iter().copied().fold(0.0, f64::max);
+    assert!(predicted >= busiest * (1.0 - 1e-9), "{predicted} < busiest device {busiest}");
+    assert!(predicted <= serial / 2.0, "{predicted} vs fully serial {serial}");
+}
+
+fn einsummable(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_einsummable")).args(args).output().expect("the binary runs")
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
+}
+
+/// `plan --json` compiles the plan and reports the same prediction and bytes moved as
+/// compiling it through the library.
+#[test]
+fn plan_reports_the_compiled_prediction_and_bytes_moved() {
+    let v = json_of(&einsummable(&["plan", SMALL_LLAMA, "--devices", "8", "--topology", "dgx-h100", "--json"]));
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F16).unwrap();
+    let options = CompileOptions { topology: "dgx-h100".into(), ..CompileOptions::default() };
+    let exe = compile(&graph, &options).unwrap();
+    // (JSON may round the last bit)
+    let got = v["predicted_ms"].as_f64().expect("a number");
+    assert!((got - exe.predicted_ms()).abs() <= 1e-12 * exe.predicted_ms(), "{got} vs {}", exe.predicted_ms());
+    assert!(exe.predicted_ms() > 0.0);
+    assert_eq!(v["bytes_moved"].as_u64(), Some(exe.stats().bytes_moved as u64));
+    assert!(exe.stats().bytes_moved > 0);
+    assert_eq!(v["compile_error"], serde_json::Value::Null);
+    assert_eq!((v["schedule"].as_str(), v["topology"].as_str()), (Some("naive"), Some("dgx-h100")));
+
+    let text = einsummable(&["plan", SMALL_LLAMA, "--devices", "8", "--topology", "dgx-h100"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("predicted") && text.contains(&exe.stats().bytes_moved.to_string()), "{text}");
+}
+
+#[test]
+fn plan_takes_a_schedule_and_rejects_unknown_ones() {
+    let args = ["plan", "chain-c:scale=256", "--devices", "4", "--schedule", "search", "--iterations", "5", "--json"];
+    let v = json_of(&einsummable(&args));
+    assert_eq!(v["schedule"], "search");
+    assert!(v["predicted_ms"].as_f64().is_some_and(|t| t > 0.0 && t.is_finite()), "{v}");
+
+    let out = einsummable(&["plan", "matmul:n=64", "--schedule", "fastest", "--json"]);
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("unknown schedule `fastest`"), "{v}");
+}
+
+/// A plan for more devices than the topology has sites is still a plan; it just cannot be
+/// compiled there, and the JSON says why.
+#[test]
+fn plan_beyond_the_topology_reports_why_it_was_not_compiled() {
+    let v = json_of(&einsummable(&["plan", "matmul:n=64", "--devices", "27", "--cost", "proxy", "--json"]));
+    assert_eq!(v["total_cost"], 8.0 * 64.0 * 64.0);
+    assert_eq!(v["predicted_ms"], serde_json::Value::Null);
+    assert_eq!(v["bytes_moved"], serde_json::Value::Null);
+    assert!(v["compile_error"].as_str().unwrap().contains("fewer than the 27 devices"), "{v}");
 }

@@ -1,6 +1,6 @@
 //! One module per command: its arguments and what it prints.
 
-use einsummable::{DType, Error, Result};
+use einsummable::{DType, Error, Result, Schedule};
 use serde_json::Value;
 
 pub mod check;
@@ -22,4 +22,14 @@ pub struct Report {
 /// Parses a dtype argument.
 pub fn parse_dtype(s: &str) -> Result<DType> {
     s.parse::<DType>().map_err(|e| Error::Usage(e.to_string()))
+}
+
+/// Parses a `--schedule` argument: `naive`, or `search` with the seed and the iteration
+/// budget per exchange program.
+pub fn parse_schedule(name: &str, seed: u64, iterations: usize) -> Result<Schedule> {
+    match name {
+        "naive" => Ok(Schedule::Naive),
+        "search" => Ok(Schedule::Search { seed, iterations }),
+        other => Err(Error::Usage(format!("unknown schedule `{other}`; valid: naive, search"))),
+    }
 }

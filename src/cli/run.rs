@@ -6,14 +6,14 @@ use std::{collections::HashMap, fmt::Write as _, path::PathBuf};
 use einsum_core::scaled_error;
 use einsum_core::taskgraph::Task;
 use einsummable::{
-    CompileOptions, Error, Executable, Graph, Result, Schedule, Workload,
+    CompileOptions, Error, Executable, Graph, Result, Workload,
     check::tolerance,
     compile,
     dump::{Dumped, dump},
 };
 use serde_json::json;
 
-use super::{Report, parse_dtype};
+use super::{Report, parse_dtype, parse_schedule};
 
 /// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
 /// and runs it on 8 virtual devices in seconds.
@@ -62,11 +62,7 @@ impl CompileArgs {
     }
 
     fn options(&self) -> Result<CompileOptions> {
-        let schedule = match self.schedule.as_str() {
-            "naive" => Schedule::Naive,
-            "search" => Schedule::Search { seed: self.seed, iterations: self.iterations },
-            other => return Err(Error::Usage(format!("unknown schedule `{other}`; valid: naive, search"))),
-        };
+        let schedule = parse_schedule(&self.schedule, self.seed, self.iterations)?;
         Ok(CompileOptions {
             devices: self.devices,
             backend: self.backend.clone(),

@@ -121,7 +121,17 @@ pub enum SimError {
         task: TaskId,
         /// Its label.
         label: String,
-        /// Which byte count (`bytes`, `read_bytes`, `write_bytes`).
+        /// Which count (`bytes`, `read_bytes`, `write_bytes`, or a kernel's `seconds`).
+        field: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A roofline efficiency outside `(0, 1]` ([`crate::Roofline::validate`]).
+    #[error("roofline efficiency {class}.{field} must lie in (0, 1], got {value}")]
+    InvalidEfficiency {
+        /// The kernel class (`matmul`, `attention`, `elementwise`, `copy`).
+        class: &'static str,
+        /// `compute` or `memory`.
         field: &'static str,
         /// The value given.
         value: f64,

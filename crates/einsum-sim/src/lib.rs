@@ -6,16 +6,20 @@
 //!   one shared resource such as the DGX-V100's PCIe bridge); and a route (the list of
 //!   resources crossed) for every ordered pair of distinct sites. Presets by name
 //!   ([`Topology::preset`], [`PRESETS`]) or JSON files ([`Topology::load`]).
-//! - [`simulate`]: runs a DAG of [`Task`]s (transfers, multicasts, local aggregations) as
-//!   fluid flows that share every resource they cross max-min fairly, recomputing rates at
-//!   each start and finish, and returns a [`Trace`].
+//! - [`simulate`]: runs a DAG of [`Task`]s (transfers, multicasts, local aggregations,
+//!   kernels) as fluid flows that share every resource they cross max-min fairly,
+//!   recomputing rates at each start and finish, and returns a [`Trace`]. Kernels are flows
+//!   through a per-site compute resource, so kernels on one site share it.
+//! - [`Roofline`]: kernel times from FLOPs, bytes and per-class efficiencies, for
+//!   predicting whole plans.
 //! - Lower bounds for collectives ([`all_reduce_bound`] and friends).
 //!
 //! Units: sizes in bytes with [`GB`] = 1e9 bytes, bandwidths in bytes/s, times in seconds
 //! (constructors such as [`Link::gbps`] take GB/s).
 //!
 //! **Architecture invariant:** this crate knows nothing about operators, specs or exchange
-//! programs. It moves bytes between sites; what the bytes mean is its callers' business.
+//! programs. It moves bytes between sites and runs kernels given their FLOPs and bytes; what
+//! they mean is its callers' business.
 //!
 //! # Example: the paper's Example 5.1 on a DGX-H100
 //!
@@ -76,6 +80,7 @@ mod error;
 mod json;
 mod maxmin;
 mod presets;
+mod roofline;
 mod simulate;
 mod task;
 mod topology;
@@ -84,6 +89,10 @@ mod trace;
 pub use bounds::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 pub use error::{SimError, TopologyError};
 pub use presets::{PCIE_BRIDGE, PRESETS, V100_DOUBLE_LINKS, V100_SINGLE_LINKS};
+pub use roofline::{
+    ATTENTION_COMPUTE_EFFICIENCY, ELEMENTWISE_COMPUTE_EFFICIENCY, Efficiency, KernelClass, MATMUL_COMPUTE_EFFICIENCY,
+    MEMORY_EFFICIENCY, Roofline,
+};
 pub use simulate::simulate;
 pub use task::{Task, TaskGraph, TaskId, TaskKind};
 pub use topology::{

@@ -2,7 +2,9 @@
 //!
 //! Every task becomes one or more *flows*: a transfer is one flow along its route, a
 //! multicast one flow per destination, an aggregation one flow of `read + write` bytes
-//! through its site's HBM. Between events the set of active flows is fixed and each flow
+//! through its site's HBM, a kernel one flow of its seconds of work through its site's
+//! compute resource (capacity 1). The compute resources come after the topology's own:
+//! `compute[s]` has index `topology.resources().len() + s` in [`Trace::resource_usage`]. Between events the set of active flows is fixed and each flow
 //! moves at its max-min fair rate over the resources it crosses; at every event (a task
 //! starting, a flow finishing) the rates are recomputed. The simulator jumps from one
 //! completion to the next, so it takes at most one step per flow.
@@ -47,11 +49,18 @@ pub fn simulate(topology: &Topology, tasks: &[Task]) -> Result<Trace, SimError> 
             dependents[d.0].push(i);
         }
     }
-    let capacity: Vec<f64> = topology.resources().iter().map(|r| r.capacity).collect();
+    let mut capacity: Vec<f64> = topology.resources().iter().map(|r| r.capacity).collect();
+    capacity.extend(std::iter::repeat_n(1.0, topology.num_sites()));
     let mut usage: Vec<ResourceUsage> = topology
         .resources()
         .iter()
         .map(|r| ResourceUsage { name: r.name(), capacity: r.capacity, busy_time: 0.0, bytes: 0.0 })
+        .chain((0..topology.num_sites()).map(|s| ResourceUsage {
+            name: format!("compute[{s}]"),
+            capacity: 1.0,
+            busy_time: 0.0,
+            bytes: 0.0,
+        }))
         .collect();
     let mut traces: Vec<TaskTrace> = tasks
         .iter()
@@ -64,7 +73,7 @@ pub fn simulate(topology: &Topology, tasks: &[Task]) -> Result<Trace, SimError> 
             deliveries: match &t.kind {
                 TaskKind::Transfer { dst, .. } => vec![(*dst, f64::NAN)],
                 TaskKind::Multicast { dsts, .. } => dsts.iter().map(|d| (*d, f64::NAN)).collect(),
-                TaskKind::Aggregate { .. } => Vec::new(),
+                TaskKind::Aggregate { .. } | TaskKind::Compute { .. } => Vec::new(),
             },
         })
         .collect();
@@ -185,6 +194,10 @@ fn flows_of(topology: &Topology, i: usize, task: &Task) -> Vec<Flow> {
             let hbm = topology.hbm(*site).map(|r| vec![r.0]).unwrap_or_default();
             vec![Flow { task: i, route: hbm, bytes, remaining: bytes, delivery: None }]
         }
+        TaskKind::Compute { site, seconds } => {
+            let compute = vec![topology.resources().len() + site.0];
+            vec![Flow { task: i, route: compute, bytes: *seconds, remaining: *seconds, delivery: None }]
+        }
     }
 }
 
@@ -230,6 +243,10 @@ fn check(topology: &Topology, tasks: &[Task]) -> Result<(), SimError> {
                 site_ok(*site)?;
                 bytes_ok("read_bytes", *read_bytes)?;
                 bytes_ok("write_bytes", *write_bytes)?;
+            }
+            TaskKind::Compute { site, seconds } => {
+                site_ok(*site)?;
+                bytes_ok("seconds", *seconds)?;
             }
         }
         for &dep in &task.deps {
@@ -342,6 +359,37 @@ mod tests {
         assert_eq!(trace.bytes_through("hbm[0]"), 6.0 * GB);
         let hbm0 = h100().hbm(s(0)).expect("hbm");
         assert_eq!(trace.usage(hbm0).map(|u| u.busy_time), Some(2.0 * alone));
+    }
+
+    #[test]
+    fn kernels_share_their_site_and_overlap_across_sites() {
+        let t = h100();
+        let tasks = vec![
+            Task::compute("a", s(0), 0.002),
+            Task::compute("b", s(0), 0.001),
+            Task::compute("c", s(1), 0.003),
+            Task::transfer("t", s(0), s(1), 0.45 * GB).after([TaskId(0)]),
+            Task::compute("d", s(1), 0.001).after([TaskId(2), TaskId(3)]),
+        ];
+        let trace = simulate(&t, &tasks).expect("simulate");
+        // a and b share compute[0] at half rate each until b ends at 2 ms, then a runs alone
+        assert_eq!(trace.tasks()[1].end, 0.002);
+        assert_eq!(trace.tasks()[0].end, 0.003);
+        assert_eq!(trace.tasks()[2].end, 0.003);
+        // the transfer (1 ms at 450 GB/s) does not compete with kernels
+        assert!((trace.tasks()[3].end - 0.004).abs() < 1e-15);
+        assert!((trace.completion() - 0.005).abs() < 1e-15);
+        let n = t.resources().len();
+        let compute0 = &trace.resource_usage()[n];
+        assert_eq!((compute0.name.as_str(), compute0.capacity, compute0.bytes), ("compute[0]", 1.0, 0.003));
+        assert_eq!(trace.bytes_through("compute[1]"), 0.004);
+        assert_eq!(trace.tasks()[0].resources, [ResourceId(n)]);
+        assert!(trace.to_string().contains("compute[1]"));
+        assert!(matches!(
+            simulate(&t, &[Task::compute("bad", s(0), f64::INFINITY)]),
+            Err(SimError::InvalidBytes { field: "seconds", .. })
+        ));
+        assert!(matches!(simulate(&t, &[Task::compute("far", s(8), 1.0)]), Err(SimError::UnknownSite { .. })));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The simulator's input: a DAG of labelled transfers, multicasts and aggregations.
+//! The simulator's input: a DAG of labelled transfers, multicasts, aggregations and kernels.
 
 use std::fmt;
 
@@ -16,7 +16,7 @@ impl fmt::Display for TaskId {
     }
 }
 
-/// What a task moves. Sizes are bytes.
+/// What a task moves or computes. Sizes are bytes, kernel work is seconds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TaskKind {
     /// `bytes` from `src` to `dst`, crossing the route's resources.
@@ -50,12 +50,24 @@ pub enum TaskKind {
         /// Bytes written (the result).
         write_bytes: f64,
     },
+    /// A kernel at `site` that takes `seconds` when it has the site's compute to itself (its
+    /// roofline time, see [`crate::Roofline`]). It is one flow of `seconds` through the site's
+    /// compute resource, of capacity 1: concurrent kernels on one site share it max-min
+    /// fairly (two equal kernels each run at half speed), so a site never does more than one
+    /// kernel's worth of work per second. Kernels do not contend for HBM with aggregations:
+    /// their memory traffic is already in `seconds`.
+    Compute {
+        /// Where the kernel runs.
+        site: SiteId,
+        /// Seconds of work at full rate.
+        seconds: f64,
+    },
 }
 
 impl TaskKind {
     /// Whether the task moves data between sites (a transfer or multicast).
     pub fn is_transfer(&self) -> bool {
-        !matches!(self, TaskKind::Aggregate { .. })
+        matches!(self, TaskKind::Transfer { .. } | TaskKind::Multicast { .. })
     }
 }
 
@@ -85,6 +97,12 @@ impl Task {
     /// dependencies.
     pub fn aggregate(label: impl Into<String>, site: SiteId, read_bytes: f64, write_bytes: f64) -> Self {
         Task { label: label.into(), kind: TaskKind::Aggregate { site, read_bytes, write_bytes }, deps: Vec::new() }
+    }
+
+    /// A kernel at `site` taking `seconds` at full rate (see [`TaskKind::Compute`]), with no
+    /// dependencies. Zero seconds makes a marker that ends the instant it starts.
+    pub fn compute(label: impl Into<String>, site: SiteId, seconds: f64) -> Self {
+        Task { label: label.into(), kind: TaskKind::Compute { site, seconds }, deps: Vec::new() }
     }
 
     /// The same task, also waiting for `deps`.

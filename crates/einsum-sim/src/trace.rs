@@ -33,13 +33,15 @@ impl TaskTrace {
 /// How much one resource was used.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResourceUsage {
-    /// The resource's name ([`crate::Resource::name`]).
+    /// The resource's name ([`crate::Resource::name`], or `compute[s]` for site `s`'s
+    /// compute).
     pub name: String,
-    /// Its capacity in bytes/s.
+    /// Its capacity in bytes/s (1 for a compute resource: one second of work per second).
     pub capacity: f64,
     /// Seconds during which at least one flow crossed it.
     pub busy_time: f64,
-    /// Bytes that crossed it (a multicast's bytes count once per destination it carries).
+    /// Bytes that crossed it (a multicast's bytes count once per destination it carries); for
+    /// a compute resource, the seconds of kernel work done on it.
     pub bytes: f64,
 }
 
@@ -84,7 +86,8 @@ impl Trace {
         self.tasks.get(id.0)
     }
 
-    /// Every resource's usage, indexed by [`ResourceId`] of the simulated topology.
+    /// Every resource's usage, indexed by [`ResourceId`] of the simulated topology, followed
+    /// by one `compute[s]` entry per site `s` (index `topology.resources().len() + s`).
     pub fn resource_usage(&self) -> &[ResourceUsage] {
         &self.usage
     }
@@ -142,7 +145,11 @@ impl fmt::Display for Trace {
             )?;
         }
         for u in self.usage.iter().filter(|u| u.bytes > 0.0) {
-            writeln!(f, "  {:<16} {:>10.3} GB  busy {:>9.3} ms", u.name, u.bytes / 1e9, u.busy_time * 1e3)?;
+            if u.name.starts_with("compute[") {
+                writeln!(f, "  {:<16} {:>10.3} ms of work  busy {:>9.3} ms", u.name, u.bytes * 1e3, u.busy_time * 1e3)?;
+            } else {
+                writeln!(f, "  {:<16} {:>10.3} GB  busy {:>9.3} ms", u.name, u.bytes / 1e9, u.busy_time * 1e3)?;
+            }
         }
         Ok(())
     }

@@ -12,7 +12,7 @@
 //!   bottleneck shared only by flows no faster than it), so the completion is at most the
 //!   sum of every flow's standalone time;
 //! - no resource carries more than its capacity times its busy time;
-//! - times scale linearly with bytes, and do not depend on the order tasks are listed in.
+//! - times scale linearly with bytes (and kernel seconds), and do not depend on the order tasks are listed in.
 
 use einsum_sim::{GB, PCIE_BRIDGE, PRESETS, SiteId, Task, TaskGraph, TaskId, TaskKind, Topology, Trace, simulate};
 use proptest::prelude::*;
@@ -32,7 +32,7 @@ type Raw = (u8, usize, usize, u8, f64, u16);
 
 fn raw_task() -> impl Strategy<Value = Raw> {
     let bytes = prop_oneof![1 => Just(0.0), 6 => 0.01f64..2.0];
-    (0u8..3, 0usize..8, 0usize..8, any::<u8>(), bytes, any::<u16>())
+    (0u8..4, 0usize..8, 0usize..8, any::<u8>(), bytes, any::<u16>())
 }
 
 fn build(raw: &[Raw]) -> Vec<Task> {
@@ -46,7 +46,9 @@ fn build(raw: &[Raw]) -> Vec<Task> {
                     let dsts = (0..8).filter(|&d| d != a && mask & (1 << d) != 0).map(s).collect();
                     Task::multicast(format!("m{i}"), s(a), dsts, bytes)
                 }
-                _ => Task::aggregate(format!("g{i}"), s(a), 2.0 * bytes, bytes),
+                2 => Task::aggregate(format!("g{i}"), s(a), 2.0 * bytes, bytes),
+                // a kernel of `gb` ms
+                _ => Task::compute(format!("k{i}"), s(a), gb * 1e-3),
             };
             task.after((0..i).filter(|&j| deps & (1 << j) != 0).map(TaskId))
         })
@@ -63,6 +65,7 @@ fn flows(topology: &Topology, task: &Task) -> Vec<(f64, f64)> {
         TaskKind::Aggregate { site, read_bytes, write_bytes } => {
             vec![(read_bytes + write_bytes, topology.sites()[site.0].hbm_bandwidth)]
         }
+        TaskKind::Compute { seconds, .. } => vec![(*seconds, 1.0)],
     }
 }
 
@@ -100,7 +103,8 @@ fn check_invariants(topology: &Topology, tasks: &[Task], trace: &Trace) -> Resul
     prop_assert!(trace.transfer_time() <= trace.completion() * (1.0 + TOL));
 
     // per resource: bytes add up, and never exceed capacity × busy time
-    let mut expected_bytes = vec![0.0; topology.resources().len()];
+    // (compute resources follow the topology's, one per site)
+    let mut expected_bytes = vec![0.0; topology.resources().len() + topology.num_sites()];
     for task in tasks {
         let routes: Vec<(f64, Vec<usize>)> = match &task.kind {
             TaskKind::Transfer { src, dst, bytes } => {
@@ -113,6 +117,7 @@ fn check_invariants(topology: &Topology, tasks: &[Task], trace: &Trace) -> Resul
             TaskKind::Aggregate { site, read_bytes, write_bytes } => {
                 vec![(read_bytes + write_bytes, vec![topology.hbm(*site).expect("hbm").0])]
             }
+            TaskKind::Compute { site, seconds } => vec![(*seconds, vec![topology.resources().len() + site.0])],
         };
         for (bytes, route) in routes {
             for r in route {
@@ -120,6 +125,7 @@ fn check_invariants(topology: &Topology, tasks: &[Task], trace: &Trace) -> Resul
             }
         }
     }
+    prop_assert_eq!(trace.resource_usage().len(), expected_bytes.len());
     for (u, expected) in trace.resource_usage().iter().zip(expected_bytes) {
         prop_assert!(close(u.bytes, expected, 1e-12), "{} carried {} bytes, expected {}", u.name, u.bytes, expected);
         prop_assert!(u.bytes <= u.capacity * u.busy_time * (1.0 + TOL) + 1.0, "{} over capacity", u.name);
@@ -140,6 +146,7 @@ fn scaled(tasks: &[Task], k: f64) -> Vec<Task> {
                 TaskKind::Aggregate { site, read_bytes, write_bytes } => {
                     TaskKind::Aggregate { site, read_bytes: read_bytes * k, write_bytes: write_bytes * k }
                 }
+                TaskKind::Compute { site, seconds } => TaskKind::Compute { site, seconds: seconds * k },
             };
             t
         })

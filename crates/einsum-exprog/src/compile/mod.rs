@@ -27,24 +27,27 @@
 //!    the topology is refused.
 //!
 //! # Predicted time
-//! [`Compiled::predicted_ms`] is a serial estimate: the sum over operators, in order, of the
-//! slowest of the operator's exchange programs (their simulated completion times; 0 with
-//! none) plus its slowest function spec's FLOPs over its device's dense compute rate at the
-//! dtype of the operator's first output. It ignores overlap between operators.
+//! [`Compiled::predicted_ms`] is the whole-plan prediction ([`predict()`]): the finished task
+//! graph simulated once on the topology, kernels timed by the default [`Roofline`] and
+//! sharing their device's compute, transfers, aggregations and copies sharing links and HBM,
+//! everything overlapping as the dependencies allow. Each [`ExchangeProgram::simulated_ms`]
+//! stays the program's own simulated time, as synthesis costed it.
 
 mod kernels;
 mod lower_program;
 mod placement;
+mod predict;
 
 use std::collections::HashMap;
 
 use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, Task, TaskGraph};
 use einsum_core::{DType, TaskGraphError};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
-use einsum_sim::{Precision, Topology};
+use einsum_sim::{Precision, Roofline, Topology};
 
 pub use kernels::ComputationKernels;
 pub use lower_program::{ExchangeSources, lower_exchange};
+pub use predict::{PredictError, predict, simulator_tasks};
 
 use crate::preamble::PreambleError;
 use crate::program::Program;
@@ -110,7 +113,8 @@ pub struct Compiled {
     pub programs: Vec<ExchangeProgram>,
     /// The device of every function spec of every operator.
     pub placement: HashMap<OpId, Vec<DeviceId>>,
-    /// Predicted time in ms (see the module docs: a serial sum of exchange and kernel times).
+    /// Predicted time in ms: the completion of the whole task graph simulated on the
+    /// topology with the default [`Roofline`] (see the module docs and [`predict()`]).
     pub predicted_ms: f64,
 }
 
@@ -218,6 +222,9 @@ pub enum CompileError {
         /// Its capacity in bytes.
         capacity: f64,
     },
+    /// The whole-plan prediction failed.
+    #[error("predicting the compiled graph: {0}")]
+    Predict(#[from] PredictError),
 }
 
 /// An operator output already compiled: its partial blocks, one per function spec.
@@ -284,7 +291,6 @@ pub fn compile(
     let mut programs = Vec::new();
     let mut placements: HashMap<OpId, Vec<DeviceId>> = HashMap::new();
     let mut produced: HashMap<TensorId, Produced<'_>> = HashMap::new();
-    let mut predicted_ms = 0.0;
 
     for (id, op, args) in comp.ops() {
         let spec = &specs[&id];
@@ -293,7 +299,6 @@ pub fn compile(
         // Exchange programs: the first produced input chooses the placement.
         let mut placement: Option<Vec<DeviceId>> = None;
         let mut blocks: Vec<Option<Vec<BufferId>>> = vec![None; args.len()];
-        let mut exchange_ms: f64 = 0.0;
         for (k, t) in args.iter().enumerate() {
             if is_input(t) {
                 continue;
@@ -320,12 +325,10 @@ pub fn compile(
                 label: &label,
             };
             blocks[k] = Some(lower_exchange(&mut graph, &s.preamble, &s.closure, &sources)?);
-            exchange_ms = exchange_ms.max(s.simulated_ms);
             programs.push(ExchangeProgram { op: id, input: k, program: s.program, simulated_ms: s.simulated_ms });
         }
         let placement = placement.unwrap_or_else(|| (0..p as u32).map(DeviceId).collect());
 
-        let mut slowest: f64 = 0.0;
         let out_descs = op.outputs();
         let mut outs: Vec<Vec<BufferId>> = vec![Vec::with_capacity(p); out_descs.len()];
         for (i, f) in spec.functions.iter().enumerate() {
@@ -361,11 +364,7 @@ pub fn compile(
             for (j, b) in written.into_iter().enumerate() {
                 outs[j].push(b);
             }
-            let dtype = out_descs.first().map_or(DType::F32, |d| d.dtype);
-            let rate = topology.sites()[dev.0 as usize].compute.rate(precision(dtype));
-            slowest = slowest.max(op.flops(f) / rate * 1e3);
         }
-        predicted_ms += exchange_ms + slowest;
         for (j, buffers) in outs.into_iter().enumerate() {
             produced.insert(
                 TensorId { op: id, output: j },
@@ -429,5 +428,6 @@ pub fn compile(
             return Err(CompileError::OutOfMemory { device: DeviceId(d as u32), peak, capacity });
         }
     }
+    let predicted_ms = predict(comp, &graph, &kernels, topology, &Roofline::default())?.completion_ms();
     Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms })
 }

@@ -1,0 +1,137 @@
+//! Whole-plan prediction: a compiled [`TaskGraph`] replayed in the simulator.
+//!
+//! Every task of the graph becomes one simulator task on the topology (device `d` is site
+//! `d`) with the same dependencies and label, so task `i` of the [`Trace`] is task `i` of the
+//! graph:
+//!
+//! | graph task  | simulator task                                                          |
+//! |-------------|-------------------------------------------------------------------------|
+//! | `Kernel`    | [`TaskKind::Compute`]: the [`Roofline`] time of its operator on its function spec ([`AbstractOperator::flops`], [`AbstractOperator::bytes`], class from [`AbstractOperator::kind`], precision from its first output's dtype) |
+//! | `Transfer`  | [`TaskKind::Transfer`] of the buffer's bytes                            |
+//! | `Aggregate` | [`TaskKind::Aggregate`] reading every piece and writing the result      |
+//! | `Slice`, `Stitch` | [`TaskKind::Aggregate`] (an HBM copy) reading and writing the block |
+//! | `Load`, `Store` | a zero-second [`TaskKind::Compute`] marker                         |
+//!
+//! HBM copies (aggregations, slices, stitches) move `bytes / copy.memory` effective bytes
+//! through the site's HBM at full bandwidth, which applies the [`Roofline::copy`] efficiency.
+//!
+//! **Loads and stores are free.** Weights and inputs are resident on their devices before
+//! the run, in whatever tiling the plan reads them in (Section 4.2: inputs may be laid out in
+//! any tiling for free), so a `Load` costs nothing. A `Store` is free once its block is on
+//! its device: the transfers that gather each saved output's copies are tasks of the graph
+//! and are simulated like any other; handing the block to the host is not part of the run.
+//!
+//! The simulation runs everything as early as the dependencies allow: kernels on different
+//! devices overlap, kernels on one device share its compute, and transfers overlap kernels.
+
+use einsum_core::DType;
+use einsum_core::taskgraph::{BufferId, Task as GraphTask, TaskGraph};
+use einsum_joinagg::{AbstractOperator, Computation, Node};
+use einsum_sim::{KernelClass, Roofline, SimError, SiteId, Task, TaskId, TaskKind, Topology, Trace};
+
+use super::{KernelCall, precision};
+
+/// Why a task graph could not be predicted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PredictError {
+    /// A `Kernel` task names a kernel the table lacks.
+    #[error("task `{label}`: kernel {kernel} is not in the kernel table of {count} kernels")]
+    UnknownKernel {
+        /// The task's label.
+        label: String,
+        /// The kernel index.
+        kernel: usize,
+        /// How many kernels the table has.
+        count: usize,
+    },
+    /// A kernel's vertex is not an operator of the computation.
+    #[error("task `{label}`: vertex {vertex} is not an operator of the computation")]
+    NotAnOperator {
+        /// The task's label.
+        label: String,
+        /// The vertex.
+        vertex: usize,
+    },
+    /// The roofline parameters are invalid, or the simulator refused the graph (a device
+    /// beyond the topology's sites, a non-finite kernel time).
+    #[error(transparent)]
+    Simulate(#[from] SimError),
+}
+
+/// The simulator task graph of `graph` (see the module docs), one task per graph task.
+pub fn simulator_tasks(
+    comp: &Computation,
+    graph: &TaskGraph,
+    kernels: &[KernelCall],
+    topology: &Topology,
+    roofline: &Roofline,
+) -> Result<Vec<Task>, PredictError> {
+    let site = |b: BufferId| SiteId(graph.buffer(b).device.0 as usize);
+    let bytes = |b: BufferId| graph.buffer(b).bytes() as f64;
+    let copy = |at: SiteId, read: f64, write: f64| TaskKind::Aggregate {
+        site: at,
+        read_bytes: roofline.copy_bytes(read),
+        write_bytes: roofline.copy_bytes(write),
+    };
+    let mut tasks = Vec::with_capacity(graph.nodes().len());
+    for node in graph.nodes() {
+        let kind = match &node.task {
+            GraphTask::Load { dst: b, .. } | GraphTask::Store { src: b, .. } => {
+                TaskKind::Compute { site: site(*b), seconds: 0.0 }
+            }
+            GraphTask::Slice { dst, .. } => copy(site(*dst), bytes(*dst), bytes(*dst)),
+            GraphTask::Transfer { src, dst } if site(*src) == site(*dst) => copy(site(*dst), bytes(*src), bytes(*dst)),
+            GraphTask::Transfer { src, dst } => {
+                TaskKind::Transfer { src: site(*src), dst: site(*dst), bytes: bytes(*src) }
+            }
+            GraphTask::Aggregate { srcs, dst, .. } | GraphTask::Stitch { srcs, dst } => {
+                copy(site(*dst), srcs.iter().map(|&b| bytes(b)).sum(), bytes(*dst))
+            }
+            GraphTask::Kernel { kernel, outputs, inputs } => {
+                let call = kernels.get(*kernel).ok_or_else(|| PredictError::UnknownKernel {
+                    label: node.label.clone(),
+                    kernel: *kernel,
+                    count: kernels.len(),
+                })?;
+                let Some(Node::Op { op, .. }) = comp.node(call.op) else {
+                    return Err(PredictError::NotAnOperator { label: node.label.clone(), vertex: call.op.0 as usize });
+                };
+                let at = outputs.first().or(inputs.first()).map_or(SiteId(0), |&b| site(b));
+                TaskKind::Compute { site: at, seconds: kernel_seconds(op.as_ref(), call, topology, at, roofline) }
+            }
+        };
+        let deps = node.deps.iter().map(|d| TaskId(d.0 as usize)).collect();
+        tasks.push(Task { label: node.label.clone(), kind, deps });
+    }
+    Ok(tasks)
+}
+
+/// The roofline seconds of `call` at `site`; a site beyond the topology gets 0 here and is
+/// reported by the simulator's site check.
+fn kernel_seconds(
+    op: &dyn AbstractOperator,
+    call: &KernelCall,
+    topology: &Topology,
+    site: SiteId,
+    roofline: &Roofline,
+) -> f64 {
+    let Some(s) = topology.site(site) else { return 0.0 };
+    let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
+    let f = &call.function;
+    roofline.kernel_seconds(s, KernelClass::of_kind(op.kind()), op.flops(f), op.bytes(f), precision(dtype))
+}
+
+/// Predicts the run of a compiled graph on `topology` by simulating it once (module docs);
+/// [`Trace::completion_ms`] is the predicted time. Fails on invalid roofline parameters, a
+/// kernel index outside `kernels`, or a device beyond the topology's sites.
+pub fn predict(
+    comp: &Computation,
+    graph: &TaskGraph,
+    kernels: &[KernelCall],
+    topology: &Topology,
+    roofline: &Roofline,
+) -> Result<Trace, PredictError> {
+    roofline.validate()?;
+    let tasks = simulator_tasks(comp, graph, kernels, topology, roofline)?;
+    Ok(einsum_sim::simulate(topology, &tasks)?)
+}

@@ -1,0 +1,202 @@
+//! A roofline model of kernel time, for predicting whole plans.
+//!
+//! A kernel doing `flops` floating-point operations and reading and writing `bytes` of HBM
+//! on a site takes
+//!
+//! ```text
+//! max(flops / (peak FLOP/s at its precision × compute efficiency),
+//!     bytes / (HBM bandwidth × memory efficiency))
+//! ```
+//!
+//! where the peak rate is the site's dense rate ([`crate::ComputeRates`]: 312, 989 and 125
+//! TFLOP/s at f16 on the A100, H100 and V100 presets) and the efficiencies depend on the
+//! kind of kernel ([`KernelClass`]). The efficiencies ([`Roofline`]) are set from public
+//! kernel benchmarks and first principles, never fitted to the paper's measured figures, so
+//! that comparing predictions with those figures stays an honest test of the model. They are
+//! plain public fields: override them to model other kernels.
+//!
+//! The model ignores kernel launch overheads, the way efficiency falls for small or skinny
+//! shapes, and caches: it is a bound that large, well-shaped kernels approach.
+
+use crate::error::SimError;
+use crate::topology::{Precision, Site};
+
+/// What a kernel mostly does, which decides how close it gets to the roofline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelClass {
+    /// Tensor contractions (`einsum`, `matmul`): tensor-core GEMMs.
+    Matmul,
+    /// Fused attention (FlashAttention-style: scores never leave on-chip memory).
+    Attention,
+    /// Elementwise maps, normalizations, softmax, RoPE, reductions: CUDA-core arithmetic,
+    /// almost always memory-bound.
+    Elementwise,
+    /// Copies and ⊕-aggregations of blocks (slices, stitches, local sums): pure HBM traffic.
+    Copy,
+}
+
+impl KernelClass {
+    /// The class of an operator of kind `kind` (`AbstractOperator::kind`): `einsum` and
+    /// `matmul` are [`KernelClass::Matmul`], `attention` is [`KernelClass::Attention`], and
+    /// every other kind (`binary`, `unary`, `softmax`, `rmsnorm`, `layernorm`, `rope`,
+    /// `reduce`, ...) is [`KernelClass::Elementwise`].
+    pub fn of_kind(kind: &str) -> Self {
+        match kind {
+            "einsum" | "matmul" => KernelClass::Matmul,
+            "attention" => KernelClass::Attention,
+            _ => KernelClass::Elementwise,
+        }
+    }
+
+    /// A short name, for error messages: `matmul`, `attention`, `elementwise`, `copy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelClass::Matmul => "matmul",
+            KernelClass::Attention => "attention",
+            KernelClass::Elementwise => "elementwise",
+            KernelClass::Copy => "copy",
+        }
+    }
+}
+
+/// The fractions of a site's peak FLOP/s and of its HBM bandwidth that a kernel reaches.
+/// Both must lie in `(0, 1]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Efficiency {
+    /// Fraction of the dense peak FLOP/s.
+    pub compute: f64,
+    /// Fraction of the HBM bandwidth.
+    pub memory: f64,
+}
+
+/// Memory-bound kernels (copies, elementwise maps, the memory-bound phases of any kernel)
+/// reach about 80-90% of the HBM bandwidth: STREAM-style copy benchmarks (e.g. BabelStream)
+/// measure roughly 1.3-1.4 TB/s on an A100 whose HBM peak is 1.555 TB/s. We take 0.85.
+pub const MEMORY_EFFICIENCY: f64 = 0.85;
+
+/// Large fp16/bf16 GEMMs in cuBLAS reach about 70-80% of the dense tensor-core peak on the
+/// A100 (NVIDIA's "Matrix Multiplication Background" performance guide and common cuBLAS
+/// benchmarks of large square problems). We take 0.75.
+pub const MATMUL_COMPUTE_EFFICIENCY: f64 = 0.75;
+
+/// FlashAttention-2 (Dao, 2023) reports its forward pass at 50-73% of the A100's
+/// theoretical peak FLOP/s, depending on head size and sequence length. We take 0.6.
+pub const ATTENTION_COMPUTE_EFFICIENCY: f64 = 0.6;
+
+/// Elementwise kernels run on CUDA cores, not tensor cores: the A100's non-tensor fp16 rate
+/// is 78 TFLOP/s, a quarter of its 312 TFLOP/s dense tensor peak (NVIDIA A100 whitepaper).
+/// We take 0.25 of the peak. (At f32 the presets' rate is already the CUDA-core rate, so this
+/// is pessimistic there; these kernels are memory-bound at either precision.)
+pub const ELEMENTWISE_COMPUTE_EFFICIENCY: f64 = 0.25;
+
+/// How close each class of kernel gets to the roofline. [`Roofline::default`] is the
+/// documented parameter set (the constants of this module); every field may be overridden.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Roofline {
+    /// Tensor contractions: [`MATMUL_COMPUTE_EFFICIENCY`], [`MEMORY_EFFICIENCY`].
+    pub matmul: Efficiency,
+    /// Fused attention: [`ATTENTION_COMPUTE_EFFICIENCY`], [`MEMORY_EFFICIENCY`].
+    pub attention: Efficiency,
+    /// Elementwise and normalization kernels: [`ELEMENTWISE_COMPUTE_EFFICIENCY`],
+    /// [`MEMORY_EFFICIENCY`].
+    pub elementwise: Efficiency,
+    /// Copies and aggregations: compute 1 (a sum is one FLOP per element and never the
+    /// bottleneck), [`MEMORY_EFFICIENCY`].
+    pub copy: Efficiency,
+}
+
+impl Default for Roofline {
+    fn default() -> Self {
+        let with = |compute| Efficiency { compute, memory: MEMORY_EFFICIENCY };
+        Roofline {
+            matmul: with(MATMUL_COMPUTE_EFFICIENCY),
+            attention: with(ATTENTION_COMPUTE_EFFICIENCY),
+            elementwise: with(ELEMENTWISE_COMPUTE_EFFICIENCY),
+            copy: with(1.0),
+        }
+    }
+}
+
+impl Roofline {
+    /// The efficiencies of `class`.
+    pub fn efficiency(&self, class: KernelClass) -> Efficiency {
+        match class {
+            KernelClass::Matmul => self.matmul,
+            KernelClass::Attention => self.attention,
+            KernelClass::Elementwise => self.elementwise,
+            KernelClass::Copy => self.copy,
+        }
+    }
+
+    /// Checks that every efficiency lies in `(0, 1]`; the error names the class and field.
+    pub fn validate(&self) -> Result<(), SimError> {
+        for class in [KernelClass::Matmul, KernelClass::Attention, KernelClass::Elementwise, KernelClass::Copy] {
+            let e = self.efficiency(class);
+            for (field, value) in [("compute", e.compute), ("memory", e.memory)] {
+                if !(value > 0.0 && value <= 1.0) {
+                    return Err(SimError::InvalidEfficiency { class: class.name(), field, value });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Seconds for a kernel of `class` doing `flops` at `precision` and moving `bytes` through
+    /// the HBM of `site`: the larger of its compute time and its memory time (module docs).
+    pub fn kernel_seconds(&self, site: &Site, class: KernelClass, flops: f64, bytes: f64, precision: Precision) -> f64 {
+        let e = self.efficiency(class);
+        let compute = flops / (site.compute.rate(precision) * e.compute);
+        let memory = bytes / (site.hbm_bandwidth * e.memory);
+        compute.max(memory)
+    }
+
+    /// The bytes that, moved at the full HBM bandwidth, take as long as a copy of `bytes`
+    /// does at the [`Roofline::copy`] memory efficiency: `bytes / copy.memory`. The
+    /// simulator's aggregations run at full bandwidth; scaling their bytes by this applies
+    /// the efficiency.
+    pub fn copy_bytes(&self, bytes: f64) -> f64 {
+        bytes / self.copy.memory
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{ComputeRates, GB, TFLOP};
+
+    #[test]
+    fn kernels_are_bound_by_the_slower_of_compute_and_memory() {
+        let site = Site::new(1000.0, 10.0, ComputeRates::tflops(100.0, 100.0, 10.0));
+        let r = Roofline::default();
+        // 1.5 TFLOP at 0.75 of 100 TFLOP/s: 20 ms; 1 GB at 0.85 of 1000 GB/s: 1.18 ms
+        let t = r.kernel_seconds(&site, KernelClass::Matmul, 1.5 * TFLOP, GB, Precision::F16);
+        assert_eq!(t, 1.5 * TFLOP / (100.0 * TFLOP * 0.75));
+        // 1 GFLOP at 0.25 of 10 TFLOP/s (f32): 0.4 ms; 10 GB at 0.85 of 1000 GB/s: 11.8 ms
+        let t = r.kernel_seconds(&site, KernelClass::Elementwise, 1e9, 10.0 * GB, Precision::F32);
+        assert_eq!(t, 10.0 * GB / (1000.0 * GB * 0.85));
+        assert_eq!(r.copy_bytes(0.85 * GB), GB);
+    }
+
+    #[test]
+    fn kinds_map_to_classes() {
+        assert_eq!(KernelClass::of_kind("einsum"), KernelClass::Matmul);
+        assert_eq!(KernelClass::of_kind("matmul"), KernelClass::Matmul);
+        assert_eq!(KernelClass::of_kind("attention"), KernelClass::Attention);
+        assert_eq!(KernelClass::of_kind("rmsnorm"), KernelClass::Elementwise);
+        assert_eq!(KernelClass::of_kind("softmax"), KernelClass::Elementwise);
+    }
+
+    #[test]
+    fn efficiencies_outside_zero_one_are_rejected() {
+        assert_eq!(Roofline::default().validate(), Ok(()));
+        let mut r = Roofline::default();
+        r.attention.memory = 1.5;
+        assert_eq!(r.validate(), Err(SimError::InvalidEfficiency { class: "attention", field: "memory", value: 1.5 }));
+        r = Roofline::default();
+        r.copy.compute = f64::NAN;
+        assert!(matches!(r.validate(), Err(SimError::InvalidEfficiency { class: "copy", field: "compute", .. })));
+        r.copy.compute = 0.0;
+        let msg = r.validate().unwrap_err().to_string();
+        assert!(msg.contains("copy") && msg.contains("compute") && msg.contains('0'), "{msg}");
+    }
+}
