@@ -61,6 +61,9 @@ pub enum Error {
         /// What is wrong, with the valid choices.
         reason: String,
     },
+    /// A chart that cannot be drawn (its title and why).
+    #[error("{0}")]
+    Chart(String),
     /// A bad command-line argument.
     #[error("{0}")]
     Usage(String),

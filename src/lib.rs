@@ -13,6 +13,7 @@ pub mod check;
 pub mod dump;
 mod error;
 mod executable;
+pub mod experiment;
 mod graph;
 pub mod workload;
 

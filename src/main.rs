@@ -38,6 +38,9 @@ enum Command {
     /// Prints how a workload would run: its plan, exchange programs and task-graph
     /// statistics.
     Explain(cli::run::ExplainArgs),
+    /// Reproduces an experiment of Section 6 in simulation (transformer, chains, ablation,
+    /// exchange, proxy or all), writing DIR/NAME.csv, .md and .svg.
+    Experiment(cli::experiment::Args),
     /// Exchange programs: check, simulate or synthesize an ExProg file.
     #[command(subcommand)]
     Exprog(cli::exprog::Command),
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::Specs(args) => cli::specs::run(args),
         Command::Run(args) => cli::run::run(args),
         Command::Explain(args) => cli::run::explain(args),
+        Command::Experiment(args) => cli::experiment::run(args),
         Command::Exprog(command) => cli::exprog::run(command),
     };
     match report {

@@ -4,6 +4,7 @@ use einsummable::{DType, Error, Result, Schedule};
 use serde_json::Value;
 
 pub mod check;
+pub mod experiment;
 pub mod exprog;
 pub mod plan;
 pub mod run;

@@ -1,0 +1,63 @@
+//! `einsummable experiment NAME`: reproduces a figure or table of Section 6 in simulation
+//! (plans and compilation only, nothing is executed) and writes `DIR/NAME.csv`,
+//! `DIR/NAME.md` and `DIR/NAME.svg`.
+
+use std::{fmt::Write as _, path::PathBuf};
+
+use einsummable::experiment::{Experiment, Runner, Setup};
+use einsummable::{Error, Result};
+use serde_json::json;
+
+use super::Report;
+
+/// Arguments of `experiment`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// transformer, chains, ablation, exchange, proxy, or all.
+    name: String,
+    /// The machine: a topology preset or file (`exchange` always uses dgx-v100 and dgx-a100).
+    #[arg(long, default_value = "dgx-a100")]
+    topology: String,
+    /// Device counts p, comma-separated; ablation, exchange and proxy use the largest.
+    #[arg(long, default_value = "1,4,8")]
+    devices: String,
+    /// Where the CSV, Markdown and SVG files go.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Shrink every workload (dimensions /16, tokens /64, chains at scale 64) and the
+    /// exchange-program search, for a quick look in seconds.
+    #[arg(long)]
+    small: bool,
+}
+
+/// Parses `1,4,8`.
+pub fn parse_devices(list: &str) -> Result<Vec<usize>> {
+    list.split(',')
+        .map(|s| {
+            s.trim().parse::<usize>().ok().filter(|&p| p > 0).ok_or_else(|| {
+                Error::Usage(format!("--devices: `{s}` is not a positive integer (expected a list like 1,4,8)"))
+            })
+        })
+        .collect()
+}
+
+/// Runs `experiment`.
+pub fn run(a: Args) -> Result<Report> {
+    let experiments = Experiment::by_name(&a.name)?;
+    let setup = Setup { topology: a.topology, devices: parse_devices(&a.devices)?, out_dir: a.out, small: a.small };
+    let mut runner = Runner::new();
+    let mut text = String::new();
+    let mut results = Vec::new();
+    for e in experiments {
+        let outcome = e.run(&setup, &mut runner)?;
+        text += &outcome.table.to_markdown();
+        let files: Vec<String> = outcome.files.iter().map(|f| f.display().to_string()).collect();
+        let _ = writeln!(text, "\n({:.1} s; wrote {})\n", outcome.wall_s, files.join(", "));
+        let mut table = outcome.table.to_json();
+        table["files"] = json!(files);
+        table["wall_s"] = json!(outcome.wall_s);
+        results.push(table);
+    }
+    let _ = writeln!(text, "planning and compiling took {:.1} s in all", runner.compile_s());
+    Ok(Report { json: json!({ "experiments": results }), text, ok: true })
+}

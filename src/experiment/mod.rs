@@ -1,0 +1,361 @@
+//! Section 6 of the paper reproduced in simulation: `einsummable experiment NAME` plans and
+//! compiles workloads (logical plan, exchange programs, task graph; nothing is executed, so
+//! full-size models work on a laptop) and tabulates each plan's predicted time.
+//!
+//! - [`Experiment`]: the registry, one file per experiment (`transformer`, `chains`,
+//!   `ablation`, `exchange`, `proxy`), each building its list of [`Case`]s, measuring them
+//!   through a shared [`Runner`] and turning the results into a [`Table`] and a [`BarChart`].
+//! - [`measure`]: plans and compiles one case and returns its [`Measurement`].
+//! - [`Table`] (CSV, Markdown, JSON), [`BarChart`] (SVG), [`Progress`] (stderr).
+//!
+//! A case that fails (a baseline that has no plan for a workload, say) is a missing cell
+//! with its reason, never an aborted experiment.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use einsum_core::DType;
+use einsum_exprog::Schedule;
+use einsum_joinagg::Computation;
+use einsum_logical::{LogicalPlan, PaperProxy, Problem, cost_model_by_name, optimizer_by_name};
+use einsum_sim::Topology;
+
+use crate::{Error, Result, Workload};
+
+mod ablation;
+mod chains;
+mod chart;
+mod exchange;
+mod progress;
+mod proxy;
+mod table;
+mod transformer;
+
+pub use chart::BarChart;
+pub use progress::Progress;
+pub use proxy::pearson;
+pub use table::{Cell, Table, geometric_mean};
+
+/// Annealing iterations per exchange program of the searched schedule at full size.
+pub const SEARCH_ITERATIONS: usize = 100;
+/// Annealing iterations per exchange program with `--small`.
+pub const SMALL_SEARCH_ITERATIONS: usize = 10;
+/// Seeds `0..RANDOM_DRAWS` of the random strategy (ablation and proxy).
+pub const RANDOM_DRAWS: u64 = 20;
+
+/// What every experiment is run with.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The machine: a topology preset or file (the `exchange` experiment uses `dgx-v100` and
+    /// `dgx-a100` whatever this says).
+    pub topology: String,
+    /// The device counts `p`; experiments at a single `p` use the largest.
+    pub devices: Vec<usize>,
+    /// Where `NAME.csv`, `NAME.md` and `NAME.svg` are written.
+    pub out_dir: PathBuf,
+    /// Shrink every workload (dimensions /16, tokens /64, chains at scale 64) and the search
+    /// budget, so that a run takes seconds.
+    pub small: bool,
+}
+
+impl Setup {
+    /// The largest device count.
+    pub fn max_devices(&self) -> usize {
+        self.devices.iter().copied().max().unwrap_or(1)
+    }
+
+    /// The searched schedule at this setup's budget.
+    pub fn search(&self) -> Schedule {
+        Schedule::Search { seed: 0, iterations: self.iterations() }
+    }
+
+    /// Annealing iterations per exchange program.
+    pub fn iterations(&self) -> usize {
+        if self.small { SMALL_SEARCH_ITERATIONS } else { SEARCH_ITERATIONS }
+    }
+
+    /// Checks the device counts against `topology`: every count at least 1 and at most its
+    /// sites.
+    fn check(&self, topology: &str) -> Result<()> {
+        if self.devices.is_empty() {
+            return Err(Error::Usage("--devices needs at least one device count".into()));
+        }
+        let sites = Topology::named(topology)?.num_sites();
+        if let Some(&bad) = self.devices.iter().find(|&&p| p == 0 || p > sites) {
+            return Err(Error::Usage(format!(
+                "device count {bad} is not in 1..={sites} (topology `{topology}` has {sites} sites)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One experiment of Section 6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Experiment {
+    /// Figure 1: the five token workloads at every `p`, our plan against the baselines.
+    Transformer,
+    /// Figure 2: chains A–E at every `p`.
+    Chains,
+    /// Figures 3 and 4: DP vs greedy vs random vs the naive schedule at the largest `p`.
+    Ablation,
+    /// Figures 5 and 6: naive vs searched exchange programs on DGX-1V and DGX A100.
+    Exchange,
+    /// Table 1: correlation of the communication proxy with the predicted time.
+    Proxy,
+}
+
+/// What one experiment produced.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Which experiment.
+    pub experiment: Experiment,
+    /// Its result table.
+    pub table: Table,
+    /// Its chart.
+    pub chart: BarChart,
+    /// The CSV, Markdown and SVG files written.
+    pub files: Vec<PathBuf>,
+    /// Wall time of the experiment, in seconds (cached cases cost nothing).
+    pub wall_s: f64,
+}
+
+impl Experiment {
+    /// Every experiment, in the order `all` runs them (ablation before proxy, which reuses
+    /// its random plans).
+    pub const ALL: [Experiment; 5] =
+        [Experiment::Transformer, Experiment::Chains, Experiment::Ablation, Experiment::Exchange, Experiment::Proxy];
+
+    /// The experiment's name on the command line and in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Experiment::Transformer => "transformer",
+            Experiment::Chains => "chains",
+            Experiment::Ablation => "ablation",
+            Experiment::Exchange => "exchange",
+            Experiment::Proxy => "proxy",
+        }
+    }
+
+    /// The experiments `name` selects: one by its name, or every one for `all`.
+    pub fn by_name(name: &str) -> Result<Vec<Experiment>> {
+        if name == "all" {
+            return Ok(Self::ALL.to_vec());
+        }
+        Self::ALL.iter().copied().find(|e| e.name() == name).map(|e| vec![e]).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|e| e.name()).collect();
+            Error::Usage(format!("unknown experiment `{name}`; valid: {}, all", names.join(", ")))
+        })
+    }
+
+    /// Runs the experiment (measuring through `runner`, which caches cases across
+    /// experiments) and writes `NAME.csv`, `NAME.md` and `NAME.svg` into `setup.out_dir`.
+    pub fn run(self, setup: &Setup, runner: &mut Runner) -> Result<Outcome> {
+        let started = Instant::now();
+        match self {
+            Experiment::Exchange => exchange::TOPOLOGIES.iter().try_for_each(|t| setup.check(t))?,
+            _ => setup.check(&setup.topology)?,
+        }
+        let (table, chart) = match self {
+            Experiment::Transformer => transformer::run(setup, runner),
+            Experiment::Chains => chains::run(setup, runner),
+            Experiment::Ablation => ablation::run(setup, runner),
+            Experiment::Exchange => exchange::run(setup, runner),
+            Experiment::Proxy => proxy::run(setup, runner),
+        };
+        let files = write_files(&setup.out_dir, self.name(), &table, &chart)?;
+        Ok(Outcome { experiment: self, table, chart, files, wall_s: started.elapsed().as_secs_f64() })
+    }
+}
+
+fn write_files(dir: &Path, name: &str, table: &Table, chart: &BarChart) -> Result<Vec<PathBuf>> {
+    let io = |path: &Path, e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let svg = chart.to_svg()?;
+    let mut files = Vec::new();
+    for (ext, text) in [("csv", table.to_csv()), ("md", table.to_markdown()), ("svg", svg)] {
+        let path = dir.join(format!("{name}.{ext}"));
+        std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+/// One point of an experiment: a workload planned by a strategy on `devices` devices and
+/// compiled with a schedule for a topology.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Case {
+    /// The workload, `name:key=value,...`.
+    pub workload: String,
+    /// The device count `p`.
+    pub devices: usize,
+    /// The logical strategy (`dp`, `greedy`, `random`, `data`, ...), under the `time` cost
+    /// model for the topology.
+    pub strategy: String,
+    /// Seed of the `random` strategy.
+    pub seed: u64,
+    /// How exchange programs are synthesized.
+    pub schedule: Schedule,
+    /// The topology preset or file.
+    pub topology: String,
+}
+
+impl Case {
+    /// A case with seed 0.
+    pub fn new(workload: &str, devices: usize, strategy: &str, schedule: Schedule, topology: &str) -> Self {
+        Case {
+            workload: workload.to_string(),
+            devices,
+            strategy: strategy.to_string(),
+            seed: 0,
+            schedule,
+            topology: topology.to_string(),
+        }
+    }
+
+    /// The same case with another seed.
+    pub fn seeded(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    fn key(&self) -> String {
+        format!("{self:?}")
+    }
+
+    fn label(&self) -> String {
+        let seed = if self.strategy == "random" { format!(" seed {}", self.seed) } else { String::new() };
+        format!("{} p={} {}{seed} on {}", self.workload, self.devices, self.strategy, self.topology)
+    }
+}
+
+/// What planning and compiling one case gives.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Measurement {
+    /// The compiled plan's predicted time on the topology, in ms (`Compiled::predicted_ms`).
+    pub predicted_ms: f64,
+    /// Bytes the task graph moves between devices.
+    pub bytes_moved: usize,
+    /// The logical plan's total under [`PaperProxy`] (elements), or `None` when a spec of
+    /// the plan is not among the candidates the proxy problem enumerates.
+    pub proxy_cost: Option<f64>,
+    /// Wall time of planning and compiling, in ms.
+    pub compile_ms: f64,
+}
+
+/// Plans `case` (its strategy under the `time` cost model), compiles it physically
+/// (exchange programs and task graph; nothing runs) and measures the result. Workloads are
+/// built in f16, the paper's storage type.
+pub fn measure(case: &Case) -> Result<Measurement> {
+    let graph = Workload::parse(&case.workload)?.build(DType::F16)?;
+    let comp = graph.computation();
+    let started = Instant::now();
+    let strategy = optimizer_by_name(&case.strategy, case.seed)?;
+    let model = cost_model_by_name("time", &case.topology)?;
+    let plan = strategy.optimize(comp, case.devices, model.as_ref())?;
+    let topology = Topology::named(&case.topology)?;
+    let options = einsum_exprog::CompileOptions { devices: case.devices, schedule: case.schedule, topology };
+    let compiled = einsum_exprog::compile(comp, &plan.specs(), &options)?;
+    let compile_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok(Measurement {
+        predicted_ms: compiled.predicted_ms,
+        bytes_moved: compiled.graph.stats().bytes_moved,
+        proxy_cost: proxy_total(comp, &plan)?,
+        compile_ms,
+    })
+}
+
+/// The plan's total under [`PaperProxy`]: each operator's spec is looked up among the
+/// proxy problem's candidates (same enumeration, so normally at the same index).
+fn proxy_total(comp: &Computation, plan: &LogicalPlan) -> Result<Option<f64>> {
+    let problem = Problem::new(comp, plan.devices, &PaperProxy)?;
+    let mut choice = Vec::with_capacity(problem.ops.len());
+    for op in &problem.ops {
+        let Some(planned) = plan.ops.iter().find(|o| o.id == op.id) else { return Ok(None) };
+        let same = |i: &usize| op.candidates.get(*i).is_some_and(|c| c.spec == planned.spec);
+        let found = Some(planned.candidate).filter(same).or_else(|| (0..op.candidates.len()).find(same));
+        let Some(index) = found else { return Ok(None) };
+        choice.push(index);
+    }
+    Ok(Some(problem.total(&choice)?))
+}
+
+/// Measures cases once each and remembers the results, so that experiments run together
+/// share what they have in common (the random plans of `ablation` and `proxy`).
+#[derive(Debug, Default)]
+pub struct Runner {
+    results: HashMap<String, std::result::Result<Measurement, String>>,
+    quiet: bool,
+}
+
+impl Runner {
+    /// An empty runner that prints progress on stderr.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty runner that prints no progress (tests, embedding).
+    pub fn quiet() -> Self {
+        Runner { quiet: true, ..Self::default() }
+    }
+
+    /// Measures every case not measured yet, showing progress labelled `what`.
+    pub fn run_all(&mut self, what: &str, cases: &[Case]) {
+        let todo: Vec<&Case> = {
+            let mut seen = std::collections::HashSet::new();
+            cases.iter().filter(|c| !self.results.contains_key(&c.key()) && seen.insert(c.key())).collect()
+        };
+        let mut progress = Progress::new(what, todo.len(), !self.quiet);
+        for case in todo {
+            progress.start(&case.label());
+            let result = measure(case).map_err(|e| e.to_string());
+            self.results.insert(case.key(), result);
+            progress.done();
+        }
+        progress.finish();
+    }
+
+    /// The result of a measured case: its measurement, or why it has none.
+    pub fn get(&self, case: &Case) -> std::result::Result<Measurement, String> {
+        self.results.get(&case.key()).cloned().unwrap_or_else(|| Err(format!("{} was not measured", case.label())))
+    }
+
+    /// Total planning and compiling time of every measured case, in seconds.
+    pub fn compile_s(&self) -> f64 {
+        self.results.values().filter_map(|r| r.as_ref().ok()).map(|m| m.compile_ms).sum::<f64>() / 1e3
+    }
+}
+
+/// A cell holding `f` of a measurement, or the reason it is missing.
+pub(crate) fn cell(result: &std::result::Result<Measurement, String>, f: impl Fn(&Measurement) -> f64) -> Cell {
+    Cell::of(result, f)
+}
+
+/// The five token workloads of Section 6 as (label, workload): LLaMA-3-8B block dimensions
+/// (with `small`: dimensions /16 and tokens /64).
+pub(crate) fn transformer_workloads(small: bool) -> Vec<(String, String)> {
+    let (dims, scale) = if small {
+        ("d_model=256,heads_q=32,heads_kv=8,d_head=8,d_ff=896", 64)
+    } else {
+        ("d_model=4096,heads_q=32,heads_kv=8,d_head=128,d_ff=14336", 1)
+    };
+    [(1, 1), (1, 8), (1, 128), (8, 1), (128, 1)]
+        .iter()
+        .map(|&(seqs, k)| {
+            let label = format!("{seqs}×{k}K");
+            (label, format!("llama-block:tokens={},seqs={seqs},{dims}", seqs * k * 1024 / scale))
+        })
+        .collect()
+}
+
+/// Chains A–E of Section 6 as (label, workload), at scale 1 (64 with `small`).
+pub(crate) fn chain_workloads(small: bool) -> Vec<(String, String)> {
+    let scale = if small { 64 } else { 1 };
+    ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|c| (format!("chain {}", c.to_uppercase()), format!("chain-{c}:scale={scale}")))
+        .collect()
+}
