@@ -1,0 +1,4 @@
+//! The CUDA backend: runs a compiled task graph on NVIDIA GPUs through `cudarc`.
+#![warn(missing_docs)]
+
+pub mod kernels;
