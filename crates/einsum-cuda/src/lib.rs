@@ -1,4 +1,5 @@
 //! The CUDA backend: runs a compiled task graph on NVIDIA GPUs through `cudarc`.
 #![warn(missing_docs)]
 
+pub mod availability;
 pub mod kernels;

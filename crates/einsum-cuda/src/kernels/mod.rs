@@ -3,3 +3,5 @@
 //! launches.
 
 pub mod gemm_plan;
+pub mod sources;
+pub mod compile;
