@@ -3,3 +3,5 @@
 
 pub mod availability;
 pub mod kernels;
+pub mod pool;
+pub mod schedule;
