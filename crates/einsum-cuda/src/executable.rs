@@ -106,8 +106,12 @@ impl CudaExecutable {
         let ctx0 = gpus[0].ctx.clone();
         let host_inputs: Vec<HostMemory> =
             graph.inputs().iter().map(|b| HostMemory::new(&ctx0, bytes(b))).collect::<Result<_, _>>().map_err(setup)?;
-        let host_outputs: Vec<HostMemory> =
-            graph.outputs().iter().map(|b| HostMemory::new(&ctx0, bytes(b))).collect::<Result<_, _>>().map_err(setup)?;
+        let host_outputs: Vec<HostMemory> = graph
+            .outputs()
+            .iter()
+            .map(|b| HostMemory::new(&ctx0, bytes(b)))
+            .collect::<Result<_, _>>()
+            .map_err(setup)?;
         let consts: Vec<DeviceMemory> = lowered
             .consts
             .iter()
@@ -205,7 +209,9 @@ pub fn to_bytes(x: &HostTensor) -> Vec<u8> {
 pub fn from_bytes(b: &Boundary, bytes: &[u8]) -> Result<HostTensor, String> {
     let v: Vec<f32> = match b.dtype {
         DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        DType::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32()).collect(),
+        DType::F16 => {
+            bytes.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32()).collect()
+        }
         DType::BF16 => {
             bytes.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32()).collect()
         }

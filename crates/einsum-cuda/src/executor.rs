@@ -170,14 +170,22 @@ impl Runtime {
                 let (Space::Buffer(sb), Space::Buffer(db)) = (src.space, dst.space) else {
                     return Err("a transfer between non-buffers".into());
                 };
-                let (sg, dg) = (self.gpu_of(self.buffer_device[sb as usize]), self.gpu_of(self.buffer_device[db as usize]));
+                let (sg, dg) =
+                    (self.gpu_of(self.buffer_device[sb as usize]), self.gpu_of(self.buffer_device[db as usize]));
                 dg.ctx.bind_to_thread().map_err(|e| e.to_string())?;
                 // SAFETY: both ranges lie in their pools; the stream belongs to the destination.
                 let r = unsafe {
                     if sg.ctx.ordinal() == dg.ctx.ordinal() {
                         result::memcpy_dtod_async(a(dst), a(src), *bytes, stream.cu_stream())
                     } else {
-                        result::memcpy_peer_async(dg.ctx.cu_ctx(), a(dst), sg.ctx.cu_ctx(), a(src), *bytes, stream.cu_stream())
+                        result::memcpy_peer_async(
+                            dg.ctx.cu_ctx(),
+                            a(dst),
+                            sg.ctx.cu_ctx(),
+                            a(src),
+                            *bytes,
+                            stream.cu_stream(),
+                        )
                     }
                 };
                 r.map_err(|e| format!("copying {bytes} bytes between GPUs: {e}"))?;

@@ -36,18 +36,14 @@ pub fn capture(rt: &Runtime) -> Result<CudaGraph, (Option<usize>, String)> {
 
 fn fork_issue_join(rt: &Runtime) -> Result<(), (Option<usize>, String)> {
     let origin = rt.origin();
-    let fork = origin
-        .context()
-        .new_event(None)
-        .map_err(|e| (None, format!("creating the fork event: {e}")))?;
+    let fork = origin.context().new_event(None).map_err(|e| (None, format!("creating the fork event: {e}")))?;
     fork.record(origin).map_err(|e| (None, format!("recording the fork event: {e}")))?;
     for s in &rt.streams[1..] {
         s.wait(&fork).map_err(|e| (None, format!("joining a stream to the capture: {e}")))?;
     }
     rt.issue().map_err(|(t, e): IssueError| (Some(t), e))?;
     for s in &rt.streams[1..] {
-        let join =
-            s.context().new_event(None).map_err(|e| (None, format!("creating a join event: {e}")))?;
+        let join = s.context().new_event(None).map_err(|e| (None, format!("creating a join event: {e}")))?;
         join.record(s).map_err(|e| (None, format!("recording a join event: {e}")))?;
         origin.wait(&join).map_err(|e| (None, format!("joining a stream back: {e}")))?;
     }

@@ -343,7 +343,14 @@ fn offset_in(outer: &TensorType, inner: &TensorType) -> usize {
 }
 
 /// The copy of the sub-box `part` between two enclosing boxes.
-fn box_copy(src: Ptr, src_ty: &TensorType, dst: Ptr, dst_ty: &TensorType, part: &TensorType, dtype: DType) -> Result<Op, String> {
+fn box_copy(
+    src: Ptr,
+    src_ty: &TensorType,
+    dst: Ptr,
+    dst_ty: &TensorType,
+    part: &TensorType,
+    dtype: DType,
+) -> Result<Op, String> {
     let es = dtype.size_bytes();
     let src = Ptr { offset: src.offset + offset_in(src_ty, part) * es, ..src };
     let dst = Ptr { offset: dst.offset + offset_in(dst_ty, part) * es, ..dst };
@@ -365,12 +372,18 @@ pub fn lower(graph: &TaskGraph, comp: &Computation, calls: &[KernelCall]) -> Res
             Task::Load { input, dst } => {
                 let whole = &graph.inputs()[*input].ty;
                 let d = buf(*dst);
-                vec![box_copy(Ptr::at(Space::HostInput(*input)), whole, at(*dst), &d.ty, &d.ty, d.dtype).map_err(|e| (t, e))?]
+                vec![
+                    box_copy(Ptr::at(Space::HostInput(*input)), whole, at(*dst), &d.ty, &d.ty, d.dtype)
+                        .map_err(|e| (t, e))?,
+                ]
             }
             Task::Store { output, src } => {
                 let whole = &graph.outputs()[*output].ty;
                 let s = buf(*src);
-                vec![box_copy(at(*src), &s.ty, Ptr::at(Space::HostOutput(*output)), whole, &s.ty, s.dtype).map_err(|e| (t, e))?]
+                vec![
+                    box_copy(at(*src), &s.ty, Ptr::at(Space::HostOutput(*output)), whole, &s.ty, s.dtype)
+                        .map_err(|e| (t, e))?,
+                ]
             }
             Task::Slice { src, dst } => {
                 let (s, d) = (buf(*src), buf(*dst));
@@ -387,7 +400,8 @@ pub fn lower(graph: &TaskGraph, comp: &Computation, calls: &[KernelCall]) -> Res
             Task::Aggregate { srcs, dst, agg } => {
                 let d = buf(*dst);
                 let n = d.ty.volume();
-                let mut ops = vec![Op::Aggregate { a: at(srcs[0]), b: at(srcs[1]), out: at(*dst), dtype: d.dtype, agg: *agg, n }];
+                let mut ops =
+                    vec![Op::Aggregate { a: at(srcs[0]), b: at(srcs[1]), out: at(*dst), dtype: d.dtype, agg: *agg, n }];
                 for s in &srcs[2..] {
                     ops.push(Op::Aggregate { a: at(*dst), b: at(*s), out: at(*dst), dtype: d.dtype, agg: *agg, n });
                 }
@@ -599,7 +613,12 @@ fn lower_kernel(
         let heads = qb.dim(0);
         let need = (heads.lo / group, (heads.hi - 1) / group + 1);
         if need.0 < kb.dim(0).lo || need.1 > kb.dim(0).hi {
-            return Err(format!("query heads {heads} need key/value heads {}..{}, the block has {}", need.0, need.1, kb.dim(0)));
+            return Err(format!(
+                "query heads {heads} need key/value heads {}..{}, the block has {}",
+                need.0,
+                need.1,
+                kb.dim(0)
+            ));
         }
         let bounds = ctx.constant(ConstData::I32(bounds));
         if !ctx.lowered.head_dims.contains(&head_dim) {

@@ -2,6 +2,6 @@
 //! sources compiled at run time with NVRTC, and the lowering of an operator call to
 //! launches.
 
+pub mod compile;
 pub mod gemm_plan;
 pub mod sources;
-pub mod compile;
