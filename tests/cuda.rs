@@ -72,3 +72,30 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
         }
     }
 }
+
+/// Without a GPU: the CUDA lowering of a whole LLaMA block at p = 1 and p = 8, run on the
+/// host emulator with the virtual devices on one and on two GPUs, matches the reference.
+#[test]
+fn llama_block_lowering_matches_the_reference_on_the_emulator() {
+    for dtype in [DType::F32, DType::BF16] {
+        let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+        for devices in [1, 8] {
+            let mut exe = compile(&graph, &CompileOptions { devices, ..CompileOptions::default() }).unwrap();
+            exe.load_random(3);
+            let comp = graph.computation();
+            let compiled = exe.compiled();
+            let lowered = einsum_cuda::lower::lower(&compiled.graph, comp, &compiled.kernels)
+                .unwrap_or_else(|(t, e)| panic!("task {t}: {e}"));
+            let values = exe.loaded_inputs();
+            let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
+            let reference = comp.evaluate(&values).unwrap();
+            for gpus in [1, 2] {
+                let outs = einsum_cuda::emulate::run(&compiled.graph, &lowered, gpus, &ordered);
+                for (t, out) in comp.saved().iter().zip(&outs) {
+                    let err = scaled_error(out, &reference[t], 1.0);
+                    assert!(err <= 10.0 * tolerance(dtype), "{dtype} p = {devices} on {gpus} GPUs: error {err}");
+                }
+            }
+        }
+    }
+}

@@ -17,6 +17,7 @@
 
 pub mod availability;
 pub mod device;
+pub mod emulate;
 pub mod executable;
 pub mod executor;
 pub mod graph_capture;
