@@ -123,6 +123,9 @@ pub enum RowKernel {
 }
 
 /// One device operation.
+// Built once per prepare and read on every eager issue: keeping the `Dims` inline (they are
+// kernel arguments by value) costs a few hundred bytes per op and saves a pointer chase.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// `box_copy`: strided copy (s0 in the source, s1 in the destination).
