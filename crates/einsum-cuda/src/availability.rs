@@ -28,9 +28,10 @@ pub fn check_cuda() -> Result<usize, BackendError> {
     if !nvrtc_present() {
         return Err(BackendError::Unavailable("no NVRTC found (libnvrtc.so could not be loaded)".into()));
     }
-    let count = cudarc::driver::result::init()
-        .and_then(|()| cudarc::driver::result::device::get_count())
-        .map_err(|e| BackendError::Unavailable(format!("the CUDA driver failed to start: {e}")))?;
+    let count =
+        cudarc::driver::result::init().and_then(|()| cudarc::driver::result::device::get_count()).map_err(|e| {
+            BackendError::Unavailable(format!("no CUDA driver found with a usable GPU (cuInit failed: {e})"))
+        })?;
     if count < 1 {
         return Err(BackendError::Unavailable("no CUDA driver found with a usable GPU (0 devices)".into()));
     }

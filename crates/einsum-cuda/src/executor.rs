@@ -20,14 +20,14 @@ use crate::schedule::Schedule;
 /// Everything the issue needs: GPUs, one stream and cuBLAS handle per virtual device, the
 /// events, pinned host memory, constant tables, the lowered operations and the schedule.
 pub struct Runtime {
-    /// The GPUs.
-    pub gpus: Vec<Gpu>,
-    /// One stream per virtual device (on its GPU).
-    pub streams: Vec<Arc<CudaStream>>,
+    // Field order is drop order: handles, events and streams before the memory and the
+    // contexts they belong to.
     /// One cuBLAS handle per stream.
     pub blas: Vec<CudaBlas>,
     /// The event recorded after task `t`, where the schedule asks for one.
     pub events: Vec<Option<CudaEvent>>,
+    /// One stream per virtual device (on its GPU).
+    pub streams: Vec<Arc<CudaStream>>,
     /// Whole computation inputs, pinned.
     pub host_inputs: Vec<HostMemory>,
     /// Whole saved outputs, pinned.
@@ -42,6 +42,8 @@ pub struct Runtime {
     pub buffer_device: Vec<usize>,
     /// Labels of the tasks, for errors.
     pub labels: Vec<String>,
+    /// The GPUs.
+    pub gpus: Vec<Gpu>,
 }
 
 /// Why issuing failed: the task (schedule position) and the reason.

@@ -17,7 +17,7 @@ fn every_kernel_source_compiles_to_ptx() {
             assert!(text.contains(&format!(".entry {k}")), "module {} lacks kernel {k}", module.name);
         }
     }
-    for d in [32, 64, 128] {
+    for d in [32, 64, 128, 256] {
         let ptx = compile(&sources::ATTENTION, &[("HEAD_DIM", d.to_string())], Some("compute_90"))
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(ptx.to_src().contains(".entry attention"));

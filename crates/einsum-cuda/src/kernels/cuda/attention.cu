@@ -9,7 +9,8 @@
 #define HEAD_DIM 64
 #endif
 #define ATT_BQ 64
-#define ATT_BK 32
+// Key rows per shared-memory tile: K and V tiles stay within the 48 KiB of static shared memory.
+#define ATT_BK (HEAD_DIM > 128 ? 16 : 32)
 
 extern "C" __global__ void attention(const void* q, const void* k, const void* v, void* o, int dt, const int* bounds,
                                      i64 nq, i64 nk, i64 heads_lo, i64 kv_lo, i64 keys_lo, i64 group, float scale) {
