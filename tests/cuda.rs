@@ -99,3 +99,16 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
         }
     }
 }
+
+/// `--warmup W --repeat N` runs W + N times and reports the median of the N timed runs.
+#[test]
+fn repeat_reports_the_median_of_the_timed_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_einsummable"))
+        .args(["run", "matmul:n=8", "--devices", "2", "--warmup", "1", "--repeat", "3", "--json"])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runs"], 3);
+    assert!(v["wall_ms"].as_f64().unwrap() >= 0.0);
+}
