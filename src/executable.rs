@@ -5,6 +5,7 @@ use std::{collections::HashMap, time::Instant};
 
 use einsum_core::{Backend, HostTensor, taskgraph::MemoryStats};
 use einsum_cpu::CpuBackend;
+use einsum_cuda::{CudaExecutable, CudaOptions};
 use einsum_exprog::{Compiled, ComputationKernels, ExchangeProgram, Schedule, compile as compile_physical};
 use einsum_joinagg::TensorId;
 use einsum_logical::{LogicalPlan, cost_model_by_name, optimizer_by_name};
@@ -19,8 +20,11 @@ use crate::{Error, Graph, Result, Tensor};
 pub struct CompileOptions {
     /// Number of devices `p` (virtual devices on the CPU backend).
     pub devices: usize,
-    /// The backend: `cpu`.
+    /// The backend: `cpu` or `cuda`.
     pub backend: String,
+    /// On `cuda`: issue the tasks stream-ordered on every run instead of replaying one
+    /// captured CUDA graph (for debugging).
+    pub eager: bool,
     /// The logical optimizer: `dp`, `greedy`, `random` or `ilp`, or a baseline: `data`,
     /// `megatron`, `ulysses` or `mesh2d`.
     pub optimizer: String,
@@ -41,6 +45,7 @@ impl Default for CompileOptions {
         Self {
             devices: 8,
             backend: "cpu".into(),
+            eager: false,
             optimizer: "dp".into(),
             cost: "time".into(),
             seed: 0,
@@ -63,18 +68,27 @@ pub struct Executable<'g> {
     graph: &'g Graph,
     plan: LogicalPlan,
     compiled: Compiled,
-    backend: Box<dyn Backend>,
+    runner: Runner,
     inputs: Vec<TensorId>,
     loaded: Vec<Option<HostTensor>>,
     outputs: HashMap<TensorId, HostTensor>,
 }
 
+/// The backend an executable runs on: a stateless [`Backend`], or a CUDA executable
+/// prepared once (kernels compiled, graph captured) and replayed.
+enum Runner {
+    Backend(Box<dyn Backend>),
+    Cuda(Box<CudaExecutable>),
+}
+
 /// Chooses a spec for every operator (logical optimization), synthesizes the exchange
 /// programs and lowers everything to a task graph (physical optimization), for `options`.
 pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executable<'g>> {
-    let backend: Box<dyn Backend> = match options.backend.as_str() {
-        "cpu" => Box::new(CpuBackend::new()),
-        other => return Err(Error::Usage(format!("unknown backend `{other}`; valid: cpu"))),
+    let cuda = match options.backend.as_str() {
+        "cpu" => false,
+        // Before any work: a machine without a GPU says so at once.
+        "cuda" => einsum_cuda::availability::check_cuda().map(|_| true)?,
+        other => return Err(Error::Usage(format!("unknown backend `{other}`; valid: cpu, cuda"))),
     };
     let comp = graph.computation();
     let strategy = optimizer_by_name(&options.optimizer, options.seed)?;
@@ -83,8 +97,14 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
     let topology = Topology::named(&options.topology)?;
     let physical = einsum_exprog::CompileOptions { devices: options.devices, schedule: options.schedule, topology };
     let compiled = compile_physical(comp, &plan.specs(), &physical)?;
+    let runner = if cuda {
+        let cuda_options = CudaOptions { eager: options.eager, max_gpus: None };
+        Runner::Cuda(Box::new(CudaExecutable::prepare(comp, &compiled, &cuda_options)?))
+    } else {
+        Runner::Backend(Box::new(CpuBackend::new()))
+    };
     let inputs = comp.inputs();
-    Ok(Executable { graph, plan, compiled, backend, loaded: vec![None; inputs.len()], inputs, outputs: HashMap::new() })
+    Ok(Executable { graph, plan, compiled, runner, loaded: vec![None; inputs.len()], inputs, outputs: HashMap::new() })
 }
 
 impl Executable<'_> {
@@ -134,7 +154,10 @@ impl Executable<'_> {
         let comp = self.graph.computation();
         let kernels = ComputationKernels(comp, &self.compiled.kernels);
         let started = Instant::now();
-        let outs = self.backend.execute(&self.compiled.graph, &kernels, &values)?;
+        let outs = match &mut self.runner {
+            Runner::Backend(b) => b.execute(&self.compiled.graph, &kernels, &values)?,
+            Runner::Cuda(c) => c.run(&values)?,
+        };
         let wall_ms = started.elapsed().as_secs_f64() * 1e3;
         self.outputs = comp.saved().iter().copied().zip(outs).collect();
         Ok(RunReport { wall_ms })

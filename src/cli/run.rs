@@ -29,9 +29,13 @@ pub struct CompileArgs {
     /// Number of (virtual) devices p.
     #[arg(long, default_value_t = 8)]
     devices: usize,
-    /// The backend.
+    /// The backend: cpu or cuda.
     #[arg(long, default_value = "cpu")]
     backend: String,
+    /// On the cuda backend: issue every task stream-ordered on each run instead of replaying
+    /// one captured CUDA graph (debugging).
+    #[arg(long)]
+    eager: bool,
     /// The logical optimizer: dp, greedy, random or ilp, or a baseline: data, megatron, ulysses or
     /// mesh2d.
     #[arg(long, default_value = "dp")]
@@ -66,6 +70,7 @@ impl CompileArgs {
         Ok(CompileOptions {
             devices: self.devices,
             backend: self.backend.clone(),
+            eager: self.eager,
             optimizer: self.optimizer.clone(),
             cost: self.cost.clone(),
             seed: self.seed,
@@ -87,6 +92,12 @@ pub struct RunArgs {
     /// Write every input and saved output as DIR/NAME.npy, with DIR/manifest.json.
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// Untimed runs before the timed ones.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Timed runs; the reported time is their median.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
 }
 
 /// Runs `run`.
@@ -94,7 +105,15 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let graph = a.compile.graph()?;
     let mut exe = compile(&graph, &a.compile.options()?)?;
     exe.load_random(a.compile.seed);
-    let report = exe.execute()?;
+    for _ in 0..a.warmup {
+        exe.execute()?;
+    }
+    let mut times = Vec::new();
+    for _ in 0..a.repeat.max(1) {
+        times.push(exe.execute()?.wall_ms);
+    }
+    times.sort_by(f64::total_cmp);
+    let wall_ms = times[times.len() / 2];
     let comp = graph.computation();
     let (max_error, ok) = if a.check {
         let reference = comp.evaluate(&exe.loaded_inputs())?;
@@ -120,7 +139,8 @@ pub fn run(a: RunArgs) -> Result<Report> {
     }
     let stats = exe.stats();
     let mut text = summary(&a.compile, &exe);
-    let _ = writeln!(text, "ran in {:.1} ms on the {} backend", report.wall_ms, a.compile.backend);
+    let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
+    let _ = writeln!(text, "ran in {wall_ms:.3} ms{runs} on the {} backend", a.compile.backend);
     if let Some(err) = max_error {
         let _ = writeln!(
             text,
@@ -130,7 +150,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
     }
     let json = json!({
         "workload": a.compile.workload, "devices": a.compile.devices, "ok": ok, "max_rel_error": max_error,
-        "wall_ms": report.wall_ms, "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved,
+        "wall_ms": wall_ms, "runs": times.len(), "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved,
         "peak_bytes_per_device": stats.peak_bytes, "tasks": stats.tasks,
     });
     Ok(Report { json, text, ok })

@@ -14,7 +14,9 @@ use crate::{FunctionSpec, JoinAggSpec, Result, ShardableIndex};
 /// `heads_kv` shards `heads_q` in groups, or that a packed `sequence` may be cut only at
 /// sequence ends. The optimizer sees nothing but the shardable indices, the specs they
 /// yield, and the work of each function spec. Every method is cheap except `compute`.
-pub trait AbstractOperator: fmt::Debug + Send + Sync {
+/// `Any` is a supertrait so that a backend with its own kernels (CUDA) can recover the
+/// concrete operator type behind a `&dyn AbstractOperator` by downcasting.
+pub trait AbstractOperator: std::any::Any + fmt::Debug + Send + Sync {
     /// The operator's kind, e.g. `matmul`, `attention`.
     fn kind(&self) -> &str;
 

@@ -69,6 +69,16 @@ impl Rope {
     pub fn theta(&self) -> f32 {
         self.theta
     }
+
+    /// Position of the sequence index in `x` (a GPU kernel needs it to find positions).
+    pub fn sequence_axis(&self) -> usize {
+        self.seq_dim
+    }
+
+    /// Position of the rotated feature index in `x`.
+    pub fn feature_axis(&self) -> usize {
+        self.feature_dim
+    }
 }
 
 impl AbstractOperator for Rope {

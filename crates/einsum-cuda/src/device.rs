@@ -1,0 +1,182 @@
+//! Per-GPU state: the context, the compiled kernel functions, the allocation pool and the
+//! constant tables; and the pinned host memory that Load and Store tasks read and write.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, DriverError, result, sys};
+
+use crate::kernels::compile::{arch_name, compile};
+use crate::kernels::sources::{ATTENTION, FIXED};
+
+/// Turns a driver error during setup into a message naming what was being done.
+pub fn setup_error(what: &str) -> impl Fn(DriverError) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// A raw device allocation, freed on drop.
+#[derive(Debug)]
+pub struct DeviceMemory {
+    ctx: Arc<CudaContext>,
+    /// The device address.
+    pub ptr: sys::CUdeviceptr,
+    /// Its size.
+    pub bytes: usize,
+}
+
+impl DeviceMemory {
+    /// Allocates `bytes` (at least 1) on `ctx`'s GPU.
+    pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, String> {
+        ctx.bind_to_thread().map_err(setup_error("binding the CUDA context"))?;
+        // SAFETY: a plain allocation with the context current; freed in `drop`.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
+            .map_err(|e| format!("allocating a pool of {bytes} bytes on GPU {}: {e}", ctx.ordinal()))?;
+        Ok(Self { ctx: ctx.clone(), ptr, bytes })
+    }
+
+    /// Allocates and fills with `data`.
+    pub fn from_bytes(ctx: &Arc<CudaContext>, data: &[u8]) -> Result<Self, String> {
+        let m = Self::new(ctx, data.len())?;
+        if !data.is_empty() {
+            // SAFETY: `m` holds at least `data.len()` bytes.
+            unsafe { result::memcpy_htod_sync(m.ptr, data) }.map_err(setup_error("uploading a constant table"))?;
+        }
+        Ok(m)
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `malloc_sync` and freed once; errors at teardown are ignored.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Pinned host memory mapped into every context's address space: Load tasks read whole
+/// inputs from it and Store tasks write whole outputs to it, so the captured graph reads
+/// and writes fixed addresses and `run` only copies on the host.
+#[derive(Debug)]
+pub struct HostMemory {
+    ctx: Arc<CudaContext>,
+    host: *mut std::ffi::c_void,
+    /// Its address as seen by kernels.
+    pub device_ptr: sys::CUdeviceptr,
+    /// Its size.
+    pub bytes: usize,
+}
+
+// SAFETY: the pinned allocation is owned by this value; access goes through `&self`/`&mut self`.
+unsafe impl Send for HostMemory {}
+
+impl HostMemory {
+    /// Allocates `bytes` (at least 1) of portable, device-mapped pinned memory.
+    pub fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, String> {
+        ctx.bind_to_thread().map_err(setup_error("binding the CUDA context"))?;
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: a pinned allocation with the context current; freed in `drop`.
+        let host = unsafe { result::malloc_host(bytes.max(1), flags) }
+            .map_err(|e| format!("allocating {bytes} bytes of pinned host memory: {e}"))?;
+        let mut device_ptr: sys::CUdeviceptr = 0;
+        // SAFETY: `host` was returned by cuMemHostAlloc with DEVICEMAP.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device_ptr, host, 0) };
+        let mem = Self { ctx: ctx.clone(), host, device_ptr, bytes };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("mapping pinned host memory into the GPU's address space: {r:?}"));
+        }
+        Ok(mem)
+    }
+
+    /// Copies `data` in (at most `bytes`).
+    pub fn write(&mut self, data: &[u8]) {
+        let n = data.len().min(self.bytes);
+        // SAFETY: `host` holds `bytes` bytes and nothing else aliases it while `&mut self`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.host as *mut u8, n) };
+    }
+
+    /// The contents (`bytes` bytes).
+    pub fn read(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.bytes];
+        // SAFETY: `host` holds `bytes` bytes; the GPU work writing it has been synchronized.
+        unsafe { std::ptr::copy_nonoverlapping(self.host as *const u8, out.as_mut_ptr(), self.bytes) };
+        out
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `malloc_host` and freed once.
+            let _ = unsafe { result::free_host(self.host) };
+        }
+    }
+}
+
+/// One GPU: its context, its kernels (by name; attention by head dimension) and its pool.
+#[derive(Debug)]
+pub struct Gpu {
+    /// The context.
+    pub ctx: Arc<CudaContext>,
+    /// The kernels of the fixed modules, by kernel name.
+    pub functions: HashMap<&'static str, CudaFunction>,
+    /// The attention kernel per head dimension.
+    pub attention: HashMap<usize, CudaFunction>,
+    /// The allocation pool.
+    pub pool: DeviceMemory,
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal`, compiles and loads every kernel module (attention for each of
+    /// `head_dims`), and allocates a pool of `pool_bytes`.
+    pub fn open(ordinal: usize, head_dims: &[usize], pool_bytes: usize) -> Result<Gpu, String> {
+        let ctx = CudaContext::new(ordinal).map_err(|e| format!("opening GPU {ordinal}: {e}"))?;
+        // The backend orders work with its own events; cudarc's per-slice tracking would add
+        // waits of its own (and it never sees our raw pointers anyway).
+        // SAFETY: no cudarc-managed slice is shared between streams by this backend.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = ctx.compute_capability().map_err(setup_error("reading the compute capability"))?;
+        let arch = arch_name(major, minor);
+        let mut functions = HashMap::new();
+        for module in FIXED {
+            let ptx = compile(&module, &[], arch)?;
+            let m = ctx.load_module(ptx).map_err(|e| format!("loading kernel module `{}`: {e}", module.name))?;
+            for k in module.kernels {
+                let f = m.load_function(k).map_err(|e| format!("loading kernel `{k}`: {e}"))?;
+                functions.insert(*k, f);
+            }
+        }
+        let mut attention = HashMap::new();
+        for &d in head_dims {
+            let ptx = compile(&ATTENTION, &[("HEAD_DIM", d.to_string())], arch)?;
+            let m = ctx.load_module(ptx).map_err(|e| format!("loading the attention kernel (d = {d}): {e}"))?;
+            attention.insert(d, m.load_function("attention").map_err(|e| format!("loading `attention`: {e}"))?);
+        }
+        let pool = DeviceMemory::new(&ctx, pool_bytes)?;
+        Ok(Gpu { ctx, functions, attention, pool })
+    }
+}
+
+/// Lets every pair of GPUs access each other's memory where the hardware allows, so peer
+/// copies go over NVLink/PCIe directly. Pairs that cannot are left alone (copies still work,
+/// staged by the driver).
+pub fn enable_peer_access(gpus: &[Gpu]) {
+    for a in gpus {
+        for b in gpus {
+            if a.ctx.ordinal() == b.ctx.ordinal() {
+                continue;
+            }
+            let mut can = 0;
+            // SAFETY: plain queries and a context flag; "already enabled" is harmless.
+            unsafe {
+                if sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device())
+                    == sys::CUresult::CUDA_SUCCESS
+                    && can == 1
+                    && a.ctx.bind_to_thread().is_ok()
+                {
+                    let _ = sys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! A host emulator of lowered operations: runs [`Lowered`] operations in schedule order on
+//! byte arrays laid out exactly as on the GPUs (one pool per GPU at the schedule's offsets,
+//! pinned inputs and outputs, constant tables), with each operation computing what its CUDA
+//! kernel computes. It checks the lowering, the pool plan and the GEMM mapping against the
+//! reference on machines without a GPU; the CUDA C itself is checked by the GPU tests.
+
+use einsum_core::taskgraph::TaskGraph;
+use einsum_core::{DType, HostTensor};
+use einsum_ops::reduce::ReduceOp;
+
+use crate::executable::{from_bytes, to_bytes};
+use crate::lower::{Dims, Lowered, Op, Ptr, RowKernel, Space};
+use crate::schedule::Schedule;
+
+/// Emulated memory: every space as bytes.
+struct Memory<'a> {
+    pools: Vec<Vec<u8>>,
+    inputs: Vec<Vec<u8>>,
+    outputs: Vec<Vec<u8>>,
+    consts: Vec<Vec<u8>>,
+    schedule: &'a Schedule,
+    buffer_device: Vec<usize>,
+}
+
+impl Memory<'_> {
+    /// The array and byte offset a pointer addresses.
+    fn locate(&mut self, p: Ptr) -> (&mut Vec<u8>, usize) {
+        let s = self.schedule;
+        match p.space {
+            Space::Buffer(b) => {
+                let gpu = s.gpu_of_device[self.buffer_device[b as usize]];
+                (&mut self.pools[gpu], s.buffer_offset[b as usize] + p.offset)
+            }
+            Space::Scratch { task, index } => {
+                let gpu = s.gpu_of_device[s.stream[task]];
+                (&mut self.pools[gpu], s.scratch_offset[task][index] + p.offset)
+            }
+            Space::HostInput(i) => (&mut self.inputs[i], p.offset),
+            Space::HostOutput(o) => (&mut self.outputs[o], p.offset),
+            Space::Const(c) => (&mut self.consts[c], p.offset),
+        }
+    }
+
+    fn ld(&mut self, p: Ptr, i: usize, dt: DType) -> f32 {
+        let (v, base) = self.locate(p);
+        let at = base + i * dt.size_bytes();
+        match dt {
+            DType::F32 => f32::from_ne_bytes(v[at..at + 4].try_into().expect("4 bytes")),
+            DType::F16 => half::f16::from_bits(u16::from_ne_bytes([v[at], v[at + 1]])).to_f32(),
+            DType::BF16 => half::bf16::from_bits(u16::from_ne_bytes([v[at], v[at + 1]])).to_f32(),
+        }
+    }
+
+    fn st(&mut self, p: Ptr, i: usize, dt: DType, x: f32) {
+        let (v, base) = self.locate(p);
+        let at = base + i * dt.size_bytes();
+        match dt {
+            DType::F32 => v[at..at + 4].copy_from_slice(&x.to_ne_bytes()),
+            DType::F16 => v[at..at + 2].copy_from_slice(&half::f16::from_f32(x).to_bits().to_ne_bytes()),
+            DType::BF16 => v[at..at + 2].copy_from_slice(&half::bf16::from_f32(x).to_bits().to_ne_bytes()),
+        }
+    }
+
+    fn ld_i32(&mut self, p: Ptr, i: usize) -> i32 {
+        let (v, base) = self.locate(p);
+        let at = base + 4 * i;
+        i32::from_ne_bytes(v[at..at + 4].try_into().expect("4 bytes"))
+    }
+}
+
+/// The offsets of linear index `i` of `d`'s space in its three stride vectors.
+fn offsets(d: &Dims, mut i: usize) -> [usize; 3] {
+    let mut o = [0usize; 3];
+    for k in (0..d.rank as usize).rev() {
+        let n = d.shape[k] as usize;
+        let x = i % n;
+        i /= n;
+        o[0] += x * d.s0[k] as usize;
+        o[1] += x * d.s1[k] as usize;
+        o[2] += x * d.s2[k] as usize;
+    }
+    o
+}
+
+/// Runs `lowered` for `graph` on `gpus` emulated GPUs with the given whole inputs and
+/// returns the whole saved outputs.
+pub fn run(graph: &TaskGraph, lowered: &Lowered, gpus: usize, inputs: &[HostTensor]) -> Vec<HostTensor> {
+    let schedule = Schedule::new(graph, gpus, &lowered.scratch);
+    let mut m = Memory {
+        pools: schedule.pool_bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
+        inputs: inputs.iter().map(to_bytes).collect(),
+        outputs: graph.outputs().iter().map(|b| vec![0u8; b.ty.volume() * b.dtype.size_bytes()]).collect(),
+        consts: lowered.consts.iter().map(|(_, c)| c.bytes()).collect(),
+        schedule: &schedule,
+        buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
+    };
+    for ops in &lowered.ops {
+        for op in ops {
+            apply(&mut m, op);
+        }
+    }
+    graph.outputs().iter().zip(&m.outputs).map(|(b, bytes)| from_bytes(b, bytes).expect("sizes match")).collect()
+}
+
+fn apply(m: &mut Memory<'_>, op: &Op) {
+    match op {
+        Op::Copy { src, dst, dtype, dims } => {
+            for i in 0..dims.volume() {
+                let [a, b, _] = offsets(dims, i);
+                let es = dtype.size_bytes();
+                let (v, base) = m.locate(*src);
+                let bytes: Vec<u8> = v[base + a * es..base + (a + 1) * es].to_vec();
+                let (w, base) = m.locate(*dst);
+                w[base + b * es..base + (b + 1) * es].copy_from_slice(&bytes);
+            }
+        }
+        Op::Memcpy { src, dst, bytes } => {
+            let (v, base) = m.locate(*src);
+            let data = v[base..base + bytes].to_vec();
+            let (w, base) = m.locate(*dst);
+            w[base..base + bytes].copy_from_slice(&data);
+        }
+        Op::Aggregate { a, b, out, dtype, agg, n } => {
+            for i in 0..*n {
+                let x = agg.apply(m.ld(*a, i, *dtype), m.ld(*b, i, *dtype));
+                m.st(*out, i, *dtype, x);
+            }
+        }
+        Op::Unary { x, y, dtype, op, n } => {
+            for i in 0..*n {
+                let v = op.apply(m.ld(*x, i, *dtype));
+                m.st(*y, i, *dtype, v);
+            }
+        }
+        Op::Binary { a, b, y, dtype, op, dims } => {
+            for i in 0..dims.volume() {
+                let [oa, ob, oy] = offsets(dims, i);
+                let v = op.apply(m.ld(*a, oa, *dtype), m.ld(*b, ob, *dtype));
+                m.st(*y, oy, *dtype, v);
+            }
+        }
+        Op::Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps } => {
+            for o in 0..*outer {
+                for inn in 0..*inner {
+                    let at = |j: usize| o * n * inner + j * inner + inn;
+                    let xs: Vec<f32> = (0..*n).map(|j| m.ld(*x, at(j), *dtype)).collect();
+                    let ys: Vec<f32> = match kernel {
+                        RowKernel::Softmax => {
+                            let mx = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                            let s: f32 = xs.iter().map(|v| (v - mx).exp()).sum();
+                            xs.iter().map(|v| (v - mx).exp() / s).collect()
+                        }
+                        RowKernel::RmsNorm => {
+                            let s: f32 = xs.iter().map(|v| v * v).sum();
+                            let scale = 1.0 / (s / *n as f32 + eps).sqrt();
+                            let wp = w.expect("a weight");
+                            (0..*n).map(|j| xs[j] * scale * m.ld(wp, j, *dtype)).collect()
+                        }
+                        RowKernel::LayerNorm => {
+                            let mean = xs.iter().sum::<f32>() / *n as f32;
+                            let var = xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / *n as f32;
+                            let scale = 1.0 / (var + eps).sqrt();
+                            let (wp, bp) = (w.expect("a weight"), b.expect("a bias"));
+                            (0..*n)
+                                .map(|j| (xs[j] - mean) * scale * m.ld(wp, j, *dtype) + m.ld(bp, j, *dtype))
+                                .collect()
+                        }
+                    };
+                    for (j, v) in ys.into_iter().enumerate() {
+                        m.st(*y, at(j), *dtype, v);
+                    }
+                }
+            }
+        }
+        Op::Rope { x, y, dtype, table, seq, feat, half, rows, dims } => {
+            for i in 0..dims.volume() {
+                let mut rem = i;
+                let (mut a, mut row, mut k) = (0usize, 0usize, 0usize);
+                for q in (0..dims.rank as usize).rev() {
+                    let e = rem % dims.shape[q] as usize;
+                    rem /= dims.shape[q] as usize;
+                    a += e * dims.s0[q] as usize;
+                    if q == *seq {
+                        row = e;
+                    }
+                    if q == *feat {
+                        k = e;
+                    }
+                }
+                let b = a + half * dims.s0[*feat] as usize;
+                let c = m.ld(*table, row * half + k, DType::F32);
+                let s = m.ld(*table, rows * half + row * half + k, DType::F32);
+                let (va, vb) = (m.ld(*x, a, *dtype), m.ld(*x, b, *dtype));
+                m.st(*y, a, *dtype, va * c - vb * s);
+                m.st(*y, b, *dtype, vb * c + va * s);
+            }
+        }
+        Op::Reduce { x, y, dtype, op, keep, over } => {
+            for i in 0..keep.volume() {
+                let [bx, by, _] = offsets(keep, i);
+                let (mut sum, mut mx) = (0.0f64, f32::NEG_INFINITY);
+                for j in 0..over.volume() {
+                    let v = m.ld(*x, bx + offsets(over, j)[0], *dtype);
+                    sum += v as f64;
+                    mx = mx.max(v);
+                }
+                let r = match op {
+                    ReduceOp::Sum => sum as f32,
+                    ReduceOp::Max => mx,
+                };
+                m.st(*y, by, *dtype, r);
+            }
+        }
+        Op::Attention {
+            q,
+            k,
+            v,
+            o,
+            dtype,
+            bounds,
+            heads,
+            nq,
+            nk,
+            heads_lo,
+            kv_lo,
+            keys_lo,
+            group,
+            scale,
+            head_dim,
+        } => {
+            let d = *head_dim;
+            for h in 0..*heads {
+                let kvh = (heads_lo + h) / group - kv_lo;
+                for r in 0..*nq {
+                    let (lo, hi) = (m.ld_i32(*bounds, 2 * r) as usize, m.ld_i32(*bounds, 2 * r + 1) as usize);
+                    let qr: Vec<f32> = (0..d).map(|c| m.ld(*q, (h * nq + r) * d + c, *dtype) * scale).collect();
+                    let (mut mx, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; d]);
+                    for key in lo.max(*keys_lo)..hi.min(keys_lo + nk) {
+                        let row = (kvh * nk + key - keys_lo) * d;
+                        let s: f32 = (0..d).map(|c| qr[c] * m.ld(*k, row + c, *dtype)).sum();
+                        let nm = mx.max(s);
+                        let corr = if mx == f32::NEG_INFINITY { 0.0 } else { (mx - nm).exp() };
+                        let p = (s - nm).exp();
+                        l = l * corr + p;
+                        for (c, a) in acc.iter_mut().enumerate() {
+                            *a = *a * corr + p * m.ld(*v, row + c, *dtype);
+                        }
+                        mx = nm;
+                    }
+                    let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
+                    for (c, a) in acc.iter().enumerate() {
+                        m.st(*o, (h * nq + r) * d + c, *dtype, a * inv);
+                    }
+                }
+            }
+        }
+        Op::Gemm { a, b, c, dtype, gemm: g } => {
+            for bi in 0..g.batch {
+                for i in 0..g.m {
+                    for j in 0..g.n {
+                        let mut acc = 0.0f32;
+                        for l in 0..g.k {
+                            let ai = bi * g.stride_a + if g.trans_a { l * g.m + i } else { i * g.k + l };
+                            let bj = bi * g.stride_b + if g.trans_b { j * g.k + l } else { l * g.n + j };
+                            acc += m.ld(*a, ai, *dtype) * m.ld(*b, bj, *dtype);
+                        }
+                        m.st(*c, bi * g.stride_c + i * g.n + j, *dtype, acc);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Issuing the lowered task graph: every task's operations go to its stream in schedule
+//! order, after waiting for the events of the tasks on other streams it depends on; an
+//! event is recorded after every task another stream waits for. The same issue runs once
+//! under stream capture (see [`crate::graph_capture`]) or on every run in eager mode.
+
+use std::sync::Arc;
+
+use cudarc::cublas::{self, CudaBlas};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result};
+use einsum_core::{Aggregation, DType};
+use einsum_ops::binary::BinaryOp;
+use einsum_ops::reduce::ReduceOp;
+use einsum_ops::unary::UnaryOp;
+
+use crate::device::{DeviceMemory, Gpu, HostMemory};
+use crate::kernels::gemm_plan::Gemm;
+use crate::lower::{Lowered, Op, Ptr, RowKernel, Space};
+use crate::schedule::Schedule;
+
+/// Everything the issue needs: GPUs, one stream and cuBLAS handle per virtual device, the
+/// events, pinned host memory, constant tables, the lowered operations and the schedule.
+pub struct Runtime {
+    // Field order is drop order: handles, events and streams before the memory and the
+    // contexts they belong to.
+    /// One cuBLAS handle per stream.
+    pub blas: Vec<CudaBlas>,
+    /// The event recorded after task `t`, where the schedule asks for one.
+    pub events: Vec<Option<CudaEvent>>,
+    /// One stream per virtual device (on its GPU).
+    pub streams: Vec<Arc<CudaStream>>,
+    /// Whole computation inputs, pinned.
+    pub host_inputs: Vec<HostMemory>,
+    /// Whole saved outputs, pinned.
+    pub host_outputs: Vec<HostMemory>,
+    /// Constant tables.
+    pub consts: Vec<DeviceMemory>,
+    /// The operations.
+    pub lowered: Lowered,
+    /// Streams, events and pool offsets.
+    pub schedule: Schedule,
+    /// Device of every buffer (virtual).
+    pub buffer_device: Vec<usize>,
+    /// Labels of the tasks, for errors.
+    pub labels: Vec<String>,
+    /// The GPUs.
+    pub gpus: Vec<Gpu>,
+}
+
+/// Why issuing failed: the task (schedule position) and the reason.
+pub type IssueError = (usize, String);
+
+fn dt_code(d: DType) -> i32 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+    }
+}
+
+fn agg_code(a: Aggregation) -> i32 {
+    match a {
+        Aggregation::Sum => 0,
+        Aggregation::Max => 1,
+        Aggregation::Min => 2,
+        Aggregation::Product => 3,
+    }
+}
+
+fn unary_code(u: UnaryOp) -> (i32, f32) {
+    match u {
+        UnaryOp::Relu => (0, 0.0),
+        UnaryOp::Gelu => (1, 0.0),
+        UnaryOp::Silu => (2, 0.0),
+        UnaryOp::Exp => (3, 0.0),
+        UnaryOp::Neg => (4, 0.0),
+        UnaryOp::Scale(s) => (5, s),
+    }
+}
+
+fn binary_code(b: BinaryOp) -> i32 {
+    match b {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+        BinaryOp::Max => 4,
+    }
+}
+
+/// A grid-stride launch over `n` elements.
+fn linear(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(256).clamp(1, 65536) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn cuda_dtype(d: DType) -> cublas::sys::cudaDataType {
+    match d {
+        DType::F32 => cublas::sys::cudaDataType::CUDA_R_32F,
+        DType::F16 => cublas::sys::cudaDataType::CUDA_R_16F,
+        DType::BF16 => cublas::sys::cudaDataType::CUDA_R_16BF,
+    }
+}
+
+impl Runtime {
+    /// The GPU of virtual device `v`.
+    fn gpu_of(&self, v: usize) -> &Gpu {
+        &self.gpus[self.schedule.gpu_of_device[v]]
+    }
+
+    /// The address of a symbolic pointer.
+    fn addr(&self, p: Ptr) -> u64 {
+        let base = match p.space {
+            Space::Buffer(b) => {
+                let dev = self.buffer_device[b as usize];
+                self.gpu_of(dev).pool.ptr + self.schedule.buffer_offset[b as usize] as u64
+            }
+            Space::Scratch { task: t, index } => {
+                self.gpu_of(self.schedule.stream[t]).pool.ptr + self.schedule.scratch_offset[t][index] as u64
+            }
+            Space::HostInput(i) => self.host_inputs[i].device_ptr,
+            Space::HostOutput(o) => self.host_outputs[o].device_ptr,
+            Space::Const(c) => self.consts[c].ptr,
+        };
+        base + p.offset as u64
+    }
+
+    fn function(&self, stream: usize, name: &str) -> Result<&CudaFunction, String> {
+        self.gpu_of(stream).functions.get(name).ok_or_else(|| format!("kernel `{name}` is not loaded"))
+    }
+
+    /// Issues every task, in schedule order.
+    pub fn issue(&self) -> Result<(), IssueError> {
+        for t in 0..self.lowered.ops.len() {
+            let s = self.schedule.stream[t];
+            let stream = &self.streams[s];
+            for w in &self.schedule.waits[t] {
+                let ev = self.events[w.0 as usize].as_ref().ok_or((t, format!("no event after task {}", w.0)))?;
+                stream.wait(ev).map_err(|e| (t, format!("waiting for task {}: {e}", w.0)))?;
+            }
+            for op in &self.lowered.ops[t] {
+                self.issue_op(s, op).map_err(|e| (t, e))?;
+            }
+            if let Some(ev) = &self.events[t] {
+                ev.record(stream).map_err(|e| (t, format!("recording an event: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn issue_op(&self, s: usize, op: &Op) -> Result<(), String> {
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        let launch_err = |e: cudarc::driver::DriverError| format!("kernel launch: {e}");
+        match op {
+            Op::Copy { src, dst, dtype, dims } => {
+                let n = dims.volume();
+                if n == 0 {
+                    return Ok(());
+                }
+                let (sp, dp, zero, dt) = (a(src), a(dst), 0i64, dt_code(*dtype));
+                let f = self.function(s, "box_copy")?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
+                // SAFETY: the arguments match `box_copy`'s signature; the pointers address
+                // pool, host or constant memory sized by the plan.
+                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+            }
+            Op::Memcpy { src, dst, bytes } => {
+                if *bytes == 0 {
+                    return Ok(());
+                }
+                let (Space::Buffer(sb), Space::Buffer(db)) = (src.space, dst.space) else {
+                    return Err("a transfer between non-buffers".into());
+                };
+                let (sg, dg) =
+                    (self.gpu_of(self.buffer_device[sb as usize]), self.gpu_of(self.buffer_device[db as usize]));
+                dg.ctx.bind_to_thread().map_err(|e| e.to_string())?;
+                // SAFETY: both ranges lie in their pools; the stream belongs to the destination.
+                let r = unsafe {
+                    if sg.ctx.ordinal() == dg.ctx.ordinal() {
+                        result::memcpy_dtod_async(a(dst), a(src), *bytes, stream.cu_stream())
+                    } else {
+                        result::memcpy_peer_async(
+                            dg.ctx.cu_ctx(),
+                            a(dst),
+                            sg.ctx.cu_ctx(),
+                            a(src),
+                            *bytes,
+                            stream.cu_stream(),
+                        )
+                    }
+                };
+                r.map_err(|e| format!("copying {bytes} bytes between GPUs: {e}"))?;
+            }
+            Op::Aggregate { a: x, b: y, out, dtype, agg, n } => {
+                if *n == 0 {
+                    return Ok(());
+                }
+                let (xp, yp, op, dt, code, nn) = (a(x), a(y), a(out), dt_code(*dtype), agg_code(*agg), *n as i64);
+                let f = self.function(s, "aggregate")?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&xp).arg(&yp).arg(&op).arg(&dt).arg(&code).arg(&nn);
+                // SAFETY: matches `aggregate`'s signature; n elements in each buffer.
+                unsafe { b.launch(linear(*n)) }.map_err(launch_err)?;
+            }
+            Op::Unary { x, y, dtype, op, n } => {
+                if *n == 0 {
+                    return Ok(());
+                }
+                let (code, scale) = unary_code(*op);
+                let (xp, yp, dt, nn) = (a(x), a(y), dt_code(*dtype), *n as i64);
+                let f = self.function(s, "unary")?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
+                // SAFETY: matches `unary`'s signature.
+                unsafe { b.launch(linear(*n)) }.map_err(launch_err)?;
+            }
+            Op::Binary { a: x, b: y, y: out, dtype, op, dims } => {
+                let n = dims.volume();
+                if n == 0 {
+                    return Ok(());
+                }
+                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dt_code(*dtype), binary_code(*op));
+                let f = self.function(s, "binary")?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code).arg(dims);
+                // SAFETY: matches `binary`'s signature.
+                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+            }
+            Op::Rows { kernel, x, w, b: bias, y, dtype, outer, n, inner, eps } => {
+                let fibres = outer * inner;
+                if fibres == 0 || *n == 0 {
+                    return Ok(());
+                }
+                let cfg = LaunchConfig {
+                    grid_dim: (fibres.div_ceil(8) as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (xp, yp, dt) = (a(x), a(y), dt_code(*dtype));
+                let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
+                let wp = w.map(|p| a(&p)).unwrap_or(0);
+                let bp = bias.map(|p| a(&p)).unwrap_or(0);
+                let name = match kernel {
+                    RowKernel::Softmax => "softmax",
+                    RowKernel::RmsNorm => "rmsnorm",
+                    RowKernel::LayerNorm => "layernorm",
+                };
+                let f = self.function(s, name)?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&xp);
+                match kernel {
+                    RowKernel::Softmax => {
+                        b.arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i);
+                    }
+                    RowKernel::RmsNorm => {
+                        b.arg(&wp).arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i).arg(eps);
+                    }
+                    RowKernel::LayerNorm => {
+                        b.arg(&wp).arg(&bp).arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i).arg(eps);
+                    }
+                }
+                // SAFETY: matches the row kernels' signatures (see rows.cu).
+                unsafe { b.launch(cfg) }.map_err(launch_err)?;
+            }
+            Op::Rope { x, y, dtype, table, seq, feat, half, rows, dims } => {
+                let n = dims.volume();
+                if n == 0 {
+                    return Ok(());
+                }
+                let (xp, yp, tp, dt) = (a(x), a(y), a(table), dt_code(*dtype));
+                let (sq, ft, h, r) = (*seq as i32, *feat as i32, *half as i64, *rows as i64);
+                let f = self.function(s, "rope")?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&xp).arg(&yp).arg(&dt).arg(&tp).arg(&sq).arg(&ft).arg(&h).arg(&r).arg(dims);
+                // SAFETY: matches `rope`'s signature; the table holds 2 · rows · half floats.
+                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+            }
+            Op::Reduce { x, y, dtype, op, keep, over } => {
+                let n = keep.volume();
+                if n == 0 {
+                    return Ok(());
+                }
+                let code = match op {
+                    ReduceOp::Sum => 0i32,
+                    ReduceOp::Max => 1,
+                };
+                let (xp, yp, dt) = (a(x), a(y), dt_code(*dtype));
+                let f = self.function(s, "reduce")?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(keep).arg(over);
+                // SAFETY: matches `reduce`'s signature.
+                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+            }
+            Op::Attention {
+                q,
+                k,
+                v,
+                o,
+                dtype,
+                bounds,
+                heads,
+                nq,
+                nk,
+                heads_lo,
+                kv_lo,
+                keys_lo,
+                group,
+                scale,
+                head_dim,
+            } => {
+                if *nq == 0 || *heads == 0 {
+                    return Ok(());
+                }
+                let f = self
+                    .gpu_of(s)
+                    .attention
+                    .get(head_dim)
+                    .ok_or_else(|| format!("no attention kernel for head dimension {head_dim}"))?;
+                let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dt_code(*dtype));
+                let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
+                let mut b = stream.launch_builder(f);
+                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);
+                for x in &ints {
+                    b.arg(x);
+                }
+                b.arg(scale);
+                let cfg = LaunchConfig {
+                    grid_dim: (nq.div_ceil(64) as u32, *heads as u32, 1),
+                    block_dim: (64, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: matches `attention`'s signature; blocks were checked when lowering.
+                unsafe { b.launch(cfg) }.map_err(launch_err)?;
+            }
+            Op::Gemm { a: x, b: y, c, dtype, gemm } => self.gemm(s, a(x), a(y), a(c), *dtype, gemm)?,
+        }
+        Ok(())
+    }
+
+    /// The row-major batched GEMM `C = A · B` through cuBLAS's column-major
+    /// `cublasGemmStridedBatchedEx`: computes `Cᵀ = Bᵀ · Aᵀ` (f32 accumulation).
+    fn gemm(&self, s: usize, a: u64, b: u64, c: u64, dtype: DType, g: &Gemm) -> Result<(), String> {
+        if g.m == 0 || g.n == 0 || g.batch == 0 {
+            return Ok(());
+        }
+        use cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let (op_b, ldb_cm) = if g.trans_b { (CUBLAS_OP_T, g.k) } else { (CUBLAS_OP_N, g.n) };
+        let (op_a, lda_cm) = if g.trans_a { (CUBLAS_OP_T, g.m) } else { (CUBLAS_OP_N, g.k) };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let ty = cuda_dtype(dtype);
+        let int = |x: usize| i32::try_from(x).map_err(|_| format!("GEMM size {x} exceeds cuBLAS's 32-bit sizes"));
+        self.gpu_of(s).ctx.bind_to_thread().map_err(|e| e.to_string())?;
+        // SAFETY: A, B and C address pool memory of the sizes the plan computed; alpha and
+        // beta are host scalars read when the call is enqueued (and captured by value).
+        unsafe {
+            cublas::result::gemm_strided_batched_ex(
+                *self.blas[s].handle(),
+                op_b,
+                op_a,
+                int(g.n)?,
+                int(g.m)?,
+                int(g.k)?,
+                &alpha as *const f32 as *const _,
+                b as *const _,
+                ty,
+                int(ldb_cm.max(1))?,
+                g.stride_b as i64,
+                a as *const _,
+                ty,
+                int(lda_cm.max(1))?,
+                g.stride_a as i64,
+                &beta as *const f32 as *const _,
+                c as *mut _,
+                ty,
+                int(g.n)?,
+                g.stride_c as i64,
+                int(g.batch)?,
+                cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| format!("cuBLAS GEMM {}x{}x{} (batch {}): {e:?}", g.m, g.n, g.k, g.batch))
+    }
+
+    /// Waits for every stream.
+    pub fn synchronize(&self) -> Result<(), String> {
+        for s in &self.streams {
+            s.synchronize().map_err(|e| format!("synchronizing: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The stream captures begin on and graphs are launched on.
+    pub fn origin(&self) -> &Arc<CudaStream> {
+        &self.streams[0]
+    }
+}
+
+/// The label of task `t`, for errors.
+pub fn label(labels: &[String], t: usize) -> String {
+    labels.get(t).cloned().unwrap_or_default()
+}

@@ -1,0 +1,68 @@
+// Row-wise normalisations over the middle axis of an [outer, n, inner] block: softmax,
+// RMSNorm and LayerNorm. One warp per (outer, inner) fibre; lanes stride over n and reduce
+// with shuffles, in f32 (as the CPU reference does).
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The fibre of this warp, or -1 when past the end; base offset and stride of its n axis.
+__device__ __forceinline__ i64 fibre(i64 outer, i64 n, i64 inner, i64* base) {
+    i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (w >= outer * inner) return -1;
+    i64 o = w / inner, in = w % inner;
+    *base = o * n * inner + in;
+    return w;
+}
+
+extern "C" __global__ void softmax(const void* x, void* y, int dt, i64 outer, i64 n, i64 inner) {
+    i64 base;
+    if (fibre(outer, n, inner, &base) < 0) return;
+    int lane = threadIdx.x % 32;
+    float m = NEG_INF;
+    for (i64 j = lane; j < n; j += 32) m = fmaxf(m, ld(x, base + j * inner, dt));
+    m = warp_max(m);
+    float s = 0.0f;
+    for (i64 j = lane; j < n; j += 32) s += expf(ld(x, base + j * inner, dt) - m);
+    s = warp_sum(s);
+    for (i64 j = lane; j < n; j += 32) st(y, base + j * inner, dt, expf(ld(x, base + j * inner, dt) - m) / s);
+}
+
+extern "C" __global__ void rmsnorm(const void* x, const void* w, void* y, int dt, i64 outer, i64 n, i64 inner, float eps) {
+    i64 base;
+    if (fibre(outer, n, inner, &base) < 0) return;
+    int lane = threadIdx.x % 32;
+    float s = 0.0f;
+    for (i64 j = lane; j < n; j += 32) {
+        float v = ld(x, base + j * inner, dt);
+        s += v * v;
+    }
+    s = warp_sum(s);
+    float scale = 1.0f / sqrtf(s / (float)n + eps);
+    for (i64 j = lane; j < n; j += 32) st(y, base + j * inner, dt, ld(x, base + j * inner, dt) * scale * ld(w, j, dt));
+}
+
+extern "C" __global__ void layernorm(const void* x, const void* w, const void* b, void* y, int dt, i64 outer, i64 n,
+                                     i64 inner, float eps) {
+    i64 base;
+    if (fibre(outer, n, inner, &base) < 0) return;
+    int lane = threadIdx.x % 32;
+    float s = 0.0f;
+    for (i64 j = lane; j < n; j += 32) s += ld(x, base + j * inner, dt);
+    float mean = warp_sum(s) / (float)n;
+    float v = 0.0f;
+    for (i64 j = lane; j < n; j += 32) {
+        float d = ld(x, base + j * inner, dt) - mean;
+        v += d * d;
+    }
+    float scale = 1.0f / sqrtf(warp_sum(v) / (float)n + eps);
+    for (i64 j = lane; j < n; j += 32) {
+        float r = (ld(x, base + j * inner, dt) - mean) * scale * ld(w, j, dt) + ld(b, j, dt);
+        st(y, base + j * inner, dt, r);
+    }
+}

@@ -1,0 +1,54 @@
+//! The CUDA C sources of the NVRTC kernels, one `.cu` file per concept under
+//! `src/kernels/cuda/`, each compiled with the shared `common.cuh` prepended (dtype loads
+//! and stores, strided iteration) so that NVRTC needs no system header.
+
+/// The shared prelude: dtype codes, `ld`/`st`, the `Dims` iteration space.
+pub const COMMON: &str = include_str!("cuda/common.cuh");
+
+/// One compilable module: its name, the kernels it defines, and its source.
+#[derive(Clone, Copy, Debug)]
+pub struct Module {
+    /// The module's name (its file stem).
+    pub name: &'static str,
+    /// The `extern "C"` kernels it defines.
+    pub kernels: &'static [&'static str],
+    /// Its source, without the prelude.
+    pub source: &'static str,
+}
+
+/// The box copy (slice, stitch, load, store, permute).
+pub const COPY: Module = Module { name: "copy", kernels: &["box_copy"], source: include_str!("cuda/copy.cu") };
+/// The ⊕ of aggregation tasks.
+pub const AGGREGATE: Module =
+    Module { name: "aggregate", kernels: &["aggregate"], source: include_str!("cuda/aggregate.cu") };
+/// Unary elementwise operations.
+pub const UNARY: Module = Module { name: "unary", kernels: &["unary"], source: include_str!("cuda/unary.cu") };
+/// Binary elementwise operations with named broadcasting.
+pub const BINARY: Module = Module { name: "binary", kernels: &["binary"], source: include_str!("cuda/binary.cu") };
+/// Softmax, RMSNorm and LayerNorm over one axis.
+pub const ROWS: Module =
+    Module { name: "rows", kernels: &["softmax", "rmsnorm", "layernorm"], source: include_str!("cuda/rows.cu") };
+/// Rotary position embeddings.
+pub const ROPE: Module = Module { name: "rope", kernels: &["rope"], source: include_str!("cuda/rope.cu") };
+/// Sum and max reductions.
+pub const REDUCE: Module = Module { name: "reduce", kernels: &["reduce"], source: include_str!("cuda/reduce.cu") };
+/// FlashAttention-style attention; compiled once per head dimension (`-DHEAD_DIM=d`).
+pub const ATTENTION: Module =
+    Module { name: "attention", kernels: &["attention"], source: include_str!("cuda/attention.cu") };
+
+/// Every module whose source does not depend on the operator (attention is compiled per
+/// head dimension).
+pub const FIXED: [Module; 7] = [COPY, AGGREGATE, UNARY, BINARY, ROWS, ROPE, REDUCE];
+
+/// The full source of `module`: the prelude, then the module, with `defines` (`NAME=value`)
+/// as `#define` lines first.
+pub fn full_source(module: &Module, defines: &[(&str, String)]) -> String {
+    let mut s = String::new();
+    for (k, v) in defines {
+        s.push_str(&format!("#define {k} {v}\n"));
+    }
+    s.push_str(COMMON);
+    s.push('\n');
+    s.push_str(module.source);
+    s
+}

@@ -1,0 +1,36 @@
+//! Compiles every kernel source to PTX with NVRTC whenever libnvrtc can be loaded (no GPU
+//! needed), so CUDA C errors are caught on any machine that has NVRTC.
+
+use einsum_cuda::availability::nvrtc_present;
+use einsum_cuda::kernels::{compile::compile, sources};
+
+#[test]
+fn every_kernel_source_compiles_to_ptx() {
+    if !nvrtc_present() {
+        println!("skipped: no NVRTC found (libnvrtc.so could not be loaded)");
+        return;
+    }
+    for module in sources::FIXED {
+        let ptx = compile(&module, &[], Some("compute_90")).unwrap_or_else(|e| panic!("{e}"));
+        let text = ptx.to_src();
+        for k in module.kernels {
+            assert!(text.contains(&format!(".entry {k}")), "module {} lacks kernel {k}", module.name);
+        }
+    }
+    for d in [32, 64, 128, 256] {
+        let ptx = compile(&sources::ATTENTION, &[("HEAD_DIM", d.to_string())], Some("compute_90"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(ptx.to_src().contains(".entry attention"));
+    }
+}
+
+#[test]
+fn a_broken_source_reports_the_log() {
+    if !nvrtc_present() {
+        println!("skipped: no NVRTC found (libnvrtc.so could not be loaded)");
+        return;
+    }
+    let broken = sources::Module { name: "broken", kernels: &[], source: "extern \"C\" __global__ void f() { nope; }" };
+    let err = compile(&broken, &[], None).unwrap_err();
+    assert!(err.contains("broken") && err.contains("nope"), "{err}");
+}

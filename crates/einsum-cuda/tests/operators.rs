@@ -1,0 +1,205 @@
+//! Every operator kind the CUDA backend runs, on random data, against the CPU reference:
+//! on the host emulator of the lowered operations (always: checks the lowering, the pool
+//! plan and the GEMM mapping for every spec on 1, 2 and 4 devices sharing 1 or 2 GPUs), and
+//! on the GPU when a CUDA driver is found (else skipped with one line), in f32, f16 and bf16.
+
+use std::collections::HashMap;
+
+use einsum_core::{DType, HostTensor, Interval, TensorDesc, scaled_error};
+use einsum_cuda::{CudaExecutable, CudaOptions, availability::check_cuda, emulate, lower::lower};
+use einsum_exprog::{Compiled, Schedule, compile};
+use einsum_joinagg::{
+    AbstractOperator, Computation, DimIndex, FunctionSpec, JoinAggSpec, ShardableIndex, enumerate_specs, grid_spec,
+};
+use einsum_ops::Packing;
+use einsum_ops::attention::{Attention, AttentionConfig};
+use einsum_ops::binary::{Binary, BinaryOp};
+use einsum_ops::einsum::Einsum;
+use einsum_ops::layernorm::LayerNorm;
+use einsum_ops::reduce::{Reduce, ReduceOp};
+use einsum_ops::rmsnorm::RmsNorm;
+use einsum_ops::rope::Rope;
+use einsum_ops::softmax::Softmax;
+use einsum_ops::unary::{Unary, UnaryOp};
+use einsum_sim::Topology;
+
+fn desc(dims: &[(&str, usize)], dtype: DType) -> TensorDesc {
+    TensorDesc::of(dims, dtype).unwrap()
+}
+
+/// A computation of one operator over fresh inputs, its output saved.
+fn single(name: &str, op: Box<dyn AbstractOperator>) -> Computation {
+    let mut c = Computation::new();
+    let ins: Vec<_> =
+        op.inputs().to_vec().into_iter().enumerate().map(|(i, d)| c.add_input(format!("in{i}"), d)).collect();
+    let outs = c.add_op(name, op, &ins).unwrap();
+    c.save(outs[0]).unwrap();
+    c
+}
+
+/// One small computation per operator kind and variant.
+fn cases(dt: DType) -> Vec<(&'static str, Computation)> {
+    let x = desc(&[("t", 6), ("d", 8)], dt);
+    let w = desc(&[("d", 8)], dt);
+    let packing = Packing::new(vec![2, 6]).unwrap();
+    let q = desc(&[("h", 4), ("s", 6), ("e", 8)], dt);
+    let kv = desc(&[("g", 2), ("s", 6), ("e", 8)], dt);
+    let cfg = |causal| AttentionConfig::new(causal, packing.clone());
+    let ops: Vec<(&'static str, Box<dyn AbstractOperator>)> = vec![
+        ("matmul", Box::new(Einsum::matmul(&x, &desc(&[("d", 8), ("f", 5)], dt)).unwrap())),
+        (
+            "project",
+            Box::new(Einsum::new("td,dhe->hte", &[x.clone(), desc(&[("d", 8), ("h", 2), ("e", 3)], dt)]).unwrap()),
+        ),
+        (
+            "merge",
+            Box::new(
+                Einsum::new(
+                    "hte,hed->td",
+                    &[desc(&[("h", 2), ("t", 6), ("e", 3)], dt), desc(&[("h", 2), ("e", 3), ("d", 8)], dt)],
+                )
+                .unwrap(),
+            ),
+        ),
+        ("colsum", Box::new(Einsum::new("td->d", std::slice::from_ref(&x)).unwrap())),
+        ("gelu", Box::new(Unary::new(&x, UnaryOp::Gelu).unwrap())),
+        ("silu", Box::new(Unary::new(&x, UnaryOp::Silu).unwrap())),
+        ("scale", Box::new(Unary::new(&x, UnaryOp::Scale(0.5)).unwrap())),
+        ("add", Box::new(Binary::new(&x, &x, BinaryOp::Add).unwrap())),
+        ("mul-broadcast", Box::new(Binary::new(&x, &w, BinaryOp::Mul).unwrap())),
+        ("outer-max", Box::new(Binary::new(&desc(&[("t", 6)], dt), &w, BinaryOp::Max).unwrap())),
+        ("softmax", Box::new(Softmax::new(&desc(&[("a", 3), ("b", 5), ("c", 4)], dt), "b").unwrap())),
+        ("rmsnorm", Box::new(RmsNorm::new(&x, &w, "d", 1e-5).unwrap())),
+        ("layernorm", Box::new(LayerNorm::new(&x, &w, &w, "d", 1e-5).unwrap())),
+        (
+            "rope",
+            Box::new(
+                Rope::new(&desc(&[("h", 2), ("s", 6), ("e", 8)], dt), "s", "e", 10000.0, packing.clone()).unwrap(),
+            ),
+        ),
+        (
+            "reduce-sum",
+            Box::new(Reduce::new(&desc(&[("a", 3), ("b", 5), ("c", 4)], dt), &["a", "c"], ReduceOp::Sum).unwrap()),
+        ),
+        ("reduce-max", Box::new(Reduce::new(&x, &["t"], ReduceOp::Max).unwrap())),
+        ("attention-causal", Box::new(Attention::new(&q, &kv, &kv, cfg(true)).unwrap())),
+        ("attention", Box::new(Attention::new(&q, &kv, &kv, cfg(false)).unwrap())),
+    ];
+    ops.into_iter().map(|(n, op)| (n, single(n, op))).collect()
+}
+
+fn tolerance(dt: DType) -> f32 {
+    match dt {
+        DType::F32 => 1e-4,
+        DType::F16 => 2e-2,
+        DType::BF16 => 1e-1,
+    }
+}
+
+/// Compiles `comp` with spec `choice` of its one operator on `p` devices.
+fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
+    let (id, op, _) = comp.ops().next().unwrap();
+    let specs = enumerate_specs(op, p).unwrap();
+    let spec = specs.get(choice)?.spec.clone();
+    let options = einsum_exprog::CompileOptions {
+        devices: p,
+        schedule: Schedule::Naive,
+        topology: Topology::preset("dgx-a100").unwrap(),
+    };
+    Some(compile(comp, &HashMap::from([(id, spec)]), &options).unwrap())
+}
+
+fn inputs(comp: &Computation, seed: u64) -> (Vec<HostTensor>, HostTensor) {
+    let values = comp.random_inputs(seed);
+    let ordered = comp.inputs().iter().map(|t| values[t].clone()).collect();
+    let reference = comp.evaluate(&values).unwrap().remove(&comp.saved()[0]).unwrap();
+    (ordered, reference)
+}
+
+#[test]
+fn the_emulated_lowering_matches_the_reference_on_every_spec() {
+    let mut runs = 0;
+    for dt in [DType::F32, DType::BF16] {
+        for (name, comp) in cases(dt) {
+            let (ins, reference) = inputs(&comp, 3);
+            for p in [1, 2, 4] {
+                for choice in 0..6 {
+                    let Some(c) = compiled(&comp, p, choice) else { break };
+                    let lowered =
+                        lower(&c.graph, &comp, &c.kernels).unwrap_or_else(|(t, e)| panic!("{name}: task {t}: {e}"));
+                    for gpus in [1, 2] {
+                        let out = emulate::run(&c.graph, &lowered, gpus, &ins);
+                        let err = scaled_error(&out[0], &reference, 1.0);
+                        assert!(err <= tolerance(dt), "{name} {dt} p={p} spec {choice} on {gpus} GPUs: error {err}");
+                        runs += 1;
+                    }
+                }
+            }
+        }
+    }
+    // 18 cases, 2 dtypes, 1 + at least 1 + at least 1 specs, 2 GPU counts.
+    assert!(runs >= 18 * 2 * 3 * 2, "only {runs} runs");
+}
+
+/// An operator the CUDA backend has no kernel for: copies its input.
+#[derive(Debug)]
+struct Mystery {
+    io: Vec<TensorDesc>,
+}
+
+impl AbstractOperator for Mystery {
+    fn kind(&self) -> &str {
+        "mystery"
+    }
+    fn inputs(&self) -> &[TensorDesc] {
+        &self.io
+    }
+    fn outputs(&self) -> &[TensorDesc] {
+        &self.io
+    }
+    fn shardable(&self) -> Vec<ShardableIndex> {
+        vec![ShardableIndex::any("n", 4)]
+    }
+    fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> einsum_joinagg::Result<JoinAggSpec> {
+        let dims: DimIndex = vec![vec![Some(0)], vec![Some(0)]];
+        grid_spec("mystery", &self.io, &self.io, &self.shardable(), &dims, intervals)
+    }
+    fn flops(&self, _: &FunctionSpec) -> f64 {
+        0.0
+    }
+    fn compute(&self, _: &FunctionSpec, inputs: &[HostTensor]) -> einsum_joinagg::Result<Vec<HostTensor>> {
+        Ok(vec![inputs[0].clone()])
+    }
+}
+
+#[test]
+fn an_unknown_operator_is_an_error_naming_it() {
+    let comp = single("puzzle", Box::new(Mystery { io: vec![desc(&[("n", 4)], DType::F32)] }));
+    let c = compiled(&comp, 1, 0).unwrap();
+    let (_, err) = lower(&c.graph, &comp, &c.kernels).unwrap_err();
+    assert!(err.contains("puzzle") && err.contains("mystery") && err.contains("no kernel"), "{err}");
+}
+
+#[test]
+fn every_operator_on_the_gpu_matches_the_reference() {
+    if let Err(e) = check_cuda() {
+        println!("skipped: no CUDA driver found ({e})");
+        return;
+    }
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (name, comp) in cases(dt) {
+            let (ins, reference) = inputs(&comp, 5);
+            for p in [1, 2] {
+                for eager in [false, true] {
+                    let Some(c) = compiled(&comp, p, p - 1) else { continue };
+                    let options = CudaOptions { eager, max_gpus: None };
+                    let mut exe =
+                        CudaExecutable::prepare(&comp, &c, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let out = exe.run(&ins).unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let err = scaled_error(&out[0], &reference, 1.0);
+                    assert!(err <= tolerance(dt), "{name} {dt} p={p} eager={eager}: error {err}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The CUDA backend through the driver: `--backend cuda` fails cleanly without a GPU, and
+//! with one a small LLaMA block at p = 1 and p = 8 (virtual devices sharing the GPUs)
+//! matches the single-device CPU reference in f32, f16 and bf16, replayed and eager.
+
+use std::process::Command;
+
+use einsum_core::scaled_error;
+use einsummable::{CompileOptions, DType, Workload, check::tolerance, compile};
+
+const SMALL_LLAMA: &str = "llama-block:tokens=64,seqs=2,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=96";
+
+fn cuda_available() -> bool {
+    match einsum_cuda::availability::check_cuda() {
+        Ok(_) => true,
+        Err(e) => {
+            println!("skipped: no CUDA driver found ({e})");
+            false
+        }
+    }
+}
+
+#[test]
+fn run_with_the_cuda_backend_says_whether_a_driver_is_found() {
+    let out = Command::new(env!("CARGO_BIN_EXE_einsummable"))
+        .args(["run", "matmul:n=8", "--devices", "2", "--backend", "cuda", "--check"])
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if einsum_cuda::availability::check_cuda().is_err() {
+        assert!(!out.status.success());
+        assert!(stderr.contains("no CUDA driver found"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    } else {
+        assert!(out.status.success(), "{stderr}");
+    }
+}
+
+#[test]
+fn compile_refuses_cuda_without_a_driver_and_unknown_backends() {
+    let graph = Workload::parse("matmul:n=8").unwrap().build(DType::F32).unwrap();
+    let options = CompileOptions { devices: 2, backend: "cuda".into(), ..CompileOptions::default() };
+    if einsum_cuda::availability::check_cuda().is_err() {
+        let err = compile(&graph, &options).err().expect("no driver: an error").to_string();
+        assert!(err.contains("no CUDA driver found"), "{err}");
+    }
+    let bad = CompileOptions { backend: "tpu".into(), ..CompileOptions::default() };
+    let err = compile(&graph, &bad).err().expect("unknown backend").to_string();
+    assert!(err.contains("cpu, cuda"), "{err}");
+}
+
+#[test]
+fn llama_block_on_the_gpu_matches_the_cpu_reference() {
+    if !cuda_available() {
+        return;
+    }
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+        for devices in [1, 8] {
+            for eager in [false, true] {
+                let options = CompileOptions { devices, backend: "cuda".into(), eager, ..CompileOptions::default() };
+                let mut exe = compile(&graph, &options).unwrap();
+                exe.load_random(devices as u64);
+                // Twice: a replayed graph must give the same answer as its first launch.
+                for _ in 0..2 {
+                    exe.execute().unwrap();
+                    let reference = graph.computation().evaluate(&exe.loaded_inputs()).unwrap();
+                    let err =
+                        reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
+                    assert!(err <= 10.0 * tolerance(dtype), "{dtype} p = {devices} eager {eager}: error {err}");
+                }
+            }
+        }
+    }
+}
+
+/// Without a GPU: the CUDA lowering of a whole LLaMA block at p = 1 and p = 8, run on the
+/// host emulator with the virtual devices on one and on two GPUs, matches the reference.
+#[test]
+fn llama_block_lowering_matches_the_reference_on_the_emulator() {
+    for dtype in [DType::F32, DType::BF16] {
+        let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+        for devices in [1, 8] {
+            let mut exe = compile(&graph, &CompileOptions { devices, ..CompileOptions::default() }).unwrap();
+            exe.load_random(3);
+            let comp = graph.computation();
+            let compiled = exe.compiled();
+            let lowered = einsum_cuda::lower::lower(&compiled.graph, comp, &compiled.kernels)
+                .unwrap_or_else(|(t, e)| panic!("task {t}: {e}"));
+            let values = exe.loaded_inputs();
+            let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
+            let reference = comp.evaluate(&values).unwrap();
+            for gpus in [1, 2] {
+                let outs = einsum_cuda::emulate::run(&compiled.graph, &lowered, gpus, &ordered);
+                for (t, out) in comp.saved().iter().zip(&outs) {
+                    let err = scaled_error(out, &reference[t], 1.0);
+                    assert!(err <= 10.0 * tolerance(dtype), "{dtype} p = {devices} on {gpus} GPUs: error {err}");
+                }
+            }
+        }
+    }
+}
+
+/// `--warmup W --repeat N` runs W + N times and reports the median of the N timed runs.
+#[test]
+fn repeat_reports_the_median_of_the_timed_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_einsummable"))
+        .args(["run", "matmul:n=8", "--devices", "2", "--warmup", "1", "--repeat", "3", "--json"])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runs"], 3);
+    assert!(v["wall_ms"].as_f64().unwrap() >= 0.0);
+}
