@@ -7,12 +7,13 @@ use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, JoinAggSpec};
 use einsum_sim::{ComputeRates, Precision, SiteId, Topology};
 
-use crate::{Error, Result};
+use crate::{Error, Result, Source};
 
 /// The tiling-independent cost of one spec, in the model's unit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpecCost {
-    /// Sub-cost (2): shipping every function spec its input blocks.
+    /// Sub-cost (2): shipping every function spec its input blocks, summed over the inputs
+    /// the model charges (see [`CostModel::spec`]).
     pub join: f64,
     /// Sub-cost (3): combining the partial outputs that share an output box.
     pub aggregation: f64,
@@ -45,8 +46,14 @@ pub trait CostModel: fmt::Debug + Send + Sync {
     /// Sub-cost (1): repartitioning a whole tensor of type `desc` over `p` devices.
     fn repartition(&self, desc: &TensorDesc, p: usize) -> f64;
 
-    /// Sub-costs (2) and (3), and compute, of running `spec` of `op` on `p` devices.
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize) -> SpecCost;
+    /// Sub-costs (2) and (3), and compute, of running `spec` of `op` on `p` devices, where
+    /// input `k` of `op` comes from `sources[k]`. The model decides per input whether its
+    /// join is charged: the paper's proxy charges every input, the [`Time`] model skips
+    /// computation inputs ([`Source::Input`]), which are loaded in the spec's layout.
+    ///
+    /// `sources` has one entry per input of `op`; an input without an entry is charged (a
+    /// model never assumes an input it was not told about is resident).
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost;
 }
 
 /// Σ over function specs of the elements of their input blocks, per input.
@@ -63,7 +70,8 @@ pub(crate) fn aggregation_elements(spec: &JoinAggSpec, outputs: usize) -> Vec<f6
 
 /// The paper's communication proxy (Section 4.3), in numbers of elements: repartition
 /// `|T|`, join `Σ_F Σ_k |T̂_k|`, aggregation `Σ (m - 1)·|box|`. It assumes every spec is
-/// load-balanced and ignores compute.
+/// load-balanced and ignores compute, and it charges the join of every input, computation
+/// inputs included, exactly as the paper defines it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PaperProxy;
 
@@ -80,7 +88,7 @@ impl CostModel for PaperProxy {
         desc.shape().iter().product::<usize>() as f64
     }
 
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, _p: usize) -> SpecCost {
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, _p: usize, _sources: &[Source]) -> SpecCost {
         SpecCost {
             join: join_elements(spec, op.inputs().len()).iter().sum(),
             aggregation: aggregation_elements(spec, op.outputs().len()).iter().sum(),
@@ -148,6 +156,15 @@ impl Machine {
 /// over the device's rate) plus the three communication sub-costs in bytes, spread over the
 /// `p` devices' links (`bytes / (p · bandwidth)`). Unlike the proxy, it sees that a causal
 /// query-block split of attention leaves one device with most of the work.
+///
+/// **Computation inputs are resident.** The join sub-cost is charged only for inputs an
+/// operator produces ([`Source::Op`]); a computation input ([`Source::Input`]: weights, the
+/// matrices of a chain) costs nothing to join, because the compiled task graph `Load`s it
+/// directly into the block each function spec reads, on that spec's device, before the run,
+/// and the whole-plan prediction (`einsum_exprog::compile`, `predict.rs`) treats loads as
+/// free (Section 4.2: inputs may be laid out in any tiling). Charging it would price traffic
+/// the run never pays, e.g. replicating a transformer block's weights to every device, and
+/// steer the optimizer away from data-parallel splits that are in fact the fastest.
 #[derive(Clone, Debug)]
 pub struct Time {
     /// The machine whose figures are used.
@@ -178,9 +195,16 @@ impl CostModel for Time {
         self.seconds(desc.size_bytes() as f64, p)
     }
 
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize) -> SpecCost {
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost {
         let width = |d: &TensorDesc| d.dtype.size_bytes() as f64;
-        let join: f64 = join_elements(spec, op.inputs().len()).iter().zip(op.inputs()).map(|(e, d)| e * width(d)).sum();
+        let resident = |k: usize| matches!(sources.get(k), Some(Source::Input));
+        let join: f64 = join_elements(spec, op.inputs().len())
+            .iter()
+            .zip(op.inputs())
+            .enumerate()
+            .filter(|&(k, _)| !resident(k))
+            .map(|(_, (e, d))| e * width(d))
+            .sum();
         let aggregation: f64 =
             aggregation_elements(spec, op.outputs().len()).iter().zip(op.outputs()).map(|(e, d)| e * width(d)).sum();
         let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);

@@ -9,7 +9,8 @@ use einsum_joinagg::{JoinAggSpec, OpId};
 pub struct OpCost {
     /// Sub-cost (1): inputs whose producer's tiling differs from what the spec needs.
     pub repartition: f64,
-    /// Sub-cost (2): shipping input blocks to the function specs.
+    /// Sub-cost (2): shipping input blocks to the function specs (under the `time` model,
+    /// only the blocks of operator-produced inputs: computation inputs are resident).
     pub join: f64,
     /// Sub-cost (3): combining partial outputs.
     pub aggregation: f64,

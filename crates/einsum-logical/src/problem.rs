@@ -15,7 +15,8 @@ pub struct TilingId(pub u32);
 /// Where an operator input comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
-    /// A computation input: free, in any tiling.
+    /// A computation input: free, in any tiling (it is loaded in the layout a spec reads;
+    /// the [`Time`](crate::Time) model therefore charges no join for it).
     Input,
     /// Output `output` of operator `op` (an index into [`Problem::ops`]).
     Op {
@@ -107,7 +108,7 @@ impl Problem {
         let index: HashMap<OpId, usize> = comp.ops().enumerate().map(|(i, (id, _, _))| (id, i)).collect();
         let mut ops = Vec::with_capacity(index.len());
         for (id, op, args) in comp.ops() {
-            let sources = args
+            let sources: Vec<Source> = args
                 .iter()
                 .map(|t| match comp.node(t.op) {
                     Some(Node::Op { .. }) => Source::Op { op: index[&t.op], output: t.output },
@@ -118,7 +119,7 @@ impl Problem {
             for choice in enumerate_specs(op, p)? {
                 let spec = choice.spec;
                 let bytes = bytes_of(op, &spec);
-                let priced = cost.spec(op, &spec, p);
+                let priced = cost.spec(op, &spec, p, &sources);
                 if [priced.join, priced.aggregation, priced.compute].iter().any(|c| !c.is_finite() || *c < 0.0) {
                     return Err(Error::InvalidPlan(format!(
                         "{}: the {} cost model priced a spec at {priced:?}; costs must be finite and non-negative",

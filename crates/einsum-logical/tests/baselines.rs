@@ -3,10 +3,10 @@
 //! exactly the mesh-restricted space, never beating the DP on a tree.
 
 use einsum_core::{DType, TensorDesc};
-use einsum_joinagg::{AbstractOperator, Computation, TensorId};
+use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, TensorId};
 use einsum_logical::{
     BASELINES, CostModel, Data, Dp, Error, LogicalOptimizer, Machine, Megatron, Mesh2d, OPTIMIZERS, PaperProxy,
-    Problem, Time, Ulysses, optimizer_by_name,
+    Problem, Source, SpecCost, Time, Ulysses, optimizer_by_name,
 };
 use einsum_ops::Packing;
 use einsum_ops::attention::{Attention, AttentionConfig};
@@ -18,11 +18,12 @@ use einsum_ops::unary::{Unary, UnaryOp};
 /// Builds a computation operator by operator, naming each after its role.
 struct Builder {
     comp: Computation,
+    dtype: DType,
 }
 
 impl Builder {
     fn input(&mut self, name: &str, dims: &[(&str, usize)]) -> TensorId {
-        self.comp.add_input(name, TensorDesc::of(dims, DType::F32).unwrap())
+        self.comp.add_input(name, TensorDesc::of(dims, self.dtype).unwrap())
     }
 
     fn desc(&self, t: TensorId) -> TensorDesc {
@@ -39,11 +40,30 @@ impl Builder {
     }
 }
 
-/// A LLaMA-shaped block without RoPE: pre-norm attention with grouped heads over `seqs`
-/// packed sequences, output projection and residual, then a SiLU FFN and residual.
+/// The sizes of a [`block_of`].
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    tokens: usize,
+    seqs: usize,
+    d_model: usize,
+    heads_q: usize,
+    heads_kv: usize,
+    d_head: usize,
+    d_ff: usize,
+    dtype: DType,
+}
+
+/// A small f32 block of [`block_of`] (`d_model = 8`, `d_head = 4`, `d_ff = 16`).
 fn block(tokens: usize, seqs: usize, heads_q: usize, heads_kv: usize) -> Computation {
-    let (d_model, d_head, d_ff) = (8, 4, 16);
-    let mut b = Builder { comp: Computation::new() };
+    block_of(Dims { tokens, seqs, d_model: 8, heads_q, heads_kv, d_head: 4, d_ff: 16, dtype: DType::F32 })
+}
+
+/// A LLaMA-shaped block without RoPE: pre-norm attention with grouped heads over `seqs`
+/// packed sequences, output projection and residual, then a SiLU FFN and residual. Every
+/// weight is a computation input.
+fn block_of(dims: Dims) -> Computation {
+    let Dims { tokens, seqs, d_model, heads_q, heads_kv, d_head, d_ff, dtype } = dims;
+    let mut b = Builder { comp: Computation::new(), dtype };
     let x = b.input("x", &[("tokens", tokens), ("d_model", d_model)]);
     let norm = b.input("norm", &[("d_model", d_model)]);
     let wq = b.input("wq", &[("d_model", d_model), ("heads_q", heads_q), ("d_head", d_head)]);
@@ -73,7 +93,7 @@ fn block(tokens: usize, seqs: usize, heads_q: usize, heads_kv: usize) -> Computa
 
 /// The matrix chain `A (B C)` (a tree), with dimension names `d0..d3`.
 fn chain() -> Computation {
-    let mut b = Builder { comp: Computation::new() };
+    let mut b = Builder { comp: Computation::new(), dtype: DType::F32 };
     let m1 = b.input("M1", &[("d0", 12), ("d1", 8)]);
     let m2 = b.input("M2", &[("d1", 8), ("d2", 16)]);
     let m3 = b.input("M3", &[("d2", 16), ("d3", 4)]);
@@ -301,4 +321,65 @@ fn mesh2d_excludes_three_way_splits() {
     for (op, &n) in problem.ops.iter().zip(&choice) {
         assert!(op.candidates[n].counts.iter().filter(|&&k| k > 1).count() <= 2, "{}", op.name);
     }
+}
+
+/// The `time` model as it was before computation inputs were resident: every input's join
+/// is charged (each source reported as operator-produced).
+#[derive(Debug)]
+struct ChargingWeights(Time);
+
+impl CostModel for ChargingWeights {
+    fn name(&self) -> &str {
+        "time-charging-weights"
+    }
+    fn unit(&self) -> &'static str {
+        self.0.unit()
+    }
+    fn repartition(&self, desc: &TensorDesc, p: usize) -> f64 {
+        self.0.repartition(desc, p)
+    }
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost {
+        self.0.spec(op, spec, p, &vec![Source::Op { op: 0, output: 0 }; sources.len()])
+    }
+}
+
+/// At LLaMA-3-8B proportions on one 8K-token sequence (the experiment's 1×8K case), p = 8:
+/// with weights resident (the `time` model charges no join for computation inputs), the
+/// DP's plan is the Ulysses shape: every projection by tokens, attention by `heads_kv`.
+/// Charging the weights' join (as the model did before) makes replicating them look
+/// expensive, and the DP splits `d_ff` and the projections' model dimensions instead.
+/// Pricing only enumerates specs, so the real sizes allocate nothing. (At toy sizes such
+/// as `d_head = 4`, attention's compute is so small that a query-block split wins instead:
+/// the proportions matter.)
+#[test]
+fn dp_finds_the_ulysses_shape_when_weights_are_resident() {
+    let dims = Dims {
+        tokens: 8192,
+        seqs: 1,
+        d_model: 4096,
+        heads_q: 32,
+        heads_kv: 8,
+        d_head: 128,
+        d_ff: 14336,
+        dtype: DType::F16,
+    };
+    let comp = block_of(dims);
+    let problem = Problem::new(&comp, 8, &time()).unwrap();
+    let choice = Dp.solve(&problem).unwrap();
+    for op in ["norm", "q", "k", "v", "wo", "residual", "up", "silu", "down", "residual2"] {
+        assert_chose(&problem, &choice, "dp", op, &[("tokens", 8)]);
+    }
+    assert_chose(&problem, &choice, "dp", "attention", &[("heads_kv", 8)]);
+    let ulysses = Ulysses.solve(&problem).unwrap();
+    let (dp, ul) = (problem.total(&choice).unwrap(), problem.total(&ulysses).unwrap());
+    assert!((dp - ul).abs() <= 1e-12 * ul, "dp {dp} vs ulysses {ul}");
+
+    let charging = Problem::new(&comp, 8, &ChargingWeights(time())).unwrap();
+    let choice = Dp.solve(&charging).unwrap();
+    assert!(!chose(&charging, &choice, "up", &[("tokens", 8)]), "up: {:?}", splits(&charging, &choice, "up"));
+    assert!(
+        chose(&charging, &choice, "up", &[("tokens", 2), ("d_ff", 4)]),
+        "up: {:?}",
+        splits(&charging, &choice, "up")
+    );
 }
