@@ -242,6 +242,8 @@ pub struct Measurement {
     /// The logical plan's total under [`PaperProxy`] (elements), or `None` when a spec of
     /// the plan is not among the candidates the proxy problem enumerates.
     pub proxy_cost: Option<f64>,
+    /// The logical plan's total under the `time` cost model it was planned with (seconds).
+    pub time_cost: f64,
     /// Wall time of planning and compiling, in ms.
     pub compile_ms: f64,
 }
@@ -264,6 +266,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
         predicted_ms: compiled.predicted_ms,
         bytes_moved: compiled.graph.stats().bytes_moved,
         proxy_cost: proxy_total(comp, &plan)?,
+        time_cost: plan.total,
         compile_ms,
     })
 }
