@@ -91,7 +91,7 @@ date -u
 
 echo "== CUDA libraries"
 dirs=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && dirs="$dirs:$d"
 done
 pydirs=$(python3 - 2>/dev/null <<'EOF'
