@@ -11,7 +11,7 @@ use einsum_joinagg::Computation;
 
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
-use crate::executor::{Runtime, label};
+use crate::executor::{CUBLAS_WORKSPACE_BYTES, Runtime, bind_workspace, label};
 use crate::graph_capture::capture;
 use crate::lower::lower;
 use crate::schedule::{Schedule, task_device};
@@ -86,10 +86,15 @@ impl CudaExecutable {
         enable_peer_access(&gpus);
         let mut streams = Vec::new();
         let mut blas = Vec::new();
+        let mut blas_workspaces = Vec::new();
         for v in 0..graph.devices().max(1) {
             let gpu = &gpus[schedule.gpu_of_device.get(v).copied().unwrap_or(0)];
             let s = gpu.ctx.new_stream().map_err(|e| setup(format!("creating a stream: {e}")))?;
-            blas.push(CudaBlas::new(s.clone()).map_err(|e| setup(format!("creating a cuBLAS handle: {e:?}")))?);
+            let handle = CudaBlas::new(s.clone()).map_err(|e| setup(format!("creating a cuBLAS handle: {e:?}")))?;
+            let workspace = DeviceMemory::new(&gpu.ctx, CUBLAS_WORKSPACE_BYTES).map_err(setup)?;
+            bind_workspace(&handle, &workspace).map_err(setup)?;
+            blas.push(handle);
+            blas_workspaces.push(workspace);
             streams.push(s);
         }
         let mut events = Vec::new();
@@ -128,6 +133,7 @@ impl CudaExecutable {
             gpus,
             streams,
             blas,
+            blas_workspaces,
             events,
             host_inputs,
             host_outputs,

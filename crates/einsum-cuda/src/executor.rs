@@ -24,6 +24,9 @@ pub struct Runtime {
     // contexts they belong to.
     /// One cuBLAS handle per stream.
     pub blas: Vec<CudaBlas>,
+    /// The workspace bound to each cuBLAS handle (see [`CUBLAS_WORKSPACE_BYTES`]); dropped
+    /// after the handles that use it.
+    pub blas_workspaces: Vec<DeviceMemory>,
     /// The event recorded after task `t`, where the schedule asks for one.
     pub events: Vec<Option<CudaEvent>>,
     /// One stream per virtual device (on its GPU).
@@ -44,6 +47,28 @@ pub struct Runtime {
     pub labels: Vec<String>,
     /// The GPUs.
     pub gpus: Vec<Gpu>,
+}
+
+/// Bytes of the workspace given to every cuBLAS handle: the 32 MiB cuBLAS recommends for
+/// Hopper (and more than the 4 MiB it needs elsewhere). Bound once with
+/// `cublasSetWorkspace`, so GEMMs captured into the CUDA graph use fixed memory of ours rather
+/// than cuBLAS's default pool (which `cublasSetStream` resets and which it may allocate from
+/// during a capture); one per handle, as a workspace must not be shared by two streams.
+pub const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Binds `workspace` to `blas` as its cuBLAS workspace (after its stream is set: setting the
+/// stream resets the workspace).
+pub fn bind_workspace(blas: &CudaBlas, workspace: &DeviceMemory) -> Result<(), String> {
+    // SAFETY: the handle is live; the workspace is device memory of the handle's GPU, aligned
+    // by cuMemAlloc (cuBLAS asks for 256 bytes), and outlives the handle (Runtime field order).
+    let r = unsafe {
+        cublas::sys::cublasSetWorkspace_v2(*blas.handle(), workspace.ptr as *mut std::ffi::c_void, workspace.bytes)
+    };
+    if r == cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("binding a {} byte cuBLAS workspace: {r:?}", workspace.bytes))
+    }
 }
 
 /// Why issuing failed: the task (schedule position) and the reason.
@@ -91,6 +116,20 @@ fn binary_code(b: BinaryOp) -> i32 {
 fn linear(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(256).clamp(1, 65536) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Largest `gridDim.x`.
+const MAX_GRID_X: usize = (1 << 31) - 1;
+/// Largest `gridDim.y` and `gridDim.z`.
+const MAX_GRID_YZ: usize = 65535;
+
+/// A grid extent of `n` blocks, or an error naming `what` when it exceeds `max` (a plain `as
+/// u32` would wrap and launch a truncated grid).
+fn grid(n: usize, max: usize, what: &str) -> Result<u32, String> {
+    if n > max {
+        return Err(format!("{what}: {n} blocks exceed CUDA's grid limit of {max}"));
+    }
+    Ok(n as u32)
 }
 
 fn cuda_dtype(d: DType) -> cublas::sys::cudaDataType {
@@ -233,7 +272,7 @@ impl Runtime {
                     return Ok(());
                 }
                 let cfg = LaunchConfig {
-                    grid_dim: (fibres.div_ceil(8) as u32, 1, 1),
+                    grid_dim: (grid(fibres.div_ceil(8), MAX_GRID_X, "row kernel")?, 1, 1),
                     block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 };
@@ -326,7 +365,11 @@ impl Runtime {
                 }
                 b.arg(scale);
                 let cfg = LaunchConfig {
-                    grid_dim: (nq.div_ceil(64) as u32, *heads as u32, 1),
+                    grid_dim: (
+                        grid(nq.div_ceil(64), MAX_GRID_X, "attention query tiles")?,
+                        grid(*heads, MAX_GRID_YZ, "attention heads")?,
+                        1,
+                    ),
                     block_dim: (64, 1, 1),
                     shared_mem_bytes: 0,
                 };
@@ -397,7 +440,37 @@ impl Runtime {
     }
 }
 
+impl Drop for Runtime {
+    /// cudarc's `CudaBlas` panics in its drop when `cublasDestroy` fails, which it does once
+    /// the context holds a sticky error (say, an illegal address in a kernel): a failed run
+    /// would then abort the process while the executable is dropped. When the GPUs no longer
+    /// synchronize cleanly, the handles are leaked instead (the process is past saving them);
+    /// otherwise everything drops normally, in field order.
+    fn drop(&mut self) {
+        if self.synchronize().is_err() {
+            for b in self.blas.drain(..) {
+                std::mem::forget(b);
+            }
+        }
+    }
+}
+
 /// The label of task `t`, for errors.
 pub fn label(labels: &[String], t: usize) -> String {
     labels.get(t).cloned().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_past_the_cuda_limits_are_errors_not_truncations() {
+        assert_eq!(grid(65535, MAX_GRID_YZ, "heads"), Ok(65535));
+        let err = grid(65536, MAX_GRID_YZ, "attention heads").unwrap_err();
+        assert!(err.contains("attention heads") && err.contains("65535"), "{err}");
+        assert!(grid(1 << 31, MAX_GRID_X, "rows").is_err());
+        let blocks = linear(usize::MAX / 2).grid_dim.0;
+        assert!(blocks as usize <= MAX_GRID_X && blocks > 0);
+    }
 }
