@@ -13,7 +13,8 @@ use crate::{Error, Result, Source};
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpecCost {
     /// Sub-cost (2): shipping every function spec its input blocks, summed over the inputs
-    /// the model charges (see [`CostModel::spec`]).
+    /// the model charges (see [`CostModel::spec`]; [`Time`] counts only the copies of a
+    /// block beyond the first, which the producer already holds).
     pub join: f64,
     /// Sub-cost (3): combining the partial outputs that share an output box.
     pub aggregation: f64,
