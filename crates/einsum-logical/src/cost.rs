@@ -13,7 +13,8 @@ use crate::{Error, Result, Source};
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpecCost {
     /// Sub-cost (2): shipping every function spec its input blocks, summed over the inputs
-    /// the model charges (see [`CostModel::spec`]).
+    /// the model charges (see [`CostModel::spec`]; [`Time`] counts only the copies of a
+    /// block beyond the first, which the producer already holds).
     pub join: f64,
     /// Sub-cost (3): combining the partial outputs that share an output box.
     pub aggregation: f64,
@@ -61,10 +62,33 @@ pub(crate) fn join_elements(spec: &JoinAggSpec, inputs: usize) -> Vec<f64> {
     (0..inputs).map(|k| spec.functions.iter().map(|f| f.inputs[k].volume() as f64).sum()).collect()
 }
 
+/// Σ over the distinct blocks of each input of `(m - 1)·|block|`, where `m` is how many
+/// function specs read the block: the volume shipped beyond one copy of every block, per
+/// input (what [`Time`] charges for the join of a produced input).
+pub(crate) fn replica_elements(spec: &JoinAggSpec, inputs: usize) -> Vec<f64> {
+    join_elements(spec, inputs)
+        .into_iter()
+        .enumerate()
+        .map(|(k, all)| all - spec.input_blocks(k).iter().map(|b| b.volume() as f64).sum::<f64>())
+        .collect()
+}
+
 /// Σ over distinct output boxes appearing `m` times of `(m - 1)·|box|`, per output.
 pub(crate) fn aggregation_elements(spec: &JoinAggSpec, outputs: usize) -> Vec<f64> {
     (0..outputs)
         .map(|j| spec.output_multiplicities(j).iter().map(|(b, m)| ((m - 1) * b.volume()) as f64).sum())
+        .collect()
+}
+
+/// Per output, the largest `⌈log₂ m⌉·|box|` over its distinct boxes produced `m` times: the
+/// elements one device must receive, one after another, to ⊕-combine the `m` copies of a box
+/// when they travel whole. A tree reduction (the fastest way to combine whole copies) takes
+/// `⌈log₂ m⌉` rounds, each of which moves a full copy over some device's link; rounds of one
+/// box cannot overlap, so no spreading over the `p` devices' links can beat it.
+pub(crate) fn aggregation_round_elements(spec: &JoinAggSpec, outputs: usize) -> Vec<f64> {
+    let rounds = |m: usize| f64::from(usize::BITS - m.saturating_sub(1).leading_zeros());
+    (0..outputs)
+        .map(|j| spec.output_multiplicities(j).iter().map(|(b, m)| rounds(*m) * b.volume() as f64).fold(0.0, f64::max))
         .collect()
 }
 
@@ -165,6 +189,22 @@ impl Machine {
 /// free (Section 4.2: inputs may be laid out in any tiling). Charging it would price traffic
 /// the run never pays, e.g. replicating a transformer block's weights to every device, and
 /// steer the optimizer away from data-parallel splits that are in fact the fastest.
+///
+/// **A produced input's join counts only the copies beyond the first.** The producer leaves
+/// one copy of each of its blocks in place, and the consumer's function specs are placed
+/// where their exchange program finds their blocks (`einsum_exprog::compile`), so a spec
+/// whose blocks the producer already holds moves nothing for them; what must travel is every
+/// additional copy: `Σ_blocks (m - 1)·|block|` for a block read by `m` function specs (e.g.
+/// the all-gather of a row-split matrix to 8 devices moves 7 copies, not 8). When the
+/// producer's tiling differs, the repartition sub-cost pays for laying out that first copy.
+///
+/// **An aggregation cannot be faster than its tree of whole copies.** Besides the volume
+/// `Σ (m - 1)·|box|` spread over all links, a box produced `m` times needs `⌈log₂ m⌉`
+/// sequential transfers of a whole copy (exchange programs move each partial block as a whole
+/// atom when the consumer reads the box whole), so the aggregation sub-cost is the larger of
+/// the two: `max(Σ (m - 1)·|box| / (p · bandwidth), max_box ⌈log₂ m⌉·|box| / bandwidth)`.
+/// Spreading alone priced e.g. the four partial sums of a 6144² f16 product split over the
+/// contracted index at a quarter of the two rounds the run needs.
 #[derive(Clone, Debug)]
 pub struct Time {
     /// The machine whose figures are used.
@@ -198,7 +238,7 @@ impl CostModel for Time {
     fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost {
         let width = |d: &TensorDesc| d.dtype.size_bytes() as f64;
         let resident = |k: usize| matches!(sources.get(k), Some(Source::Input));
-        let join: f64 = join_elements(spec, op.inputs().len())
+        let join: f64 = replica_elements(spec, op.inputs().len())
             .iter()
             .zip(op.inputs())
             .enumerate()
@@ -207,11 +247,16 @@ impl CostModel for Time {
             .sum();
         let aggregation: f64 =
             aggregation_elements(spec, op.outputs().len()).iter().zip(op.outputs()).map(|(e, d)| e * width(d)).sum();
+        let rounds: f64 = aggregation_round_elements(spec, op.outputs().len())
+            .iter()
+            .zip(op.outputs())
+            .map(|(e, d)| e * width(d))
+            .fold(0.0, f64::max);
         let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
         let slowest = spec.functions.iter().map(|f| op.flops(f)).fold(0.0, f64::max);
         SpecCost {
             join: self.seconds(join, p),
-            aggregation: self.seconds(aggregation, p),
+            aggregation: self.seconds(aggregation, p).max(self.seconds(rounds, 1)),
             compute: slowest / self.machine.flops(dtype),
         }
     }

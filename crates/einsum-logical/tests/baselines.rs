@@ -377,9 +377,8 @@ fn dp_finds_the_ulysses_shape_when_weights_are_resident() {
     let charging = Problem::new(&comp, 8, &ChargingWeights(time())).unwrap();
     let choice = Dp.solve(&charging).unwrap();
     assert!(!chose(&charging, &choice, "up", &[("tokens", 8)]), "up: {:?}", splits(&charging, &choice, "up"));
-    assert!(
-        chose(&charging, &choice, "up", &[("tokens", 2), ("d_ff", 4)]),
-        "up: {:?}",
-        splits(&charging, &choice, "up")
-    );
+    // It splits the FFN's hidden index instead (how many ways depends on the rest of the
+    // model: d_ff 4 ways before the join counted only copies beyond the first, 2 since).
+    let up = splits(&charging, &choice, "up");
+    assert!(up.iter().all(|s| s.iter().any(|(n, k)| n == "d_ff" && *k > 1)), "up: {up:?}");
 }

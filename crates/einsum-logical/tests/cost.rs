@@ -1,6 +1,7 @@
-//! Which join the cost models charge: the paper's proxy charges every input's join, the
-//! `time` model only that of operator-produced inputs, because computation inputs are loaded
-//! in each function spec's layout before the run.
+//! Which join and aggregation the cost models charge: the paper's proxy charges every input's
+//! join, the `time` model only that of operator-produced inputs (computation inputs are
+//! loaded in each function spec's layout before the run), and of those only the copies beyond
+//! the first; its aggregation is at least the tree of whole copies a box needs.
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{Computation, enumerate_specs};
@@ -52,8 +53,10 @@ fn time_charges_no_join_for_a_resident_weight_and_the_proxy_does() {
     let mut replicated = 0;
     for (n, cand) in time.ops[mm].candidates.iter().enumerate() {
         let (produced, weight) = (join_bytes(&time, mm, n, 0), join_bytes(&time, mm, n, 1));
-        // Time: only the produced input's blocks travel.
-        assert!(close(cand.cost.join, produced / (p as f64 * bandwidth)), "{:?}: {}", cand.counts, cand.cost.join);
+        // Time: only the produced input's blocks travel, and only the copies beyond the one
+        // the producer holds (its distinct blocks tile the 16×8 f32 tensor exactly once).
+        let beyond = produced - 16.0 * 8.0 * 4.0;
+        assert!(close(cand.cost.join, beyond / (p as f64 * bandwidth)), "{:?}: {}", cand.counts, cand.cost.join);
         // Proxy: both inputs, in elements, as the paper defines sub-cost (2).
         let proxied = &proxy.ops[mm].candidates[n];
         assert_eq!(proxied.counts, cand.counts);
@@ -71,7 +74,12 @@ fn time_still_charges_the_join_of_produced_inputs() {
     let comp = relu_then_matmul();
     let problem = Problem::new(&comp, 4, &time()).unwrap();
     let mm = problem.ops.iter().position(|o| o.name == "matmul").unwrap();
-    assert!(problem.ops[mm].candidates.iter().all(|c| c.cost.join > 0.0));
+    // Charged exactly when some block of the produced input is read by several specs.
+    for (n, cand) in problem.ops[mm].candidates.iter().enumerate() {
+        let replicated = join_bytes(&problem, mm, n, 0) > 16.0 * 8.0 * 4.0;
+        assert_eq!(cand.cost.join > 0.0, replicated, "{:?}: {}", cand.counts, cand.cost.join);
+    }
+    assert!(problem.ops[mm].candidates.iter().any(|c| c.cost.join > 0.0));
     // The relu reads only a computation input: no join under time, some under the proxy.
     let relu = problem.ops.iter().position(|o| o.name == "relu").unwrap();
     assert!(problem.ops[relu].candidates.iter().all(|c| c.cost.join == 0.0));
@@ -89,7 +97,14 @@ fn time_still_charges_the_join_of_produced_inputs() {
 fn a_model_charges_an_input_it_has_no_source_for() {
     let comp = relu_then_matmul();
     let (_, op, _) = comp.ops().find(|(_, op, _)| op.kind() == "matmul").unwrap();
-    let spec = &enumerate_specs(op, 2).unwrap()[0].spec;
+    // A spec that replicates the weight (split `t`): its extra copies are charged only when
+    // the model is not told the weight is resident.
+    let specs = enumerate_specs(op, 2).unwrap();
+    let spec = &specs
+        .iter()
+        .find(|c| c.spec.functions.iter().map(|f| f.inputs[1].volume()).sum::<usize>() > 8 * 12)
+        .unwrap()
+        .spec;
     let time = time();
     let produced = Source::Op { op: 0, output: 0 };
     let both = time.spec(op, spec, 2, &[produced, produced]);
@@ -98,4 +113,82 @@ fn a_model_charges_an_input_it_has_no_source_for() {
     assert_eq!(unknown.join, both.join);
     assert!(weight.join < both.join);
     assert_eq!((weight.aggregation, weight.compute), (both.aggregation, both.compute));
+}
+
+/// `h = x·w1` (`i`=16, `j`=8, `k`=12), then `y = h·w2` (`l`=4), f32: a chain of two matmuls
+/// whose second reads the first's output.
+fn two_matmuls() -> Computation {
+    let (xd, w1d, w2d) = (desc(&[("i", 16), ("j", 8)]), desc(&[("j", 8), ("k", 12)]), desc(&[("k", 12), ("l", 4)]));
+    let hd = desc(&[("i", 16), ("k", 12)]);
+    let mut comp = Computation::new();
+    let x = comp.add_input("x", xd.clone());
+    let w1 = comp.add_input("w1", w1d.clone());
+    let w2 = comp.add_input("w2", w2d.clone());
+    let h = comp.add_op("mm1", Box::new(Einsum::matmul(&xd, &w1d).unwrap()), &[x, w1]).unwrap()[0];
+    let y = comp.add_op("mm2", Box::new(Einsum::matmul(&hd, &w2d).unwrap()), &[h, w2]).unwrap()[0];
+    comp.save(y).unwrap();
+    comp
+}
+
+/// The candidate of operator `op` splitting its indices `(name, parts)` (the rest whole).
+fn candidate(problem: &Problem, op: usize, splits: &[(&str, usize)]) -> usize {
+    let o = &problem.ops[op];
+    let mut counts = vec![1; o.shardable.len()];
+    for &(name, parts) in splits {
+        counts[o.index_of(name).unwrap()] = parts;
+    }
+    o.find(&counts).unwrap_or_else(|| panic!("no candidate {counts:?} among {:?}", o.shardable))
+}
+
+#[test]
+fn time_joins_only_the_copies_beyond_the_first() {
+    let comp = two_matmuls();
+    let p = 4;
+    let bw = Machine::by_name("dgx-a100").unwrap().link_bandwidth;
+    let problem = Problem::new(&comp, p, &time()).unwrap();
+    let mm2 = problem.ops.iter().position(|o| o.name == "mm2").unwrap();
+    // l split 4 ways: every spec reads the whole 16×12 h, one copy exists, three more travel:
+    // 3 · 192 elements · 4 bytes over the 4 devices' links.
+    let by_l = &problem.ops[mm2].candidates[candidate(&problem, mm2, &[("l", 4)])];
+    assert!(close(by_l.cost.join, 3.0 * 192.0 * 4.0 / (4.0 * bw)), "{}", by_l.cost.join);
+    // i split 4 ways or i and k 2 ways each: every block of h is read once, nothing beyond
+    // the producer's copy travels (the proxy still counts all 192 elements).
+    for splits in [&[("i", 4)][..], &[("i", 2), ("k", 2)]] {
+        let n = candidate(&problem, mm2, splits);
+        assert_eq!(problem.ops[mm2].candidates[n].cost.join, 0.0, "{splits:?}");
+        let proxy = Problem::new(&comp, p, &PaperProxy).unwrap();
+        assert_eq!(proxy.ops[mm2].candidates[n].cost.join, 192.0 + join_bytes(&problem, mm2, n, 1) / 4.0);
+    }
+    // i split 2 ways, l 2 ways: each 8×12 half of h is read twice, one extra copy each.
+    let n = candidate(&problem, mm2, &[("i", 2), ("l", 2)]);
+    assert!(close(problem.ops[mm2].candidates[n].cost.join, 2.0 * 96.0 * 4.0 / (4.0 * bw)));
+}
+
+#[test]
+fn time_aggregates_no_faster_than_a_tree_of_whole_copies() {
+    let comp = two_matmuls();
+    let bw = Machine::by_name("dgx-a100").unwrap().link_bandwidth;
+    for p in [2, 4] {
+        let problem = Problem::new(&comp, p, &time()).unwrap();
+        let proxy = Problem::new(&comp, p, &PaperProxy).unwrap();
+        let mm2 = problem.ops.iter().position(|o| o.name == "mm2").unwrap();
+        // k split p ways: the 16×4 output (64 elements, 256 bytes) is produced p times.
+        // Spread: (p - 1) · 256 bytes over p links; tree: ⌈log₂ p⌉ whole copies in a row.
+        let n = candidate(&problem, mm2, &[("k", p)]);
+        let rounds = if p == 2 { 1.0 } else { 2.0 };
+        let spread = (p as f64 - 1.0) * 256.0 / (p as f64 * bw);
+        let tree = rounds * 256.0 / bw;
+        let got = problem.ops[mm2].candidates[n].cost.aggregation;
+        assert!(close(got, spread.max(tree)) && tree > spread, "p={p}: {got} vs {spread}, {tree}");
+        // The proxy keeps the paper's Σ (m - 1)·|box|.
+        assert_eq!(proxy.ops[mm2].candidates[n].cost.aggregation, (p as f64 - 1.0) * 64.0);
+    }
+    // i and k split 2 ways at p = 4: two 8×4 boxes (128 bytes) made twice each: one round.
+    let problem = Problem::new(&comp, 4, &time()).unwrap();
+    let mm2 = problem.ops.iter().position(|o| o.name == "mm2").unwrap();
+    let n = candidate(&problem, mm2, &[("i", 2), ("k", 2)]);
+    assert!(close(problem.ops[mm2].candidates[n].cost.aggregation, 128.0 / bw));
+    // No split of k: nothing to aggregate, under either term.
+    let n = candidate(&problem, mm2, &[("i", 4)]);
+    assert_eq!(problem.ops[mm2].candidates[n].cost.aggregation, 0.0);
 }
