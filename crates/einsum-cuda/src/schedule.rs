@@ -115,42 +115,22 @@ impl Schedule {
 
 #[cfg(test)]
 mod tests {
-    use einsum_core::taskgraph::{Boundary, DeviceId};
-    use einsum_core::{DType, TensorType};
+    use einsum_core::taskgraph::examples::two_device_gather;
 
     use super::*;
 
-    /// Two devices each load half a vector; device 1's half moves to device 0, where both are
-    /// stitched and stored.
-    fn gather() -> TaskGraph {
-        let whole = TensorType::zero_bounded(&[4]);
-        let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype: DType::F32 };
-        let mut g = TaskGraph::new(2, vec![io("x")], vec![io("y")]);
-        let tt = |lo, hi| TensorType::new(&[lo], &[hi]).unwrap();
-        let a = g.add_buffer(DeviceId(0), tt(0, 2), DType::F32);
-        let b = g.add_buffer(DeviceId(1), tt(2, 4), DType::F32);
-        let b0 = g.add_buffer(DeviceId(0), tt(2, 4), DType::F32);
-        let y = g.add_buffer(DeviceId(0), whole, DType::F32);
-        g.push(Task::Load { input: 0, dst: a }, &[], "load a").unwrap();
-        g.push(Task::Load { input: 0, dst: b }, &[], "load b").unwrap();
-        g.push(Task::Transfer { src: b, dst: b0 }, &[], "move b").unwrap();
-        g.push(Task::Stitch { srcs: vec![a, b0], dst: y }, &[], "stitch").unwrap();
-        g.push(Task::Store { output: 0, src: y }, &[], "store").unwrap();
-        g
-    }
-
     #[test]
     fn virtual_devices_share_gpus_round_robin() {
-        let s = Schedule::new(&gather(), 1, &[]);
+        let s = Schedule::new(&two_device_gather(), 1, &[]);
         assert_eq!(s.gpu_of_device, vec![0, 0]);
         assert_eq!(s.pool_bytes.len(), 1);
-        let s = Schedule::new(&gather(), 2, &[]);
+        let s = Schedule::new(&two_device_gather(), 2, &[]);
         assert_eq!(s.gpu_of_device, vec![0, 1]);
     }
 
     #[test]
     fn cross_stream_dependencies_become_events() {
-        let s = Schedule::new(&gather(), 1, &[]);
+        let s = Schedule::new(&two_device_gather(), 1, &[]);
         assert_eq!(s.stream, vec![0, 1, 0, 0, 0]);
         // The transfer (stream 0) waits for the load on stream 1; the stitch's output reuses
         // the bytes of b (dead after the transfer), so it waits for b's writer too.
@@ -163,7 +143,7 @@ mod tests {
 
     #[test]
     fn buffers_live_together_do_not_overlap() {
-        let g = gather();
+        let g = two_device_gather();
         let s = Schedule::new(&g, 1, &[vec![], vec![], vec![], vec![100], vec![]]);
         let mut spans: Vec<(usize, usize)> =
             s.buffer_offset.iter().zip(g.buffers()).map(|(&o, b)| (o, o + b.bytes())).collect();

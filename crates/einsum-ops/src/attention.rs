@@ -23,6 +23,7 @@ use einsum_joinagg::{
 };
 
 use crate::Packing;
+use crate::common::{check_call, kernel_error};
 
 const KIND: &str = "attention";
 
@@ -208,26 +209,16 @@ impl Attention {
     }
 
     fn kernel_error(reason: String) -> Error {
-        Error::Kernel { op: KIND.into(), reason }
+        kernel_error(KIND, reason)
     }
 
-    /// Checks that `f` and `inputs` are blocks this kernel can compute on.
+    /// Checks that `f` and `inputs` are blocks this kernel can compute on: the generic
+    /// checks of [`check_call`], then the attention-specific ones (`d_head` whole, equal k
+    /// and v blocks, the output block the q block, and every key/value head and key the
+    /// queries need inside the k/v block).
     fn check_blocks(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<()> {
-        if inputs.len() != 3 || f.inputs.len() != 3 || f.outputs.len() != 1 {
-            return Err(Self::kernel_error(format!(
-                "expects q, k, v and one output, got {} input tensors and a spec of {} inputs and {} outputs",
-                inputs.len(),
-                f.inputs.len(),
-                f.outputs.len()
-            )));
-        }
-        for (n, ((t, block), desc)) in inputs.iter().zip(&f.inputs).zip(&self.inputs).enumerate() {
-            if t.ty() != block {
-                return Err(Self::kernel_error(format!("input {n} has type {}, the spec says {block}", t.ty())));
-            }
-            if !block.is_projection_of(&desc.tensor_type()) {
-                return Err(Self::kernel_error(format!("input {n} block {block} lies outside {}", desc.tensor_type())));
-            }
+        check_call(self, f, inputs)?;
+        for (n, (block, desc)) in f.inputs.iter().zip(&self.inputs).enumerate() {
             if block.dim(2) != Interval::full(self.d_head()) {
                 return Err(Self::kernel_error(format!(
                     "input {n} block {block}: d_head `{}` must be whole",
@@ -736,6 +727,12 @@ mod tests {
         let f = FunctionSpec { inputs: vec![q.clone(), kv.clone(), kv], outputs: vec![q] };
         let blocks: Vec<HostTensor> = f.inputs.iter().zip(&ins).map(|(b, t)| t.slice(b).unwrap()).collect();
         assert!(a.compute(&f, &blocks).is_ok());
+        // A block that splits d_head.
+        let (q2, kv2) =
+            (TensorType::new(&[0, 4, 0], &[2, 8, 2]).unwrap(), TensorType::new(&[0, 4, 0], &[1, 8, 2]).unwrap());
+        let f2 = FunctionSpec { inputs: vec![q2.clone(), kv2.clone(), kv2], outputs: vec![q2] };
+        let blocks2: Vec<HostTensor> = f2.inputs.iter().zip(&ins).map(|(b, t)| t.slice(b).unwrap()).collect();
+        assert!(a.compute(&f2, &blocks2).unwrap_err().to_string().contains("d_head `d_head` must be whole"));
         assert!(matches!(a.compute(&f, &blocks[..2]), Err(Error::Kernel { .. })));
         assert!(matches!(
             a.compute(&f, &[blocks[0].clone(), blocks[0].clone(), blocks[2].clone()]),

@@ -9,6 +9,8 @@
 use einsum_core::{Dim, HostTensor, Interval, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
+use crate::common::{check_call, kernel_error};
+
 /// An einsum contraction over named-index tensors: `C = Σ_{contracted letters} A · B · ...`.
 ///
 /// Letters map to tensor dimensions by position; letters absent from the output are summed
@@ -169,38 +171,19 @@ impl Einsum {
         })
     }
 
-    /// The interval of every letter in the block `f`, checked against the input blocks
-    /// (their types must be `f`'s boxes, and every letter must cover one interval).
+    /// The interval of every letter in the block `f`, checked against the input blocks:
+    /// the generic checks of [`check_call`], then that every letter covers one non-empty
+    /// interval wherever it appears.
     fn block_intervals(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<Interval>> {
-        let kernel = |reason: String| Error::Kernel { op: self.kind.to_string(), reason };
-        if inputs.len() != self.terms.len() || f.inputs.len() != self.terms.len() || f.outputs.len() != 1 {
-            return Err(kernel(format!(
-                "{} input tensors and a function spec with {} inputs and {} outputs, expected {} inputs and 1 output",
-                inputs.len(),
-                f.inputs.len(),
-                f.outputs.len(),
-                self.terms.len()
-            )));
-        }
+        check_call(self, f, inputs)?;
+        let kernel = |reason: String| kernel_error(self.kind, reason);
         let mut ivs: Vec<Option<(Interval, usize)>> = vec![None; self.letters.len()];
-        for (k, ((term, block), t)) in self.terms.iter().zip(&f.inputs).zip(inputs).enumerate() {
-            if t.ty() != block {
-                return Err(kernel(format!("input {k} has type {}, the function spec says {block}", t.ty())));
-            }
-            if block.rank() != term.len() {
-                return Err(kernel(format!(
-                    "input {k} block {block} has rank {}, expected {}",
-                    block.rank(),
-                    term.len()
-                )));
-            }
+        // `check_call` made every block a projection of its tensor, so of its term's rank.
+        for (k, (term, block)) in self.terms.iter().zip(&f.inputs).enumerate() {
             for (&id, &iv) in term.iter().zip(block.dims()) {
                 let name = &self.names[id];
-                if !iv.is_within(&Interval::full(self.extents[id])) || iv.is_empty() {
-                    return Err(kernel(format!(
-                        "input {k}: `{name}` covers {iv}, not a non-empty part of [0, {})",
-                        self.extents[id]
-                    )));
+                if iv.is_empty() {
+                    return Err(kernel(format!("input {k}: `{name}` covers {iv}, which is empty")));
                 }
                 match ivs[id] {
                     Some((seen, k0)) if seen != iv => {
@@ -477,14 +460,14 @@ fn batched_gemm(op: &str, a: Dense, b: Dense, s: &Step, ext: &[usize]) -> Result
     let (b, rsb, csb) =
         if b.letters != b_rows && b.letters == b_cols { (b, 1, k) } else { (b.permuted(&b_rows, ext), n, 1) };
     if a.data.len() != nb * m * k || b.data.len() != nb * k * n {
-        return Err(Error::Kernel {
-            op: op.to_string(),
-            reason: format!(
+        return Err(kernel_error(
+            op,
+            format!(
                 "operand sizes {} and {} do not fit a {nb}×({m}×{k})·({k}×{n}) batched product",
                 a.data.len(),
                 b.data.len()
             ),
-        });
+        ));
     }
     let mut c = vec![0.0f32; nb * m * n];
     for batch in 0..nb {
@@ -731,6 +714,21 @@ mod tests {
         let args = [HostTensor::random(a, DType::F32, 1), HostTensor::random(b0, DType::F32, 2)];
         assert!(matches!(op.compute(&f, &args), Err(Error::Kernel { .. })));
         assert!(matches!(op.compute(&f, &args[..1]), Err(Error::Kernel { .. })));
+        // A block outside its tensor (`j` runs to 7 of 6), and a letter with an empty interval.
+        let kernel_reason = |a: TensorType, b: TensorType, c: TensorType| {
+            let args = [HostTensor::random(a.clone(), DType::F32, 1), HostTensor::random(b.clone(), DType::F32, 2)];
+            match op.compute(&FunctionSpec { inputs: vec![a, b], outputs: vec![c] }, &args) {
+                Err(Error::Kernel { op, reason }) => {
+                    assert_eq!(op, "matmul");
+                    reason
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let reason = kernel_reason(tt(&[0, 0], &[4, 7]), tt(&[0, 0], &[7, 2]), tt(&[0, 0], &[4, 2]));
+        assert!(reason.contains("input block") && reason.contains("not a projection"), "{reason}");
+        let reason = kernel_reason(tt(&[0, 3], &[4, 3]), tt(&[3, 0], &[3, 2]), tt(&[0, 0], &[4, 2]));
+        assert!(reason.contains("`j`") && reason.contains("empty"), "{reason}");
     }
 
     #[test]

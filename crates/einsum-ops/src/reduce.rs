@@ -8,6 +8,7 @@ use std::fmt;
 use einsum_core::{Aggregation, HostTensor, Interval, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
+use crate::common::{check_call, kernel_error};
 use crate::einsum::permute;
 
 /// Which reduction a [`Reduce`] applies; it is also the ⊕ of its partial outputs.
@@ -142,27 +143,14 @@ impl AbstractOperator for Reduce {
     }
 
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
-        let kernel = |reason: String| Error::Kernel { op: "reduce".into(), reason };
-        let (Some(x), [block], [out]) = (inputs.first(), f.inputs.as_slice(), f.outputs.as_slice()) else {
-            return Err(kernel(format!(
-                "{} inputs and a function spec with {} inputs and {} outputs, expected 1 and 1",
-                inputs.len(),
-                f.inputs.len(),
-                f.outputs.len()
-            )));
-        };
-        if inputs.len() != 1 || x.ty() != block {
-            return Err(kernel(format!("input has type {}, the function spec says {block}", x.ty())));
-        }
-        if block.rank() != self.inputs[0].rank() || !block.is_projection_of(&self.inputs[0].tensor_type()) {
-            return Err(kernel(format!(
-                "input block {block} is not a projection of [{}]",
-                self.inputs[0].dims_string()
-            )));
-        }
+        check_call(self, f, inputs)?;
+        let (x, block, out) = (&inputs[0], &f.inputs[0], &f.outputs[0]);
         let want = TensorType::from_intervals(self.keep.iter().map(|&d| block.dim(d)).collect());
         if *out != want {
-            return Err(kernel(format!("output block {out} does not match the input block, which gives {want}")));
+            return Err(kernel_error(
+                "reduce",
+                format!("output block {out} does not match the input block, which gives {want}"),
+            ));
         }
         let order: Vec<usize> = self.keep.iter().chain(&self.over).copied().collect();
         let data = permute(&x.to_f32(), &block.shape(), &order);

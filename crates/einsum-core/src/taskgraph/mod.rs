@@ -13,6 +13,7 @@
 //! checks every invariant a backend relies on (devices, types, dtypes, single writer), so a
 //! backend never has to.
 
+pub mod examples;
 mod interpret;
 mod memory;
 
@@ -428,33 +429,16 @@ impl TaskGraph {
 
 #[cfg(test)]
 mod tests {
+    use super::examples::two_device_gather;
     use super::*;
 
     fn tt(lo: &[usize], hi: &[usize]) -> TensorType {
         TensorType::new(lo, hi).unwrap()
     }
 
-    /// Two devices each load half a row vector; device 1's half moves to device 0, where the
-    /// halves are stitched and stored.
-    fn gather() -> TaskGraph {
-        let whole = TensorType::zero_bounded(&[4]);
-        let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype: DType::F32 };
-        let mut g = TaskGraph::new(2, vec![io("x")], vec![io("y")]);
-        let a = g.add_buffer(DeviceId(0), tt(&[0], &[2]), DType::F32);
-        let b = g.add_buffer(DeviceId(1), tt(&[2], &[4]), DType::F32);
-        let b0 = g.add_buffer(DeviceId(0), tt(&[2], &[4]), DType::F32);
-        let y = g.add_buffer(DeviceId(0), whole, DType::F32);
-        g.push(Task::Load { input: 0, dst: a }, &[], "load a").unwrap();
-        g.push(Task::Load { input: 0, dst: b }, &[], "load b").unwrap();
-        g.push(Task::Transfer { src: b, dst: b0 }, &[], "move b").unwrap();
-        g.push(Task::Stitch { srcs: vec![a, b0], dst: y }, &[], "stitch").unwrap();
-        g.push(Task::Store { output: 0, src: y }, &[], "store").unwrap();
-        g
-    }
-
     #[test]
     fn dependencies_follow_the_buffers() {
-        let g = gather();
+        let g = two_device_gather();
         assert_eq!(g.nodes()[2].deps, vec![TaskId(1)]);
         assert_eq!(g.nodes()[3].deps, vec![TaskId(0), TaskId(2)]);
         assert!(g.check_complete().is_ok());
@@ -463,7 +447,7 @@ mod tests {
 
     #[test]
     fn stats_count_bytes_and_peaks() {
-        let s = gather().stats();
+        let s = two_device_gather().stats();
         assert_eq!(s.bytes_moved, 8);
         assert_eq!(s.tasks["transfer"], 1);
         // Device 0 holds a (8 B), b0 (8 B) and y (16 B) at once; device 1 only b.
@@ -496,7 +480,7 @@ mod tests {
 
     #[test]
     fn interpreting_a_gather_returns_the_input() {
-        let g = gather();
+        let g = two_device_gather();
         let x = crate::HostTensor::random(TensorType::zero_bounded(&[4]), DType::F32, 3);
         assert_eq!(interpret(&g, &Doubler, std::slice::from_ref(&x)).unwrap(), vec![x.clone()]);
         let wrong = crate::HostTensor::random(TensorType::zero_bounded(&[5]), DType::F32, 3);
@@ -523,7 +507,7 @@ mod tests {
 
     #[test]
     fn malformed_tasks_are_refused() {
-        let mut g = gather();
+        let mut g = two_device_gather();
         let c = g.add_buffer(DeviceId(0), tt(&[0], &[2]), DType::F32);
         let d = g.add_buffer(DeviceId(1), tt(&[0], &[2]), DType::F16);
         let e = g.add_buffer(DeviceId(5), tt(&[0], &[2]), DType::F32);
@@ -539,7 +523,7 @@ mod tests {
         );
         assert!(g.push(Task::Load { input: 3, dst: c }, &[], "input").is_err());
         assert!(g.push(Task::Load { input: 0, dst: c }, &[TaskId(99)], "future").is_err());
-        let mut h = gather();
+        let mut h = two_device_gather();
         h.add_buffer(DeviceId(0), tt(&[0], &[1]), DType::F32);
         assert!(h.check_complete().unwrap_err().reason.contains("never written"));
     }
