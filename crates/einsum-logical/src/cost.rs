@@ -5,7 +5,7 @@ use std::fmt;
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, JoinAggSpec};
-use einsum_sim::{ComputeRates, Precision, SiteId, Topology};
+use einsum_sim::{ComputeRates, KernelClass, Precision, Roofline, SiteId, Topology};
 
 use crate::{Error, Result, Source};
 
@@ -122,13 +122,15 @@ impl CostModel for PaperProxy {
 }
 
 /// The per-device figures of a topology that the [`Time`] model needs: the slowest
-/// device's compute rates and its interconnect bandwidth (each direction).
+/// device's compute rates, HBM bandwidth and interconnect bandwidth (each direction).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Machine {
     /// The topology's name.
     pub name: String,
     /// Dense FLOP/s of the slowest device, per precision.
     pub compute: ComputeRates,
+    /// HBM bytes per second of the slowest device.
+    pub hbm_bandwidth: f64,
     /// Interconnect bytes per second of the slowest device, each direction (see
     /// [`Machine::from_topology`]); infinite on a machine of one device.
     pub link_bandwidth: f64,
@@ -155,6 +157,7 @@ impl Machine {
         Machine {
             name: topology.name().to_string(),
             compute: ComputeRates { f16: slowest(|c| c.f16), bf16: slowest(|c| c.bf16), f32: slowest(|c| c.f32) },
+            hbm_bandwidth: sites.iter().map(|s| s.hbm_bandwidth).fold(f64::INFINITY, f64::min),
             link_bandwidth,
         }
     }
@@ -176,10 +179,17 @@ impl Machine {
     }
 }
 
-/// Predicted seconds on a machine: the slowest device's compute (its function spec's FLOPs
-/// over the device's rate) plus the three communication sub-costs in bytes, spread over the
-/// `p` devices' links (`bytes / (p · bandwidth)`). Unlike the proxy, it sees that a causal
-/// query-block split of attention leaves one device with most of the work.
+/// Predicted seconds on a machine: the slowest function spec's kernel time plus the three
+/// communication sub-costs in bytes, spread over the `p` devices' links
+/// (`bytes / (p · bandwidth)`). Unlike the proxy, it sees that a causal query-block split of
+/// attention leaves one device with most of the work.
+///
+/// **Kernels are timed by the same roofline as the whole-plan prediction**
+/// ([`einsum_sim::Roofline`], its documented efficiencies by default): the larger of the
+/// function spec's FLOPs over the efficient share of the device's peak rate and its HBM bytes
+/// ([`AbstractOperator::bytes`]) over the efficient share of its bandwidth, so that the
+/// optimizer and the prediction agree on what compute costs (a memory-bound normalization is
+/// not priced at tensor-core speed).
 ///
 /// **Computation inputs are resident.** The join sub-cost is charged only for inputs an
 /// operator produces ([`Source::Op`]); a computation input ([`Source::Input`]: weights, the
@@ -209,12 +219,14 @@ impl Machine {
 pub struct Time {
     /// The machine whose figures are used.
     pub machine: Machine,
+    /// How close each class of kernel gets to the machine's peaks.
+    pub roofline: Roofline,
 }
 
 impl Time {
-    /// The model for a machine preset.
+    /// The model for a machine, with the default [`Roofline`] efficiencies.
     pub fn on(machine: Machine) -> Self {
-        Self { machine }
+        Self { machine, roofline: Roofline::default() }
     }
 
     fn seconds(&self, bytes: f64, p: usize) -> f64 {
@@ -253,11 +265,12 @@ impl CostModel for Time {
             .map(|(e, d)| e * width(d))
             .fold(0.0, f64::max);
         let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
-        let slowest = spec.functions.iter().map(|f| op.flops(f)).fold(0.0, f64::max);
+        let (class, peak) = (KernelClass::of_kind(op.kind()), self.machine.flops(dtype));
+        let kernel = |f| self.roofline.seconds(class, op.flops(f), op.bytes(f), peak, self.machine.hbm_bandwidth);
         SpecCost {
             join: self.seconds(join, p),
             aggregation: self.seconds(aggregation, p).max(self.seconds(rounds, 1)),
-            compute: slowest / self.machine.flops(dtype),
+            compute: spec.functions.iter().map(kernel).fold(0.0, f64::max),
         }
     }
 }
@@ -282,6 +295,7 @@ mod tests {
         assert_eq!(a100.link_bandwidth, 300e9);
         assert_eq!(a100.flops(DType::F16), 312e12);
         assert_eq!(a100.flops(DType::F32), 19.5e12);
+        assert_eq!(a100.hbm_bandwidth, 1555e9);
         // A DGX-1V GPU has six NVLink lanes of 25 GB/s (two double links, two single).
         let v100 = Machine::by_name("dgx-v100").unwrap();
         assert!((v100.link_bandwidth - 150e9).abs() < 1.0, "{}", v100.link_bandwidth);

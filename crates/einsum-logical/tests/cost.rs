@@ -192,3 +192,29 @@ fn time_aggregates_no_faster_than_a_tree_of_whole_copies() {
     let n = candidate(&problem, mm2, &[("i", 4)]);
     assert_eq!(problem.ops[mm2].candidates[n].cost.aggregation, 0.0);
 }
+
+/// The `time` model's compute is the slowest function spec's roofline time, computed here by
+/// hand: a compute-bound f16 matmul at 0.75 of the A100's 312 TFLOP/s, a memory-bound f16
+/// relu at 0.85 of its 1555 GB/s.
+#[test]
+fn time_prices_kernels_at_the_roofline() {
+    let f16 = |dims: &[(&str, usize)]| TensorDesc::of(dims, DType::F16).unwrap();
+    let (x, w) = (f16(&[("t", 4096), ("d", 4096)]), f16(&[("d", 4096), ("f", 4096)]));
+    let time = time();
+    for p in [1, 2, 4] {
+        let matmul = Einsum::matmul(&x, &w).unwrap();
+        for choice in enumerate_specs(&matmul, p).unwrap() {
+            let cost = time.spec(&matmul, &choice.spec, p, &[Source::Input, Source::Input]);
+            // Every spec of a 4096³ matmul splits its 2·4096³ FLOPs evenly over p devices;
+            // at 2·4096/p FLOPs per byte moved it stays compute-bound.
+            let by_hand = 2.0 * 4096f64.powi(3) / p as f64 / (312e12 * 0.75);
+            assert!(close(cost.compute, by_hand), "p = {p} {:?}: {} against {by_hand}", choice.counts, cost.compute);
+        }
+        let relu = Unary::new(&x, UnaryOp::Relu).unwrap();
+        let choice = &enumerate_specs(&relu, p).unwrap()[0];
+        let cost = time.spec(&relu, &choice.spec, p, &[Source::Input]);
+        // Reads and writes its 2-byte elements once: 2 · 2 · 4096² / p bytes.
+        let by_hand = 4.0 * 4096f64.powi(2) / p as f64 / (1555e9 * 0.85);
+        assert!(close(cost.compute, by_hand), "relu p = {p}: {} against {by_hand}", cost.compute);
+    }
+}

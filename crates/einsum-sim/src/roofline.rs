@@ -144,9 +144,16 @@ impl Roofline {
     /// Seconds for a kernel of `class` doing `flops` at `precision` and moving `bytes` through
     /// the HBM of `site`: the larger of its compute time and its memory time (module docs).
     pub fn kernel_seconds(&self, site: &Site, class: KernelClass, flops: f64, bytes: f64, precision: Precision) -> f64 {
+        self.seconds(class, flops, bytes, site.compute.rate(precision), site.hbm_bandwidth)
+    }
+
+    /// [`Roofline::kernel_seconds`] on a device given by its peak FLOP/s at the kernel's
+    /// precision and its HBM bytes/s (for models that summarise a machine by its slowest
+    /// device rather than a [`Site`]).
+    pub fn seconds(&self, class: KernelClass, flops: f64, bytes: f64, peak_flops: f64, hbm_bandwidth: f64) -> f64 {
         let e = self.efficiency(class);
-        let compute = flops / (site.compute.rate(precision) * e.compute);
-        let memory = bytes / (site.hbm_bandwidth * e.memory);
+        let compute = flops / (peak_flops * e.compute);
+        let memory = bytes / (hbm_bandwidth * e.memory);
         compute.max(memory)
     }
 
