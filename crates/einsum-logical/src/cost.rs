@@ -137,23 +137,14 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// The figures of a topology read from `einsum-sim`. A device's injection bandwidth is
-    /// its egress cap where it has one, else the sum of its links, else its fastest route to
-    /// another device (a shared fallback); a single-device machine never communicates.
+    /// The figures of a topology read from `einsum-sim`: the smallest of every device's
+    /// [`Topology::injection_bandwidth`] (infinite on a single-device machine, which never
+    /// communicates) and the slowest device's compute rates and HBM bandwidth.
     pub fn from_topology(topology: &Topology) -> Machine {
         let sites = topology.sites();
-        let injection = |i: usize| {
-            let site = SiteId(i);
-            let links: f64 = topology.links().iter().filter(|l| l.a == site || l.b == site).map(|l| l.bandwidth).sum();
-            sites[i].egress.or((links > 0.0).then_some(links)).unwrap_or_else(|| {
-                (0..sites.len())
-                    .filter(|&j| j != i)
-                    .filter_map(|j| topology.route_bandwidth(site, SiteId(j)))
-                    .fold(f64::NAN, f64::max)
-            })
-        };
+        let link_bandwidth =
+            (0..sites.len()).filter_map(|i| topology.injection_bandwidth(SiteId(i))).fold(f64::INFINITY, f64::min);
         let slowest = |f: fn(&ComputeRates) -> f64| sites.iter().map(|s| f(&s.compute)).fold(f64::INFINITY, f64::min);
-        let link_bandwidth = (0..sites.len()).map(injection).filter(|b| !b.is_nan()).fold(f64::INFINITY, f64::min);
         Machine {
             name: topology.name().to_string(),
             compute: ComputeRates { f16: slowest(|c| c.f16), bf16: slowest(|c| c.bf16), f32: slowest(|c| c.f32) },

@@ -418,10 +418,46 @@ impl Topology {
         self.link_index.contains_key(&(a, b))
     }
 
-    /// Seconds for `flops` floating-point operations at `site` and `precision`, at the
-    /// site's dense peak rate; `None` when the site is out of range.
-    pub fn compute_time(&self, site: SiteId, flops: f64, precision: Precision) -> Option<f64> {
-        self.site(site).map(|s| flops / s.compute.rate(precision))
+    /// The bytes per second `site` typically sends when every device talks at once, for cost
+    /// models: its egress cap where it has one, else the sum of its links, else (a site with
+    /// neither, reached only through the fallback) its fastest route to another site. `None`
+    /// on a machine of one site, or for a site out of range.
+    ///
+    /// Unlike [`Topology::max_injection_bandwidth`] it does not add a shared fallback to a
+    /// site's links: a shared bus is split among all the sites that use it, so counting it
+    /// whole would overstate what each site gets.
+    pub fn injection_bandwidth(&self, site: SiteId) -> Option<f64> {
+        let s = self.site(site)?;
+        let links = self.link_bandwidth_sum(site);
+        s.egress.or((links > 0.0).then_some(links)).or_else(|| {
+            (0..self.num_sites())
+                .filter(|&j| j != site.0)
+                .filter_map(|j| self.route_bandwidth(site, SiteId(j)))
+                .reduce(f64::max)
+        })
+    }
+
+    /// The most bytes per second `site` could send, for lower bounds on collectives: its
+    /// egress cap where it has one, else the sum of its links plus, when some site is not
+    /// linked to it, the whole shared fallback (infinite when an unlinked site has no
+    /// fallback to bound it). `None` for a site out of range.
+    pub fn max_injection_bandwidth(&self, site: SiteId) -> Option<f64> {
+        let s = self.site(site)?;
+        if let Some(cap) = s.egress {
+            return Some(cap);
+        }
+        let unlinked = (0..self.num_sites()).any(|j| j != site.0 && !self.linked(site, SiteId(j)));
+        let fallback = match (unlinked, self.shared.and_then(|r| self.resource(r))) {
+            (true, Some(r)) => r.capacity,
+            (true, None) => f64::INFINITY,
+            (false, _) => 0.0,
+        };
+        Some(self.link_bandwidth_sum(site) + fallback)
+    }
+
+    /// The summed bandwidth, one direction, of the links that touch `site`.
+    fn link_bandwidth_sum(&self, site: SiteId) -> f64 {
+        self.links.iter().filter(|l| l.a == site || l.b == site).map(|l| l.bandwidth).sum()
     }
 }
 
@@ -477,11 +513,38 @@ mod tests {
         assert!(err(two(), vec![], Some(nan)).starts_with("fallback.gbps: "));
     }
 
+    /// The typical rule counts a V100's six 25 GB/s NVLink lanes; the bound adds the PCIe
+    /// bridge shared by all eight (it reaches the sites it is not linked to); an NVSwitch
+    /// port is its egress cap under both.
+    #[test]
+    fn injection_bandwidth_typical_and_bound() {
+        let v100 = Topology::preset("dgx-v100").unwrap();
+        let (typical, bound) = (v100.injection_bandwidth(SiteId(0)).unwrap(), v100.max_injection_bandwidth(SiteId(0)));
+        assert!((typical - 150.0 * GB).abs() < 1.0, "{typical}");
+        assert_eq!(bound, Some(165.75 * GB));
+        let a100 = Topology::preset("dgx-a100").unwrap();
+        assert_eq!(a100.injection_bandwidth(SiteId(3)), Some(300.0 * GB));
+        assert_eq!(a100.max_injection_bandwidth(SiteId(3)), Some(300.0 * GB));
+        assert_eq!(a100.injection_bandwidth(SiteId(8)), None);
+        // Only a shared fallback: each site typically gets the bus's route bandwidth.
+        let bus = Topology::new(
+            "bus",
+            vec![site(), site()],
+            vec![],
+            Some(Fallback::Shared { name: "bus".into(), bandwidth: 4.0 * GB }),
+        )
+        .unwrap();
+        assert_eq!(bus.injection_bandwidth(SiteId(0)), Some(4.0 * GB));
+        assert_eq!(bus.max_injection_bandwidth(SiteId(0)), Some(4.0 * GB));
+    }
+
     #[test]
     fn single_site_needs_no_routes() {
         let t = Topology::new("one", vec![site()], vec![], None).expect("valid");
         assert_eq!(t.num_sites(), 1);
         assert_eq!(t.resources().len(), 1);
-        assert_eq!(t.compute_time(SiteId(0), 2e12, Precision::F32), Some(2.0));
+        assert_eq!(t.injection_bandwidth(SiteId(0)), None);
+        assert_eq!(t.max_injection_bandwidth(SiteId(0)), Some(0.0));
+        assert_eq!(t.injection_bandwidth(SiteId(1)), None);
     }
 }

@@ -65,27 +65,12 @@ impl Collective {
     }
 }
 
-/// The most a site can send per second, the smallest over the first `sites` sites: its
-/// egress cap if it has one, else the sum of its links plus, if some site is unlinked to it,
-/// the whole shared fallback (so the bound stays a lower bound). Infinite on a switch with
-/// no caps.
+/// The most a site can send per second, the smallest over the first `sites` sites of their
+/// [`Topology::max_injection_bandwidth`] (so the bound stays a lower bound). Infinite on a
+/// switch with no caps.
 pub fn per_site_bandwidth(topology: &Topology, sites: usize) -> f64 {
-    let n = sites.min(topology.num_sites());
-    (0..n)
-        .map(|i| {
-            let s = einsum_sim::SiteId(i);
-            if let Some(cap) = topology.sites()[i].egress {
-                return cap;
-            }
-            let links: f64 = topology.links().iter().filter(|l| l.a == s || l.b == s).map(|l| l.bandwidth).sum();
-            let unlinked = (0..topology.num_sites()).any(|j| j != i && !topology.linked(s, einsum_sim::SiteId(j)));
-            let fallback = match (unlinked, topology.shared_resource().and_then(|r| topology.resource(r))) {
-                (true, Some(r)) => r.capacity,
-                (true, None) => f64::INFINITY,
-                (false, _) => 0.0,
-            };
-            links + fallback
-        })
+    (0..sites.min(topology.num_sites()))
+        .filter_map(|i| topology.max_injection_bandwidth(einsum_sim::SiteId(i)))
         .fold(f64::INFINITY, f64::min)
 }
 
