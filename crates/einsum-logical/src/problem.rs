@@ -103,9 +103,9 @@ impl Problem {
     /// count as equal when they have the same concrete type, the same `Debug` rendering (so
     /// an operator's `Debug` must print every parameter its specs depend on, as a derived
     /// one does) and the same inputs coming from computation inputs, and the problem is then
-    /// the same as [`new_unshared`](Self::new_unshared)'s (the argument is in the source,
-    /// on `SharingKey`). This assumes the cost model reads of each
-    /// input's [`Source`] only whether it is [`Source::Input`] (as [`Time`](crate::Time) and
+    /// the same as [`new_unshared`](Self::new_unshared)'s (the argument is in the source, on
+    /// `SharingKey`). This assumes the cost model reads of each input's [`Source`] only
+    /// whether it is [`Source::Input`] (as [`Time`](crate::Time) and
     /// [`PaperProxy`](crate::PaperProxy) do); a model that prices by which operator produces
     /// an input must be given [`new_unshared`](Self::new_unshared) instead.
     pub fn new(comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<Problem> {
@@ -396,4 +396,25 @@ fn bytes_of(op: &dyn einsum_joinagg::AbstractOperator, spec: &JoinAggSpec) -> f6
     let w = |d: &einsum_core::TensorDesc| d.dtype.size_bytes() as f64;
     join.iter().zip(op.inputs()).map(|(e, d)| e * w(d)).sum::<f64>()
         + agg.iter().zip(op.outputs()).map(|(e, d)| e * w(d)).sum::<f64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use einsum_core::{DType, TensorDesc};
+    use einsum_ops::unary::{Unary, UnaryOp};
+
+    /// The key names the operator's concrete type (not `dyn AbstractOperator`'s) and tells
+    /// computation inputs from produced ones.
+    #[test]
+    fn the_sharing_key_sees_the_concrete_type_and_the_resident_inputs() {
+        let x = TensorDesc::of(&[("i", 4)], DType::F32).unwrap();
+        let op: Box<dyn AbstractOperator> = Box::new(Unary::new(&x, UnaryOp::Silu).unwrap());
+        let input = SharingKey::of(op.as_ref(), &[Source::Input]);
+        let produced = SharingKey::of(op.as_ref(), &[Source::Op { op: 3, output: 0 }]);
+        assert!(input.ty == TypeId::of::<Unary>());
+        assert!(input.debug.starts_with("Unary") && input.debug.contains("Silu"), "{}", input.debug);
+        assert!(input != produced);
+        assert!(produced == SharingKey::of(op.as_ref(), &[Source::Op { op: 7, output: 1 }]));
+    }
 }
