@@ -1,11 +1,14 @@
 //! Logical-optimizer speed: the DP (with spec enumeration) on a LLaMA block and a 32-layer
-//! stack at p = 8, 16 and 64, and Greedy as the baseline measured in the same run.
-//! Run with `cargo bench --bench optimizer`.
+//! stack at p = 8, 16 and 64, and Greedy as the baseline measured in the same run; then,
+//! on the 32-layer stack at p = 8 and 64, building the [`Problem`] with the layers sharing
+//! their enumerated and priced specs (`Problem::new`) against enumerating every operator
+//! on its own (`Problem::new_unshared`), alone and followed by the DP.
+//! Run with `cargo bench --bench optimizer` (`-- problem_` for the second part only).
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use einsum_logical::{Dp, Greedy, LogicalOptimizer, Machine, Time};
+use einsum_logical::{Dp, Greedy, LogicalOptimizer, Machine, Problem, Time};
 use einsummable::{DType, Workload};
 
 fn optimize(c: &mut Criterion) {
@@ -27,5 +30,61 @@ fn optimize(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, optimize);
+/// Panics unless the two problems have the same candidates (counts, aliases, specs, tilings)
+/// with the same costs to the bit, and the DP picks the same plan in both.
+fn assert_same(shared: &Problem, unshared: &Problem) {
+    assert_eq!(shared.ops.len(), unshared.ops.len());
+    for (a, b) in shared.ops.iter().zip(&unshared.ops) {
+        assert_eq!(a.candidates.len(), b.candidates.len(), "{}", a.name);
+        for (x, y) in a.candidates.iter().zip(&b.candidates) {
+            let bits = |c: &einsum_logical::Candidate| {
+                [c.cost.join, c.cost.aggregation, c.cost.compute, c.bytes].map(f64::to_bits)
+            };
+            assert!(
+                x.counts == y.counts
+                    && x.aliases == y.aliases
+                    && x.spec == y.spec
+                    && (&x.outputs, &x.inputs) == (&y.outputs, &y.inputs)
+                    && bits(x) == bits(y),
+                "{}: candidate {:?} differs",
+                a.name,
+                x.counts
+            );
+        }
+    }
+    assert_eq!(Dp.solve(shared).unwrap(), Dp.solve(unshared).unwrap());
+}
+
+/// `Problem::new` (layers share their specs) against `Problem::new_unshared` (the reference,
+/// every operator enumerated and priced on its own), alone and with the DP's solve and plan,
+/// after checking that both give the same problem and plan.
+fn problem(c: &mut Criterion) {
+    let model = Time::on(Machine::by_name("dgx-a100").unwrap());
+    let graph = Workload::parse("llama:layers=32,tokens=8192,seqs=1").unwrap().build(DType::F16).unwrap();
+    let comp = graph.computation();
+    let mut group = c.benchmark_group("problem_llama");
+    group.sample_size(10);
+    for p in [8, 64] {
+        assert_same(&Problem::new(comp, p, &model).unwrap(), &Problem::new_unshared(comp, p, &model).unwrap());
+        group.bench_function(format!("new_p{p}"), |b| b.iter(|| black_box(Problem::new(comp, p, &model).unwrap())));
+        group.bench_function(format!("new_unshared_p{p}"), |b| {
+            b.iter(|| black_box(Problem::new_unshared(comp, p, &model).unwrap()))
+        });
+        group.bench_function(format!("dp_p{p}"), |b| {
+            b.iter(|| {
+                let problem = Problem::new(comp, p, &model).unwrap();
+                black_box(problem.plan(&Dp.solve(&problem).unwrap(), "dp").unwrap())
+            })
+        });
+        group.bench_function(format!("dp_unshared_p{p}"), |b| {
+            b.iter(|| {
+                let problem = Problem::new_unshared(comp, p, &model).unwrap();
+                black_box(problem.plan(&Dp.solve(&problem).unwrap(), "dp").unwrap())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, optimize, problem);
 criterion_main!(benches);

@@ -1,6 +1,8 @@
 //! The optimization problem every strategy solves, built once from a computation.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use einsum_core::TensorType;
 use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, Node, OpId, enumerate_specs, factorizations};
@@ -95,16 +97,35 @@ pub struct Problem {
 
 impl Problem {
     /// Enumerates and prices every operator's specs on `p` devices.
+    ///
+    /// Operators that enumeration and pricing cannot tell apart (the repeated layers of a
+    /// transformer stack) are enumerated and priced once and share the result: two operators
+    /// count as equal when they have the same concrete type, the same `Debug` rendering (so
+    /// an operator's `Debug` must print every parameter its specs depend on, as a derived
+    /// one does) and the same inputs coming from computation inputs, and the problem is then
+    /// the same as [`new_unshared`](Self::new_unshared)'s (the argument is in the source, on
+    /// `SharingKey`). This assumes the cost model reads of each input's [`Source`] only
+    /// whether it is [`Source::Input`] (as [`Time`](crate::Time) and
+    /// [`PaperProxy`](crate::PaperProxy) do); a model that prices by which operator produces
+    /// an input must be given [`new_unshared`](Self::new_unshared) instead.
     pub fn new(comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<Problem> {
+        Self::build(comp, p, cost, true)
+    }
+
+    /// Like [`new`](Self::new), but enumerates and prices every operator on its own, however
+    /// many equal operators the computation holds: the reference `new` is checked against,
+    /// and the constructor for a cost model that reads more of an input's [`Source`] than
+    /// whether it is a computation input.
+    pub fn new_unshared(comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<Problem> {
+        Self::build(comp, p, cost, false)
+    }
+
+    fn build(comp: &Computation, p: usize, cost: &dyn CostModel, share: bool) -> Result<Problem> {
         if p == 0 {
             return Err(Error::NoDevices(p));
         }
-        let mut interner: HashMap<Vec<TensorType>, TilingId> = HashMap::new();
-        let mut intern = |mut blocks: Vec<TensorType>| -> TilingId {
-            blocks.sort();
-            let next = TilingId(interner.len() as u32);
-            *interner.entry(blocks).or_insert(next)
-        };
+        let mut interner = Interner::default();
+        let mut shared: HashMap<SharingKey, Vec<Candidate>> = HashMap::new();
         let index: HashMap<OpId, usize> = comp.ops().enumerate().map(|(i, (id, _, _))| (id, i)).collect();
         let mut ops = Vec::with_capacity(index.len());
         for (id, op, args) in comp.ops() {
@@ -115,29 +136,14 @@ impl Problem {
                     _ => Source::Input,
                 })
                 .collect();
-            let mut candidates = Vec::new();
-            for choice in enumerate_specs(op, p)? {
-                let spec = choice.spec;
-                let bytes = bytes_of(op, &spec);
-                let priced = cost.spec(op, &spec, p, &sources);
-                if [priced.join, priced.aggregation, priced.compute].iter().any(|c| !c.is_finite() || *c < 0.0) {
-                    return Err(Error::InvalidPlan(format!(
-                        "{}: the {} cost model priced a spec at {priced:?}; costs must be finite and non-negative",
-                        op.kind(),
-                        cost.name()
-                    )));
+            let candidates = if share {
+                match shared.entry(SharingKey::of(op, &sources)) {
+                    Entry::Occupied(seen) => seen.get().clone(),
+                    Entry::Vacant(slot) => slot.insert(candidates(op, p, cost, &sources, &mut interner)?).clone(),
                 }
-                candidates.push(Candidate {
-                    counts: choice.counts,
-                    aliases: Vec::new(),
-                    outputs: (0..op.outputs().len()).map(|j| intern(spec.output_blocks(j))).collect(),
-                    inputs: (0..op.inputs().len()).map(|k| intern(spec.input_blocks(k))).collect(),
-                    cost: priced,
-                    bytes,
-                    spec,
-                });
-            }
-            add_aliases(op, p, &mut candidates);
+            } else {
+                candidates(op, p, cost, &sources, &mut interner)?
+            };
             let shardable = op.shardable();
             ops.push(OpProblem {
                 id,
@@ -265,6 +271,104 @@ impl OpProblem {
     }
 }
 
+/// Interns block sets as [`TilingId`]s: equal sets (in any order) get equal ids, numbered
+/// in order of first appearance.
+#[derive(Default)]
+struct Interner(HashMap<Vec<TensorType>, TilingId>);
+
+impl Interner {
+    fn id(&mut self, mut blocks: Vec<TensorType>) -> TilingId {
+        blocks.sort();
+        let next = TilingId(self.0.len() as u32);
+        *self.0.entry(blocks).or_insert(next)
+    }
+}
+
+/// Every candidate of `op` on `p` devices, priced by `cost` with its inputs coming from
+/// `sources`, with aliases recorded and tilings interned.
+fn candidates(
+    op: &dyn AbstractOperator,
+    p: usize,
+    cost: &dyn CostModel,
+    sources: &[Source],
+    interner: &mut Interner,
+) -> Result<Vec<Candidate>> {
+    let mut candidates = Vec::new();
+    for choice in enumerate_specs(op, p)? {
+        let spec = choice.spec;
+        let bytes = bytes_of(op, &spec);
+        let priced = cost.spec(op, &spec, p, sources);
+        if [priced.join, priced.aggregation, priced.compute].iter().any(|c| !c.is_finite() || *c < 0.0) {
+            return Err(Error::InvalidPlan(format!(
+                "{}: the {} cost model priced a spec at {priced:?}; costs must be finite and non-negative",
+                op.kind(),
+                cost.name()
+            )));
+        }
+        candidates.push(Candidate {
+            counts: choice.counts,
+            aliases: Vec::new(),
+            outputs: (0..op.outputs().len()).map(|j| interner.id(spec.output_blocks(j))).collect(),
+            inputs: (0..op.inputs().len()).map(|k| interner.id(spec.input_blocks(k))).collect(),
+            cost: priced,
+            bytes,
+            spec,
+        });
+    }
+    add_aliases(op, p, &mut candidates);
+    Ok(candidates)
+}
+
+/// What [`Problem::new`] compares to decide that two operators of one computation share
+/// their candidates: the operator's concrete type, its `Debug` rendering, and which of its
+/// inputs are computation inputs.
+///
+/// # Soundness
+/// A sharing operator gets a copy of the first equal operator's [`Candidate`]s, so the
+/// problem is the same as [`Problem::new_unshared`]'s (same candidates, costs, tilings and
+/// order) exactly when everything [`candidates`] computes is a function of the key (the
+/// device count `p` is fixed within one call, so it need not be part of it):
+/// - **Enumeration** (`enumerate_specs`, `add_aliases`) and the proxy bytes (`bytes_of`)
+///   read the operator only through its [`AbstractOperator`] methods, which depend only on
+///   its type and fields. Equal type and equal `Debug` output mean equal fields when the
+///   type's `Debug` prints every field that its methods read: every operator of
+///   `einsum-ops` (`Einsum`, `Binary`, `Unary`, `Reduce`, `Softmax`, `RmsNorm`,
+///   `LayerNorm`, `Rope`, `Attention`) derives `Debug` over all of its fields, and so do
+///   the field types they hold (`TensorDesc`, `Packing`, `AttentionConfig`, the op enums;
+///   `f32` parameters print as their shortest round-tripping decimal, so distinct values
+///   print differently). An operator with a hand-written `Debug` that hides a field its
+///   specs or costs depend on would be wrongly shared, so operators must not have one.
+/// - **Pricing** ([`CostModel::spec`]) reads the operator, the spec, `p` and the inputs'
+///   sources. Of the sources, [`Time`](crate::Time) reads only whether each is
+///   [`Source::Input`] (a resident computation input, whose join is free) and
+///   [`PaperProxy`](crate::PaperProxy) reads nothing, so the key holds that flag per input
+///   and not the producing operator (which differs from layer to layer and would defeat
+///   the sharing). A model that reads more must use [`Problem::new_unshared`].
+/// - **Tilings** are interned by block set, and interning is idempotent: the blocks of a
+///   copy were interned when the first equal operator was, so a fresh pass would return
+///   the ids the copy carries, and create no new ids that would renumber later tilings.
+/// - **Errors** are the same: a failing first operator fails the call before any copy.
+#[derive(PartialEq, Eq, Hash)]
+struct SharingKey {
+    /// The operator's concrete type (two types may print alike).
+    ty: TypeId,
+    /// Its `Debug` rendering: every parameter that its specs and costs depend on.
+    debug: String,
+    /// Per input, whether it is a computation input ([`Source::Input`]).
+    resident: Vec<bool>,
+}
+
+impl SharingKey {
+    fn of(op: &dyn AbstractOperator, sources: &[Source]) -> SharingKey {
+        let any: &dyn Any = op;
+        SharingKey {
+            ty: any.type_id(),
+            debug: format!("{op:?}"),
+            resident: sources.iter().map(|s| matches!(s, Source::Input)).collect(),
+        }
+    }
+}
+
 /// Records, on the candidate whose spec it requests, every factorization of `p` over the
 /// operator's shardable indices that enumeration dropped as a duplicate. Requests that are
 /// unsupported or cannot be split are skipped: they name no candidate.
@@ -292,4 +396,25 @@ fn bytes_of(op: &dyn einsum_joinagg::AbstractOperator, spec: &JoinAggSpec) -> f6
     let w = |d: &einsum_core::TensorDesc| d.dtype.size_bytes() as f64;
     join.iter().zip(op.inputs()).map(|(e, d)| e * w(d)).sum::<f64>()
         + agg.iter().zip(op.outputs()).map(|(e, d)| e * w(d)).sum::<f64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use einsum_core::{DType, TensorDesc};
+    use einsum_ops::unary::{Unary, UnaryOp};
+
+    /// The key names the operator's concrete type (not `dyn AbstractOperator`'s) and tells
+    /// computation inputs from produced ones.
+    #[test]
+    fn the_sharing_key_sees_the_concrete_type_and_the_resident_inputs() {
+        let x = TensorDesc::of(&[("i", 4)], DType::F32).unwrap();
+        let op: Box<dyn AbstractOperator> = Box::new(Unary::new(&x, UnaryOp::Silu).unwrap());
+        let input = SharingKey::of(op.as_ref(), &[Source::Input]);
+        let produced = SharingKey::of(op.as_ref(), &[Source::Op { op: 3, output: 0 }]);
+        assert!(input.ty == TypeId::of::<Unary>());
+        assert!(input.debug.starts_with("Unary") && input.debug.contains("Silu"), "{}", input.debug);
+        assert!(input != produced);
+        assert!(produced == SharingKey::of(op.as_ref(), &[Source::Op { op: 7, output: 1 }]));
+    }
 }
