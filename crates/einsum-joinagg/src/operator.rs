@@ -15,7 +15,10 @@ use crate::{FunctionSpec, JoinAggSpec, Result, ShardableIndex};
 /// sequence ends. The optimizer sees nothing but the shardable indices, the specs they
 /// yield, and the work of each function spec. Every method is cheap except `compute`.
 /// `Any` is a supertrait so that a backend with its own kernels (CUDA) can recover the
-/// concrete operator type behind a `&dyn AbstractOperator` by downcasting.
+/// concrete operator type behind a `&dyn AbstractOperator` by downcasting. `Debug` must
+/// print every parameter the specs and costs depend on (derive it): the logical optimizer
+/// enumerates and prices once the operators of one type that print alike (the repeated
+/// layers of a model).
 pub trait AbstractOperator: std::any::Any + fmt::Debug + Send + Sync {
     /// The operator's kind, e.g. `matmul`, `attention`.
     fn kind(&self) -> &str;

@@ -7,7 +7,7 @@ use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, JoinAggSpec};
 use einsum_sim::{ComputeRates, KernelClass, Precision, Roofline, SiteId, Topology};
 
-use crate::{Error, Result, Source};
+use crate::{Error, Result};
 
 /// The tiling-independent cost of one spec, in the model's unit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -48,13 +48,17 @@ pub trait CostModel: fmt::Debug + Send + Sync {
     fn repartition(&self, desc: &TensorDesc, p: usize) -> f64;
 
     /// Sub-costs (2) and (3), and compute, of running `spec` of `op` on `p` devices, where
-    /// input `k` of `op` comes from `sources[k]`. The model decides per input whether its
-    /// join is charged: the paper's proxy charges every input, the [`Time`] model skips
-    /// computation inputs ([`Source::Input`]), which are loaded in the spec's layout.
+    /// `resident[k]` says that input `k` of `op` is a computation input ([`Source::Input`](crate::Source::Input)),
+    /// loaded in the spec's layout before the run, rather than an operator's output. The
+    /// model decides per input whether its join is charged: the paper's proxy charges every
+    /// input, the [`Time`] model skips resident ones. An input without an entry is not
+    /// resident (a model never assumes an input it was not told about is).
     ///
-    /// `sources` has one entry per input of `op`; an input without an entry is charged (a
-    /// model never assumes an input it was not told about is resident).
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost;
+    /// This is all a model learns of where inputs come from (a spec's cost cannot depend on
+    /// the producer's tiling, which the optimizer charges as repartitioning), so operators
+    /// that are equal and read equally resident inputs cost the same, and
+    /// [`Problem::new`](crate::Problem::new) prices such operators once.
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> SpecCost;
 }
 
 /// Σ over function specs of the elements of their input blocks, per input.
@@ -112,7 +116,7 @@ impl CostModel for PaperProxy {
         desc.shape().iter().product::<usize>() as f64
     }
 
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, _p: usize, _sources: &[Source]) -> SpecCost {
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, _p: usize, _resident: &[bool]) -> SpecCost {
         SpecCost {
             join: join_elements(spec, op.inputs().len()).iter().sum(),
             aggregation: aggregation_elements(spec, op.outputs().len()).iter().sum(),
@@ -183,7 +187,7 @@ impl Machine {
 /// not priced at tensor-core speed).
 ///
 /// **Computation inputs are resident.** The join sub-cost is charged only for inputs an
-/// operator produces ([`Source::Op`]); a computation input ([`Source::Input`]: weights, the
+/// operator produces ([`Source::Op`](crate::Source::Op)); a computation input ([`Source::Input`](crate::Source::Input): weights, the
 /// matrices of a chain) costs nothing to join, because the compiled task graph `Load`s it
 /// directly into the block each function spec reads, on that spec's device, before the run,
 /// and the whole-plan prediction (`einsum_exprog::compile`, `predict.rs`) treats loads as
@@ -238,9 +242,9 @@ impl CostModel for Time {
         self.seconds(desc.size_bytes() as f64, p)
     }
 
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost {
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> SpecCost {
         let width = |d: &TensorDesc| d.dtype.size_bytes() as f64;
-        let resident = |k: usize| matches!(sources.get(k), Some(Source::Input));
+        let resident = |k: usize| resident.get(k).copied().unwrap_or(false);
         let join: f64 = replica_elements(spec, op.inputs().len())
             .iter()
             .zip(op.inputs())

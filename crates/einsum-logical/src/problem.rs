@@ -104,18 +104,14 @@ impl Problem {
     /// an operator's `Debug` must print every parameter its specs depend on, as a derived
     /// one does) and the same inputs coming from computation inputs, and the problem is then
     /// the same as [`new_unshared`](Self::new_unshared)'s (the argument is in the source, on
-    /// `SharingKey`). This assumes the cost model reads of each input's [`Source`] only
-    /// whether it is [`Source::Input`] (as [`Time`](crate::Time) and
-    /// [`PaperProxy`](crate::PaperProxy) do); a model that prices by which operator produces
-    /// an input must be given [`new_unshared`](Self::new_unshared) instead.
+    /// `SharingKey`; a cost model is told no more of an input's [`Source`] than whether it
+    /// is resident, see [`CostModel::spec`]).
     pub fn new(comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<Problem> {
         Self::build(comp, p, cost, true)
     }
 
     /// Like [`new`](Self::new), but enumerates and prices every operator on its own, however
-    /// many equal operators the computation holds: the reference `new` is checked against,
-    /// and the constructor for a cost model that reads more of an input's [`Source`] than
-    /// whether it is a computation input.
+    /// many equal operators the computation holds: the reference `new` is checked against.
     pub fn new_unshared(comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<Problem> {
         Self::build(comp, p, cost, false)
     }
@@ -136,13 +132,14 @@ impl Problem {
                     _ => Source::Input,
                 })
                 .collect();
+            let resident: Vec<bool> = sources.iter().map(|s| matches!(s, Source::Input)).collect();
             let candidates = if share {
-                match shared.entry(SharingKey::of(op, &sources)) {
+                match shared.entry(SharingKey::of(op, &resident)) {
                     Entry::Occupied(seen) => seen.get().clone(),
-                    Entry::Vacant(slot) => slot.insert(candidates(op, p, cost, &sources, &mut interner)?).clone(),
+                    Entry::Vacant(slot) => slot.insert(candidates(op, p, cost, &resident, &mut interner)?).clone(),
                 }
             } else {
-                candidates(op, p, cost, &sources, &mut interner)?
+                candidates(op, p, cost, &resident, &mut interner)?
             };
             let shardable = op.shardable();
             ops.push(OpProblem {
@@ -284,20 +281,20 @@ impl Interner {
     }
 }
 
-/// Every candidate of `op` on `p` devices, priced by `cost` with its inputs coming from
-/// `sources`, with aliases recorded and tilings interned.
+/// Every candidate of `op` on `p` devices, priced by `cost` (`resident[k]`: input `k` is a
+/// computation input), with aliases recorded and tilings interned.
 fn candidates(
     op: &dyn AbstractOperator,
     p: usize,
     cost: &dyn CostModel,
-    sources: &[Source],
+    resident: &[bool],
     interner: &mut Interner,
 ) -> Result<Vec<Candidate>> {
     let mut candidates = Vec::new();
     for choice in enumerate_specs(op, p)? {
         let spec = choice.spec;
         let bytes = bytes_of(op, &spec);
-        let priced = cost.spec(op, &spec, p, sources);
+        let priced = cost.spec(op, &spec, p, resident);
         if [priced.join, priced.aggregation, priced.compute].iter().any(|c| !c.is_finite() || *c < 0.0) {
             return Err(Error::InvalidPlan(format!(
                 "{}: the {} cost model priced a spec at {priced:?}; costs must be finite and non-negative",
@@ -338,12 +335,9 @@ fn candidates(
 ///   `f32` parameters print as their shortest round-tripping decimal, so distinct values
 ///   print differently). An operator with a hand-written `Debug` that hides a field its
 ///   specs or costs depend on would be wrongly shared, so operators must not have one.
-/// - **Pricing** ([`CostModel::spec`]) reads the operator, the spec, `p` and the inputs'
-///   sources. Of the sources, [`Time`](crate::Time) reads only whether each is
-///   [`Source::Input`] (a resident computation input, whose join is free) and
-///   [`PaperProxy`](crate::PaperProxy) reads nothing, so the key holds that flag per input
-///   and not the producing operator (which differs from layer to layer and would defeat
-///   the sharing). A model that reads more must use [`Problem::new_unshared`].
+/// - **Pricing** ([`CostModel::spec`]) is given the operator, the spec, `p` and, per input,
+///   only whether it is resident (a computation input), so the key holds that flag and not
+///   the producing operator (which differs from layer to layer and would defeat sharing).
 /// - **Tilings** are interned by block set, and interning is idempotent: the blocks of a
 ///   copy were interned when the first equal operator was, so a fresh pass would return
 ///   the ids the copy carries, and create no new ids that would renumber later tilings.
@@ -359,13 +353,9 @@ struct SharingKey {
 }
 
 impl SharingKey {
-    fn of(op: &dyn AbstractOperator, sources: &[Source]) -> SharingKey {
+    fn of(op: &dyn AbstractOperator, resident: &[bool]) -> SharingKey {
         let any: &dyn Any = op;
-        SharingKey {
-            ty: any.type_id(),
-            debug: format!("{op:?}"),
-            resident: sources.iter().map(|s| matches!(s, Source::Input)).collect(),
-        }
+        SharingKey { ty: any.type_id(), debug: format!("{op:?}"), resident: resident.to_vec() }
     }
 }
 
@@ -410,11 +400,11 @@ mod tests {
     fn the_sharing_key_sees_the_concrete_type_and_the_resident_inputs() {
         let x = TensorDesc::of(&[("i", 4)], DType::F32).unwrap();
         let op: Box<dyn AbstractOperator> = Box::new(Unary::new(&x, UnaryOp::Silu).unwrap());
-        let input = SharingKey::of(op.as_ref(), &[Source::Input]);
-        let produced = SharingKey::of(op.as_ref(), &[Source::Op { op: 3, output: 0 }]);
+        let input = SharingKey::of(op.as_ref(), &[true]);
+        let produced = SharingKey::of(op.as_ref(), &[false]);
         assert!(input.ty == TypeId::of::<Unary>());
         assert!(input.debug.starts_with("Unary") && input.debug.contains("Silu"), "{}", input.debug);
         assert!(input != produced);
-        assert!(produced == SharingKey::of(op.as_ref(), &[Source::Op { op: 7, output: 1 }]));
+        assert!(produced == SharingKey::of(op.as_ref(), &[false]));
     }
 }

@@ -6,7 +6,7 @@ use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, TensorId};
 use einsum_logical::{
     BASELINES, CostModel, Data, Dp, Error, LogicalOptimizer, Machine, Megatron, Mesh2d, OPTIMIZERS, PaperProxy,
-    Problem, Source, SpecCost, Time, Ulysses, optimizer_by_name,
+    Problem, SpecCost, Time, Ulysses, optimizer_by_name,
 };
 use einsum_ops::Packing;
 use einsum_ops::attention::{Attention, AttentionConfig};
@@ -338,8 +338,8 @@ impl CostModel for ChargingWeights {
     fn repartition(&self, desc: &TensorDesc, p: usize) -> f64 {
         self.0.repartition(desc, p)
     }
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost {
-        self.0.spec(op, spec, p, &vec![Source::Op { op: 0, output: 0 }; sources.len()])
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> SpecCost {
+        self.0.spec(op, spec, p, &vec![false; resident.len()])
     }
 }
 

@@ -106,10 +106,9 @@ fn a_model_charges_an_input_it_has_no_source_for() {
         .unwrap()
         .spec;
     let time = time();
-    let produced = Source::Op { op: 0, output: 0 };
-    let both = time.spec(op, spec, 2, &[produced, produced]);
+    let both = time.spec(op, spec, 2, &[false, false]);
     let unknown = time.spec(op, spec, 2, &[]);
-    let weight = time.spec(op, spec, 2, &[produced, Source::Input]);
+    let weight = time.spec(op, spec, 2, &[false, true]);
     assert_eq!(unknown.join, both.join);
     assert!(weight.join < both.join);
     assert_eq!((weight.aggregation, weight.compute), (both.aggregation, both.compute));
@@ -204,7 +203,7 @@ fn time_prices_kernels_at_the_roofline() {
     for p in [1, 2, 4] {
         let matmul = Einsum::matmul(&x, &w).unwrap();
         for choice in enumerate_specs(&matmul, p).unwrap() {
-            let cost = time.spec(&matmul, &choice.spec, p, &[Source::Input, Source::Input]);
+            let cost = time.spec(&matmul, &choice.spec, p, &[true, true]);
             // Every spec of a 4096³ matmul splits its 2·4096³ FLOPs evenly over p devices;
             // at 2·4096/p FLOPs per byte moved it stays compute-bound.
             let by_hand = 2.0 * 4096f64.powi(3) / p as f64 / (312e12 * 0.75);
@@ -212,7 +211,7 @@ fn time_prices_kernels_at_the_roofline() {
         }
         let relu = Unary::new(&x, UnaryOp::Relu).unwrap();
         let choice = &enumerate_specs(&relu, p).unwrap()[0];
-        let cost = time.spec(&relu, &choice.spec, p, &[Source::Input]);
+        let cost = time.spec(&relu, &choice.spec, p, &[true]);
         // Reads and writes its 2-byte elements once: 2 · 2 · 4096² / p bytes.
         let by_hand = 4.0 * 4096f64.powi(2) / p as f64 / (1555e9 * 0.85);
         assert!(close(cost.compute, by_hand), "relu p = {p}: {} against {by_hand}", cost.compute);

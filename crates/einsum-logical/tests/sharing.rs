@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, TensorId};
-use einsum_logical::{CostModel, Dp, LogicalOptimizer, Machine, PaperProxy, Problem, Source, SpecCost, Time};
+use einsum_logical::{CostModel, Dp, LogicalOptimizer, Machine, PaperProxy, Problem, SpecCost, Time};
 use einsum_ops::Packing;
 use einsum_ops::attention::{Attention, AttentionConfig};
 use einsum_ops::binary::{Binary, BinaryOp};
@@ -183,9 +183,9 @@ impl CostModel for Counting {
     fn repartition(&self, desc: &TensorDesc, p: usize) -> f64 {
         self.model.repartition(desc, p)
     }
-    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, sources: &[Source]) -> SpecCost {
+    fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> SpecCost {
         self.priced.fetch_add(1, Ordering::Relaxed);
-        self.model.spec(op, spec, p, sources)
+        self.model.spec(op, spec, p, resident)
     }
 }
 
