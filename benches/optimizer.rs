@@ -36,7 +36,7 @@ fn assert_same(shared: &Problem, unshared: &Problem) {
     assert_eq!(shared.ops.len(), unshared.ops.len());
     for (a, b) in shared.ops.iter().zip(&unshared.ops) {
         assert_eq!(a.candidates.len(), b.candidates.len(), "{}", a.name);
-        for (x, y) in a.candidates.iter().zip(&b.candidates) {
+        for (x, y) in a.candidates.iter().zip(b.candidates.iter()) {
             let bits = |c: &einsum_logical::Candidate| {
                 [c.cost.join, c.cost.aggregation, c.cost.compute, c.bytes].map(f64::to_bits)
             };

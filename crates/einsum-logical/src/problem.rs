@@ -3,6 +3,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 use einsum_core::TensorType;
 use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, Node, OpId, enumerate_specs, factorizations};
@@ -78,7 +79,7 @@ pub struct OpProblem {
     /// The consumers `(op index, input slot)` of each output.
     pub consumers: Vec<Vec<(usize, usize)>>,
     /// Every spec it offers on `p` devices.
-    pub candidates: Vec<Candidate>,
+    pub candidates: Arc<[Candidate]>,
 }
 
 /// A computation prepared for optimizers: operators in topological order, each with its
@@ -121,7 +122,7 @@ impl Problem {
             return Err(Error::NoDevices(p));
         }
         let mut interner = Interner::default();
-        let mut shared: HashMap<SharingKey, Vec<Candidate>> = HashMap::new();
+        let mut shared: HashMap<SharingKey, Arc<[Candidate]>> = HashMap::new();
         let index: HashMap<OpId, usize> = comp.ops().enumerate().map(|(i, (id, _, _))| (id, i)).collect();
         let mut ops = Vec::with_capacity(index.len());
         for (id, op, args) in comp.ops() {
@@ -136,10 +137,10 @@ impl Problem {
             let candidates = if share {
                 match shared.entry(SharingKey::of(op, &resident)) {
                     Entry::Occupied(seen) => seen.get().clone(),
-                    Entry::Vacant(slot) => slot.insert(candidates(op, p, cost, &resident, &mut interner)?).clone(),
+                    Entry::Vacant(slot) => slot.insert(candidates(op, p, cost, &resident, &mut interner)?.into()).clone(),
                 }
             } else {
-                candidates(op, p, cost, &resident, &mut interner)?
+                candidates(op, p, cost, &resident, &mut interner)?.into()
             };
             let shardable = op.shardable();
             ops.push(OpProblem {

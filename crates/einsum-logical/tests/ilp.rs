@@ -243,6 +243,8 @@ fn computation_without_operators_has_an_empty_plan() {
 #[test]
 fn non_finite_cost_is_a_solver_error() {
     let mut problem = Problem::new(&matmul(4), 2, &PaperProxy).expect("problem");
-    problem.ops[0].candidates[0].cost.join = f64::NAN;
+    let mut candidates = problem.ops[0].candidates.to_vec();
+    candidates[0].cost.join = f64::NAN;
+    problem.ops[0].candidates = candidates.into();
     assert!(matches!(Ilp.solve(&problem), Err(Error::Solver(_))));
 }

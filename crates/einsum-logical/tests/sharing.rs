@@ -106,7 +106,7 @@ fn assert_same(shared: &Problem, unshared: &Problem, what: &str) {
         let at = format!("{what}, {}", a.name);
         assert_eq!((&a.name, &a.sources, &a.consumers), (&b.name, &b.sources, &b.consumers), "{at}");
         assert_eq!(a.candidates.len(), b.candidates.len(), "{at}");
-        for (n, (x, y)) in a.candidates.iter().zip(&b.candidates).enumerate() {
+        for (n, (x, y)) in a.candidates.iter().zip(b.candidates.iter()).enumerate() {
             assert_eq!((&x.counts, &x.aliases), (&y.counts, &y.aliases), "{at}, candidate {n}");
             assert!(x.spec == y.spec, "{at}, candidate {n}: specs differ");
             assert_eq!((&x.outputs, &x.inputs), (&y.outputs, &y.inputs), "{at}, candidate {n}");
