@@ -137,7 +137,9 @@ impl Problem {
             let candidates = if share {
                 match shared.entry(SharingKey::of(op, &resident)) {
                     Entry::Occupied(seen) => seen.get().clone(),
-                    Entry::Vacant(slot) => slot.insert(candidates(op, p, cost, &resident, &mut interner)?.into()).clone(),
+                    Entry::Vacant(slot) => {
+                        slot.insert(candidates(op, p, cost, &resident, &mut interner)?.into()).clone()
+                    }
                 }
             } else {
                 candidates(op, p, cost, &resident, &mut interner)?.into()

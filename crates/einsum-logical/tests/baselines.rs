@@ -3,7 +3,7 @@
 //! exactly the mesh-restricted space, never beating the DP on a tree.
 
 use einsum_core::{DType, TensorDesc};
-use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, TensorId};
+use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec};
 use einsum_logical::{
     BASELINES, CostModel, Data, Dp, Error, LogicalOptimizer, Machine, Megatron, Mesh2d, OPTIMIZERS, PaperProxy,
     Problem, SpecCost, Time, Ulysses, optimizer_by_name,
@@ -11,34 +11,11 @@ use einsum_logical::{
 use einsum_ops::Packing;
 use einsum_ops::attention::{Attention, AttentionConfig};
 use einsum_ops::binary::{Binary, BinaryOp};
-use einsum_ops::einsum::Einsum;
 use einsum_ops::rmsnorm::RmsNorm;
 use einsum_ops::unary::{Unary, UnaryOp};
 
-/// Builds a computation operator by operator, naming each after its role.
-struct Builder {
-    comp: Computation,
-    dtype: DType,
-}
-
-impl Builder {
-    fn input(&mut self, name: &str, dims: &[(&str, usize)]) -> TensorId {
-        self.comp.add_input(name, TensorDesc::of(dims, self.dtype).unwrap())
-    }
-
-    fn desc(&self, t: TensorId) -> TensorDesc {
-        self.comp.desc(t).unwrap().clone()
-    }
-
-    fn op(&mut self, name: &str, op: impl AbstractOperator + 'static, args: &[TensorId]) -> TensorId {
-        self.comp.add_op(name, Box::new(op), args).unwrap()[0]
-    }
-
-    fn einsum(&mut self, name: &str, eq: &str, args: &[TensorId]) -> TensorId {
-        let descs: Vec<TensorDesc> = args.iter().map(|&t| self.desc(t)).collect();
-        self.op(name, Einsum::new(eq, &descs).unwrap(), args)
-    }
-}
+mod common;
+use common::Builder;
 
 /// The sizes of a [`block_of`].
 #[derive(Clone, Copy, Debug)]
@@ -63,7 +40,7 @@ fn block(tokens: usize, seqs: usize, heads_q: usize, heads_kv: usize) -> Computa
 /// weight is a computation input.
 fn block_of(dims: Dims) -> Computation {
     let Dims { tokens, seqs, d_model, heads_q, heads_kv, d_head, d_ff, dtype } = dims;
-    let mut b = Builder { comp: Computation::new(), dtype };
+    let mut b = Builder::new(dtype);
     let x = b.input("x", &[("tokens", tokens), ("d_model", d_model)]);
     let norm = b.input("norm", &[("d_model", d_model)]);
     let wq = b.input("wq", &[("d_model", d_model), ("heads_q", heads_q), ("d_head", d_head)]);
@@ -93,7 +70,7 @@ fn block_of(dims: Dims) -> Computation {
 
 /// The matrix chain `A (B C)` (a tree), with dimension names `d0..d3`.
 fn chain() -> Computation {
-    let mut b = Builder { comp: Computation::new(), dtype: DType::F32 };
+    let mut b = Builder::new(DType::F32);
     let m1 = b.input("M1", &[("d0", 12), ("d1", 8)]);
     let m2 = b.input("M2", &[("d1", 8), ("d2", 16)]);
     let m3 = b.input("M3", &[("d2", 16), ("d3", 4)]);

@@ -5,39 +5,17 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use einsum_core::{DType, TensorDesc};
-use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, TensorId};
+use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec};
 use einsum_logical::{CostModel, Dp, LogicalOptimizer, Machine, PaperProxy, Problem, SpecCost, Time};
 use einsum_ops::Packing;
 use einsum_ops::attention::{Attention, AttentionConfig};
 use einsum_ops::binary::{Binary, BinaryOp};
-use einsum_ops::einsum::Einsum;
 use einsum_ops::rmsnorm::RmsNorm;
 use einsum_ops::rope::Rope;
 use einsum_ops::unary::{Unary, UnaryOp};
 
-/// Builds a computation operator by operator.
-struct Builder {
-    comp: Computation,
-}
-
-impl Builder {
-    fn input(&mut self, name: &str, dims: &[(&str, usize)]) -> TensorId {
-        self.comp.add_input(name, TensorDesc::of(dims, DType::F16).unwrap())
-    }
-
-    fn desc(&self, t: TensorId) -> TensorDesc {
-        self.comp.desc(t).unwrap().clone()
-    }
-
-    fn op(&mut self, name: &str, op: impl AbstractOperator + 'static, args: &[TensorId]) -> TensorId {
-        self.comp.add_op(name, Box::new(op), args).unwrap()[0]
-    }
-
-    fn einsum(&mut self, name: &str, eq: &str, args: &[TensorId]) -> TensorId {
-        let descs: Vec<TensorDesc> = args.iter().map(|&t| self.desc(t)).collect();
-        self.op(name, Einsum::new(eq, &descs).unwrap(), args)
-    }
-}
+mod common;
+use common::Builder;
 
 /// One layer of a stack: what differs from layer to layer.
 #[derive(Clone, Copy)]
@@ -53,7 +31,7 @@ struct Layer {
 fn stack(layers: &[Layer]) -> Computation {
     let (tokens, d_model, heads_q, heads_kv, d_head) = (16, 8, 4, 2, 4);
     let packing = Packing::uniform(2, tokens / 2).unwrap();
-    let mut b = Builder { comp: Computation::new() };
+    let mut b = Builder::new(DType::F16);
     let mut x = b.input("x", &[("tokens", tokens), ("d_model", d_model)]);
     for (l, layer) in layers.iter().enumerate() {
         let w = |name: &str| format!("l{l}.{name}");
