@@ -107,7 +107,7 @@ pub use membership::Membership;
 pub use parser::{ParseError, parse, parse_with_spans};
 pub use partition::PartitionSpec;
 pub use preamble::{Atom, AtomCopy, ConsumerInput, Preamble, PreambleError, Side, Upstream, preamble};
-pub use program::{DEFAULT_SIZE_GB, Input, Program, Requirement};
+pub use program::{DEFAULT_SIZE_GB, Input, MAX_SIZE_GB, Program, Requirement};
 pub use search::{MAX_EVALUATIONS, MAX_NODES};
 pub use span::{Item, SourceMap, Span};
 pub use target::Target;
