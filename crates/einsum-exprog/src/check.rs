@@ -49,7 +49,7 @@ pub enum CheckErrorKind {
         gpus: usize,
     },
     /// An atom size that is not a positive finite number of GB, at most [`MAX_SIZE_GB`].
-    #[error("atom {atom} has size {size} GB; sizes must be positive, finite and at most {max:e} GB", max = MAX_SIZE_GB)]
+    #[error("atom {atom} has size {size:?} GB; sizes must be positive, finite and at most {max:e} GB", max = MAX_SIZE_GB)]
     BadSize {
         /// The atom.
         atom: AtomId,
@@ -241,7 +241,7 @@ mod tests {
         assert!(first_error("GPUS: 0, 1\nPARTITIONS: G {size 0} H {0, 1}").contains("empty"));
         assert!(first_error("PARTITIONS: G {size 1}").contains("needs a GPUS"));
         let e = first_error("IN: A @ 0 (size: 1e308 GB)");
-        assert!(e.contains("atom A has size") && e.contains("at most 1e12 GB"), "{e}");
+        assert!(e.contains("atom A has size 1e308 GB") && e.contains("at most 1e12 GB"), "{e}");
         assert!(first_error("IN: A @ 0 (size: 2e21 B)").contains("at most 1e12 GB"));
         assert!(first_error("IN: A @ 0\nA @ 0 -> 0").contains("own source"));
         let p: Program = "GPUS: 0\nPARTITIONS: G {1}".parse().unwrap();
