@@ -91,6 +91,12 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         other => return Err(Error::Usage(format!("unknown backend `{other}`; valid: cpu, cuda"))),
     };
     let comp = graph.computation();
+    if comp.saved().is_empty() {
+        // Nothing would be computed, and `execute` would return no output at all.
+        return Err(Error::Usage(
+            "the graph saves no tensor, so there is nothing to compute; save its outputs first".into(),
+        ));
+    }
     let strategy = optimizer_by_name(&options.optimizer, options.seed)?;
     // The topology first: a missing file is reported as such, not as an unknown preset.
     let topology = Topology::named(&options.topology)?;
