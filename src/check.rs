@@ -58,8 +58,11 @@ impl CheckReport {
 
 /// Checks every operator's specs on `p` devices (at most `max_specs` per operator, spread
 /// evenly over its enumeration) and the whole graph under one seeded random choice of spec
-/// per operator. Fails when an operator has no spec for `p`.
+/// per operator. Fails when an operator has no spec for `p`, or when `max_specs` is 0.
 pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u64) -> Result<CheckReport> {
+    if max_specs == 0 {
+        return Err(Error::Usage("--max-specs must be at least 1 (the specs run per operator)".into()));
+    }
     let elements: usize = comp
         .topo_order()
         .into_iter()

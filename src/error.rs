@@ -64,6 +64,19 @@ pub enum Error {
     /// A chart that cannot be drawn (its title and why).
     #[error("{0}")]
     Chart(String),
+    /// A run that needs more host memory than the machine has available, refused before
+    /// anything is allocated.
+    #[error(
+        "the run needs about {needed} bytes of host memory ({what}), but only {available} bytes are available; give smaller dimensions"
+    )]
+    HostMemory {
+        /// Bytes the run would allocate.
+        needed: usize,
+        /// Bytes available (free memory, or what the address-space limit leaves).
+        available: usize,
+        /// What the need is made of.
+        what: String,
+    },
     /// A bad command-line argument.
     #[error("{0}")]
     Usage(String),

@@ -91,10 +91,17 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         other => return Err(Error::Usage(format!("unknown backend `{other}`; valid: cpu, cuda"))),
     };
     let comp = graph.computation();
+    if comp.saved().is_empty() {
+        // Nothing would be computed, and `execute` would return no output at all.
+        return Err(Error::Usage(
+            "the graph saves no tensor, so there is nothing to compute; save its outputs first".into(),
+        ));
+    }
     let strategy = optimizer_by_name(&options.optimizer, options.seed)?;
+    // The topology first: a missing file is reported as such, not as an unknown preset.
+    let topology = Topology::named(&options.topology)?;
     let model = cost_model_by_name(&options.cost, &options.topology)?;
     let plan = strategy.optimize(comp, options.devices, model.as_ref())?;
-    let topology = Topology::named(&options.topology)?;
     let physical = einsum_exprog::CompileOptions { devices: options.devices, schedule: options.schedule, topology };
     let compiled = compile_physical(comp, &plan.specs(), &physical)?;
     let runner = if cuda {
@@ -203,7 +210,76 @@ impl Executable<'_> {
         self.compiled.predicted_ms
     }
 
+    /// The host bytes a run allocates: every input's value twice (generated or loaded, and
+    /// the copy handed to the backend), every device's peak on the CPU backend (its devices
+    /// are host memory), the saved outputs and, with `reference`, every tensor of the
+    /// single-device reference evaluation (as f32). An estimate from the task graph, so that
+    /// a run too large for the machine is refused before it allocates.
+    pub fn host_bytes_needed(&self, reference: bool) -> usize {
+        let comp = self.graph.computation();
+        let bytes = |t: &TensorId| {
+            comp.desc(*t).map_or(0, |d| d.shape().iter().fold(d.dtype.size_bytes(), |a, &n| a.saturating_mul(n)))
+        };
+        let inputs = self.inputs.iter().map(bytes).fold(0, usize::saturating_add);
+        let outputs = comp.saved().iter().map(bytes).fold(0, usize::saturating_add);
+        let devices = match self.runner {
+            Runner::Backend(_) => self.stats().peak_bytes.iter().fold(0usize, |a, &b| a.saturating_add(b)),
+            Runner::Cuda(_) => 0,
+        };
+        let reference = if reference {
+            comp.topo_order()
+                .into_iter()
+                .filter_map(|id| comp.node(id))
+                .flat_map(|n| n.outputs().iter().map(|d| d.shape().iter().fold(4usize, |a, &n| a.saturating_mul(n))))
+                .fold(0, usize::saturating_add)
+        } else {
+            0
+        };
+        inputs.saturating_mul(2).saturating_add(devices).saturating_add(outputs).saturating_add(reference)
+    }
+
+    /// Refuses a run whose [`Executable::host_bytes_needed`] exceeds the memory this process can
+    /// still allocate (`MemAvailable`, or the address-space limit less what is mapped), before
+    /// anything is allocated; where the system does not say (not Linux), it passes.
+    pub fn check_host_memory(&self, reference: bool) -> Result<()> {
+        let needed = self.host_bytes_needed(reference);
+        match available_host_memory() {
+            Some(available) if needed > available => Err(Error::HostMemory {
+                needed,
+                available,
+                what: format!(
+                    "inputs, {} device buffers and outputs{}",
+                    if matches!(self.runner, Runner::Backend(_)) { "the CPU backend's" } else { "no" },
+                    if reference { ", and the single-device reference" } else { "" }
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn input_name(&self, slot: usize) -> String {
         self.graph.computation().node(self.inputs[slot].op).map_or_else(String::new, |n| n.name().to_string())
+    }
+}
+
+/// The bytes this process can still allocate: the system's `MemAvailable`, capped by the
+/// soft address-space limit (`ulimit -v`) less the address space already mapped. `None`
+/// where `/proc` does not say.
+fn available_host_memory() -> Option<usize> {
+    let field = |text: &str, key: &str| -> Option<usize> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        let kb: usize = line[key.len()..].split_whitespace().next()?.parse().ok()?;
+        Some(kb.saturating_mul(1024))
+    };
+    let free = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| field(&m, "MemAvailable:"));
+    let limit = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
+        let line = l.lines().find(|l| l.starts_with("Max address space"))?;
+        let soft: usize = line["Max address space".len()..].split_whitespace().next()?.parse().ok()?;
+        let mapped = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| field(&s, "VmSize:")).unwrap_or(0);
+        Some(soft.saturating_sub(mapped))
+    });
+    match (free, limit) {
+        (Some(f), Some(l)) => Some(f.min(l)),
+        (f, l) => f.or(l),
     }
 }

@@ -84,19 +84,29 @@ impl Workload {
         };
         let mut params: BTreeMap<String, usize> = keys.iter().map(|&(k, v)| (k.to_string(), v)).collect();
         let mut given = Vec::new();
+        let mut given_args: Vec<&str> = Vec::new();
         for arg in args.split(',').filter(|a| !a.is_empty()) {
             let (k, v) = arg.split_once('=').ok_or_else(|| err(format!("`{arg}` is not key=value")))?;
             if !params.contains_key(k) {
                 let valid: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
                 return Err(err(format!("unknown key `{k}` for {name}; valid keys: {}", valid.join(", "))));
             }
-            let v: usize =
-                v.parse().map_err(|_| err(format!("value of `{k}` must be a positive integer, got `{v}`")))?;
+            if let Some(first) = given.iter().position(|g| *g == k) {
+                return Err(err(format!("`{k}` is given twice (as `{}` and `{arg}`)", given_args[first])));
+            }
+            let v: usize = v.parse().map_err(|_| {
+                if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+                    err(format!("value of `{k}` is too large, got `{v}` (at most {})", usize::MAX))
+                } else {
+                    err(format!("value of `{k}` must be a positive integer, got `{v}`"))
+                }
+            })?;
             if v == 0 {
                 return Err(err(format!("`{k}` must be positive")));
             }
             params.insert(k.to_string(), v);
             given.push(k);
+            given_args.push(arg);
         }
         if name == "matmul" {
             // `matmul:n=N` is square; `m` and `k` default to `n`.
@@ -298,6 +308,16 @@ mod tests {
         assert!(Workload::parse("ffn:tokens=x").is_err());
         assert!(Workload::parse("ffn:tokens=0").is_err());
         assert!(Workload::parse("ffn:tokens").is_err());
+    }
+
+    #[test]
+    fn parse_rejects_repeated_keys_and_overflowing_values() {
+        let e = Workload::parse("matmul:n=3,m=2,n=4").unwrap_err().to_string();
+        assert!(e.contains("`n` is given twice (as `n=3` and `n=4`)"), "{e}");
+        let e = Workload::parse("matmul:n=99999999999999999999").unwrap_err().to_string();
+        assert!(e.contains("value of `n` is too large"), "{e}");
+        let e = Workload::parse("matmul:n=-1").unwrap_err().to_string();
+        assert!(e.contains("must be a positive integer, got `-1`"), "{e}");
     }
 
     #[test]

@@ -193,3 +193,48 @@ fn explain_prints_plan_programs_and_a_dot_graph() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("16"));
 }
+
+/// Runs a command that must fail: non-zero exit, no panic, stdout holding only the `--json`
+/// error object, and stderr containing `want`.
+fn fails_with(args: &[&str], want: &str) {
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let out = einsummable(&with_json);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    assert!(err.starts_with("error: ") && err.contains(want), "{args:?}\n got: {err}\nwant: {want}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert!(v["error"].as_str().unwrap().contains(want), "{args:?}: {v}");
+}
+
+#[test]
+fn adversarial_inputs_fail_fast_with_typed_errors() {
+    let dir = std::env::temp_dir().join(format!("einsummable-cli-harden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let file = file.to_str().unwrap();
+    // A machine with room for a 16 TB matmul per device, so only the host can refuse it.
+    let roomy = dir.join("roomy.json");
+    std::fs::write(
+        &roomy,
+        r#"{"name": "roomy", "sites": 2, "site": {"hbm_gbps": 900, "hbm_gb": 1e9, "tflops": {"f16": 1, "bf16": 1, "f32": 1}}, "fallback": {"shared": "bus", "gbps": 10}}"#,
+    )
+    .unwrap();
+    let empty = dir.join("empty.exprog");
+    std::fs::write(&empty, "# nothing\n").unwrap();
+
+    fails_with(&["plan", "matmul:n=3,n=4"], "`n` is given twice");
+    fails_with(&["plan", "matmul:n=99999999999999999999"], "value of `n` is too large");
+    fails_with(&["plan", "matmul:n=64", "--topology", "/no/such/machine.json"], "no such file");
+    fails_with(&["run", "matmul:n=64", "--devices", "2", "--topology", "missing.json"], "no such file");
+    fails_with(&["run", "matmul:n=8", "--devices", "2", "--repeat", "0"], "--repeat must be at least 1");
+    // The unwritable dump directory fails before compiling (the workload would not even plan).
+    fails_with(&["run", "matmul:n=1", "--devices", "8", "--dump", file], "--dump: cannot create the directory");
+    fails_with(&["run", "matmul:n=2000000", "--devices", "2", "--topology", roomy.to_str().unwrap()], "host memory");
+    fails_with(&["check", "matmul:n=8", "--devices", "2", "--max-specs", "0"], "--max-specs must be at least 1");
+    fails_with(&["experiment", "proxy", "--small", "--out", file], "--out: cannot create the directory");
+    fails_with(&["exprog", "check", empty.to_str().unwrap()], "the program is empty");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -158,6 +158,26 @@ fn misuse_is_a_typed_error() {
     // More devices than the topology has sites, an unknown backend.
     assert!(compile(&graph, &CompileOptions { devices: 16, ..CompileOptions::default() }).is_err());
     assert!(compile(&graph, &CompileOptions { backend: "tpu".into(), ..CompileOptions::default() }).is_err());
+    // A graph that saves nothing would compute nothing and return no output.
+    let mut unsaved = Graph::new();
+    unsaved.input("x", &[("a", 4)], DType::F32).unwrap();
+    let e = compile(&unsaved, &CompileOptions { devices: 1, ..CompileOptions::default() }).err().unwrap();
+    assert!(e.to_string().contains("saves no tensor"), "{e}");
+    assert!(compile(&Graph::new(), &CompileOptions::default()).is_err());
+}
+
+#[test]
+fn host_memory_need_counts_inputs_devices_outputs_and_the_reference() {
+    let graph = mlp(8, 4, UnaryOp::Relu);
+    let exe = compile(&graph, &CompileOptions { devices: 2, ..CompileOptions::default() }).unwrap();
+    let comp = graph.computation();
+    let bytes = |t| comp.desc(t).unwrap().shape().iter().product::<usize>() * 4;
+    let inputs: usize = comp.inputs().into_iter().map(bytes).sum();
+    let outputs: usize = comp.saved().iter().copied().map(bytes).sum();
+    let devices: usize = exe.stats().peak_bytes.iter().sum();
+    assert_eq!(exe.host_bytes_needed(false), 2 * inputs + devices + outputs);
+    assert!(exe.host_bytes_needed(true) > exe.host_bytes_needed(false));
+    exe.check_host_memory(true).unwrap();
 }
 
 fn graph_input(g: &Graph, i: usize) -> einsummable::Tensor {

@@ -44,7 +44,10 @@ pub fn parse_devices(list: &str) -> Result<Vec<usize>> {
 /// Runs `experiment`.
 pub fn run(a: Args) -> Result<Report> {
     let experiments = Experiment::by_name(&a.name)?;
-    let setup = Setup { topology: a.topology, devices: parse_devices(&a.devices)?, out_dir: a.out, small: a.small };
+    let devices = parse_devices(&a.devices)?;
+    // Before hours of planning: an unwritable output directory fails at once.
+    super::prepare_dir("--out", &a.out)?;
+    let setup = Setup { topology: a.topology, devices, out_dir: a.out, small: a.small };
     let mut runner = Runner::new();
     let mut text = String::new();
     let mut results = Vec::new();

@@ -1,5 +1,7 @@
 //! One module per command: its arguments and what it prints.
 
+use std::path::Path;
+
 use einsummable::{DType, Error, Result, Schedule};
 use serde_json::Value;
 
@@ -33,4 +35,18 @@ pub fn parse_schedule(name: &str, seed: u64, iterations: usize) -> Result<Schedu
         "search" => Ok(Schedule::Search { seed, iterations }),
         other => Err(Error::Usage(format!("unknown schedule `{other}`; valid: naive, search"))),
     }
+}
+
+/// Creates the output directory `dir` given by `flag` (`--out`, `--dump`) and checks that a
+/// file can be written in it, so that a bad path fails before the command's work, with the
+/// flag and the reason.
+pub fn prepare_dir(flag: &str, dir: &Path) -> Result<()> {
+    let io = |what: &str, e: std::io::Error| Error::Io {
+        path: dir.display().to_string(),
+        message: format!("{flag}: {what}: {e}"),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io("cannot create the directory", e))?;
+    let probe = dir.join(".einsummable-write-probe");
+    std::fs::write(&probe, b"").map_err(|e| io("cannot write in the directory", e))?;
+    std::fs::remove_file(&probe).map_err(|e| io("cannot write in the directory", e))
 }

@@ -56,13 +56,14 @@ enum Physical {
 pub fn run(a: Args) -> Result<Report> {
     let graph = Workload::parse(&a.workload)?.build(parse_dtype(&a.dtype)?)?;
     let strategy = optimizer_by_name(&a.optimizer, a.seed)?;
+    // The topology first: a missing file is reported as such, not as an unknown preset.
+    let topology = Topology::named(&a.topology)?;
     let model = cost_model_by_name(&a.cost, &a.topology)?;
     let schedule = parse_schedule(&a.schedule, a.seed, a.iterations)?;
     let started = Instant::now();
     let plan = strategy.optimize(graph.computation(), a.devices, model.as_ref())?;
     let optimize_ms = started.elapsed().as_secs_f64() * 1e3;
 
-    let topology = Topology::named(&a.topology)?;
     let options = CompileOptions { devices: a.devices, schedule, topology };
     let started = Instant::now();
     let physical = match einsum_exprog::compile(graph.computation(), &plan.specs(), &options) {

@@ -95,21 +95,29 @@ pub struct RunArgs {
     /// Untimed runs before the timed ones.
     #[arg(long, default_value_t = 0)]
     warmup: usize,
-    /// Timed runs; the reported time is their median.
+    /// Timed runs (at least 1); the reported time is their median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
 }
 
 /// Runs `run`.
 pub fn run(a: RunArgs) -> Result<Report> {
+    if a.repeat == 0 {
+        return Err(Error::Usage("--repeat must be at least 1 (the number of timed runs)".into()));
+    }
+    if let Some(dir) = &a.dump {
+        // Before any work: an unwritable dump directory fails at once, not after the run.
+        super::prepare_dir("--dump", dir)?;
+    }
     let graph = a.compile.graph()?;
     let mut exe = compile(&graph, &a.compile.options()?)?;
+    exe.check_host_memory(a.check)?;
     exe.load_random(a.compile.seed);
     for _ in 0..a.warmup {
         exe.execute()?;
     }
     let mut times = Vec::new();
-    for _ in 0..a.repeat.max(1) {
+    for _ in 0..a.repeat {
         times.push(exe.execute()?.wall_ms);
     }
     times.sort_by(f64::total_cmp);

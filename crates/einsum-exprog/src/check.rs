@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::ids::{AtomId, PartitionId, SiteId};
 use crate::partition::PartitionSpec;
-use crate::program::Program;
+use crate::program::{MAX_SIZE_GB, Program};
 use crate::span::{Item, SourceMap, Span};
 use crate::target::Target;
 
@@ -48,8 +48,8 @@ pub enum CheckErrorKind {
         /// Number of declared GPUs.
         gpus: usize,
     },
-    /// An atom size that is not a positive finite number of GB.
-    #[error("atom {atom} has size {size} GB; sizes must be positive and finite")]
+    /// An atom size that is not a positive finite number of GB, at most [`MAX_SIZE_GB`].
+    #[error("atom {atom} has size {size:?} GB; sizes must be positive, finite and at most {max:e} GB", max = MAX_SIZE_GB)]
     BadSize {
         /// The atom.
         atom: AtomId,
@@ -141,7 +141,7 @@ impl Program {
         self.check_partitions(&mut push);
 
         for (atom, input) in &self.inputs {
-            if !(input.size_gb.is_finite() && input.size_gb > 0.0) {
+            if !(input.size_gb.is_finite() && input.size_gb > 0.0 && input.size_gb <= MAX_SIZE_GB) {
                 push(Item::Input(atom.clone()), CheckErrorKind::BadSize { atom: atom.clone(), size: input.size_gb });
             }
         }
@@ -240,6 +240,9 @@ mod tests {
         assert!(first_error("GPUS: 0, 1, 2\nPARTITIONS: G {size 2} H {size 2}").contains("add up to 4"));
         assert!(first_error("GPUS: 0, 1\nPARTITIONS: G {size 0} H {0, 1}").contains("empty"));
         assert!(first_error("PARTITIONS: G {size 1}").contains("needs a GPUS"));
+        let e = first_error("IN: A @ 0 (size: 1e308 GB)");
+        assert!(e.contains("atom A has size 1e308 GB") && e.contains("at most 1e12 GB"), "{e}");
+        assert!(first_error("IN: A @ 0 (size: 2e21 B)").contains("at most 1e12 GB"));
         assert!(first_error("IN: A @ 0\nA @ 0 -> 0").contains("own source"));
         let p: Program = "GPUS: 0\nPARTITIONS: G {1}".parse().unwrap();
         assert!(p.check_all().iter().any(|e| e.kind == CheckErrorKind::UndeclaredSite(SiteId(1))));

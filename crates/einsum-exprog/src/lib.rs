@@ -107,7 +107,7 @@ pub use membership::Membership;
 pub use parser::{ParseError, parse, parse_with_spans};
 pub use partition::PartitionSpec;
 pub use preamble::{Atom, AtomCopy, ConsumerInput, Preamble, PreambleError, Side, Upstream, preamble};
-pub use program::{DEFAULT_SIZE_GB, Input, Program, Requirement};
+pub use program::{DEFAULT_SIZE_GB, Input, MAX_SIZE_GB, Program, Requirement};
 pub use search::{MAX_EVALUATIONS, MAX_NODES};
 pub use span::{Item, SourceMap, Span};
 pub use target::Target;
@@ -131,7 +131,28 @@ pub enum Error {
 pub fn load(src: &str) -> Result<Program, Error> {
     let (program, map) = parse_with_spans(src)?;
     program.check_in(&map)?;
+    require_out(&program, src)?;
     Ok(program)
+}
+
+/// A program file without `OUT` requirements asks for nothing (an empty file, a body alone,
+/// or only `IN`), so it would be vacuously valid; [`load`] and [`load_valid`] refuse it,
+/// pointing at the end of the source.
+fn require_out(program: &Program, src: &str) -> Result<(), ParseError> {
+    if !program.outputs.is_empty() {
+        return Ok(());
+    }
+    let line = src.lines().count().max(1);
+    let column = src.lines().last().map_or(0, |l| l.chars().count()) + 1;
+    let empty = program.inputs.is_empty() && program.body.is_empty() && program.gpus.is_none();
+    let what = if empty { "the program is empty" } else { "the program has no OUT section" };
+    Err(ParseError {
+        line,
+        column,
+        message: format!(
+            "{what}: an exchange program needs IN (where each atom starts) and OUT (what must end up where)"
+        ),
+    })
 }
 
 /// [`load`], then [`Program::validate`]; an invalid program's error names the line of the
@@ -139,6 +160,7 @@ pub fn load(src: &str) -> Result<Program, Error> {
 pub fn load_valid(src: &str) -> Result<(Program, Validation), Error> {
     let (program, map) = parse_with_spans(src)?;
     program.check_in(&map)?;
+    require_out(&program, src)?;
     let validation = program.validate().map_err(|e| e.locate(&map))?;
     Ok((program, validation))
 }

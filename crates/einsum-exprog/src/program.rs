@@ -14,6 +14,10 @@ use crate::target::Target;
 /// Size of an atom when `IN` gives none, in GB.
 pub const DEFAULT_SIZE_GB: f64 = 1.0;
 
+/// The largest atom size a program may declare, in GB (a zettabyte): far beyond any
+/// machine, and small enough that byte counts, aggregates and simulated times stay finite.
+pub const MAX_SIZE_GB: f64 = 1e12;
+
 /// Where an atom starts and how big it is.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Input {

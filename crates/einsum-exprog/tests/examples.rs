@@ -136,3 +136,19 @@ fn program_equality_is_set_equality() {
     let b: Program = "IN: B @ 1; A @ 0\nB @ 1 -> 0; A @ 0 -> 2, 1".parse().unwrap();
     assert_eq!(a, b);
 }
+
+#[test]
+fn programs_without_out_are_refused_not_vacuously_valid() {
+    let cases: &[(&str, &str)] = &[
+        ("", "line 1, column 1: the program is empty"),
+        ("# only a comment\n\n", "the program is empty"),
+        ("IN: A @ 0", "line 1, column 10: the program has no OUT section"),
+        ("IN: A @ 0; B @ 1\nA @ 0 -> 1", "line 2, column 11: the program has no OUT section"),
+    ];
+    for (src, want) in cases {
+        for got in [load(src).map(|_| ()), load_valid(src).map(|_| ())] {
+            let got = got.map_or_else(|e| e.to_string(), |()| panic!("accepted:\n{src}"));
+            assert!(got.contains(want), "\n got: {got}\nwant: {want}");
+        }
+    }
+}

@@ -275,8 +275,26 @@ impl Topology {
 
     /// The topology a command-line argument names: a preset (`dgx-a100`, ...) or, when
     /// `name` is the path of an existing file, the custom topology it describes.
+    /// A name that is neither a preset nor a readable file fails with the preset list, or,
+    /// when it looks like a path (it exists, holds a path separator or ends in `.json`), with
+    /// an I/O error saying the file is missing or not a file.
     pub fn named(name: &str) -> Result<Topology> {
-        if Path::new(name).is_file() { Topology::load(name) } else { Topology::preset(name) }
+        let path = Path::new(name);
+        if path.is_file() {
+            return Topology::load(name);
+        }
+        match Topology::preset(name) {
+            Err(TopologyError::UnknownPreset { known, .. })
+                if path.exists() || name.contains(['/', '\\']) || name.ends_with(".json") =>
+            {
+                let what = if path.exists() { "not a regular file" } else { "no such file" };
+                Err(TopologyError::Io {
+                    path: name.to_string(),
+                    message: format!("{what}; a topology is a preset ({known}) or a topology file"),
+                })
+            }
+            result => result,
+        }
     }
 
     /// Reads and parses a topology file; errors start with the file's path.

@@ -95,3 +95,19 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn a_missing_topology_file_says_so_and_an_unknown_name_lists_the_presets() {
+    for name in ["/no/such/dir/machine.json", "machine.json", "./machine"] {
+        let e = Topology::named(name).unwrap_err();
+        assert!(matches!(e, TopologyError::Io { .. }), "{name}: {e:?}");
+        assert!(e.to_string().contains("no such file") && e.to_string().contains("dgx-a100"), "{e}");
+    }
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let e = Topology::named(dir).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+    let e = Topology::named("dgx-a200").unwrap_err();
+    assert!(matches!(e, TopologyError::UnknownPreset { .. }), "{e:?}");
+    assert_eq!(Topology::named("dgx-h100").unwrap(), Topology::preset("dgx-h100").unwrap());
+    assert_eq!(Topology::named(file("dgx-v100").to_str().unwrap()).unwrap(), Topology::preset("dgx-v100").unwrap());
+}
