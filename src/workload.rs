@@ -83,16 +83,15 @@ impl Workload {
             return Err(err(format!("unknown workload `{name}`; valid workloads: {}", names.join(", "))));
         };
         let mut params: BTreeMap<String, usize> = keys.iter().map(|&(k, v)| (k.to_string(), v)).collect();
-        let mut given = Vec::new();
-        let mut given_args: Vec<&str> = Vec::new();
+        let mut given: Vec<(&str, &str)> = Vec::new(); // (key, `key=value` as written)
         for arg in args.split(',').filter(|a| !a.is_empty()) {
             let (k, v) = arg.split_once('=').ok_or_else(|| err(format!("`{arg}` is not key=value")))?;
             if !params.contains_key(k) {
                 let valid: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
                 return Err(err(format!("unknown key `{k}` for {name}; valid keys: {}", valid.join(", "))));
             }
-            if let Some(first) = given.iter().position(|g| *g == k) {
-                return Err(err(format!("`{k}` is given twice (as `{}` and `{arg}`)", given_args[first])));
+            if let Some((_, first)) = given.iter().find(|(g, _)| *g == k) {
+                return Err(err(format!("`{k}` is given twice (as `{first}` and `{arg}`)")));
             }
             let v: usize = v.parse().map_err(|_| {
                 if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
@@ -105,14 +104,13 @@ impl Workload {
                 return Err(err(format!("`{k}` must be positive")));
             }
             params.insert(k.to_string(), v);
-            given.push(k);
-            given_args.push(arg);
+            given.push((k, arg));
         }
         if name == "matmul" {
             // `matmul:n=N` is square; `m` and `k` default to `n`.
             let n = params["n"];
             for k in ["m", "k"] {
-                if !given.contains(&k) {
+                if !given.iter().any(|(g, _)| *g == k) {
                     params.insert(k.to_string(), n);
                 }
             }
