@@ -425,6 +425,8 @@ mod tests {
         check("ij,jky->ik", &[&[3, 4], &[4, 5, 3]], 12);
         check("ij,k->ik", &[&[3, 4], &[5]], 13);
         check("i,i->", &[&[7], &[7]], 14);
+        // A result that cancels: judged against Σ|a·b|, not its own tiny magnitude.
+        check("d,cb->d", &[&[2], &[1, 3]], 53);
         check("ij,ij->ij", &[&[3, 4], &[3, 4]], 15);
     }
 
