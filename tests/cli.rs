@@ -81,7 +81,7 @@ fn every_optimizer_runs_on_a_chain() {
     }
 }
 
-const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/einsum-exprog/examples");
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/einsum-exprog/examples");
 
 #[test]
 fn exprog_simulate_reproduces_example_5_3() {

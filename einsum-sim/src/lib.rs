@@ -41,7 +41,7 @@
 //! # The topology file format
 //!
 //! A JSON object in human units (GB/s, GB, TFLOP/s); the presets ship as examples under
-//! `crates/einsum-sim/topologies/`.
+//! `einsum-sim/topologies/`.
 //!
 //! ```json
 //! {
