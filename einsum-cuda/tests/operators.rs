@@ -238,6 +238,26 @@ fn the_resident_regions_hold_each_loaded_block_once_per_gpu() {
     assert!(shared > 0, "no spec replicates an input block: the sharing went untested");
 }
 
+/// Loading an input again replaces its resident blocks: the next run sees the new value.
+#[test]
+fn reloading_an_input_replaces_it() {
+    let (_, comp) = cases(DType::BF16).into_iter().find(|(n, _)| *n == "project").unwrap();
+    let (first, first_ref) = inputs(&comp, 21);
+    let (second, second_ref) = inputs(&comp, 22);
+    let mut runs = 0;
+    for p in [2, 4] {
+        let Some(c) = compiled(&comp, p, 1) else { continue };
+        let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+        let mut e = Emulator::new(&c.graph, &lowered, 1);
+        e.load_all(&first).unwrap();
+        assert!(scaled_error(&e.run().unwrap()[0], &first_ref, 1.0) <= tolerance(DType::BF16));
+        e.load_all(&second).unwrap();
+        assert!(scaled_error(&e.run().unwrap()[0], &second_ref, 1.0) <= tolerance(DType::BF16));
+        runs += 1;
+    }
+    assert_eq!(runs, 2);
+}
+
 #[test]
 fn running_before_every_input_is_loaded_names_the_missing_one() {
     let (_, comp) = cases(DType::F32).into_iter().find(|(n, _)| *n == "layernorm").unwrap();
