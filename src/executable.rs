@@ -163,7 +163,10 @@ impl Executable<'_> {
         let started = Instant::now();
         let outs = match &mut self.runner {
             Runner::Backend(b) => b.execute(&self.compiled.graph, &kernels, &values)?,
-            Runner::Cuda(c) => c.run(&values)?,
+            Runner::Cuda(c) => {
+                c.load_all(&values)?;
+                c.run()?
+            }
         };
         let wall_ms = started.elapsed().as_secs_f64() * 1e3;
         self.outputs = comp.saved().iter().copied().zip(outs).collect();
