@@ -77,6 +77,9 @@ impl LogicalOptimizer for Dp {
 /// The most DP runs the budgeted search makes (besides the unconstrained one).
 const MAX_RUNS: usize = 40;
 
+/// How many of the cheapest fitting plans the budgeted search improves by local search.
+const IMPROVED: usize = 3;
+
 impl Dp {
     /// The unconstrained DP's choice (the problem's memory budget is ignored) together with
     /// the total it computed (the sum of the trees' minima), which equals `problem.total`
@@ -96,18 +99,18 @@ impl Dp {
         if problem.fits(&free) {
             return Ok(free);
         }
-        let mut best: Option<(f64, Vec<usize>)> = None;
+        // Every plan that fits, repaired where it does not, by total: the few cheapest are
+        // improved by local search at the end.
+        let mut fitting: Vec<(f64, Vec<usize>)> = Vec::new();
         let mut keep = |choice: Vec<usize>| -> Result<bool> {
-            if !problem.fits(&choice) {
-                return Ok(false);
+            let fits = problem.fits(&choice);
+            let repaired = if fits { choice } else { problem.repair(&choice) };
+            if problem.fits(&repaired) && !fitting.iter().any(|(_, c)| *c == repaired) {
+                fitting.push((problem.total(&repaired)?, repaired));
             }
-            let total = problem.total(&choice)?;
-            if best.as_ref().is_none_or(|(b, _)| total < *b) {
-                best = Some((total, choice));
-            }
-            Ok(true)
+            Ok(fits)
         };
-        keep(problem.repair(&free))?;
+        keep(free.clone())?;
         // λ prices a byte: start where shedding all the excess bytes is worth the whole cost.
         let excess = problem.resident_bytes(&free) - problem.min_resident_bytes();
         let scale = problem.total(&free)?.max(f64::MIN_POSITIVE) / excess.max(1.0);
@@ -131,12 +134,20 @@ impl Dp {
                 lo = mid;
             }
         }
-        let start = match best {
-            Some((_, choice)) => choice,
-            // Unreachable when the least plan fits (repair then always succeeds); kept total.
-            None => problem.repair(&problem.min_resident_choice()),
-        };
-        Ok(crate::switch::improve(problem, start, budget))
+        // Unreachable when the least plan fits (repair then always succeeds); kept total.
+        if fitting.is_empty() {
+            fitting.push((0.0, problem.repair(&problem.min_resident_choice())));
+        }
+        fitting.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut best: Option<(f64, Vec<usize>)> = None;
+        for (_, start) in fitting.into_iter().take(IMPROVED) {
+            let improved = crate::switch::improve(problem, start, budget);
+            let total = problem.total(&improved)?;
+            if best.as_ref().is_none_or(|(b, _)| total < *b) {
+                best = Some((total, improved));
+            }
+        }
+        Ok(best.map(|(_, c)| c).unwrap_or_default())
     }
 
     /// The trees the graph is cut into, in the order they are optimised; each lists its

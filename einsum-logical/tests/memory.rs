@@ -235,7 +235,7 @@ fn measure_the_dp_gap() {
     let mut rng = SplitMix64::new(2026);
     // Per shape (trees, DAGs): worst ratio, problems worse, problems.
     let mut stats = [(1.0f64, 0, 0); 2];
-    for case in 0..300 {
+    for case in 0..1500 {
         let ops = 6 + rng.below(8);
         let r = Recipe {
             p: *rng.pick(&[2, 3, 4, 6, 8]).unwrap(),
@@ -246,13 +246,18 @@ fn measure_the_dp_gap() {
                 .map(|_| OpRecipe { kind: rng.below(5) as u8, args: [rng.next_u64() as usize, rng.next_u64() as usize] })
                 .collect(),
         };
-        let Some((problem, _)) = budgeted(&r, rng.unit()) else { continue };
+        let Some((problem, free)) = budgeted(&r, rng.unit()) else { continue };
+        let unbudgeted = problem.clone().with_memory_budget(None).unwrap();
+        let free_ilp = unbudgeted.total(&Ilp.solve(&unbudgeted).unwrap()).unwrap();
+        let free_ratio = unbudgeted.total(&free).unwrap() / free_ilp;
+        if free_ratio > 1.0 + 1e-9 { println!("unconstrained dp/ilp {free_ratio:.4}"); }
         let dp = problem.total(&Dp.solve(&problem).unwrap()).unwrap();
         let ilp = problem.total(&Ilp.solve(&problem).unwrap()).unwrap();
         let (worst, worse, count) = &mut stats[usize::from(r.dag)];
         *count += 1;
         let ratio = if ilp > 0.0 { dp / ilp } else if dp > 0.0 { f64::INFINITY } else { 1.0 };
         if ratio > 1.0 + 1e-9 {
+            println!("budgeted dp/ilp {ratio:.4} (dag {})", r.dag);
             *worse += 1;
         }
         *worst = worst.max(ratio);
