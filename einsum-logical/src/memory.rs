@@ -130,7 +130,8 @@ impl Problem {
     /// The operators whose cost depends on the choice of the operators `changed`: those and
     /// their readers, sorted and distinct.
     pub(crate) fn affected(&self, readers: &[Vec<usize>], changed: &[usize]) -> Vec<usize> {
-        let set: BTreeSet<usize> = changed.iter().flat_map(|&o| std::iter::once(o).chain(readers[o].iter().copied())).collect();
+        let set: BTreeSet<usize> =
+            changed.iter().flat_map(|&o| std::iter::once(o).chain(readers[o].iter().copied())).collect();
         set.into_iter().collect()
     }
 

@@ -15,10 +15,16 @@ use proptest::prelude::*;
 mod recipe;
 use recipe::{OpRecipe, Recipe, build, model, recipe_of};
 
-/// The most the budgeted DP's plan may cost over the ILP's exact budgeted optimum. The gap
-/// measured by `measure_the_dp_gap` (300 random problems) was at most MEASURED; the
-/// tolerance leaves room for the cases proptest draws beyond those.
-const DP_OVER_ILP: f64 = 1.25;
+/// The most the budgeted DP's plan may cost over the ILP's exact budgeted optimum on a
+/// tree. `measure_the_dp_gap` (709 budgeted random trees) measured at most 1.1034 (9 trees
+/// worse at all); the tolerance leaves room for cases proptest draws beyond those.
+const DP_OVER_ILP_ON_TREES: f64 = 1.15;
+
+/// The same on DAGs, where the DP cuts the graph into trees and is inexact even without a
+/// budget: `measure_the_dp_gap` (662 budgeted random DAGs) measured at most 1.2474 (112
+/// worse at all), while the unconstrained DP was up to 1.4005 over the unconstrained ILP on
+/// the same DAGs.
+const DP_OVER_ILP_ON_DAGS: f64 = 1.5;
 
 fn f16(dims: &[(&str, usize)]) -> TensorDesc {
     TensorDesc::of(dims, DType::F16).unwrap()
@@ -109,16 +115,17 @@ fn check_budgeted(r: &Recipe, frac: f64) -> Result<(), TestCaseError> {
     }
     let (dp, ilp) = (totals[0], totals[1]);
     prop_assert!(ilp <= dp * (1.0 + 1e-9), "the ILP ({ilp}) is exact, the DP found {dp}");
-    prop_assert!(dp <= ilp * DP_OVER_ILP + 1e-12, "dp {dp} vs ilp {ilp}");
+    let tolerance = if r.dag { DP_OVER_ILP_ON_DAGS } else { DP_OVER_ILP_ON_TREES };
+    prop_assert!(dp <= ilp * tolerance + 1e-12, "dp {dp} vs ilp {ilp} (dag: {})", r.dag);
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
     fn every_searching_strategy_plans_within_the_budget(
-        r in prop_oneof![recipe_of(false, 3..10), recipe_of(true, 3..10)],
+        r in prop_oneof![recipe_of(false, 3..12), recipe_of(true, 3..12)],
         frac in 0.0..1.0f64,
     ) {
         check_budgeted(&r, frac)?;
@@ -227,7 +234,7 @@ fn a_budget_moves_the_dp_off_the_3d_grid() {
 }
 
 /// The experiment behind [`DP_OVER_ILP`] (and the DP's doc): the budgeted DP against the
-/// ILP on 300 random trees and DAGs. Run with
+/// ILP on 1500 random trees and DAGs of 6–13 operators (those where a budget binds). Run with
 /// `cargo test -p einsum-logical --release --test memory -- --ignored --nocapture`.
 #[test]
 #[ignore = "an experiment: prints the DP's gap to the ILP under a budget"]
@@ -235,6 +242,8 @@ fn measure_the_dp_gap() {
     let mut rng = SplitMix64::new(2026);
     // Per shape (trees, DAGs): worst ratio, problems worse, problems.
     let mut stats = [(1.0f64, 0, 0); 2];
+    // Per shape: the worst ratio of the unconstrained DP to the unconstrained ILP.
+    let mut unconstrained = [1.0f64; 2];
     for case in 0..1500 {
         let ops = 6 + rng.below(8);
         let r = Recipe {
@@ -243,26 +252,37 @@ fn measure_the_dp_gap() {
             dag: case % 2 == 1,
             time: rng.below(2) == 1,
             ops: (0..ops)
-                .map(|_| OpRecipe { kind: rng.below(5) as u8, args: [rng.next_u64() as usize, rng.next_u64() as usize] })
+                .map(|_| OpRecipe {
+                    kind: rng.below(5) as u8,
+                    args: [rng.next_u64() as usize, rng.next_u64() as usize],
+                })
                 .collect(),
         };
         let Some((problem, free)) = budgeted(&r, rng.unit()) else { continue };
         let unbudgeted = problem.clone().with_memory_budget(None).unwrap();
         let free_ilp = unbudgeted.total(&Ilp.solve(&unbudgeted).unwrap()).unwrap();
-        let free_ratio = unbudgeted.total(&free).unwrap() / free_ilp;
-        if free_ratio > 1.0 + 1e-9 { println!("unconstrained dp/ilp {free_ratio:.4}"); }
+        unconstrained[usize::from(r.dag)] =
+            unconstrained[usize::from(r.dag)].max(unbudgeted.total(&free).unwrap() / free_ilp.max(f64::MIN_POSITIVE));
         let dp = problem.total(&Dp.solve(&problem).unwrap()).unwrap();
         let ilp = problem.total(&Ilp.solve(&problem).unwrap()).unwrap();
         let (worst, worse, count) = &mut stats[usize::from(r.dag)];
         *count += 1;
-        let ratio = if ilp > 0.0 { dp / ilp } else if dp > 0.0 { f64::INFINITY } else { 1.0 };
+        let ratio = if ilp > 0.0 {
+            dp / ilp
+        } else if dp > 0.0 {
+            f64::INFINITY
+        } else {
+            1.0
+        };
         if ratio > 1.0 + 1e-9 {
-            println!("budgeted dp/ilp {ratio:.4} (dag {})", r.dag);
             *worse += 1;
         }
         *worst = worst.max(ratio);
     }
-    for ((worst, worse, count), shape) in stats.iter().zip(["trees", "DAGs"]) {
-        println!("{count} budgeted {shape}: the DP is worse than the ILP on {worse}, by at most {worst:.4}x");
+    for (((worst, worse, count), free), shape) in stats.iter().zip(unconstrained).zip(["trees", "DAGs"]) {
+        println!(
+            "{count} budgeted {shape}: the DP is worse than the ILP on {worse}, by at most {worst:.4}x \
+             (without the budget, by at most {free:.4}x)"
+        );
     }
 }

@@ -99,4 +99,3 @@ pub fn build(r: &Recipe, max_assignments: usize) -> Computation {
 pub fn model(time: bool) -> Box<dyn CostModel> {
     if time { Box::new(Time::on(Machine::by_name("dgx-a100").expect("machine"))) } else { Box::new(PaperProxy) }
 }
-
