@@ -48,8 +48,8 @@ use crate::{Error, LogicalOptimizer, Problem, Result, Source, TilingId};
 ///   budget changes nothing (and the DP stays exact on trees);
 /// - otherwise `λ` grows geometrically from `total / excess bytes` until the plan fits,
 ///   then is bisected geometrically between the last misfit and the first fit (at most
-///   40 DP runs in all); every plan met on the way, [repaired](Problem::repair) when it
-///   does not fit, is kept;
+///   40 DP runs in all); every plan that fits is kept, and so are the unconstrained plan
+///   and the three misfits of the largest λ, [repaired](Problem::repair);
 /// - finally the three cheapest are improved by a bounded local search (single switches,
 ///   joint switches of the two ends of an edge, and trades of memory between two
 ///   operators, each taken when the plan stays within budget and gets cheaper), and the
@@ -84,6 +84,10 @@ const MAX_RUNS: usize = 40;
 /// How many of the cheapest fitting plans the budgeted search improves by local search.
 const IMPROVED: usize = 3;
 
+/// How many of the plans that do not fit (those of the largest λ) the budgeted search
+/// repairs, besides the unconstrained plan.
+const REPAIRED: usize = 3;
+
 impl Dp {
     /// The unconstrained DP's choice (the problem's memory budget is ignored) together with
     /// the total it computed (the sum of the trees' minima), which equals `problem.total`
@@ -103,18 +107,22 @@ impl Dp {
         if problem.fits(&free) {
             return Ok(free);
         }
-        // Every plan that fits, repaired where it does not, by total: the few cheapest are
-        // improved by local search at the end.
+        // Every plan that fits, by total (the few cheapest are improved by local search at
+        // the end), and the plans that do not, by their λ (the few nearest the budget are
+        // repaired: repairing is dearer than a DP run).
         let mut fitting: Vec<(f64, Vec<usize>)> = Vec::new();
-        let mut keep = |choice: Vec<usize>| -> Result<bool> {
-            let fits = problem.fits(&choice);
-            let repaired = if fits { choice } else { problem.repair(&choice) };
-            if problem.fits(&repaired) && !fitting.iter().any(|(_, c)| *c == repaired) {
-                fitting.push((problem.total(&repaired)?, repaired));
+        let mut misfits: Vec<(f64, Vec<usize>)> = vec![(0.0, free.clone())];
+        let mut keep = |lambda: f64| -> Result<bool> {
+            let choice = run(problem, &shape, &tables, lambda).0;
+            if !problem.fits(&choice) {
+                misfits.push((lambda, choice));
+                return Ok(false);
             }
-            Ok(fits)
+            if !fitting.iter().any(|(_, c)| *c == choice) {
+                fitting.push((problem.total(&choice)?, choice));
+            }
+            Ok(true)
         };
-        keep(free.clone())?;
         // λ prices a byte: start where shedding all the excess bytes is worth the whole cost.
         let excess = problem.resident_bytes(&free) - problem.min_resident_bytes();
         let scale = problem.total(&free)?.max(f64::MIN_POSITIVE) / excess.max(1.0);
@@ -123,7 +131,7 @@ impl Dp {
         let mut found = false;
         while runs < MAX_RUNS && !found {
             runs += 1;
-            found = keep(run(problem, &shape, &tables, hi).0)?;
+            found = keep(hi)?;
             if !found {
                 lo = hi;
                 hi *= 16.0;
@@ -132,10 +140,19 @@ impl Dp {
         while found && runs < MAX_RUNS && (lo == 0.0 || hi > lo * (1.0 + 1e-6)) {
             runs += 1;
             let mid = if lo == 0.0 { hi / 16.0 } else { (lo * hi).sqrt() };
-            if keep(run(problem, &shape, &tables, mid).0)? {
+            if keep(mid)? {
                 hi = mid;
             } else {
                 lo = mid;
+            }
+        }
+        misfits.sort_by(|a, b| b.0.total_cmp(&a.0));
+        misfits.dedup_by(|a, b| a.1 == b.1);
+        let nearest = misfits.iter().take(REPAIRED).chain(misfits.last().filter(|_| misfits.len() > REPAIRED));
+        for (_, choice) in nearest {
+            let repaired = problem.repair(choice);
+            if problem.fits(&repaired) && !fitting.iter().any(|(_, c)| *c == repaired) {
+                fitting.push((problem.total(&repaired)?, repaired));
             }
         }
         // Unreachable when the least plan fits (repair then always succeeds); kept total.
