@@ -7,9 +7,14 @@ use einsum_joinagg::Computation;
 use einsum_logical::{
     Data, Dp, Error, Greedy, Ilp, LogicalOptimizer, PaperProxy, Problem, Random, ResidentInput, format_gb,
 };
+use einsum_ops::binary::{Binary, BinaryOp};
 use einsum_ops::einsum::Einsum;
+use einsum_ops::rmsnorm::RmsNorm;
 use einsum_ops::unary::{Unary, UnaryOp};
 use proptest::prelude::*;
+
+mod common;
+use common::Builder;
 
 #[path = "common/recipe.rs"]
 mod recipe;
@@ -231,6 +236,54 @@ fn a_budget_moves_the_dp_off_the_3d_grid() {
         .fold(f64::INFINITY, f64::min);
     assert_eq!(planned.total, cheapest_fitting);
     assert_eq!(Ilp.optimize_within(&comp, 8, &PaperProxy, Some(budget)).unwrap().total, cheapest_fitting);
+}
+
+/// `layers` pre-norm gated FFN blocks with residuals, in f16, each with its own weights.
+fn ffn_stack(layers: usize) -> Computation {
+    let (tokens, d_model, d_ff) = (64, 16, 32);
+    let mut b = Builder::new(DType::F16);
+    let mut x = b.input("x", &[("tokens", tokens), ("d_model", d_model)]);
+    for l in 0..layers {
+        let w = |name: &str| format!("l{l}.{name}");
+        let norm = b.input(&w("norm"), &[("d_model", d_model)]);
+        let w_gate = b.input(&w("w_gate"), &[("d_model", d_model), ("d_ff", d_ff)]);
+        let w_up = b.input(&w("w_up"), &[("d_model", d_model), ("d_ff", d_ff)]);
+        let w_down = b.input(&w("w_down"), &[("d_ff", d_ff), ("d_model", d_model)]);
+        let (xd, nd) = (b.desc(x), b.desc(norm));
+        let h = b.op(&w("norm"), RmsNorm::new(&xd, &nd, "d_model", 1e-5).unwrap(), &[x, norm]);
+        let gate = b.einsum(&w("gate"), "td,df->tf", &[h, w_gate]);
+        let up = b.einsum(&w("up"), "td,df->tf", &[h, w_up]);
+        let gd = b.desc(gate);
+        let act = b.op(&w("silu"), Unary::new(&gd, UnaryOp::Silu).unwrap(), &[gate]);
+        let hidden = b.op(&w("mul"), Binary::new(&gd, &gd, BinaryOp::Mul).unwrap(), &[act, up]);
+        let down = b.einsum(&w("down"), "tf,fd->td", &[hidden, w_down]);
+        x = b.op(&w("residual"), Binary::new(&xd, &xd, BinaryOp::Add).unwrap(), &[x, down]);
+    }
+    b.comp.save(x).unwrap();
+    b.comp
+}
+
+/// A stack whose unconstrained plan replicates weights (data parallel over many tokens)
+/// planned halfway between the least resident bytes and the unconstrained plan's: every
+/// searching strategy fits, the budget costs the DP something, and `data` is refused.
+#[test]
+fn an_ffn_stack_plans_within_a_budget() {
+    let comp = ffn_stack(4);
+    let problem = Problem::new(&comp, 4, &PaperProxy).unwrap();
+    let free = Dp.plan(&problem).unwrap();
+    let least = problem.min_resident_bytes();
+    assert!(free.resident_bytes > least, "{} vs {least}", free.resident_bytes);
+    let budget = 0.5 * (least + free.resident_bytes);
+    let problem = problem.with_memory_budget(Some(budget)).unwrap();
+    let strategies: [&dyn LogicalOptimizer; 3] = [&Dp, &Greedy, &Random { seed: 3 }];
+    for s in strategies {
+        let plan = s.plan(&problem).unwrap();
+        assert!(within(plan.resident_bytes, budget), "{}: {} > {budget}", s.name(), plan.resident_bytes);
+    }
+    let dp = Dp.plan(&problem).unwrap();
+    assert!(dp.total >= free.total);
+    assert!(dp.total <= Greedy.plan(&problem).unwrap().total, "the DP should beat repaired greedy here");
+    assert!(matches!(Data.plan(&problem), Err(Error::OverBudget { .. })));
 }
 
 /// The experiment behind [`DP_OVER_ILP`] (and the DP's doc): the budgeted DP against the
