@@ -165,3 +165,28 @@ fn best_trade(problem: &Problem, readers: &[Vec<usize>], choice: &mut [usize], b
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::improve;
+    use crate::Problem;
+    use crate::repair::tests::op;
+
+    #[test]
+    fn a_trade_moves_memory_where_it_saves_most() {
+        // At [0, 0]: 100 bytes, cost 10. No single switch helps (a → 1 costs more, b → 1
+        // breaks the budget); together they hold 100 bytes at cost 5.
+        let ops = vec![op("a", &[(0.0, 100.0), (5.0, 0.0)]), op("b", &[(10.0, 0.0), (0.0, 100.0)])];
+        let problem = Problem {
+            p: 1,
+            ops,
+            cost_model: "toy".into(),
+            unit: "units",
+            inputs: Vec::new(),
+            memory_budget: Some(100.0),
+        };
+        assert_eq!(improve(&problem, vec![0, 0], 100.0), vec![1, 1]);
+        // Nothing to gain from the optimum.
+        assert_eq!(improve(&problem, vec![1, 1], 100.0), vec![1, 1]);
+    }
+}
