@@ -42,4 +42,47 @@ pub enum Error {
     /// The ILP solver failed.
     #[error("ILP solver: {0}")]
     Solver(String),
+    /// Even the plan with the least resident memory
+    /// ([`Problem::min_resident_bytes`](crate::Problem::min_resident_bytes)) needs more bytes
+    /// per device than the budget.
+    #[error(
+        "the computation does not fit: its weights need at least {} per device on {devices} devices, \
+         the budget is {} per device; at least {min_devices} devices of this memory would be needed",
+        format_gb(*need),
+        format_gb(*budget)
+    )]
+    DoesNotFit {
+        /// The least resident bytes per device over every plan.
+        need: f64,
+        /// The budget, in bytes per device.
+        budget: f64,
+        /// The device count planned for.
+        devices: usize,
+        /// A lower bound on the device count this budget needs: the smallest count over
+        /// which the computation inputs, split evenly, fit (`⌈total / budget⌉`), and more
+        /// than `devices`.
+        min_devices: usize,
+    },
+    /// A strategy (a hand-designed baseline) chose a plan whose resident inputs exceed the
+    /// budget. The bound is the same on every device (placement is chosen later), so
+    /// `device` is 0.
+    #[error("the `{strategy}` plan needs {} of resident inputs on device {device}, over its budget of {}", format_gb(*need), format_gb(*budget))]
+    OverBudget {
+        /// The strategy's name.
+        strategy: String,
+        /// The device (0: the bound holds for every device).
+        device: usize,
+        /// The plan's resident bytes per device.
+        need: f64,
+        /// The budget, in bytes per device.
+        budget: f64,
+    },
+    /// A memory budget that is not a finite positive number of bytes.
+    #[error("the memory budget must be a finite positive number of bytes per device, got {0}")]
+    InvalidBudget(f64),
+}
+
+/// Bytes as gigabytes (10⁹ bytes) with two decimals: `17.41 GB`.
+pub fn format_gb(bytes: f64) -> String {
+    format!("{:.2} GB", bytes / 1e9)
 }

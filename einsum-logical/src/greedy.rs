@@ -11,6 +11,10 @@ use crate::{Error, LogicalOptimizer, Problem, Result};
 /// falls apart into one minimum per operator. It is the baseline that shows what the DP's
 /// view of producer tilings buys: its plan is still priced by [`Problem::total`],
 /// repartitions included.
+///
+/// Under a [memory budget](Problem::memory_budget) the greedy plan is
+/// [repaired](Problem::repair) until it fits; a budget below
+/// [`Problem::min_resident_bytes`] is [`Error::DoesNotFit`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Greedy;
 
@@ -20,7 +24,8 @@ impl LogicalOptimizer for Greedy {
     }
 
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
-        problem
+        problem.check_min_fits()?;
+        let choice: Vec<usize> = problem
             .ops
             .iter()
             .map(|op| {
@@ -33,6 +38,7 @@ impl LogicalOptimizer for Greedy {
                 }
                 best.map(|(_, n)| n).ok_or_else(|| Error::InvalidPlan(format!("{} has no candidate spec", op.name)))
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok(problem.repair(&choice))
     }
 }

@@ -14,6 +14,10 @@
 //!   candidate's tiling-independent [`SpecCost::total`](crate::SpecCost::total).
 //! - For every edge `e` and every tiling `t` that some consumer candidate needs on that
 //!   input: `r_e ≥ Σ_{consumer J with in_k(J) = t} x − Σ_{producer J' with out(J') = t} x`.
+//! - With a [memory budget](Problem::memory_budget) `B`:
+//!   `Σ_o Σ_J resident_bytes(J)·x[o][J] ≤ B`, the plan's [`Problem::resident_bytes`] (a sum
+//!   of one term per operator, so linear in `x`). A budget below
+//!   [`Problem::min_resident_bytes`] is [`Error::DoesNotFit`] before any solving.
 //!
 //! # Why the linearisation is exact
 //! At an integral point exactly one consumer candidate (needing tiling `t_c`) and one
@@ -33,7 +37,11 @@
 //! or seconds (down to ~1e-9). The objective is therefore divided by the total of the
 //! cheapest-candidate-per-operator assignment (its tiling-independent costs, a quantity of
 //! the plan's own scale), so the solver's tolerances become relative to the plan's cost. The MIP gap
-//! is zero. Assignments whose totals differ by less than about 1e-9 relative may be taken as
+//! is zero. The memory constraint is divided by the budget for the same reason (bytes run
+//! from hundreds in tests to 10¹¹ on real models, so no fixed unit such as GB keeps its
+//! coefficients near 1), and its right-hand side carries the 1e-9 relative slack of
+//! [`Problem::fits`]; should the solver's rounding still leave the plan over budget, it is
+//! [repaired](Problem::repair). Assignments whose totals differ by less than about 1e-9 relative may be taken as
 //! ties; the model is built in a fixed order (problem order, tilings sorted by id), so the
 //! same problem always yields the same choice.
 //!
@@ -62,6 +70,7 @@ impl LogicalOptimizer for Ilp {
     }
 
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
+        problem.check_min_fits()?;
         if problem.ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -112,6 +121,15 @@ impl LogicalOptimizer for Ilp {
         for xs in &x {
             model.add_constraint(xs.iter().copied().sum::<Expression>().eq(1.0));
         }
+        if let Some(budget) = problem.memory_budget {
+            let mut resident = Expression::from(0.0);
+            for (op, xs) in problem.ops.iter().zip(&x) {
+                for (cand, &v) in op.candidates.iter().zip(xs) {
+                    resident.add_mul(cand.resident_bytes / budget, v);
+                }
+            }
+            model.add_constraint(resident.leq(1.0 + crate::memory::SLACK));
+        }
         for (r, c, producer, needed, produced) in &edges {
             for (t, consumers) in needed {
                 let demand: Expression = consumers.iter().map(|&n| x[*c][n]).sum();
@@ -126,7 +144,7 @@ impl LogicalOptimizer for Ilp {
         if let SolutionStatus::TimeLimit = solution.status() {
             return Err(Error::Solver("stopped before proving optimality".into()));
         }
-        problem
+        let choice: Vec<usize> = problem
             .ops
             .iter()
             .zip(&x)
@@ -137,7 +155,8 @@ impl LogicalOptimizer for Ilp {
                     .position(|&v| v > 0.5)
                     .ok_or_else(|| Error::Solver(format!("no candidate of {} is chosen (values {values:?})", op.name)))
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok(if problem.fits(&choice) { choice } else { problem.repair(&choice) })
     }
 }
 

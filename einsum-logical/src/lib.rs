@@ -10,7 +10,22 @@
 //! - Baselines ([`BASELINES`]): hand-designed plans of other systems ([`Data`],
 //!   [`Megatron`], [`Ulysses`], [`Mesh2d`]) as strategies over the same candidates.
 //! - [`LogicalPlan`]: the chosen spec per operator with its cost split into repartition,
-//!   join and aggregation (and compute, under [`Time`]).
+//!   join and aggregation (and compute, under [`Time`]), and its resident bytes.
+//!
+//! # Memory
+//! Computation inputs (weights) stay resident, for the executable's lifetime, on every
+//! device whose function spec reads them, in the blocks it reads. A candidate has exactly
+//! `p` function specs, placed on the `p` devices as a bijection chosen later by the
+//! physical compiler, so a candidate holds at most its
+//! [`resident_bytes`](Candidate::resident_bytes) (its largest function spec's input blocks)
+//! on any device, and a plan at most the sum over its operators
+//! ([`Problem::resident_bytes`], exact for evenly split operators with unshared inputs).
+//! [`Problem::with_memory_budget`] sets a per-device budget for them; every searching
+//! strategy plans within it (the DP by Lagrangian relaxation and local search, the ILP as
+//! a constraint, greedy and random by [`Problem::repair`]), [`LogicalOptimizer::plan`]
+//! refuses a baseline's plan over it ([`Error::OverBudget`]), and a budget that not even
+//! the plan with the least resident bytes meets is [`Error::DoesNotFit`]. Transient
+//! buffers (the task graph's own peak) are not modelled here.
 //!
 //! **Architecture invariant:** optimizers see operators only through the `AbstractOperator`
 //! trait; they know no concrete operator.
@@ -24,18 +39,21 @@ mod dp;
 mod error;
 mod greedy;
 mod ilp;
+mod memory;
 mod optimizer;
 mod plan;
 mod problem;
 mod random;
+mod repair;
+mod switch;
 
 pub use baselines::{BASELINES, Data, Megatron, Mesh2d, Ulysses};
 pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_name};
 pub use dp::Dp;
-pub use error::{Error, Result};
+pub use error::{Error, Result, format_gb};
 pub use greedy::Greedy;
 pub use ilp::Ilp;
 pub use optimizer::{LogicalOptimizer, OPTIMIZERS, optimizer_by_name};
 pub use plan::{LogicalPlan, OpCost, PlannedOp};
-pub use problem::{Candidate, OpProblem, Problem, Source, TilingId};
+pub use problem::{Candidate, OpProblem, Problem, ResidentInput, Source, TilingId};
 pub use random::Random;

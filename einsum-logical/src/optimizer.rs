@@ -9,7 +9,13 @@ use crate::{CostModel, LogicalPlan, Problem, Result};
 /// # Design
 /// Strategies only choose; [`Problem`] enumerates, prices and evaluates. So every strategy
 /// is priced by the same code, and comparing two strategies compares their choices alone.
-/// A strategy implements [`solve`](Self::solve); [`optimize`](Self::optimize) wraps it.
+/// A strategy implements [`solve`](Self::solve); [`plan`](Self::plan),
+/// [`optimize`](Self::optimize) and [`optimize_within`](Self::optimize_within) wrap it.
+///
+/// Memory is a constraint of every strategy: a searching strategy's `solve` plans within
+/// the problem's [`memory_budget`](Problem::memory_budget), and [`plan`](Self::plan) refuses
+/// any plan over it (a hand-designed baseline's rule ignores memory, so its plan is refused
+/// rather than changed).
 pub trait LogicalOptimizer {
     /// The strategy's name, as given on the command line.
     fn name(&self) -> &str;
@@ -17,12 +23,32 @@ pub trait LogicalOptimizer {
     /// The chosen candidate index for every operator of `problem`, in its order.
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>>;
 
-    /// Enumerates the specs of every operator of `comp` on `p` devices, prices them with
-    /// `cost`, and returns the plan this strategy chooses.
-    fn optimize(&self, comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<LogicalPlan> {
-        let problem = Problem::new(comp, p, cost)?;
-        let choice = self.solve(&problem)?;
+    /// The plan this strategy chooses for `problem`, within its memory budget:
+    /// [`Error::DoesNotFit`](crate::Error::DoesNotFit) when no plan fits, and
+    /// [`Error::OverBudget`](crate::Error::OverBudget) when this strategy's plan does not.
+    fn plan(&self, problem: &Problem) -> Result<LogicalPlan> {
+        problem.check_min_fits()?;
+        let choice = self.solve(problem)?;
+        problem.check_budget(&choice, self.name())?;
         problem.plan(&choice, self.name())
+    }
+
+    /// Enumerates the specs of every operator of `comp` on `p` devices, prices them with
+    /// `cost`, and returns the plan this strategy chooses, with unlimited memory.
+    fn optimize(&self, comp: &Computation, p: usize, cost: &dyn CostModel) -> Result<LogicalPlan> {
+        self.optimize_within(comp, p, cost, None)
+    }
+
+    /// Like [`optimize`](Self::optimize), within `budget` bytes per device for resident
+    /// computation inputs (`None`: unlimited); see [`plan`](Self::plan).
+    fn optimize_within(
+        &self,
+        comp: &Computation,
+        p: usize,
+        cost: &dyn CostModel,
+        budget: Option<f64>,
+    ) -> Result<LogicalPlan> {
+        self.plan(&Problem::new(comp, p, cost)?.with_memory_budget(budget)?)
     }
 }
 

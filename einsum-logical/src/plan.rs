@@ -76,6 +76,11 @@ pub struct LogicalPlan {
     pub total: f64,
     /// The total bytes the communication sub-costs move.
     pub total_bytes: f64,
+    /// The bound on the bytes of computation-input blocks any one device keeps resident
+    /// ([`Problem::resident_bytes`](crate::Problem::resident_bytes)).
+    pub resident_bytes: f64,
+    /// The per-device budget for resident inputs it was planned within, if any.
+    pub memory_budget: Option<f64>,
 }
 
 impl LogicalPlan {

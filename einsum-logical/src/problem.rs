@@ -19,8 +19,12 @@ pub struct TilingId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// A computation input: free, in any tiling (it is loaded in the layout a spec reads;
-    /// the [`Time`](crate::Time) model therefore charges no join for it).
-    Input,
+    /// the [`Time`](crate::Time) model therefore charges no join for it). Its blocks stay
+    /// resident on the devices that read them (see [`Candidate::resident_bytes`]).
+    Input {
+        /// The computation input (an index into [`Problem::inputs`]).
+        input: usize,
+    },
     /// Output `output` of operator `op` (an index into [`Problem::ops`]).
     Op {
         /// The producing operator's index.
@@ -50,6 +54,22 @@ pub struct Candidate {
     /// The spec's tiling-independent cost.
     pub cost: SpecCost,
     /// Bytes of the join and aggregation sub-costs (the proxy's volume, in bytes).
+    pub bytes: f64,
+    /// The most bytes of computation-input blocks that one of its function specs reads: per
+    /// function spec, the bytes of its block of every input that is a computation input
+    /// ([`Source::Input`]), summed; the largest such sum. The function specs are placed on
+    /// the `p` devices as a bijection chosen later, so this is what the operator keeps
+    /// resident on its busiest device (see [`Problem::resident_bytes`]).
+    pub resident_bytes: f64,
+}
+
+/// A computation input, kept resident on the devices that read it for the executable's
+/// lifetime.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResidentInput {
+    /// Its node name.
+    pub name: String,
+    /// Its size, whole.
     pub bytes: f64,
 }
 
@@ -94,6 +114,11 @@ pub struct Problem {
     pub cost_model: String,
     /// The unit of every cost.
     pub unit: &'static str,
+    /// Every computation input, in `Computation::inputs` order.
+    pub inputs: Vec<ResidentInput>,
+    /// Bytes per device available for resident computation inputs; `None`: unlimited (see
+    /// [`with_memory_budget`](Self::with_memory_budget)).
+    pub memory_budget: Option<f64>,
 }
 
 impl Problem {
@@ -124,16 +149,27 @@ impl Problem {
         let mut interner = Interner::default();
         let mut shared: HashMap<SharingKey, Arc<[Candidate]>> = HashMap::new();
         let index: HashMap<OpId, usize> = comp.ops().enumerate().map(|(i, (id, _, _))| (id, i)).collect();
+        let input_ids = comp.inputs();
+        let input_index: HashMap<OpId, usize> = input_ids.iter().enumerate().map(|(i, t)| (t.op, i)).collect();
+        let inputs: Vec<ResidentInput> = input_ids
+            .iter()
+            .map(|&t| {
+                Ok(ResidentInput {
+                    name: comp.node(t.op).map_or_else(String::new, |n| n.name().to_string()),
+                    bytes: comp.desc(t)?.size_bytes() as f64,
+                })
+            })
+            .collect::<Result<_>>()?;
         let mut ops = Vec::with_capacity(index.len());
         for (id, op, args) in comp.ops() {
             let sources: Vec<Source> = args
                 .iter()
                 .map(|t| match comp.node(t.op) {
                     Some(Node::Op { .. }) => Source::Op { op: index[&t.op], output: t.output },
-                    _ => Source::Input,
+                    _ => Source::Input { input: input_index[&t.op] },
                 })
                 .collect();
-            let resident: Vec<bool> = sources.iter().map(|s| matches!(s, Source::Input)).collect();
+            let resident: Vec<bool> = sources.iter().map(|s| matches!(s, Source::Input { .. })).collect();
             let candidates = if share {
                 match shared.entry(SharingKey::of(op, &resident)) {
                     Entry::Occupied(seen) => seen.get().clone(),
@@ -166,14 +202,14 @@ impl Problem {
                 }
             }
         }
-        Ok(Problem { p, ops, cost_model: cost.name().to_string(), unit: cost.unit() })
+        Ok(Problem { p, ops, cost_model: cost.name().to_string(), unit: cost.unit(), inputs, memory_budget: None })
     }
 
     /// True when input `k` of operator `c`, running candidate `choice[c]`, must be
     /// repartitioned: its producer's tiling differs from the blocks the candidate needs.
     pub fn needs_repartition(&self, choice: &[usize], c: usize, k: usize) -> bool {
         match self.ops[c].sources[k] {
-            Source::Input => false,
+            Source::Input { .. } => false,
             Source::Op { op, output } => {
                 self.ops[op].candidates[choice[op]].outputs[output] != self.ops[c].candidates[choice[c]].inputs[k]
             }
@@ -233,11 +269,13 @@ impl Problem {
             devices: self.p,
             total: ops.iter().map(|o| o.cost.total()).sum(),
             total_bytes: ops.iter().map(|o| o.cost.bytes).sum(),
+            resident_bytes: self.resident_bytes(choice),
+            memory_budget: self.memory_budget,
             ops,
         })
     }
 
-    fn check(&self, choice: &[usize]) -> Result<()> {
+    pub(crate) fn check(&self, choice: &[usize]) -> Result<()> {
         if choice.len() != self.ops.len() {
             return Err(Error::InvalidPlan(format!("{} choices for {} operators", choice.len(), self.ops.len())));
         }
@@ -298,6 +336,7 @@ fn candidates(
         let spec = choice.spec;
         let bytes = bytes_of(op, &spec);
         let priced = cost.spec(op, &spec, p, resident);
+        let resident_bytes = resident_bytes_of(op, &spec, resident);
         if [priced.join, priced.aggregation, priced.compute].iter().any(|c| !c.is_finite() || *c < 0.0) {
             return Err(Error::InvalidPlan(format!(
                 "{}: the {} cost model priced a spec at {priced:?}; costs must be finite and non-negative",
@@ -312,6 +351,7 @@ fn candidates(
             inputs: (0..op.inputs().len()).map(|k| interner.id(spec.input_blocks(k))).collect(),
             cost: priced,
             bytes,
+            resident_bytes,
             spec,
         });
     }
@@ -351,7 +391,8 @@ struct SharingKey {
     ty: TypeId,
     /// Its `Debug` rendering: every parameter that its specs and costs depend on.
     debug: String,
-    /// Per input, whether it is a computation input ([`Source::Input`]).
+    /// Per input, whether it is a computation input ([`Source::Input`]): the costs and the
+    /// resident bytes depend on it.
     resident: Vec<bool>,
 }
 
@@ -381,6 +422,24 @@ fn add_aliases(op: &dyn AbstractOperator, p: usize, candidates: &mut [Candidate]
             c.aliases.push(counts);
         }
     }
+}
+
+/// The most bytes of computation-input blocks (`resident[k]`) that one function spec of
+/// `spec` reads.
+fn resident_bytes_of(op: &dyn AbstractOperator, spec: &JoinAggSpec, resident: &[bool]) -> f64 {
+    let descs = op.inputs();
+    spec.functions
+        .iter()
+        .map(|f| {
+            f.inputs
+                .iter()
+                .zip(descs)
+                .zip(resident)
+                .filter(|(_, r)| **r)
+                .map(|((block, d), _)| (block.volume() * d.dtype.size_bytes()) as f64)
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max)
 }
 
 fn bytes_of(op: &dyn einsum_joinagg::AbstractOperator, spec: &JoinAggSpec) -> f64 {

@@ -9,7 +9,9 @@ use crate::{Error, LogicalOptimizer, Problem, Result};
 /// # Design
 /// The floor every other strategy must beat: it shows how much choosing matters at all.
 /// Operators draw from one [`SplitMix64`] stream in problem order, so the same seed and
-/// problem give the same plan.
+/// problem give the same plan. Under a [memory budget](Problem::memory_budget) the draw is
+/// [repaired](Problem::repair) until it fits; a budget below
+/// [`Problem::min_resident_bytes`] is [`Error::DoesNotFit`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Random {
     /// The seed of the random stream.
@@ -22,14 +24,16 @@ impl LogicalOptimizer for Random {
     }
 
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
+        problem.check_min_fits()?;
         let mut rng = SplitMix64::new(self.seed);
-        problem
+        let choice: Vec<usize> = problem
             .ops
             .iter()
             .map(|op| match op.candidates.len() {
                 0 => Err(Error::InvalidPlan(format!("{} has no candidate spec", op.name))),
                 n => Ok(rng.below(n)),
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok(problem.repair(&choice))
     }
 }

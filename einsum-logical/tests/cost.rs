@@ -48,7 +48,7 @@ fn time_charges_no_join_for_a_resident_weight_and_the_proxy_does() {
     let proxy = Problem::new(&comp, p, &PaperProxy).unwrap();
     let mm = time.ops.iter().position(|o| o.name == "matmul").unwrap();
     assert_eq!(time.ops[mm].sources[0], Source::Op { op: 0, output: 0 });
-    assert_eq!(time.ops[mm].sources[1], Source::Input);
+    assert_eq!(time.ops[mm].sources[1], Source::Input { input: 1 });
     assert!(time.ops[mm].candidates.len() > 1);
     let mut replicated = 0;
     for (n, cand) in time.ops[mm].candidates.iter().enumerate() {

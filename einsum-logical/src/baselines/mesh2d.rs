@@ -73,6 +73,9 @@ impl Mesh2d {
                         ..op.clone()
                     })
                     .collect(),
+                // The mesh rule ignores memory: its plan is refused, not changed, when over
+                // the budget (see `LogicalOptimizer::plan`).
+                memory_budget: None,
                 ..problem.clone()
             };
             let sub = Dp.solve(&restricted)?;
