@@ -102,7 +102,12 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
     let topology = Topology::named(&options.topology)?;
     let model = cost_model_by_name(&options.cost, &options.topology)?;
     let plan = strategy.optimize(comp, options.devices, model.as_ref())?;
-    let physical = einsum_exprog::CompileOptions { devices: options.devices, schedule: options.schedule, topology };
+    let physical = einsum_exprog::CompileOptions {
+        devices: options.devices,
+        schedule: options.schedule,
+        topology,
+        memory_budget: None,
+    };
     let compiled = compile_physical(comp, &plan.specs(), &physical)?;
     let runner = if cuda {
         let cuda_options = CudaOptions { eager: options.eager, max_gpus: None };

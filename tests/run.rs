@@ -57,6 +57,7 @@ fn the_ulysses_shaped_plan_runs_correctly() {
         devices: p,
         schedule: Schedule::Naive,
         topology: Topology::preset("dgx-a100").unwrap(),
+        memory_budget: None,
     };
     let compiled = compile_physical(comp, &specs, &options).unwrap();
     assert!(compiled.graph.stats().tasks["transfer"] > 0);
