@@ -181,11 +181,11 @@ run_tests() {
 
 echo "== CUDA tests"
 if [ "$built" = 1 ]; then
-    run_tests operators cargo test --offline --release -p einsum-cuda --test operators -- --nocapture
-    run_tests driver cargo test --offline --release --test cuda -- --nocapture
+    run_tests operators cargo test --offline --release -p einsum-cuda --test operators -- --include-ignored --nocapture
+    run_tests driver cargo test --offline --release --test cuda -- --include-ignored --nocapture
 elif [ -x "$PREBUILT/operators" ] && [ -x "$PREBUILT/cuda" ]; then
-    run_tests operators "$PREBUILT/operators" --nocapture
-    run_tests driver "$PREBUILT/cuda" --nocapture "${CLI_SKIPS[@]}"
+    run_tests operators "$PREBUILT/operators" --include-ignored --nocapture
+    run_tests driver "$PREBUILT/cuda" --include-ignored --nocapture "${CLI_SKIPS[@]}"
 else
     TEST[operators]="not run (no cargo, no prebuilt tests)"
     TEST[driver]="not run (no cargo, no prebuilt tests)"

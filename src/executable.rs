@@ -183,7 +183,8 @@ impl Executable<'_> {
             Runner::Cpu(c) => c.run(&kernels)?.0,
             Runner::Cuda(c) => {
                 let values: Vec<HostTensor> = self.loaded.iter().flatten().cloned().collect();
-                c.run(&values)?
+                c.load_all(&values)?;
+                c.run()?
             }
         };
         let wall_ms = started.elapsed().as_secs_f64() * 1e3;

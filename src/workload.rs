@@ -37,6 +37,34 @@ const WORKLOADS: &[(&str, &[(&str, usize)])] = &[
             ("d_ff", 14336),
         ],
     ),
+    (
+        "llama3-8b",
+        &[
+            ("layers", 32),
+            ("tokens", 8192),
+            ("seqs", 1),
+            ("d_model", 4096),
+            ("heads_q", 32),
+            ("heads_kv", 8),
+            ("d_head", 128),
+            ("d_ff", 14336),
+            ("vocab", 128_256),
+        ],
+    ),
+    (
+        "llama3-70b",
+        &[
+            ("layers", 80),
+            ("tokens", 4096),
+            ("seqs", 1),
+            ("d_model", 8192),
+            ("heads_q", 64),
+            ("heads_kv", 8),
+            ("d_head", 128),
+            ("d_ff", 28672),
+            ("vocab", 128_256),
+        ],
+    ),
     ("chain-a", &[("scale", 1)]),
     ("chain-b", &[("scale", 1)]),
     ("chain-c", &[("scale", 1)]),
@@ -149,14 +177,17 @@ impl Workload {
                 let y = g.matmul(hidden, w2)?;
                 g.save(y)?;
             }
-            "llama-block" | "llama" => {
-                let layers = if self.name == "llama" { p("layers") } else { 1 };
+            "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
+                let layers = if self.name == "llama-block" { 1 } else { p("layers") };
                 let dims = LlamaDims::from_params(self)?;
                 let mut x = g.input("x", &[("tokens", dims.tokens), ("d_model", dims.d_model)], dtype)?;
                 for layer in 0..layers {
                     // A single block's weights carry the plain names of the block's definition.
-                    let prefix = if self.name == "llama" { format!("l{layer}.") } else { String::new() };
+                    let prefix = if self.name == "llama-block" { String::new() } else { format!("l{layer}.") };
                     x = llama_block(&mut g, x, &dims, &prefix, dtype)?;
+                }
+                if let Some(&vocab) = self.params.get("vocab") {
+                    x = lm_head(&mut g, x, &dims, vocab, dtype)?;
                 }
                 g.save(x)?;
             }
@@ -289,6 +320,17 @@ fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, dtype: DTy
     g.binary(x, down, BinaryOp::Add)
 }
 
+/// The model's head after the last block: the final RMSNorm (eps 1e-5, with a weight) and
+/// the output projection to the vocabulary's logits, `logits[t, v] = norm(x)[t, d]·lm_head[d, v]`.
+/// (The token embedding is a table lookup done before the graph: its input `x` is the embedded
+/// tokens, so the embedding table is not a weight of the computation.)
+fn lm_head(g: &mut Graph, x: Tensor, d: &LlamaDims, vocab: usize, dtype: DType) -> Result<Tensor> {
+    let norm = g.input("norm", &[("d_model", d.d_model)], dtype)?;
+    let head = g.input("lm_head", &[("d_model", d.d_model), ("vocab", vocab)], dtype)?;
+    let h = g.rmsnorm(x, norm, "d_model", 1e-5)?;
+    g.matmul(h, head)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,6 +373,26 @@ mod tests {
         let g = Workload::parse("chain-c:scale=512").unwrap().build(DType::F32).unwrap();
         let (_, last, _) = g.computation().ops().last().unwrap();
         assert_eq!(last.inputs()[1].shape(), vec![24, 4]);
+    }
+
+    /// The presets are the real models' shapes: LLaMA-3-70B's weights are about 139 GB in f16
+    /// (136.9 GB in the 80 blocks, 2.1 GB in the head), LLaMA-3-8B's about 15 GB.
+    #[test]
+    fn llama3_presets_have_the_real_models_weights() {
+        let weights = |spec: &str| {
+            let g = Workload::parse(spec).unwrap().build(DType::F16).unwrap();
+            let comp = g.computation();
+            let weights = comp.inputs().into_iter().filter(|t| comp.node(t.op).unwrap().name() != "x");
+            weights.map(|t| comp.desc(t).unwrap().size_bytes()).sum::<usize>() as f64 / 1e9
+        };
+        let big = weights("llama3-70b");
+        assert!((big - 139.0).abs() < 0.1, "{big}");
+        let small = weights("llama3-8b");
+        assert!((small - 15.0).abs() < 0.1, "{small}");
+        let w = Workload::parse("llama3-70b:layers=2,tokens=512").unwrap();
+        assert_eq!((w.params["layers"], w.params["tokens"], w.params["d_model"]), (2, 512, 8192));
+        let ops = w.build(DType::F16).unwrap().computation().ops().count();
+        assert_eq!(ops, 2 * 16 + 2, "two blocks, then the final norm and the head");
     }
 
     #[test]

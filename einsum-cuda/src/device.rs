@@ -1,5 +1,6 @@
 //! Per-GPU state: the context, the compiled kernel functions, the allocation pool and the
-//! constant tables; and the pinned host memory that Load and Store tasks read and write.
+//! constant tables; device memory that the host fills (resident inputs); and the pinned host
+//! memory that Store tasks write.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,6 +44,24 @@ impl DeviceMemory {
         }
         Ok(m)
     }
+
+    /// Copies `data` to `offset` bytes into this allocation and waits until the copy is
+    /// complete on the device (a copy from pageable memory may return before its DMA ends;
+    /// the next run must see the bytes).
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<(), String> {
+        if offset + data.len() > self.bytes {
+            return Err(format!("{} bytes at offset {offset} overrun an allocation of {}", data.len(), self.bytes));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread().map_err(setup_error("binding the CUDA context"))?;
+        // SAFETY: the range lies in the allocation (checked above); no run is in flight while
+        // the host writes (runs synchronize before returning, and loading takes `&mut`).
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
+            .map_err(|e| format!("copying {} bytes to GPU {}: {e}", data.len(), self.ctx.ordinal()))?;
+        self.ctx.synchronize().map_err(|e| format!("synchronizing GPU {}: {e}", self.ctx.ordinal()))
+    }
 }
 
 impl Drop for DeviceMemory {
@@ -54,9 +73,9 @@ impl Drop for DeviceMemory {
     }
 }
 
-/// Pinned host memory mapped into every context's address space: Load tasks read whole
-/// inputs from it and Store tasks write whole outputs to it, so the captured graph reads
-/// and writes fixed addresses and `run` only copies on the host.
+/// Pinned host memory mapped into every context's address space: Store tasks write whole
+/// outputs to it, so the captured graph writes fixed addresses and `run` only copies on the
+/// host.
 #[derive(Debug)]
 pub struct HostMemory {
     ctx: Arc<CudaContext>,
@@ -86,13 +105,6 @@ impl HostMemory {
             return Err(format!("mapping pinned host memory into the GPU's address space: {r:?}"));
         }
         Ok(mem)
-    }
-
-    /// Copies `data` in (at most `bytes`).
-    pub fn write(&mut self, data: &[u8]) {
-        let n = data.len().min(self.bytes);
-        // SAFETY: `host` holds `bytes` bytes and nothing else aliases it while `&mut self`.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.host as *mut u8, n) };
     }
 
     /// The contents (`bytes` bytes).

@@ -1,48 +1,58 @@
-//! A host emulator of lowered operations: runs [`Lowered`] operations in schedule order on
-//! byte arrays laid out exactly as on the GPUs (one pool per GPU at the schedule's offsets,
-//! pinned inputs and outputs, constant tables), with each operation computing what its CUDA
-//! kernel computes. It checks the lowering, the pool plan and the GEMM mapping against the
-//! reference on machines without a GPU; the CUDA C itself is checked by the GPU tests.
+//! A host emulator of lowered operations, with the GPU executable's structure: prepared once
+//! ([`Emulator::new`]), inputs loaded once into resident regions ([`Emulator::load`]), run
+//! any number of times ([`Emulator::run`]). It runs [`Lowered`] operations in schedule order
+//! on byte arrays laid out exactly as on the GPUs (one pool and one resident region per GPU
+//! at the schedule's offsets, pinned outputs, constant tables), with each operation computing
+//! what its CUDA kernel computes. It checks the lowering, the pool and resident plans and the
+//! GEMM mapping against the reference on machines without a GPU; the CUDA C itself is
+//! checked by the GPU tests.
 
 use einsum_core::taskgraph::TaskGraph;
-use einsum_core::{DType, HostTensor};
+use einsum_core::{BackendError, DType, HostTensor};
 use einsum_ops::reduce::ReduceOp;
 
-use crate::executable::{from_bytes, to_bytes};
+use crate::executable::from_bytes;
+use crate::inputs::InputSlots;
 use crate::lower::{Dims, Lowered, Op, Ptr, RowKernel, Space};
 use crate::schedule::Schedule;
 
 /// Emulated memory: every space as bytes.
-struct Memory<'a> {
+struct Memory {
     pools: Vec<Vec<u8>>,
-    inputs: Vec<Vec<u8>>,
+    resident: Vec<Vec<u8>>,
     outputs: Vec<Vec<u8>>,
     consts: Vec<Vec<u8>>,
-    schedule: &'a Schedule,
+    schedule: Schedule,
     buffer_device: Vec<usize>,
 }
 
-impl Memory<'_> {
-    /// The array and byte offset a pointer addresses.
-    fn locate(&mut self, p: Ptr) -> (&mut Vec<u8>, usize) {
-        let s = self.schedule;
+impl Memory {
+    /// The array and byte offset a pointer addresses. A run only reads the resident regions:
+    /// an operation writing one is a bug in the resident plan, and panics here.
+    fn locate(&mut self, p: Ptr, write: bool) -> (&mut Vec<u8>, usize) {
+        let s = &self.schedule;
         match p.space {
-            Space::Buffer(b) => {
-                let gpu = s.gpu_of_device[self.buffer_device[b as usize]];
-                (&mut self.pools[gpu], s.buffer_offset[b as usize] + p.offset)
-            }
+            Space::Buffer(b) => match s.resident.location(b as usize) {
+                Some((gpu, offset)) => {
+                    assert!(!write, "a run writes resident buffer {b}");
+                    (&mut self.resident[gpu], offset + p.offset)
+                }
+                None => {
+                    let gpu = s.gpu_of_device[self.buffer_device[b as usize]];
+                    (&mut self.pools[gpu], s.buffer_offset[b as usize] + p.offset)
+                }
+            },
             Space::Scratch { task, index } => {
                 let gpu = s.gpu_of_device[s.stream[task]];
                 (&mut self.pools[gpu], s.scratch_offset[task][index] + p.offset)
             }
-            Space::HostInput(i) => (&mut self.inputs[i], p.offset),
             Space::HostOutput(o) => (&mut self.outputs[o], p.offset),
             Space::Const(c) => (&mut self.consts[c], p.offset),
         }
     }
 
     fn ld(&mut self, p: Ptr, i: usize, dt: DType) -> f32 {
-        let (v, base) = self.locate(p);
+        let (v, base) = self.locate(p, false);
         let at = base + i * dt.size_bytes();
         match dt {
             DType::F32 => f32::from_ne_bytes(v[at..at + 4].try_into().expect("4 bytes")),
@@ -52,7 +62,7 @@ impl Memory<'_> {
     }
 
     fn st(&mut self, p: Ptr, i: usize, dt: DType, x: f32) {
-        let (v, base) = self.locate(p);
+        let (v, base) = self.locate(p, true);
         let at = base + i * dt.size_bytes();
         match dt {
             DType::F32 => v[at..at + 4].copy_from_slice(&x.to_ne_bytes()),
@@ -62,7 +72,7 @@ impl Memory<'_> {
     }
 
     fn ld_i32(&mut self, p: Ptr, i: usize) -> i32 {
-        let (v, base) = self.locate(p);
+        let (v, base) = self.locate(p, false);
         let at = base + 4 * i;
         i32::from_ne_bytes(v[at..at + 4].try_into().expect("4 bytes"))
     }
@@ -82,42 +92,96 @@ fn offsets(d: &Dims, mut i: usize) -> [usize; 3] {
     o
 }
 
-/// Runs `lowered` for `graph` on `gpus` emulated GPUs with the given whole inputs and
-/// returns the whole saved outputs.
-pub fn run(graph: &TaskGraph, lowered: &Lowered, gpus: usize, inputs: &[HostTensor]) -> Vec<HostTensor> {
-    let schedule = Schedule::new(graph, gpus, &lowered.scratch);
-    let mut m = Memory {
-        pools: schedule.pool_bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
-        inputs: inputs.iter().map(to_bytes).collect(),
-        outputs: graph.outputs().iter().map(|b| vec![0u8; b.ty.volume() * b.dtype.size_bytes()]).collect(),
-        consts: lowered.consts.iter().map(|(_, c)| c.bytes()).collect(),
-        schedule: &schedule,
-        buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
-    };
-    for ops in &lowered.ops {
-        for op in ops {
-            apply(&mut m, op);
-        }
-    }
-    graph.outputs().iter().zip(&m.outputs).map(|(b, bytes)| from_bytes(b, bytes).expect("sizes match")).collect()
+/// A lowered task graph prepared on emulated GPUs; see the module docs.
+pub struct Emulator<'a> {
+    graph: &'a TaskGraph,
+    lowered: &'a Lowered,
+    slots: InputSlots,
+    memory: Memory,
 }
 
-fn apply(m: &mut Memory<'_>, op: &Op) {
+impl<'a> Emulator<'a> {
+    /// Prepares `lowered` (the lowering of `graph`) on `gpus` emulated GPUs: plans the pools
+    /// and resident regions, fills the pools with garbage (`0xff`: a read before a write
+    /// shows up as NaN), uploads the constant tables.
+    pub fn new(graph: &'a TaskGraph, lowered: &'a Lowered, gpus: usize) -> Emulator<'a> {
+        let schedule = Schedule::new(graph, gpus, &lowered.scratch);
+        let memory = Memory {
+            pools: schedule.pool_bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
+            resident: schedule.resident.bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
+            outputs: graph.outputs().iter().map(|b| vec![0u8; b.ty.volume() * b.dtype.size_bytes()]).collect(),
+            consts: lowered.consts.iter().map(|(_, c)| c.bytes()).collect(),
+            buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
+            schedule,
+        };
+        Emulator { graph, lowered, slots: InputSlots::new(graph.inputs()), memory }
+    }
+
+    /// The schedule, with its pool and resident plans.
+    pub fn schedule(&self) -> &Schedule {
+        &self.memory.schedule
+    }
+
+    /// Loads input `input` into the resident regions, as [`crate::CudaExecutable::load`] does.
+    pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        self.slots.check(input, value)?;
+        self.slots.set_loaded(input, false);
+        for upload in self.memory.schedule.resident.uploads(input, value) {
+            let (gpu, offset, bytes) =
+                upload.map_err(|e| BackendError::Unavailable(format!("loading input {input}: {e}")))?;
+            self.memory.resident[gpu][offset..offset + bytes.len()].copy_from_slice(&bytes);
+        }
+        self.slots.set_loaded(input, true);
+        Ok(())
+    }
+
+    /// Loads every input, in the task graph's order.
+    pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
+        self.slots.check_count(inputs.len())?;
+        for (i, x) in inputs.iter().enumerate() {
+            self.load(i, x)?;
+        }
+        Ok(())
+    }
+
+    /// Runs once on the loaded inputs and returns the whole saved outputs; fails naming the
+    /// first input not loaded.
+    pub fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
+        self.slots.require_all()?;
+        for ops in &self.lowered.ops {
+            for op in ops {
+                apply(&mut self.memory, op);
+            }
+        }
+        let outputs = self.graph.outputs().iter().zip(&self.memory.outputs);
+        Ok(outputs.map(|(b, bytes)| from_bytes(b, bytes).expect("sizes match")).collect())
+    }
+}
+
+/// Runs `lowered` for `graph` on `gpus` emulated GPUs with the given whole inputs (loaded
+/// once) and returns the whole saved outputs. Panics on inputs that do not match the graph.
+pub fn run(graph: &TaskGraph, lowered: &Lowered, gpus: usize, inputs: &[HostTensor]) -> Vec<HostTensor> {
+    let mut e = Emulator::new(graph, lowered, gpus);
+    e.load_all(inputs).unwrap_or_else(|err| panic!("{err}"));
+    e.run().unwrap_or_else(|err| panic!("{err}"))
+}
+
+fn apply(m: &mut Memory, op: &Op) {
     match op {
         Op::Copy { src, dst, dtype, dims } => {
             for i in 0..dims.volume() {
                 let [a, b, _] = offsets(dims, i);
                 let es = dtype.size_bytes();
-                let (v, base) = m.locate(*src);
+                let (v, base) = m.locate(*src, false);
                 let bytes: Vec<u8> = v[base + a * es..base + (a + 1) * es].to_vec();
-                let (w, base) = m.locate(*dst);
+                let (w, base) = m.locate(*dst, true);
                 w[base + b * es..base + (b + 1) * es].copy_from_slice(&bytes);
             }
         }
         Op::Memcpy { src, dst, bytes } => {
-            let (v, base) = m.locate(*src);
+            let (v, base) = m.locate(*src, false);
             let data = v[base..base + bytes].to_vec();
-            let (w, base) = m.locate(*dst);
+            let (w, base) = m.locate(*dst, true);
             w[base..base + bytes].copy_from_slice(&data);
         }
         Op::Aggregate { a, b, out, dtype, agg, n } => {

@@ -1,6 +1,6 @@
 //! [`CudaExecutable`]: a compiled computation prepared once on the GPUs (kernels compiled,
-//! pools allocated, constants uploaded, the whole run captured as a CUDA graph) and run any
-//! number of times.
+//! pools and resident regions allocated, constants uploaded, the whole run captured as a CUDA
+//! graph), its inputs loaded once, and run any number of times.
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaGraph;
@@ -13,6 +13,7 @@ use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
 use crate::executor::{CUBLAS_WORKSPACE_BYTES, Runtime, bind_workspace, label};
 use crate::graph_capture::capture;
+use crate::inputs::InputSlots;
 use crate::lower::lower;
 use crate::schedule::{Schedule, task_device};
 
@@ -34,8 +35,11 @@ pub struct CudaSummary {
     pub gpus: usize,
     /// Virtual devices (streams).
     pub devices: usize,
-    /// Pool bytes per GPU.
+    /// Pool bytes per GPU (the per-run memory: activations and scratch).
     pub pool_bytes: Vec<usize>,
+    /// Resident bytes per GPU (the loaded inputs' blocks, held for the executable's
+    /// lifetime).
+    pub resident_bytes: Vec<usize>,
     /// Whether runs replay a captured graph.
     pub captured: bool,
 }
@@ -44,15 +48,18 @@ pub struct CudaSummary {
 ///
 /// # Design
 /// The CPU backend is a stateless [`einsum_core::Backend`]; a CUDA graph must be captured
-/// once and replayed, so this is a prepared object instead: [`CudaExecutable::prepare`] does
-/// everything that does not depend on input values, [`CudaExecutable::run`] copies inputs
-/// into pinned memory, launches, and copies outputs back. The type exists whether or not a
-/// GPU is present; without one, `prepare` returns [`BackendError::Unavailable`].
+/// once and replayed, and weights should cross PCIe once, not on every run, so this is a
+/// prepared object instead: [`CudaExecutable::prepare`] does everything that does not depend
+/// on input values; [`CudaExecutable::load`] copies the blocks of one input that the task
+/// graph's Load tasks select to the GPUs, where they stay resident ([`crate::resident`]);
+/// [`CudaExecutable::run`] launches and copies the outputs back, so only activations move per
+/// run. The type exists whether or not a GPU is present; without one, `prepare` returns
+/// [`BackendError::Unavailable`].
 pub struct CudaExecutable {
     // Field order is drop order: the graph and handles go before the memory and contexts.
     graph: Option<CudaGraph>,
     rt: Runtime,
-    inputs: Vec<Boundary>,
+    slots: InputSlots,
     outputs: Vec<Boundary>,
     summary: CudaSummary,
 }
@@ -109,8 +116,12 @@ impl CudaExecutable {
         }
         let bytes = |b: &Boundary| b.ty.volume() * b.dtype.size_bytes();
         let ctx0 = gpus[0].ctx.clone();
-        let host_inputs: Vec<HostMemory> =
-            graph.inputs().iter().map(|b| HostMemory::new(&ctx0, bytes(b))).collect::<Result<_, _>>().map_err(setup)?;
+        let resident: Vec<DeviceMemory> = gpus
+            .iter()
+            .zip(&schedule.resident.bytes)
+            .map(|(gpu, &n)| DeviceMemory::new(&gpu.ctx, n))
+            .collect::<Result<_, _>>()
+            .map_err(setup)?;
         let host_outputs: Vec<HostMemory> = graph
             .outputs()
             .iter()
@@ -127,6 +138,7 @@ impl CudaExecutable {
             gpus: schedule.gpus,
             devices: graph.devices(),
             pool_bytes: schedule.pool_bytes.clone(),
+            resident_bytes: schedule.resident.bytes.clone(),
             captured: !options.eager,
         };
         let rt = Runtime {
@@ -135,7 +147,7 @@ impl CudaExecutable {
             blas,
             blas_workspaces,
             events,
-            host_inputs,
+            resident,
             host_outputs,
             consts,
             lowered,
@@ -154,7 +166,7 @@ impl CudaExecutable {
         Ok(CudaExecutable {
             graph: captured,
             rt,
-            inputs: graph.inputs().to_vec(),
+            slots: InputSlots::new(graph.inputs()),
             outputs: graph.outputs().to_vec(),
             summary,
         })
@@ -165,26 +177,36 @@ impl CudaExecutable {
         &self.summary
     }
 
-    /// Runs once: `inputs` are the whole computation inputs in the task graph's order; returns
-    /// the whole saved outputs in its order.
-    pub fn run(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
-        if inputs.len() != self.inputs.len() {
-            return Err(BackendError::Input {
-                index: inputs.len().min(self.inputs.len()),
-                name: self.inputs.get(inputs.len()).map_or_else(String::new, |b| b.name.clone()),
-                reason: format!("{} inputs given, the graph has {}", inputs.len(), self.inputs.len()),
-            });
+    /// Loads computation input `input` (its index in the task graph's inputs): checks its
+    /// type and dtype ([`BackendError::Input`] naming the input otherwise), slices the block
+    /// of every Load task of the input on the host and copies each, in its storage dtype, to
+    /// its GPU's resident region, where it stays until it is loaded again or the executable
+    /// is dropped. A failed copy leaves the input not loaded.
+    pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        self.slots.check(input, value)?;
+        self.slots.set_loaded(input, false);
+        let upload_error = |e: String| BackendError::Unavailable(format!("loading input {input}: {e}"));
+        for upload in self.rt.schedule.resident.uploads(input, value) {
+            let (gpu, offset, bytes) = upload.map_err(upload_error)?;
+            self.rt.resident[gpu].write_at(offset, &bytes).map_err(upload_error)?;
         }
-        for (i, (x, b)) in inputs.iter().zip(&self.inputs).enumerate() {
-            if *x.ty() != b.ty || x.dtype() != b.dtype {
-                return Err(BackendError::Input {
-                    index: i,
-                    name: b.name.clone(),
-                    reason: format!("expected {} {}, got {} {}", b.ty, b.dtype, x.ty(), x.dtype()),
-                });
-            }
-            self.rt.host_inputs[i].write(&to_bytes(x));
+        self.slots.set_loaded(input, true);
+        Ok(())
+    }
+
+    /// Loads every input: `inputs` are the whole computation inputs in the task graph's order.
+    pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
+        self.slots.check_count(inputs.len())?;
+        for (i, x) in inputs.iter().enumerate() {
+            self.load(i, x)?;
         }
+        Ok(())
+    }
+
+    /// Runs once on the loaded inputs; returns the whole saved outputs in the task graph's
+    /// order. Fails with [`BackendError::Input`] naming the first input not loaded.
+    pub fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
+        self.slots.require_all()?;
         match &self.graph {
             Some(g) => {
                 g.launch().map_err(|e| setup(format!("launching the CUDA graph: {e}")))?;
@@ -201,7 +223,9 @@ impl CudaExecutable {
     }
 }
 
-/// The raw storage bytes of a host tensor (f16/bf16 as their bit patterns).
+/// The raw storage bytes of a host tensor (f16/bf16 as their bit patterns). `HostTensor`
+/// does not expose its storage, so the elements pass through f32 on the way, which is exact
+/// for every dtype: f16 and bf16 widen to f32 and narrow back to the same bits.
 pub fn to_bytes(x: &HostTensor) -> Vec<u8> {
     let v = x.to_f32();
     match x.dtype() {

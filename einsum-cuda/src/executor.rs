@@ -18,7 +18,8 @@ use crate::lower::{Lowered, Op, Ptr, RowKernel, Space};
 use crate::schedule::Schedule;
 
 /// Everything the issue needs: GPUs, one stream and cuBLAS handle per virtual device, the
-/// events, pinned host memory, constant tables, the lowered operations and the schedule.
+/// events, the resident regions, pinned output memory, constant tables, the lowered operations
+/// and the schedule.
 pub struct Runtime {
     // Field order is drop order: handles, events and streams before the memory and the
     // contexts they belong to.
@@ -31,8 +32,9 @@ pub struct Runtime {
     pub events: Vec<Option<CudaEvent>>,
     /// One stream per virtual device (on its GPU).
     pub streams: Vec<Arc<CudaStream>>,
-    /// Whole computation inputs, pinned.
-    pub host_inputs: Vec<HostMemory>,
+    /// The resident region of every GPU: the Load destinations, filled by `load`, read by
+    /// every run (see [`crate::resident`]).
+    pub resident: Vec<DeviceMemory>,
     /// Whole saved outputs, pinned.
     pub host_outputs: Vec<HostMemory>,
     /// Constant tables.
@@ -149,14 +151,16 @@ impl Runtime {
     /// The address of a symbolic pointer.
     fn addr(&self, p: Ptr) -> u64 {
         let base = match p.space {
-            Space::Buffer(b) => {
-                let dev = self.buffer_device[b as usize];
-                self.gpu_of(dev).pool.ptr + self.schedule.buffer_offset[b as usize] as u64
-            }
+            Space::Buffer(b) => match self.schedule.resident.location(b as usize) {
+                Some((gpu, offset)) => self.resident[gpu].ptr + offset as u64,
+                None => {
+                    let dev = self.buffer_device[b as usize];
+                    self.gpu_of(dev).pool.ptr + self.schedule.buffer_offset[b as usize] as u64
+                }
+            },
             Space::Scratch { task: t, index } => {
                 self.gpu_of(self.schedule.stream[t]).pool.ptr + self.schedule.scratch_offset[t][index] as u64
             }
-            Space::HostInput(i) => self.host_inputs[i].device_ptr,
             Space::HostOutput(o) => self.host_outputs[o].device_ptr,
             Space::Const(c) => self.consts[c].ptr,
         };
@@ -201,7 +205,7 @@ impl Runtime {
                 let mut b = stream.launch_builder(f);
                 b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
                 // SAFETY: the arguments match `box_copy`'s signature; the pointers address
-                // pool, host or constant memory sized by the plan.
+                // pool, resident, host or constant memory sized by the plan.
                 unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
             }
             Op::Memcpy { src, dst, bytes } => {
@@ -214,7 +218,8 @@ impl Runtime {
                 let (sg, dg) =
                     (self.gpu_of(self.buffer_device[sb as usize]), self.gpu_of(self.buffer_device[db as usize]));
                 dg.ctx.bind_to_thread().map_err(|e| e.to_string())?;
-                // SAFETY: both ranges lie in their pools; the stream belongs to the destination.
+                // SAFETY: both ranges lie in their pools (the source possibly in its resident
+                // region); the stream belongs to the destination.
                 let r = unsafe {
                     if sg.ctx.ordinal() == dg.ctx.ordinal() {
                         result::memcpy_dtod_async(a(dst), a(src), *bytes, stream.cu_stream())

@@ -3,11 +3,16 @@
 //! [`CudaExecutable::prepare`] lowers every task of a physical compilation to device
 //! operations ([`lower`]): cuBLAS strided-batched GEMMs for contractions (planned in
 //! [`kernels::gemm_plan`]), NVRTC-compiled CUDA C kernels for everything else
-//! ([`kernels::sources`]), box copies for loads, slices, stitches and stores, peer copies for
+//! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
 //! transfers. [`schedule`] maps virtual devices onto GPUs round-robin with one stream each
-//! and plans one allocation pool per GPU ([`pool`]); [`executor`] issues the work with
-//! events between streams, and [`graph_capture`] captures it once as a CUDA graph that every
-//! [`CudaExecutable::run`] replays (or, with [`CudaOptions::eager`], issues it again).
+//! and plans one allocation pool per GPU ([`pool`]) for the per-run activations, and one
+//! resident region per GPU ([`resident`]) for the blocks of the computation inputs that the
+//! Load tasks select. [`CudaExecutable::load`] checks an input against its slot ([`inputs`])
+//! and uploads its blocks once, in their storage dtype; they stay on the GPUs, so a Load task
+//! issues nothing. [`executor`] issues the work with events between streams, and
+//! [`graph_capture`] captures it once as a CUDA graph that every [`CudaExecutable::run`]
+//! replays (or, with [`CudaOptions::eager`], issues it again). [`emulate`] runs the same
+//! plan, load once and run many, on the host.
 //!
 //! The crate links no CUDA library: cudarc loads them at run time, and
 //! [`availability::check_cuda`] turns their absence into
@@ -21,9 +26,11 @@ pub mod emulate;
 pub mod executable;
 pub mod executor;
 pub mod graph_capture;
+pub mod inputs;
 pub mod kernels;
 pub mod lower;
 pub mod pool;
+pub mod resident;
 pub mod schedule;
 
 pub use executable::{CudaExecutable, CudaOptions, CudaSummary};

@@ -78,7 +78,8 @@ impl Dims {
 /// Where a pointer points, before addresses exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Space {
-    /// A task-graph buffer (in its GPU's pool).
+    /// A task-graph buffer: in its GPU's pool, or, for a Load destination, in its GPU's
+    /// resident region (see [`crate::resident`]).
     Buffer(u32),
     /// Scratch area `index` of task `task` (in the task's GPU pool).
     Scratch {
@@ -87,8 +88,6 @@ pub enum Space {
         /// Which of its scratch areas.
         index: usize,
     },
-    /// The pinned, device-mapped host copy of computation input `i`.
-    HostInput(usize),
     /// The pinned, device-mapped host copy of saved output `o`.
     HostOutput(usize),
     /// Constant table `i` (uploaded once at prepare time, on the task's GPU).
@@ -372,14 +371,9 @@ pub fn lower(graph: &TaskGraph, comp: &Computation, calls: &[KernelCall]) -> Res
         let at = |b: einsum_core::taskgraph::BufferId| Ptr::at(Space::Buffer(b.0));
         let mut scratch = Vec::new();
         let ops = match &node.task {
-            Task::Load { input, dst } => {
-                let whole = &graph.inputs()[*input].ty;
-                let d = buf(*dst);
-                vec![
-                    box_copy(Ptr::at(Space::HostInput(*input)), whole, at(*dst), &d.ty, &d.ty, d.dtype)
-                        .map_err(|e| (t, e))?,
-                ]
-            }
+            // The destination is resident, filled once by `load` (see `crate::resident`): a run
+            // has nothing to do.
+            Task::Load { .. } => Vec::new(),
             Task::Store { output, src } => {
                 let whole = &graph.outputs()[*output].ty;
                 let s = buf(*src);

@@ -1,12 +1,14 @@
 //! Every operator kind the CUDA backend runs, on random data, against the CPU reference:
 //! on the host emulator of the lowered operations (always: checks the lowering, the pool
 //! plan and the GEMM mapping for every spec on 1, 2 and 4 devices sharing 1 or 2 GPUs), and
-//! on the GPU when a CUDA driver is found (else skipped with one line), in f32, f16 and bf16.
+//! on the GPU (ignored unless asked for: `cargo test -p einsum-cuda -- --ignored` on a machine
+//! with one), in f32, f16 and bf16. Inputs are loaded once and stay resident; runs repeat.
 
 use std::collections::HashMap;
 
-use einsum_core::{DType, HostTensor, Interval, TensorDesc, scaled_error};
-use einsum_cuda::{CudaExecutable, CudaOptions, availability::check_cuda, emulate, lower::lower};
+use einsum_core::{BackendError, DType, HostTensor, Interval, TensorDesc, TensorType, scaled_error};
+use einsum_cuda::emulate::{self, Emulator};
+use einsum_cuda::{CudaExecutable, CudaOptions, lower::lower};
 use einsum_exprog::{Compiled, Schedule, compile};
 use einsum_joinagg::{
     AbstractOperator, Computation, DimIndex, FunctionSpec, JoinAggSpec, ShardableIndex, enumerate_specs, grid_spec,
@@ -181,12 +183,123 @@ fn an_unknown_operator_is_an_error_naming_it() {
     assert!(err.contains("puzzle") && err.contains("mystery") && err.contains("no kernel"), "{err}");
 }
 
+/// Loads once, runs twice: both runs match the reference (the resident inputs survive a
+/// run, and a run leaves nothing behind that the next one depends on), in every dtype.
 #[test]
-fn every_operator_on_the_gpu_matches_the_reference() {
-    if let Err(e) = check_cuda() {
-        println!("skipped: no CUDA driver found ({e})");
-        return;
+fn inputs_loaded_once_serve_every_run() {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (name, comp) in cases(dt) {
+            let (ins, reference) = inputs(&comp, 11);
+            for p in [1, 2, 4] {
+                let Some(c) = compiled(&comp, p, p - 1).or_else(|| compiled(&comp, p, 0)) else { continue };
+                let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+                for gpus in [1, 2] {
+                    let mut e = Emulator::new(&c.graph, &lowered, gpus);
+                    e.load_all(&ins).unwrap();
+                    let first = e.run().unwrap();
+                    let second = e.run().unwrap();
+                    assert_eq!(first, second, "{name} {dt} p={p} on {gpus} GPUs: the second run differs");
+                    let err = scaled_error(&first[0], &reference, 1.0);
+                    assert!(err <= tolerance(dt), "{name} {dt} p={p} on {gpus} GPUs: error {err}");
+                }
+            }
+        }
     }
+}
+
+/// Every input block a Load task selects is resident on its GPU, and a block that several
+/// virtual devices of one GPU load is held once.
+#[test]
+fn the_resident_regions_hold_each_loaded_block_once_per_gpu() {
+    let (_, comp) = cases(DType::BF16).into_iter().find(|(n, _)| *n == "matmul").unwrap();
+    let mut shared = 0;
+    for p in [2, 4] {
+        for choice in 0..6 {
+            let Some(c) = compiled(&comp, p, choice) else { break };
+            let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+            let e = Emulator::new(&c.graph, &lowered, 1);
+            let plan = &e.schedule().resident;
+            let mut distinct: Vec<(usize, TensorType)> = Vec::new();
+            for n in c.graph.nodes() {
+                if let einsum_core::taskgraph::Task::Load { input, dst } = &n.task {
+                    shared += 1;
+                    assert!(plan.location(dst.0 as usize).is_some(), "p={p} spec {choice}: a load not resident");
+                    let key = (*input, c.graph.buffer(*dst).ty.clone());
+                    if !distinct.contains(&key) {
+                        distinct.push(key);
+                    }
+                }
+            }
+            assert_eq!(plan.blocks.len(), distinct.len(), "p={p} spec {choice}");
+            shared -= distinct.len();
+            let bytes: usize = plan.blocks.iter().map(|b| b.bytes()).sum();
+            assert!(plan.bytes[0] >= bytes);
+        }
+    }
+    assert!(shared > 0, "no spec replicates an input block: the sharing went untested");
+}
+
+/// Loading an input again replaces its resident blocks: the next run sees the new value.
+#[test]
+fn reloading_an_input_replaces_it() {
+    let (_, comp) = cases(DType::BF16).into_iter().find(|(n, _)| *n == "project").unwrap();
+    let (first, first_ref) = inputs(&comp, 21);
+    let (second, second_ref) = inputs(&comp, 22);
+    let mut runs = 0;
+    for p in [2, 4] {
+        let Some(c) = compiled(&comp, p, 1) else { continue };
+        let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+        let mut e = Emulator::new(&c.graph, &lowered, 1);
+        e.load_all(&first).unwrap();
+        assert!(scaled_error(&e.run().unwrap()[0], &first_ref, 1.0) <= tolerance(DType::BF16));
+        e.load_all(&second).unwrap();
+        assert!(scaled_error(&e.run().unwrap()[0], &second_ref, 1.0) <= tolerance(DType::BF16));
+        runs += 1;
+    }
+    assert_eq!(runs, 2);
+}
+
+#[test]
+fn running_before_every_input_is_loaded_names_the_missing_one() {
+    let (_, comp) = cases(DType::F32).into_iter().find(|(n, _)| *n == "layernorm").unwrap();
+    let (ins, _) = inputs(&comp, 1);
+    let c = compiled(&comp, 2, 0).unwrap();
+    let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+    let mut e = Emulator::new(&c.graph, &lowered, 1);
+    let err = e.run().unwrap_err();
+    assert!(matches!(&err, BackendError::Input { index: 0, name, .. } if name == "in0"), "{err}");
+    e.load(0, &ins[0]).unwrap();
+    e.load(2, &ins[2]).unwrap();
+    let err = e.run().unwrap_err();
+    assert!(matches!(&err, BackendError::Input { index: 1, name, .. } if name == "in1"), "{err}");
+    assert!(err.to_string().contains("not loaded"), "{err}");
+    e.load(1, &ins[1]).unwrap();
+    assert!(e.run().is_ok());
+}
+
+#[test]
+fn loading_a_value_of_the_wrong_shape_or_dtype_is_refused() {
+    let (_, comp) = cases(DType::F16).into_iter().find(|(n, _)| *n == "matmul").unwrap();
+    let (ins, reference) = inputs(&comp, 2);
+    let c = compiled(&comp, 2, 1).unwrap();
+    let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+    let mut e = Emulator::new(&c.graph, &lowered, 1);
+    e.load_all(&ins).unwrap();
+    let wrong_shape = HostTensor::random(TensorType::zero_bounded(&[6, 9]), DType::F16, 3);
+    let err = e.load(0, &wrong_shape).unwrap_err();
+    assert!(matches!(&err, BackendError::Input { index: 0, name, .. } if name == "in0"), "{err}");
+    let wrong_dtype = ins[1].cast(DType::F32);
+    assert!(matches!(e.load(1, &wrong_dtype), Err(BackendError::Input { index: 1, .. })));
+    assert!(matches!(e.load(2, &ins[0]), Err(BackendError::Input { index: 2, .. })));
+    assert!(matches!(e.load_all(&ins[..1]), Err(BackendError::Input { .. })));
+    // A refused load leaves the loaded value in place.
+    let out = e.run().unwrap();
+    assert!(scaled_error(&out[0], &reference, 1.0) <= tolerance(DType::F16));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_operator_on_the_gpu_matches_the_reference() {
     for dt in [DType::F32, DType::F16, DType::BF16] {
         for (name, comp) in cases(dt) {
             let (ins, reference) = inputs(&comp, 5);
@@ -196,7 +309,12 @@ fn every_operator_on_the_gpu_matches_the_reference() {
                     let options = CudaOptions { eager, max_gpus: None };
                     let mut exe =
                         CudaExecutable::prepare(&comp, &c, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
-                    let out = exe.run(&ins).unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let err = exe.run().unwrap_err();
+                    assert!(matches!(err, BackendError::Input { index: 0, .. }), "{name}: {err}");
+                    exe.load_all(&ins).unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let out = exe.run().unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let again = exe.run().unwrap_or_else(|e| panic!("{name}: {e}"));
+                    assert_eq!(out, again, "{name} {dt} p={p} eager={eager}: the second run differs");
                     let err = scaled_error(&out[0], &reference, 1.0);
                     assert!(err <= tolerance(dt), "{name} {dt} p={p} eager={eager}: error {err}");
                 }

@@ -1,0 +1,120 @@
+//! Input slots: the computation inputs a prepared executable expects (the task graph's input
+//! boundary) and which of them are loaded.
+//!
+//! Inputs are loaded once and stay resident (see [`crate::resident`]); a run needs every
+//! input loaded. Both checks live here so the GPU executable and the host emulator
+//! ([`crate::emulate`]) refuse the same things with the same typed errors.
+
+use einsum_core::taskgraph::Boundary;
+use einsum_core::{BackendError, HostTensor};
+
+/// The declared inputs and which are loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputSlots {
+    boundaries: Vec<Boundary>,
+    loaded: Vec<bool>,
+}
+
+impl InputSlots {
+    /// Slots for `boundaries` (the task graph's inputs, in order), none loaded.
+    pub fn new(boundaries: &[Boundary]) -> InputSlots {
+        InputSlots { boundaries: boundaries.to_vec(), loaded: vec![false; boundaries.len()] }
+    }
+
+    /// Number of inputs.
+    pub fn len(&self) -> usize {
+        self.boundaries.len()
+    }
+
+    /// True when the computation has no input.
+    pub fn is_empty(&self) -> bool {
+        self.boundaries.is_empty()
+    }
+
+    /// Whether input `input` is loaded.
+    pub fn is_loaded(&self, input: usize) -> bool {
+        self.loaded.get(input).copied().unwrap_or(false)
+    }
+
+    fn error(&self, index: usize, reason: String) -> BackendError {
+        let name = self.boundaries.get(index).map_or_else(String::new, |b| b.name.clone());
+        BackendError::Input { index, name, reason }
+    }
+
+    /// Checks that `value` may be loaded as input `input`: the input exists and `value` has
+    /// its type and dtype.
+    pub fn check(&self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        let Some(b) = self.boundaries.get(input) else {
+            return Err(self.error(input, format!("no such input: the graph has {}", self.len())));
+        };
+        if *value.ty() != b.ty || value.dtype() != b.dtype {
+            return Err(
+                self.error(input, format!("expected {} {}, got {} {}", b.ty, b.dtype, value.ty(), value.dtype()))
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks that `given` values are one per input (for loading them all at once).
+    pub fn check_count(&self, given: usize) -> Result<(), BackendError> {
+        if given == self.len() {
+            return Ok(());
+        }
+        Err(self.error(given.min(self.len()), format!("{given} inputs given, the graph has {}", self.len())))
+    }
+
+    /// Marks input `input` loaded (or not, while its upload is in progress).
+    pub fn set_loaded(&mut self, input: usize, loaded: bool) {
+        self.loaded[input] = loaded;
+    }
+
+    /// Checks that every input is loaded, naming the first one that is not.
+    pub fn require_all(&self) -> Result<(), BackendError> {
+        match self.loaded.iter().position(|l| !l) {
+            None => Ok(()),
+            Some(i) => Err(self.error(i, "not loaded: load it before running".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::{DType, TensorType};
+
+    use super::*;
+
+    fn slots() -> InputSlots {
+        let b = |n: &str, dims: &[usize]| Boundary {
+            name: n.into(),
+            ty: TensorType::zero_bounded(dims),
+            dtype: DType::F16,
+        };
+        InputSlots::new(&[b("x", &[2, 3]), b("w", &[3])])
+    }
+
+    #[test]
+    fn the_first_input_not_loaded_is_named() {
+        let mut s = slots();
+        let err = s.require_all().unwrap_err();
+        assert!(matches!(&err, BackendError::Input { index: 0, name, .. } if name == "x"), "{err}");
+        s.set_loaded(0, true);
+        let err = s.require_all().unwrap_err();
+        assert!(matches!(&err, BackendError::Input { index: 1, name, .. } if name == "w"), "{err}");
+        s.set_loaded(1, true);
+        assert!(s.require_all().is_ok());
+    }
+
+    #[test]
+    fn a_value_of_another_type_dtype_or_slot_is_refused() {
+        let s = slots();
+        let ok = HostTensor::random(TensorType::zero_bounded(&[3]), DType::F16, 1);
+        assert!(s.check(1, &ok).is_ok());
+        let shape = HostTensor::random(TensorType::zero_bounded(&[4]), DType::F16, 1);
+        let err = s.check(1, &shape).unwrap_err().to_string();
+        assert!(err.contains("`w`") && err.contains("expected"), "{err}");
+        let dtype = HostTensor::random(TensorType::zero_bounded(&[3]), DType::F32, 1);
+        assert!(s.check(1, &dtype).is_err());
+        assert!(matches!(s.check(2, &ok), Err(BackendError::Input { index: 2, .. })));
+        assert!(s.check_count(1).is_err() && s.check_count(2).is_ok());
+    }
+}
