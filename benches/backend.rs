@@ -84,7 +84,7 @@ fn llama(c: &mut Criterion) {
     group.sample_size(10);
     for devices in [1, 8] {
         let mut exe = compile(&graph, &CompileOptions { devices, ..CompileOptions::default() }).unwrap();
-        exe.load_random(0);
+        exe.load_random(0).unwrap();
         group.bench_function(format!("p{devices}"), |b| b.iter(|| exe.execute().unwrap()));
         let start = Instant::now();
         for _ in 0..5 {

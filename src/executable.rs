@@ -3,8 +3,8 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use einsum_core::{Backend, HostTensor, taskgraph::MemoryStats};
-use einsum_cpu::CpuBackend;
+use einsum_core::{HostTensor, taskgraph::MemoryStats};
+use einsum_cpu::{CpuBackend, CpuExecutable};
 use einsum_cuda::{CudaExecutable, CudaOptions};
 use einsum_exprog::{Compiled, ComputationKernels, ExchangeProgram, Schedule, compile as compile_physical};
 use einsum_joinagg::TensorId;
@@ -64,20 +64,27 @@ pub struct RunReport {
 
 /// A compiled graph: its logical plan, exchange programs and task graph, ready to run
 /// once every input is loaded.
+///
+/// On the CPU backend an input is handed to the prepared executable as soon as it is
+/// loaded: its blocks are sliced onto their devices once and stay resident, and every
+/// `execute` runs the rest of the task graph on them.
 pub struct Executable<'g> {
     graph: &'g Graph,
     plan: LogicalPlan,
     compiled: Compiled,
     runner: Runner,
     inputs: Vec<TensorId>,
+    /// The values loaded, kept for reference runs ([`Executable::loaded_inputs`]) and for
+    /// the CUDA backend, which takes them on every run.
     loaded: Vec<Option<HostTensor>>,
     outputs: HashMap<TensorId, HostTensor>,
 }
 
-/// The backend an executable runs on: a stateless [`Backend`], or a CUDA executable
-/// prepared once (kernels compiled, graph captured) and replayed.
+/// The backend an executable runs on: a CPU executable that holds the loaded inputs'
+/// blocks resident, or a CUDA executable prepared once (kernels compiled, graph captured)
+/// and replayed.
 enum Runner {
-    Backend(Box<dyn Backend>),
+    Cpu(Box<CpuExecutable>),
     Cuda(Box<CudaExecutable>),
 }
 
@@ -102,20 +109,26 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
     let topology = Topology::named(&options.topology)?;
     let model = cost_model_by_name(&options.cost, &options.topology)?;
     let plan = strategy.optimize(comp, options.devices, model.as_ref())?;
-    let physical = einsum_exprog::CompileOptions { devices: options.devices, schedule: options.schedule, topology };
+    let physical = einsum_exprog::CompileOptions {
+        devices: options.devices,
+        schedule: options.schedule,
+        topology,
+        memory_budget: None,
+    };
     let compiled = compile_physical(comp, &plan.specs(), &physical)?;
     let runner = if cuda {
         let cuda_options = CudaOptions { eager: options.eager, max_gpus: None };
         Runner::Cuda(Box::new(CudaExecutable::prepare(comp, &compiled, &cuda_options)?))
     } else {
-        Runner::Backend(Box::new(CpuBackend::new()))
+        Runner::Cpu(Box::new(CpuBackend::new().prepare(&compiled.graph)?))
     };
     let inputs = comp.inputs();
     Ok(Executable { graph, plan, compiled, runner, loaded: vec![None; inputs.len()], inputs, outputs: HashMap::new() })
 }
 
 impl Executable<'_> {
-    /// Supplies the value of a computation input; its type and dtype must match.
+    /// Supplies the value of a computation input; its type and dtype must match. On the CPU
+    /// backend its blocks are loaded onto their devices at once and stay resident.
     pub fn load(&mut self, input: Tensor, value: HostTensor) -> Result<()> {
         let id = self.graph.own_tensor(input)?;
         let slot =
@@ -131,16 +144,25 @@ impl Executable<'_> {
                 value.dtype()
             )));
         }
+        if let Runner::Cpu(c) = &mut self.runner {
+            c.load(slot, &value)?;
+        }
         self.loaded[slot] = Some(value);
         Ok(())
     }
 
-    /// Loads seeded random values in `[-1, 1)` into every input.
-    pub fn load_random(&mut self, seed: u64) {
-        let values = self.graph.computation().random_inputs(seed);
+    /// Loads seeded random values in `[-1, 1)` into every input (on the CPU backend, onto
+    /// the devices at once, as [`Executable::load`] does).
+    pub fn load_random(&mut self, seed: u64) -> Result<()> {
+        let mut values = self.graph.computation().random_inputs(seed);
         for (slot, t) in self.inputs.iter().enumerate() {
-            self.loaded[slot] = values.get(t).cloned();
+            let value = values.remove(t);
+            if let (Runner::Cpu(c), Some(v)) = (&mut self.runner, &value) {
+                c.load(slot, v)?;
+            }
+            self.loaded[slot] = value;
         }
+        Ok(())
     }
 
     /// The loaded inputs, by tensor id (for a reference run on the same values).
@@ -150,20 +172,17 @@ impl Executable<'_> {
 
     /// Runs the task graph on the backend. Every input must be loaded.
     pub fn execute(&mut self) -> Result<RunReport> {
-        let values = self
-            .loaded
-            .iter()
-            .enumerate()
-            .map(|(slot, v)| {
-                v.clone().ok_or_else(|| Error::Usage(format!("input `{}` is not loaded", self.input_name(slot))))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        if let Some(slot) = self.loaded.iter().position(Option::is_none) {
+            return Err(Error::Usage(format!("input `{}` is not loaded", self.input_name(slot))));
+        }
         let comp = self.graph.computation();
         let kernels = ComputationKernels(comp, &self.compiled.kernels);
         let started = Instant::now();
         let outs = match &mut self.runner {
-            Runner::Backend(b) => b.execute(&self.compiled.graph, &kernels, &values)?,
+            // The inputs are resident on the devices already.
+            Runner::Cpu(c) => c.run(&kernels)?.0,
             Runner::Cuda(c) => {
+                let values: Vec<HostTensor> = self.loaded.iter().flatten().cloned().collect();
                 c.load_all(&values)?;
                 c.run()?
             }
@@ -202,7 +221,8 @@ impl Executable<'_> {
         &self.compiled
     }
 
-    /// Tasks, bytes moved and peak memory per device of the task graph.
+    /// Tasks, bytes moved and memory per device (resident inputs, transient peak, peak) of
+    /// the task graph.
     pub fn stats(&self) -> MemoryStats {
         self.compiled.graph.stats()
     }
@@ -213,9 +233,10 @@ impl Executable<'_> {
         self.compiled.predicted_ms
     }
 
-    /// The host bytes a run allocates: every input's value twice (generated or loaded, and
-    /// the copy handed to the backend), every device's peak on the CPU backend (its devices
-    /// are host memory), the saved outputs and, with `reference`, every tensor of the
+    /// The host bytes a run allocates: every input's value (kept for reference checks; on
+    /// the CUDA backend twice, with the copy handed to every run), every device's peak on
+    /// the CPU backend (its devices are host memory: resident input blocks plus the
+    /// transient peak), the saved outputs and, with `reference`, every tensor of the
     /// single-device reference evaluation (as f32). An estimate from the task graph, so that
     /// a run too large for the machine is refused before it allocates.
     pub fn host_bytes_needed(&self, reference: bool) -> usize {
@@ -225,9 +246,9 @@ impl Executable<'_> {
         };
         let inputs = self.inputs.iter().map(bytes).fold(0, usize::saturating_add);
         let outputs = comp.saved().iter().map(bytes).fold(0, usize::saturating_add);
-        let devices = match self.runner {
-            Runner::Backend(_) => self.stats().peak_bytes.iter().fold(0usize, |a, &b| a.saturating_add(b)),
-            Runner::Cuda(_) => 0,
+        let (copies, devices) = match self.runner {
+            Runner::Cpu(_) => (1, self.stats().peak_bytes.iter().fold(0usize, |a, &b| a.saturating_add(b))),
+            Runner::Cuda(_) => (2, 0),
         };
         let reference = if reference {
             comp.topo_order()
@@ -238,7 +259,7 @@ impl Executable<'_> {
         } else {
             0
         };
-        inputs.saturating_mul(2).saturating_add(devices).saturating_add(outputs).saturating_add(reference)
+        inputs.saturating_mul(copies).saturating_add(devices).saturating_add(outputs).saturating_add(reference)
     }
 
     /// Refuses a run whose [`Executable::host_bytes_needed`] exceeds the memory this process can
@@ -252,7 +273,7 @@ impl Executable<'_> {
                 available,
                 what: format!(
                     "inputs, {} device buffers and outputs{}",
-                    if matches!(self.runner, Runner::Backend(_)) { "the CPU backend's" } else { "no" },
+                    if matches!(self.runner, Runner::Cpu(_)) { "the CPU backend's" } else { "no" },
                     if reference { ", and the single-device reference" } else { "" }
                 ),
             }),

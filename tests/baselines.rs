@@ -35,7 +35,7 @@ fn run_and_compare(graph: &Graph, optimizer: &str, devices: usize, cost: &str) -
         validate_spec(op, &planned.spec, Some(devices))
             .unwrap_or_else(|e| panic!("{optimizer}: {}: {e}", planned.name));
     }
-    exe.load_random(devices as u64 + 11);
+    exe.load_random(devices as u64 + 11).unwrap();
     exe.execute().unwrap();
     let reference = comp.evaluate(&exe.loaded_inputs()).unwrap();
     reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0, f32::max)

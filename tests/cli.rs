@@ -157,9 +157,20 @@ fn run_checks_against_the_reference_and_dumps_npy() {
         "predicted_ms",
         "bytes_moved",
         "peak_bytes_per_device",
+        "resident_bytes_per_device",
+        "transient_peak_bytes_per_device",
     ] {
         assert!(v.get(key).is_some(), "missing {key}");
     }
+    let per_device =
+        |key: &str| -> Vec<u64> { v[key].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect() };
+    let (peak, resident, transient) = (
+        per_device("peak_bytes_per_device"),
+        per_device("resident_bytes_per_device"),
+        per_device("transient_peak_bytes_per_device"),
+    );
+    assert!(resident.iter().all(|&r| r > 0), "every device holds input blocks: {resident:?}");
+    assert_eq!(peak, resident.iter().zip(&transient).map(|(r, t)| r + t).collect::<Vec<_>>());
     assert_eq!(v["ok"], true);
     assert!(v["max_rel_error"].as_f64().unwrap() <= 1e-4);
     assert_eq!(v["peak_bytes_per_device"].as_array().unwrap().len(), 4);
@@ -186,6 +197,13 @@ fn explain_prints_plan_programs_and_a_dot_graph() {
         text.contains("logical plan") && text.contains("exchange programs") && text.contains("PARTITIONS"),
         "{text}"
     );
+    assert!(text.contains("resident inputs + transient peak = peak") && text.contains("  device 1: "), "{text}");
+    let out = einsummable(&["explain", "ffn:tokens=16,d_model=8,d_ff=16", "--devices", "2", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["peak_bytes_per_device", "resident_bytes_per_device", "transient_peak_bytes_per_device"] {
+        assert_eq!(v[key].as_array().map(Vec::len), Some(2), "{key}");
+    }
     let graph = std::fs::read_to_string(&dot).unwrap();
     assert!(graph.starts_with("digraph tasks") && graph.contains("->"));
     std::fs::remove_file(&dot).ok();

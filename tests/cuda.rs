@@ -47,7 +47,7 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
             for eager in [false, true] {
                 let options = CompileOptions { devices, backend: "cuda".into(), eager, ..CompileOptions::default() };
                 let mut exe = compile(&graph, &options).unwrap();
-                exe.load_random(devices as u64);
+                exe.load_random(devices as u64).unwrap();
                 // Twice: a replayed graph must give the same answer as its first launch.
                 for _ in 0..2 {
                     exe.execute().unwrap();
@@ -69,7 +69,7 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
         let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
         for devices in [1, 8] {
             let mut exe = compile(&graph, &CompileOptions { devices, ..CompileOptions::default() }).unwrap();
-            exe.load_random(3);
+            exe.load_random(3).unwrap();
             let comp = graph.computation();
             let compiled = exe.compiled();
             let lowered = einsum_cuda::lower::lower(&compiled.graph, comp, &compiled.kernels)

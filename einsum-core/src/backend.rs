@@ -36,6 +36,14 @@ pub enum BackendError {
         /// What is wrong.
         reason: String,
     },
+    /// A run of a prepared executable before computation input `index` was loaded.
+    #[error("input {index} (`{name}`) was never loaded; load every input before running")]
+    NotLoaded {
+        /// Its index.
+        index: usize,
+        /// Its name.
+        name: String,
+    },
     /// A task that failed (a kernel error, an inconsistent block).
     #[error("{task} `{label}` failed: {reason}")]
     Task {

@@ -1,10 +1,15 @@
 //! The CPU backend: runs a [`TaskGraph`] on virtual devices, in parallel across the
 //! machine's cores.
 //!
-//! Each virtual device of the graph has its own memory (a store of resident buffers); a
-//! transfer copies a block out of the source device's store into the destination's, a load
-//! copies a block of a computation input into a device, a store copies a block back to the
-//! host. Kernels come from the [`KernelLibrary`] the graph was compiled with. Results equal
+//! Each virtual device of the graph has its own memory (a store of buffers); a transfer
+//! copies a block out of the source device's store into the destination's, a load copies a
+//! block of a computation input into a device, a store copies a block back to the host.
+//!
+//! Computation inputs are resident, as the task graph's memory model says: a
+//! [`CpuExecutable`] ([`CpuBackend::prepare`]) performs an input's `Load` tasks once, when
+//! the input is given ([`CpuExecutable::load`]), keeps those blocks for its lifetime, and
+//! every [`CpuExecutable::run`] runs the other tasks on them. [`Backend::execute`] is
+//! prepare, load every input, run. Kernels come from the [`KernelLibrary`] the graph was compiled with. Results equal
 //! [`interpret`](einsum_core::taskgraph::interpret)'s bit for bit: every task does the same
 //! operations on the same blocks (an aggregation folds its sources left to right).
 //!
@@ -35,7 +40,16 @@
 //!
 //! let x = HostTensor::random(whole, DType::F32, 7);
 //! let y = CpuBackend::with_threads(2).execute(&g, &NoKernels, std::slice::from_ref(&x)).unwrap();
-//! assert_eq!(y, vec![x]);
+//! assert_eq!(y, vec![x.clone()]);
+//!
+//! // Prepared once, the input loaded once (and kept on device 1), run as often as needed.
+//! let mut exe = CpuBackend::with_threads(2).prepare(&g).unwrap();
+//! exe.load(0, &x).unwrap();
+//! for _ in 0..2 {
+//!     let (y, stats) = exe.run(&NoKernels).unwrap();
+//!     assert_eq!(y, vec![x.clone()]);
+//!     assert_eq!(stats.resident_bytes, vec![0, 16]);
+//! }
 //! ```
 //!
 //! **Architecture invariant:** this crate knows nothing about operators or plans: it runs
@@ -46,7 +60,7 @@ mod memory;
 mod schedule;
 
 use std::sync::{
-    Mutex,
+    Arc, Mutex,
     atomic::{AtomicUsize, Ordering},
 };
 
@@ -84,15 +98,16 @@ pub struct CpuBackend {
 pub struct RunStats {
     /// Worker threads used.
     pub threads: usize,
-    /// Tasks run.
+    /// Tasks run (every task but the loads, which were done when the inputs were loaded).
     pub tasks: usize,
     /// Bytes copied between devices by the transfers (equal to [`TaskGraph::stats`]'s).
     pub bytes_moved: usize,
-    /// The most bytes resident on each device at once (equal to
-    /// [`TaskGraph::stats`]'s prediction when run on one thread).
+    /// The most bytes held on each device at once, its resident input blocks included
+    /// (equal to [`TaskGraph::stats`]'s prediction when run on one thread).
     pub peak_bytes: Vec<usize>,
-    /// Bytes still resident on each device at the end (zero: every buffer was freed after
-    /// its last reader).
+    /// Bytes still held on each device at the end: its resident input blocks (equal to
+    /// [`TaskGraph::stats`]'s `resident_bytes`), every transient buffer having been freed
+    /// after its last reader.
     pub resident_bytes: Vec<usize>,
 }
 
@@ -118,7 +133,18 @@ impl CpuBackend {
         self.threads
     }
 
-    /// Runs `graph` like [`Backend::execute`] and also returns what the run did.
+    /// Prepares `graph` to run on this backend: an executable that holds no input yet.
+    pub fn prepare(&self, graph: &TaskGraph) -> Result<CpuExecutable, BackendError> {
+        Ok(CpuExecutable {
+            graph: graph.clone(),
+            threads: self.threads,
+            resident: vec![None; graph.buffers().len()],
+            loaded: vec![false; graph.inputs().len()],
+        })
+    }
+
+    /// Runs `graph` like [`Backend::execute`] and also returns what the run did: prepares
+    /// it, loads every input and runs it once.
     pub fn execute_with_stats(
         &self,
         graph: &TaskGraph,
@@ -126,7 +152,83 @@ impl CpuBackend {
         inputs: &[HostTensor],
     ) -> Result<(Vec<HostTensor>, RunStats), BackendError> {
         check_inputs(graph, inputs)?;
-        let memory = Memory::new(graph);
+        let mut exe = self.prepare(graph)?;
+        for (i, value) in inputs.iter().enumerate() {
+            exe.load(i, value)?;
+        }
+        exe.run(kernels)
+    }
+}
+
+/// A task graph prepared for the CPU backend: the blocks of its computation inputs are
+/// loaded once ([`CpuExecutable::load`]) and stay resident on their devices; each
+/// [`CpuExecutable::run`] runs every other task on them.
+///
+/// # Design
+/// Inputs (weights) do not change between runs, so slicing them into their devices' blocks
+/// belongs to loading, not to running: a run then costs only the computation, and its
+/// memory is the graph's model — resident blocks plus the schedule's transient peak.
+#[derive(Clone, Debug)]
+pub struct CpuExecutable {
+    graph: TaskGraph,
+    threads: usize,
+    /// Per buffer, the resident block once its input is loaded (`None` for transient ones).
+    resident: Vec<Option<Arc<HostTensor>>>,
+    /// Per input, whether it has been loaded.
+    loaded: Vec<bool>,
+}
+
+impl CpuExecutable {
+    /// The prepared graph.
+    pub fn graph(&self) -> &TaskGraph {
+        &self.graph
+    }
+
+    /// Gives computation input `input` the value `value` (the whole tensor): checks its type
+    /// and dtype against the graph's input, then performs that input's `Load` tasks, keeping
+    /// every block resident on its device until the input is loaded again.
+    pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        let graph = &self.graph;
+        let Some(b) = graph.inputs().get(input) else {
+            return Err(BackendError::Input {
+                index: input,
+                name: "(unknown)".into(),
+                reason: format!("the graph takes {} inputs", graph.inputs().len()),
+            });
+        };
+        if *value.ty() != b.ty || value.dtype() != b.dtype {
+            return Err(BackendError::Input {
+                index: input,
+                name: b.name.clone(),
+                reason: format!("expected {} {}, got {} {}", b.ty, b.dtype, value.ty(), value.dtype()),
+            });
+        }
+        for (t, node) in graph.nodes().iter().enumerate() {
+            if let Task::Load { input: i, dst } = node.task
+                && i == input
+            {
+                let block = value.slice(&graph.buffer(dst).ty).map_err(|e| BackendError::Task {
+                    task: TaskId(t as u32),
+                    label: node.label.clone(),
+                    reason: e.to_string(),
+                })?;
+                self.resident[dst.0 as usize] = Some(Arc::new(block));
+            }
+        }
+        self.loaded[input] = true;
+        Ok(())
+    }
+
+    /// Runs every task but the loads (done by [`CpuExecutable::load`]) on the resident
+    /// blocks and returns the saved outputs (whole tensors, in the graph's output order) and
+    /// what the run did. Fails with [`BackendError::NotLoaded`] if an input was never
+    /// loaded. The resident blocks are untouched, so runs may be repeated.
+    pub fn run(&self, kernels: &dyn KernelLibrary) -> Result<(Vec<HostTensor>, RunStats), BackendError> {
+        let graph = &self.graph;
+        if let Some(index) = self.loaded.iter().position(|l| !l) {
+            return Err(BackendError::NotLoaded { index, name: graph.inputs()[index].name.clone() });
+        }
+        let memory = Memory::new(graph, &self.resident);
         // Blocks handed to the host: (task, output, block).
         let stored: Mutex<Vec<(TaskId, usize, HostTensor)>> = Mutex::new(Vec::new());
         let moved = AtomicUsize::new(0);
@@ -134,8 +236,9 @@ impl CpuBackend {
         schedule::run_all(graph, threads, |id| {
             let node = &graph.nodes()[id.0 as usize];
             let fail = |reason: String| BackendError::Task { task: id, label: node.label.clone(), reason };
-            let ctx = Context { graph, kernels, inputs, memory: &memory };
+            let ctx = Context { graph, kernels, memory: &memory };
             match ctx.run(&node.task).map_err(fail)? {
+                Done::Resident => {}
                 Done::Wrote(blocks) => {
                     if let Task::Transfer { src, .. } = node.task {
                         moved.fetch_add(graph.buffer(src).bytes(), Ordering::Relaxed);
@@ -161,7 +264,7 @@ impl CpuBackend {
         let outputs = stitch_outputs(graph, outputs)?;
         let stats = RunStats {
             threads,
-            tasks: graph.nodes().len(),
+            tasks: graph.nodes().iter().filter(|n| !matches!(n.task, Task::Load { .. })).count(),
             bytes_moved: moved.into_inner(),
             peak_bytes: memory.peak_bytes(),
             resident_bytes: memory.resident_bytes(),
@@ -187,6 +290,8 @@ impl Backend for CpuBackend {
 
 /// What a task produced.
 enum Done {
+    /// Nothing: a load, whose block is already resident.
+    Resident,
     /// Blocks for the task's written buffers, in [`Task::writes`] order.
     Wrote(Vec<HostTensor>),
     /// A block of saved output `.0`, for the host.
@@ -197,7 +302,6 @@ enum Done {
 struct Context<'a> {
     graph: &'a TaskGraph,
     kernels: &'a dyn KernelLibrary,
-    inputs: &'a [HostTensor],
     memory: &'a Memory<'a>,
 }
 
@@ -211,7 +315,8 @@ impl Context<'_> {
         let ty = |b: BufferId| &self.graph.buffer(b).ty;
         let one = |t: HostTensor| Done::Wrote(vec![t]);
         Ok(match task {
-            Task::Load { input, dst } => one(self.inputs[*input].slice(ty(*dst)).map_err(|e| e.to_string())?),
+            // Done by `CpuExecutable::load`: the block is resident.
+            Task::Load { .. } => Done::Resident,
             Task::Slice { src, dst } => one(self.get(*src)?.slice(ty(*dst)).map_err(|e| e.to_string())?),
             // A genuine copy: the destination device gets its own block.
             Task::Transfer { src, .. } => one(HostTensor::clone(&*self.get(*src)?)),

@@ -1,5 +1,7 @@
-//! The virtual devices' memories: one store of resident buffers per device, with byte
-//! counts, and the reader counts that free a buffer once every task reading it is done.
+//! The virtual devices' memories: one store of buffers per device, with byte counts, and
+//! the reader counts that free a transient buffer once every task reading it is done.
+//! Resident buffers (the loaded blocks of computation inputs) are there from the start of a
+//! run and never freed.
 
 use std::{
     collections::HashMap,
@@ -44,11 +46,14 @@ pub(crate) struct Memory<'g> {
     devices: Vec<DeviceMemory>,
     /// Per buffer, the number of tasks still to read it.
     readers_left: Vec<AtomicUsize>,
+    /// Per buffer, whether it is resident (never freed).
+    pinned: Vec<bool>,
 }
 
 impl<'g> Memory<'g> {
-    /// Empty memories for every device of `graph`.
-    pub(crate) fn new(graph: &'g TaskGraph) -> Self {
+    /// Memories for every device of `graph` holding the `resident` blocks (per buffer:
+    /// `Some` for a loaded resident buffer), counted from the start and never freed.
+    pub(crate) fn new(graph: &'g TaskGraph, resident: &[Option<Arc<HostTensor>>]) -> Self {
         let mut readers = vec![0usize; graph.buffers().len()];
         for node in graph.nodes() {
             for b in distinct(node.task.reads()) {
@@ -59,11 +64,22 @@ impl<'g> Memory<'g> {
             readers.iter().zip(graph.last_readers()).all(|(&r, last)| (r == 0) == last.is_none()),
             "a buffer has readers exactly when it has a last reader"
         );
-        Self {
+        let memory = Self {
             graph,
             devices: (0..graph.devices()).map(|_| DeviceMemory::default()).collect(),
             readers_left: readers.into_iter().map(AtomicUsize::new).collect(),
+            pinned: resident.iter().map(Option::is_some).collect(),
+        };
+        for (b, t) in resident.iter().enumerate() {
+            if let Some(t) = t {
+                let b = BufferId(b as u32);
+                let dev = memory.device(b);
+                let now = dev.resident.fetch_add(graph.buffer(b).bytes(), Ordering::SeqCst) + graph.buffer(b).bytes();
+                dev.peak.fetch_max(now, Ordering::SeqCst);
+                dev.buffers().insert(b, Arc::clone(t));
+            }
         }
+        memory
     }
 
     fn device(&self, b: BufferId) -> &DeviceMemory {
@@ -89,10 +105,13 @@ impl<'g> Memory<'g> {
         }
     }
 
-    /// Records that a task reading `reads` has finished: frees each buffer it was the last
-    /// reader of.
+    /// Records that a task reading `reads` has finished: frees each transient buffer it was
+    /// the last reader of.
     pub(crate) fn release(&self, reads: Vec<BufferId>) {
         for b in distinct(reads) {
+            if self.pinned.get(b.0 as usize).copied().unwrap_or(false) {
+                continue;
+            }
             if self.readers_left[b.0 as usize].fetch_sub(1, Ordering::SeqCst) == 1 {
                 let dev = self.device(b);
                 if dev.buffers().remove(&b).is_some() {

@@ -184,16 +184,16 @@ mod tests {
 
     use super::*;
 
-    /// A layered graph: 4 loads, then layers of slices, each reading two random buffers of
+    /// A layered graph: 4 loads (of 4 inputs), then layers of slices, each reading two random buffers of
     /// the layer before (extra dependency on the second).
     fn layered(layers: usize) -> TaskGraph {
         let whole = TensorType::zero_bounded(&[2]);
-        let x = Boundary { name: "x".into(), ty: whole.clone(), dtype: DType::F32 };
-        let mut g = TaskGraph::new(1, vec![x], Vec::new());
+        let x = |i: usize| Boundary { name: format!("x{i}"), ty: whole.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(1, (0..4).map(x).collect(), Vec::new());
         let mut prev = Vec::new();
-        for _ in 0..4 {
+        for input in 0..4 {
             let b = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
-            prev.push((g.push(Task::Load { input: 0, dst: b }, &[], "load").unwrap(), b));
+            prev.push((g.push(Task::Load { input, dst: b }, &[], "load").unwrap(), b));
         }
         let mut rng = einsum_core::SplitMix64::new(9);
         for _ in 0..layers {

@@ -107,6 +107,7 @@ fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
         devices: p,
         schedule: Schedule::Naive,
         topology: Topology::preset("dgx-a100").unwrap(),
+        memory_budget: None,
     };
     Some(compile(comp, &HashMap::from([(id, spec)]), &options).unwrap())
 }

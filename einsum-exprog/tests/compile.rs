@@ -61,7 +61,7 @@ fn run(comp: &Computation, compiled: &Compiled, seed: u64) {
 fn check(comp: &Computation, p: usize, seed: u64, schedule: Schedule, topology: &Topology) -> bool {
     let mut rng = SplitMix64::new(seed);
     let Some(specs) = random_specs(comp, p, &mut rng) else { return false };
-    let options = CompileOptions { devices: p, schedule, topology: topology.clone() };
+    let options = CompileOptions { devices: p, schedule, topology: topology.clone(), memory_budget: None };
     let compiled = compile(comp, &specs, &options).unwrap_or_else(|e| panic!("p = {p}, seed {seed}: {e}"));
     assert!(compiled.graph.check_complete().is_ok());
     assert_eq!(compiled.graph.devices(), p);
@@ -298,7 +298,7 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/example_5_4_preamble.exprog");
     let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10 }] {
-        let options = CompileOptions { devices: 4, schedule, topology: switch(4, 80.0) };
+        let options = CompileOptions { devices: 4, schedule, topology: switch(4, 80.0), memory_budget: None };
         let compiled = compile(&comp, &specs, &options).unwrap();
         assert_eq!(compiled.programs.len(), 1);
         let program = &compiled.programs[0];
@@ -319,7 +319,8 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
 #[test]
 fn wrong_spec_counts_and_missing_specs_are_refused() {
     let (comp, specs) = example_5_4();
-    let options = CompileOptions { devices: 2, schedule: Schedule::Naive, topology: switch(8, 80.0) };
+    let options =
+        CompileOptions { devices: 2, schedule: Schedule::Naive, topology: switch(8, 80.0), memory_budget: None };
     let err = compile(&comp, &specs, &options).unwrap_err();
     assert!(matches!(&err, CompileError::SpecCount { expected: 2, got: 4, .. }), "{err}");
     assert!(err.to_string().contains("matmul"), "{err}");
@@ -335,7 +336,8 @@ fn wrong_spec_counts_and_missing_specs_are_refused() {
 #[test]
 fn a_topology_with_too_few_sites_is_refused() {
     let (comp, specs) = example_5_4();
-    let options = CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(2, 80.0) };
+    let options =
+        CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(2, 80.0), memory_budget: None };
     let err = compile(&comp, &specs, &options).unwrap_err();
     assert!(matches!(err, CompileError::TopologyTooSmall { sites: 2, devices: 4, .. }), "{err}");
 }
@@ -344,12 +346,96 @@ fn a_topology_with_too_few_sites_is_refused() {
 fn a_graph_over_hbm_capacity_is_refused() {
     let (comp, specs) = example_5_4();
     // 200 bytes of HBM per device: one 4 x 8 f32 block alone takes 128.
-    let options = CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(4, 200e-9) };
+    let options =
+        CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(4, 200e-9), memory_budget: None };
     let err = compile(&comp, &specs, &options).unwrap_err();
-    let CompileError::OutOfMemory { device, peak, capacity } = &err else { panic!("{err}") };
-    assert!(*peak as f64 > *capacity && *capacity == 200.0 && device.0 < 4, "{err}");
+    let CompileError::OutOfMemory { device, peak, resident, budget } = &err else { panic!("{err}") };
+    assert!(*peak as f64 > *budget && *budget == 200.0 && *device < 4 && resident <= peak, "{err}");
     let text = err.to_string();
-    assert!(text.contains(&format!("device {}", device.0)) && text.contains(&peak.to_string()), "{text}");
+    assert!(text.contains(&format!("device {device}")) && text.contains(&peak.to_string()), "{text}");
+}
+
+/// Two matmuls read the same weight `w` with the same spec: each device loads its block of
+/// `w` once, and both kernels read that buffer.
+#[test]
+fn a_weight_read_by_two_operators_is_loaded_once_per_device_and_block() {
+    let xd = desc(&[("i", 8), ("j", 8)]);
+    let mut comp = Computation::new();
+    let x = comp.add_input("x", xd.clone());
+    let w = comp.add_input("w", xd.clone());
+    let a = comp.add_op("a", Box::new(Einsum::matmul(&xd, &xd).unwrap()), &[x, w]).unwrap()[0];
+    let b = comp.add_op("b", Box::new(Einsum::matmul(&xd, &xd).unwrap()), &[x, w]).unwrap()[0];
+    comp.save(a).unwrap();
+    comp.save(b).unwrap();
+    let p = 2;
+    let (_, op, _) = comp.ops().next().unwrap();
+    let spec = enumerate_specs(op, p).unwrap()[0].spec.clone();
+    let specs: HashMap<OpId, JoinAggSpec> = comp.ops().map(|(id, _, _)| (id, spec.clone())).collect();
+    let options =
+        CompileOptions { devices: p, schedule: Schedule::Naive, topology: switch(p, 80.0), memory_budget: None };
+    let compiled = compile(&comp, &specs, &options).unwrap();
+    let g = &compiled.graph;
+    let mut loads: Vec<(usize, u32, TensorType)> = g
+        .nodes()
+        .iter()
+        .filter_map(|n| match n.task {
+            Task::Load { input, dst } => Some((input, g.buffer(dst).device.0, g.buffer(dst).ty.clone())),
+            _ => None,
+        })
+        .collect();
+    let wanted: std::collections::BTreeSet<(usize, u32, TensorType)> = spec
+        .functions
+        .iter()
+        .enumerate()
+        .flat_map(|(i, f)| (0..2).map(move |k| (k, i as u32, f.inputs[k].clone())))
+        .collect();
+    loads.sort();
+    assert_eq!(loads, wanted.into_iter().collect::<Vec<_>>(), "one load per (input, device, block)");
+    // Every kernel reads resident buffers; the two operators share them.
+    let reads = |op: usize| -> Vec<BufferId> {
+        g.nodes()
+            .iter()
+            .filter_map(|n| match &n.task {
+                Task::Kernel { kernel, inputs, .. }
+                    if compiled.kernels[*kernel].op == comp.ops().nth(op).unwrap().0 =>
+                {
+                    Some(inputs.clone())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    assert_eq!(reads(0), reads(1));
+    assert!(reads(0).iter().all(|&b| g.is_resident(b)));
+    run(&comp, &compiled, 5);
+}
+
+#[test]
+fn a_memory_budget_below_the_peak_is_refused() {
+    let (comp, specs) = example_5_4();
+    let options =
+        CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(4, 80.0), memory_budget: None };
+    let stats = compile(&comp, &specs, &options).unwrap().graph.stats();
+    let peak = *stats.peak_bytes.iter().max().unwrap();
+    let worst = stats.peak_bytes.iter().position(|&b| b == peak).unwrap();
+    let at = CompileOptions { memory_budget: Some(peak as f64), ..options.clone() };
+    assert!(compile(&comp, &specs, &at).is_ok());
+    let above = CompileOptions { memory_budget: Some(1e12), ..options.clone() };
+    assert!(compile(&comp, &specs, &above).is_ok());
+    let below = CompileOptions { memory_budget: Some(peak as f64 - 1.0), ..options };
+    let err = compile(&comp, &specs, &below).unwrap_err();
+    assert_eq!(
+        err,
+        CompileError::OutOfMemory {
+            device: worst,
+            peak,
+            resident: stats.resident_bytes[worst],
+            budget: peak as f64 - 1.0
+        }
+    );
+    let text = err.to_string();
+    assert!(text.contains("GB resident") && text.contains("GB transient") && text.contains("budget"), "{text}");
 }
 
 #[test]

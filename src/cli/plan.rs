@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result<Report> {
     let plan = strategy.optimize(graph.computation(), a.devices, model.as_ref())?;
     let optimize_ms = started.elapsed().as_secs_f64() * 1e3;
 
-    let options = CompileOptions { devices: a.devices, schedule, topology };
+    let options = CompileOptions { devices: a.devices, schedule, topology, memory_budget: None };
     let started = Instant::now();
     let physical = match einsum_exprog::compile(graph.computation(), &plan.specs(), &options) {
         Ok(c) => Physical::Predicted {

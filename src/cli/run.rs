@@ -112,7 +112,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let graph = a.compile.graph()?;
     let mut exe = compile(&graph, &a.compile.options()?)?;
     exe.check_host_memory(a.check)?;
-    exe.load_random(a.compile.seed);
+    exe.load_random(a.compile.seed)?;
     for _ in 0..a.warmup {
         exe.execute()?;
     }
@@ -159,7 +159,8 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let json = json!({
         "workload": a.compile.workload, "devices": a.compile.devices, "ok": ok, "max_rel_error": max_error,
         "wall_ms": wall_ms, "runs": times.len(), "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved,
-        "peak_bytes_per_device": stats.peak_bytes, "tasks": stats.tasks,
+        "peak_bytes_per_device": stats.peak_bytes, "resident_bytes_per_device": stats.resident_bytes,
+        "transient_peak_bytes_per_device": stats.transient_peak_bytes, "tasks": stats.tasks,
     });
     Ok(Report { json, text, ok })
 }
@@ -204,6 +205,13 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
             p.program
         );
     }
+    let stats = exe.stats();
+    let _ = writeln!(text, "\nmemory per device (resident inputs + transient peak = peak):");
+    for (d, ((r, t), p)) in
+        stats.resident_bytes.iter().zip(&stats.transient_peak_bytes).zip(&stats.peak_bytes).enumerate()
+    {
+        let _ = writeln!(text, "  device {d}: {r} + {t} = {p} bytes");
+    }
     if let Some(path) = &a.dot {
         std::fs::write(path, dot(&exe))
             .map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
@@ -216,10 +224,11 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
         .collect();
     let ops: Vec<_> =
         exe.plan().ops.iter().map(|o| json!({"name": o.name, "kind": o.kind, "split": o.splits_label()})).collect();
-    let stats = exe.stats();
     let json = json!({
         "workload": a.compile.workload, "devices": a.compile.devices, "ops": ops, "programs": programs,
         "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved, "peak_bytes_per_device": stats.peak_bytes,
+        "resident_bytes_per_device": stats.resident_bytes,
+        "transient_peak_bytes_per_device": stats.transient_peak_bytes,
         "tasks": stats.tasks, "operators": comp.ops().count(),
     });
     Ok(Report { json, text, ok: true })

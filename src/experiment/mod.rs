@@ -259,7 +259,8 @@ pub fn measure(case: &Case) -> Result<Measurement> {
     let model = cost_model_by_name("time", &case.topology)?;
     let plan = strategy.optimize(comp, case.devices, model.as_ref())?;
     let topology = Topology::named(&case.topology)?;
-    let options = einsum_exprog::CompileOptions { devices: case.devices, schedule: case.schedule, topology };
+    let options =
+        einsum_exprog::CompileOptions { devices: case.devices, schedule: case.schedule, topology, memory_budget: None };
     let compiled = einsum_exprog::compile(comp, &plan.specs(), &options)?;
     let compile_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(Measurement {

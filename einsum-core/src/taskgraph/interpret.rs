@@ -5,8 +5,8 @@ use crate::{BackendError, HostTensor, KernelLibrary, TensorType};
 
 use super::{Task, TaskGraph, TaskId};
 
-/// Runs `graph` sequentially and returns its saved outputs; frees each buffer after its
-/// last reader, as a backend would.
+/// Runs `graph` sequentially and returns its saved outputs; keeps every resident (`Load`)
+/// buffer and frees each transient one after its last reader, as a backend would.
 pub fn interpret(
     graph: &TaskGraph,
     kernels: &dyn KernelLibrary,
@@ -59,7 +59,7 @@ pub fn interpret(
             store[b.0 as usize] = Some(t);
         }
         for b in node.task.reads() {
-            if last[b.0 as usize] == Some(id) {
+            if last[b.0 as usize] == Some(id) && !graph.is_resident(b) {
                 store[b.0 as usize] = None;
             }
         }

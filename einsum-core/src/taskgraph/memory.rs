@@ -1,50 +1,72 @@
-//! Static statistics of a task graph: task counts, bytes moved, peak memory per device.
+//! Static statistics of a task graph: task counts, bytes moved, and memory per device —
+//! resident (computation inputs) plus the transient peak of the schedule.
 
 use std::collections::BTreeMap;
 
 use super::{Task, TaskGraph};
 
 /// What a task graph does, counted before running it.
+///
+/// Memory follows the graph's model (see [the module docs](super)): every `Load` buffer is
+/// resident for the executable's lifetime; every other buffer is transient, allocated by its
+/// writer and freed after its last reader. So on each device
+/// `peak_bytes = resident_bytes + transient_peak_bytes`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MemoryStats {
     /// Number of tasks of each kind.
     pub tasks: BTreeMap<&'static str, usize>,
     /// Bytes sent between devices (the sum over transfers).
     pub bytes_moved: usize,
-    /// The most bytes resident on each device at once, running the tasks in schedule order.
+    /// The most bytes held on each device at once: its resident bytes plus its transient
+    /// peak.
     pub peak_bytes: Vec<usize>,
+    /// Per device, the bytes of every `Load` destination buffer (the blocks of computation
+    /// inputs it holds for the executable's lifetime).
+    pub resident_bytes: Vec<usize>,
+    /// Per device, the most bytes of transient (non-`Load`) buffers live at once, running
+    /// the tasks one at a time in schedule order.
+    pub transient_peak_bytes: Vec<usize>,
 }
 
 pub(super) fn stats(g: &TaskGraph) -> MemoryStats {
-    let mut s = MemoryStats { peak_bytes: vec![0; g.devices()], ..MemoryStats::default() };
+    let n = g.devices();
+    let mut s = MemoryStats { resident_bytes: vec![0; n], transient_peak_bytes: vec![0; n], ..MemoryStats::default() };
     let last = g.last_readers();
-    let mut resident = vec![0usize; g.devices()];
-    // Buffers freed after each task.
+    let mut live = vec![0usize; n];
+    // Transient buffers freed after each task.
     let mut frees: Vec<Vec<usize>> = vec![Vec::new(); g.nodes().len()];
     for (b, l) in last.iter().enumerate() {
         if let Some(t) = l {
             frees[t.0 as usize].push(b);
         }
     }
-    for (i, n) in g.nodes().iter().enumerate() {
-        *s.tasks.entry(n.task.kind()).or_default() += 1;
-        if let Task::Transfer { src, .. } = n.task {
+    for (i, node) in g.nodes().iter().enumerate() {
+        *s.tasks.entry(node.task.kind()).or_default() += 1;
+        if let Task::Transfer { src, .. } = node.task {
             s.bytes_moved += g.buffer(src).bytes();
         }
-        for b in n.task.writes() {
+        let resident = matches!(node.task, Task::Load { .. });
+        for b in node.task.writes() {
             let buf = g.buffer(b);
             let d = buf.device.0 as usize;
-            resident[d] += buf.bytes();
-            s.peak_bytes[d] = s.peak_bytes[d].max(resident[d]);
+            if resident {
+                s.resident_bytes[d] += buf.bytes();
+                continue;
+            }
+            live[d] += buf.bytes();
+            s.transient_peak_bytes[d] = s.transient_peak_bytes[d].max(live[d]);
             // A buffer nobody reads is freed at once (it was written for nothing).
             if last[b.0 as usize].is_none() {
-                resident[d] -= buf.bytes();
+                live[d] -= buf.bytes();
             }
         }
         for &b in &frees[i] {
             let buf = &g.buffers()[b];
-            resident[buf.device.0 as usize] -= buf.bytes();
+            if !g.is_resident(super::BufferId(b as u32)) {
+                live[buf.device.0 as usize] -= buf.bytes();
+            }
         }
     }
+    s.peak_bytes = s.resident_bytes.iter().zip(&s.transient_peak_bytes).map(|(r, t)| r + t).collect();
     s
 }

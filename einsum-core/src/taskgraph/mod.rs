@@ -9,7 +9,17 @@
 //! so every graph is acyclic by construction and the insertion order is a valid schedule.
 //! Each task writes exactly one buffer (or, for a kernel, its output buffers) that nothing
 //! else writes, so buffers are single-assignment and a backend may free a buffer as soon
-//! as its last reader has finished ([`TaskGraph::last_readers`]). [`TaskGraph::push`]
+//! as its last reader has finished ([`TaskGraph::last_readers`]).
+//!
+//! # Memory model
+//! Computation inputs (weights) are **resident**: a `Load` buffer
+//! ([`TaskGraph::is_resident`]) holds its block of the input on its device for the
+//! executable's lifetime — a backend performs the loads once, when the inputs are given,
+//! and every run reads them — so it is never freed, and one input's block is loaded at most
+//! once per device ([`TaskGraph::push`] refuses a duplicate). Every other buffer is
+//! **transient**: written by its task during a run and freed after its last reader. A
+//! device's peak is its resident bytes plus the transient peak of the schedule on it
+//! ([`MemoryStats`]). [`TaskGraph::push`]
 //! checks every invariant a backend relies on (devices, types, dtypes, single writer), so a
 //! backend never has to.
 
@@ -208,6 +218,8 @@ pub struct TaskGraph {
     nodes: Vec<Node>,
     inputs: Vec<Boundary>,
     outputs: Vec<Boundary>,
+    /// Every `Load` so far: (input, destination buffer).
+    loads: Vec<(usize, BufferId)>,
 }
 
 impl TaskGraph {
@@ -251,6 +263,12 @@ impl TaskGraph {
         self.writer.get(id.0 as usize).copied().flatten()
     }
 
+    /// Whether `id` is resident: written by a `Load`, so it holds a block of a computation
+    /// input for the executable's lifetime and is never freed.
+    pub fn is_resident(&self, id: BufferId) -> bool {
+        self.writer(id).is_some_and(|t| matches!(self.nodes[t.0 as usize].task, Task::Load { .. }))
+    }
+
     /// Declares a buffer; it must then be written by exactly one task.
     pub fn add_buffer(&mut self, device: DeviceId, ty: TensorType, dtype: DType) -> BufferId {
         self.buffers.push(Buffer { device, ty, dtype });
@@ -260,6 +278,9 @@ impl TaskGraph {
 
     /// Adds a task after checking it; `deps` are completed by the writers of the buffers it
     /// reads, so callers name only extra ordering constraints (usually none).
+    ///
+    /// Refuses a malformed task, and a second `Load` of the same input into a buffer of the
+    /// same device and block (a duplicate resident copy: reuse the first buffer instead).
     pub fn push(&mut self, task: Task, deps: &[TaskId], label: impl Into<String>) -> Result<TaskId, TaskGraphError> {
         let label = label.into();
         let id = TaskId(self.nodes.len() as u32);
@@ -279,6 +300,9 @@ impl TaskGraph {
         all.dedup();
         for b in task.writes() {
             self.writer[b.0 as usize] = Some(id);
+        }
+        if let Task::Load { input, dst } = &task {
+            self.loads.push((*input, *dst));
         }
         self.nodes.push(Node { task, deps: all, label });
         Ok(id)
@@ -322,7 +346,20 @@ impl TaskGraph {
                     i.ty,
                     i.dtype
                 )),
-                _ => Ok(()),
+                Some(i) => match self
+                    .loads
+                    .iter()
+                    .find(|(j, b)| j == input && buf(b).device == buf(dst).device && buf(b).ty == buf(dst).ty)
+                {
+                    Some((_, b)) => fail(format!(
+                        "block {} of input `{}` is already resident on {} as buffer {}",
+                        buf(dst).ty,
+                        i.name,
+                        buf(dst).device,
+                        b.0
+                    )),
+                    None => Ok(()),
+                },
             },
             Task::Slice { src, dst } => {
                 if !same_device(&[*src, *dst]) || buf(src).dtype != buf(dst).dtype {
@@ -385,7 +422,7 @@ impl TaskGraph {
     }
 
     /// For each buffer, the last task (in schedule order) that reads it, if any: after it,
-    /// the buffer can be freed.
+    /// a transient buffer can be freed (a resident one never is).
     pub fn last_readers(&self) -> Vec<Option<TaskId>> {
         let mut last = vec![None; self.buffers.len()];
         for (i, n) in self.nodes.iter().enumerate() {
@@ -396,9 +433,10 @@ impl TaskGraph {
         last
     }
 
-    /// Task counts, bytes moved between devices, and peak memory per device when the tasks
-    /// run one at a time in schedule order, each buffer allocated by its writer and freed
-    /// after its last reader.
+    /// Task counts, bytes moved between devices, and memory per device: the resident bytes
+    /// (every `Load` buffer, held for the executable's lifetime) plus the transient peak when
+    /// the other tasks run one at a time in schedule order, each transient buffer allocated
+    /// by its writer and freed after its last reader.
     pub fn stats(&self) -> MemoryStats {
         memory::stats(self)
     }
@@ -450,8 +488,65 @@ mod tests {
         let s = two_device_gather().stats();
         assert_eq!(s.bytes_moved, 8);
         assert_eq!(s.tasks["transfer"], 1);
-        // Device 0 holds a (8 B), b0 (8 B) and y (16 B) at once; device 1 only b.
+        // Loads a (device 0) and b (device 1) are resident, 8 B each; device 0 holds the
+        // transient b0 (8 B) and y (16 B) at once.
+        assert_eq!(s.resident_bytes, vec![8, 8]);
+        assert_eq!(s.transient_peak_bytes, vec![24, 0]);
         assert_eq!(s.peak_bytes, vec![32, 8]);
+    }
+
+    /// Device 0 loads `w` (16 B) and `x` (8 B, read by nothing), runs two kernels on `w`,
+    /// aggregates their results and stores the sum; device 1 loads half of `w` (8 B).
+    fn two_readers() -> TaskGraph {
+        let w = TensorType::zero_bounded(&[4]);
+        let io = |n: &str, ty: &TensorType| Boundary { name: n.into(), ty: ty.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(2, vec![io("w", &w), io("x", &tt(&[0], &[2]))], vec![io("y", &w)]);
+        let w0 = g.add_buffer(DeviceId(0), w.clone(), DType::F32);
+        let x0 = g.add_buffer(DeviceId(0), tt(&[0], &[2]), DType::F32);
+        let a = g.add_buffer(DeviceId(0), w.clone(), DType::F32);
+        let b = g.add_buffer(DeviceId(0), w.clone(), DType::F32);
+        let c = g.add_buffer(DeviceId(0), w.clone(), DType::F32);
+        let w1 = g.add_buffer(DeviceId(1), tt(&[0], &[2]), DType::F32);
+        g.push(Task::Load { input: 0, dst: w0 }, &[], "load w").unwrap();
+        g.push(Task::Load { input: 1, dst: x0 }, &[], "load x").unwrap();
+        g.push(Task::Kernel { kernel: 0, inputs: vec![w0], outputs: vec![a] }, &[], "double a").unwrap();
+        g.push(Task::Kernel { kernel: 0, inputs: vec![w0], outputs: vec![b] }, &[], "double b").unwrap();
+        g.push(Task::Aggregate { srcs: vec![a, b], dst: c, agg: crate::Aggregation::Sum }, &[], "sum").unwrap();
+        g.push(Task::Store { output: 0, src: c }, &[], "store").unwrap();
+        g.push(Task::Load { input: 0, dst: w1 }, &[], "load half w").unwrap();
+        g
+    }
+
+    #[test]
+    fn loads_are_resident_and_the_rest_transient() {
+        let g = two_readers();
+        assert!(g.is_resident(BufferId(0)) && g.is_resident(BufferId(1)) && g.is_resident(BufferId(5)));
+        assert!(!g.is_resident(BufferId(2)) && !g.is_resident(BufferId(4)));
+        let s = g.stats();
+        // Device 0: w (16) + x (8) resident; a (16), b (16) and c (16) live at once during
+        // the aggregation, then a and b are freed; w stays though both kernels read it.
+        // Device 1: half of w (8), nothing transient.
+        assert_eq!(s.resident_bytes, vec![24, 8]);
+        assert_eq!(s.transient_peak_bytes, vec![48, 0]);
+        assert_eq!(s.peak_bytes, vec![72, 8]);
+        let w = crate::HostTensor::random(TensorType::zero_bounded(&[4]), DType::F32, 5);
+        let x = crate::HostTensor::random(tt(&[0], &[2]), DType::F32, 6);
+        let y = interpret(&g, &Doubler, &[w.clone(), x]).unwrap();
+        let want: Vec<f32> = w.to_f32().iter().map(|v| 2.0 * v + 2.0 * v).collect();
+        assert_eq!(y[0].to_f32(), want);
+    }
+
+    #[test]
+    fn a_second_resident_copy_is_refused() {
+        let mut g = two_readers();
+        let dup = g.add_buffer(DeviceId(0), TensorType::zero_bounded(&[4]), DType::F32);
+        let err = g.push(Task::Load { input: 0, dst: dup }, &[], "again").unwrap_err();
+        assert!(err.reason.contains("already resident on device 0 as buffer 0"), "{err}");
+        // Another block of the input, or the same block on another device, is a new copy.
+        let half = g.add_buffer(DeviceId(0), tt(&[0], &[2]), DType::F32);
+        g.push(Task::Load { input: 0, dst: half }, &[], "half on 0").unwrap();
+        let whole = g.add_buffer(DeviceId(1), TensorType::zero_bounded(&[4]), DType::F32);
+        g.push(Task::Load { input: 0, dst: whole }, &[], "whole on 1").unwrap();
     }
 
     /// Kernel 0 doubles its input; anything else fails.

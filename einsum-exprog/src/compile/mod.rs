@@ -13,6 +13,9 @@
 //!    the identity placement (function spec `i` on device `i`).
 //! 2. **Computation inputs** are loaded directly in the block each function spec reads, on
 //!    its device (`Load`; free, as Section 4.2 says: inputs may be laid out in any tiling).
+//!    Loaded blocks are resident for the executable's lifetime, so each (input, device,
+//!    block) is loaded once and its buffer is read by every function spec, of any operator,
+//!    that needs it there.
 //! 3. **Produced inputs**: the program's closure is lowered ([`lower_exchange`]): every `IN`
 //!    copy is a `Slice` of the producer's unaggregated output block; every firing, in closure
 //!    order, an `Aggregate` with the producer's ⊕ (only where the aggregate is not yet there)
@@ -23,8 +26,9 @@
 //! 5. **Saved outputs**: the copies of each distinct output box are gathered at the device
 //!    of the first copy, ⊕-aggregated and `Store`d (a saved computation input is loaded whole
 //!    on device 0 and stored).
-//! 6. **Memory**: a graph whose [`TaskGraph::stats`] peak exceeds a device's HBM capacity in
-//!    the topology is refused.
+//! 6. **Memory**: a graph whose [`TaskGraph::stats`] peak on a device (its resident input
+//!    blocks plus its transient peak) exceeds the device's budget — the smaller of
+//!    [`CompileOptions::memory_budget`] and its HBM capacity in the topology — is refused.
 //!
 //! # Predicted time
 //! [`Compiled::predicted_ms`] is the whole-plan prediction ([`predict()`]): the finished task
@@ -41,7 +45,7 @@ mod predict;
 use std::collections::HashMap;
 
 use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, Task, TaskGraph};
-use einsum_core::{DType, TaskGraphError};
+use einsum_core::{DType, TaskGraphError, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
 use einsum_sim::{Precision, Roofline, Topology};
 
@@ -78,6 +82,9 @@ pub struct CompileOptions {
     pub schedule: Schedule,
     /// The machine: its first `p` sites are the devices (costs and HBM capacities).
     pub topology: Topology,
+    /// Bytes each device may hold at its peak (resident inputs plus transient buffers);
+    /// `None`: no limit beyond the topology's HBM capacities.
+    pub memory_budget: Option<f64>,
 }
 
 /// One kernel of the table [`Compiled::kernels`]: operator `op` on one function spec.
@@ -212,19 +219,33 @@ pub enum CompileError {
     /// A malformed task (a compiler bug if it happens).
     #[error(transparent)]
     Graph(#[from] TaskGraphError),
-    /// The graph needs more memory on a device than it has.
-    #[error("{device} needs {peak} bytes at its peak, more than its HBM capacity of {capacity} bytes")]
+    /// The graph needs more memory on a device than its budget.
+    #[error(
+        "device {device} needs {:.2} GB at its peak ({:.2} GB resident inputs + {:.2} GB transient; {peak} bytes), \
+         more than its budget of {:.2} GB ({budget} bytes)",
+        gb(*peak),
+        gb(*resident),
+        gb(peak - resident),
+        budget / 1e9
+    )]
     OutOfMemory {
         /// The device.
-        device: DeviceId,
-        /// Peak bytes resident.
+        device: usize,
+        /// Its peak bytes: resident plus transient.
         peak: usize,
-        /// Its capacity in bytes.
-        capacity: f64,
+        /// Its resident bytes (the blocks of computation inputs it holds).
+        resident: usize,
+        /// Its budget in bytes: [`CompileOptions::memory_budget`] or its HBM capacity,
+        /// whichever is smaller.
+        budget: f64,
     },
     /// The whole-plan prediction failed.
     #[error("predicting the compiled graph: {0}")]
     Predict(#[from] PredictError),
+}
+
+fn gb(bytes: usize) -> f64 {
+    bytes as f64 / 1e9
 }
 
 /// An operator output already compiled: its partial blocks, one per function spec.
@@ -291,6 +312,17 @@ pub fn compile(
     let mut programs = Vec::new();
     let mut placements: HashMap<OpId, Vec<DeviceId>> = HashMap::new();
     let mut produced: HashMap<TensorId, Produced<'_>> = HashMap::new();
+    // The resident buffer of every (input, device, block) loaded so far.
+    let mut loaded: HashMap<(usize, DeviceId, TensorType), BufferId> = HashMap::new();
+    let mut load = |graph: &mut TaskGraph, input: usize, dev: DeviceId, block: &TensorType, label: String| {
+        if let Some(&b) = loaded.get(&(input, dev, block.clone())) {
+            return Ok::<_, CompileError>(b);
+        }
+        let dst = graph.add_buffer(dev, block.clone(), graph.inputs()[input].dtype);
+        graph.push(Task::Load { input, dst }, &[], label)?;
+        loaded.insert((input, dev, block.clone()), dst);
+        Ok(dst)
+    };
 
     for (id, op, args) in comp.ops() {
         let spec = &specs[&id];
@@ -342,13 +374,8 @@ pub fn compile(
                             .iter()
                             .position(|x| x == t)
                             .ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
-                        let dst = graph.add_buffer(dev, f.inputs[k].clone(), comp.desc(*t)?.dtype);
-                        graph.push(
-                            Task::Load { input, dst },
-                            &[],
-                            format!("load {} {} for `{op_name}` f{i}", name(t.op), f.inputs[k]),
-                        )?;
-                        ins.push(dst);
+                        let label = format!("load {} {} on {dev}", name(t.op), f.inputs[k]);
+                        ins.push(load(&mut graph, input, dev, &f.inputs[k], label)?);
                     }
                 }
             }
@@ -381,8 +408,8 @@ pub fn compile(
                     .iter()
                     .position(|x| x == t)
                     .ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
-                let dst = graph.add_buffer(DeviceId(0), graph.inputs()[input].ty.clone(), graph.inputs()[input].dtype);
-                graph.push(Task::Load { input, dst }, &[], format!("load saved input {}", name(t.op)))?;
+                let whole = graph.inputs()[input].ty.clone();
+                let dst = load(&mut graph, input, DeviceId(0), &whole, format!("load saved input {}", name(t.op)))?;
                 graph.push(Task::Store { output: o, src: dst }, &[], format!("store {}", name(t.op)))?;
             }
             Some(from) => {
@@ -422,10 +449,11 @@ pub fn compile(
     graph.check_complete()?;
 
     let stats = graph.stats();
-    for (d, &peak) in stats.peak_bytes.iter().enumerate() {
-        let capacity = topology.sites()[d].hbm_capacity;
-        if peak as f64 > capacity {
-            return Err(CompileError::OutOfMemory { device: DeviceId(d as u32), peak, capacity });
+    for (device, (&peak, &resident)) in stats.peak_bytes.iter().zip(&stats.resident_bytes).enumerate() {
+        let capacity = topology.sites()[device].hbm_capacity;
+        let budget = options.memory_budget.map_or(capacity, |b| b.min(capacity));
+        if peak as f64 > budget {
+            return Err(CompileError::OutOfMemory { device, peak, resident, budget });
         }
     }
     let predicted_ms = predict(comp, &graph, &kernels, topology, &Roofline::default())?.completion_ms();
