@@ -3,7 +3,9 @@
 //! on the 32-layer stack at p = 8 and 64, building the [`Problem`] with the layers sharing
 //! their enumerated and priced specs (`Problem::new`) against enumerating every operator
 //! on its own (`Problem::new_unshared`), alone and followed by the DP.
-//! Run with `cargo bench --bench optimizer` (`-- problem_` for the second part only).
+//! Last, the DP under a binding memory budget against the unbudgeted DP.
+//! Run with `cargo bench --bench optimizer` (`-- problem_` for the second part only,
+//! `-- budget_` for the third).
 
 use std::hint::black_box;
 
@@ -86,5 +88,24 @@ fn problem(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, optimize, problem);
+/// The DP under a memory budget that binds (the Lagrangian bisection and the local search)
+/// against the unbudgeted DP in the same run, on the LLaMA-3-8B model at p = 8: with 4 GB per
+/// device its weights (15 GB) must be split, where the unbudgeted plan replicates them.
+fn budget(c: &mut Criterion) {
+    let model = Time::on(Machine::by_name("dgx-a100").unwrap());
+    let graph = Workload::parse("llama3-8b").unwrap().build(DType::F16).unwrap();
+    let comp = graph.computation();
+    let free = Dp.optimize(comp, 8, &model).unwrap();
+    let tight = Dp.optimize_within(comp, 8, &model, Some(4e9)).unwrap();
+    assert!(free.resident_bytes > 4e9 && tight.resident_bytes <= 4e9, "the budget must bind");
+    let mut group = c.benchmark_group("budget_llama3_8b");
+    group.sample_size(10);
+    group.bench_function("dp_p8", |b| b.iter(|| black_box(Dp.optimize(comp, 8, &model).unwrap())));
+    group.bench_function("dp_within_4gb_p8", |b| {
+        b.iter(|| black_box(Dp.optimize_within(comp, 8, &model, Some(4e9)).unwrap()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, optimize, problem, budget);
 criterion_main!(benches);

@@ -6,11 +6,12 @@ use std::{collections::HashMap, time::Instant};
 use einsum_core::{HostTensor, taskgraph::MemoryStats};
 use einsum_cpu::{CpuBackend, CpuExecutable};
 use einsum_cuda::{CudaExecutable, CudaOptions};
-use einsum_exprog::{Compiled, ComputationKernels, ExchangeProgram, Schedule, compile as compile_physical};
+use einsum_exprog::{Compiled, ComputationKernels, ExchangeProgram, Schedule};
 use einsum_joinagg::TensorId;
 use einsum_logical::{LogicalPlan, cost_model_by_name, optimizer_by_name};
 use einsum_sim::Topology;
 
+use crate::pipeline::{Request, plan_and_compile};
 use crate::{Error, Graph, Result, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
@@ -37,6 +38,9 @@ pub struct CompileOptions {
     /// A topology preset (`dgx-a100`, ...) or a topology file; it needs at least `devices`
     /// sites.
     pub topology: String,
+    /// Bytes per device the plan's peak (resident inputs and transient buffers) must fit;
+    /// `None`: the topology's HBM capacity less [`MEMORY_RESERVE`](crate::pipeline::MEMORY_RESERVE).
+    pub memory_budget: Option<f64>,
 }
 
 impl Default for CompileOptions {
@@ -51,6 +55,7 @@ impl Default for CompileOptions {
             seed: 0,
             schedule: Schedule::Naive,
             topology: "dgx-a100".into(),
+            memory_budget: None,
         }
     }
 }
@@ -72,10 +77,12 @@ pub struct Executable<'g> {
     graph: &'g Graph,
     plan: LogicalPlan,
     compiled: Compiled,
+    /// The per-device memory budget the plan fits, and the devices' smallest HBM capacity.
+    budget: f64,
+    capacity: f64,
     runner: Runner,
     inputs: Vec<TensorId>,
-    /// The values loaded, kept for reference runs ([`Executable::loaded_inputs`]) and for
-    /// the CUDA backend, which takes them on every run.
+    /// The values loaded, kept for reference runs ([`Executable::loaded_inputs`]).
     loaded: Vec<Option<HostTensor>>,
     outputs: HashMap<TensorId, HostTensor>,
 }
@@ -88,8 +95,24 @@ enum Runner {
     Cuda(Box<CudaExecutable>),
 }
 
-/// Chooses a spec for every operator (logical optimization), synthesizes the exchange
-/// programs and lowers everything to a task graph (physical optimization), for `options`.
+impl Runner {
+    /// Hands input `slot`'s value to the backend, which keeps its blocks resident.
+    fn load(&mut self, slot: usize, value: &HostTensor) -> Result<()> {
+        match self {
+            Runner::Cpu(c) => c.load(slot, value)?,
+            Runner::Cuda(c) => c.load(slot, value)?,
+        }
+        Ok(())
+    }
+}
+
+/// Chooses a spec for every operator (logical optimization) within the memory budget,
+/// synthesizes the exchange programs and lowers everything to a task graph (physical
+/// optimization), for `options` (see [`plan_and_compile`]).
+///
+/// # Errors
+/// Besides bad options and compile errors: `einsum_logical::Error::DoesNotFit` when no plan
+/// fits the devices' memory, `OverBudget` for a baseline whose plan does not.
 pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executable<'g>> {
     let cuda = match options.backend.as_str() {
         "cpu" => false,
@@ -108,14 +131,16 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
     // The topology first: a missing file is reported as such, not as an unknown preset.
     let topology = Topology::named(&options.topology)?;
     let model = cost_model_by_name(&options.cost, &options.topology)?;
-    let plan = strategy.optimize(comp, options.devices, model.as_ref())?;
-    let physical = einsum_exprog::CompileOptions {
+    let planned = plan_and_compile(&Request {
+        comp,
         devices: options.devices,
+        strategy: strategy.as_ref(),
+        cost: model.as_ref(),
+        topology: &topology,
         schedule: options.schedule,
-        topology,
-        memory_budget: None,
-    };
-    let compiled = compile_physical(comp, &plan.specs(), &physical)?;
+        memory_budget: options.memory_budget,
+    })?;
+    let (plan, compiled, budget, capacity) = (planned.plan, planned.compiled, planned.budget, planned.capacity);
     let runner = if cuda {
         let cuda_options = CudaOptions { eager: options.eager, max_gpus: None };
         Runner::Cuda(Box::new(CudaExecutable::prepare(comp, &compiled, &cuda_options)?))
@@ -123,12 +148,23 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         Runner::Cpu(Box::new(CpuBackend::new().prepare(&compiled.graph)?))
     };
     let inputs = comp.inputs();
-    Ok(Executable { graph, plan, compiled, runner, loaded: vec![None; inputs.len()], inputs, outputs: HashMap::new() })
+    Ok(Executable {
+        graph,
+        plan,
+        compiled,
+        budget,
+        capacity,
+        runner,
+        loaded: vec![None; inputs.len()],
+        inputs,
+        outputs: HashMap::new(),
+    })
 }
 
 impl Executable<'_> {
-    /// Supplies the value of a computation input; its type and dtype must match. On the CPU
-    /// backend its blocks are loaded onto their devices at once and stay resident.
+    /// Supplies the value of a computation input; its type and dtype must match. Its blocks
+    /// are loaded onto their devices at once and stay resident (host memory on the CPU
+    /// backend, GPU memory on CUDA).
     pub fn load(&mut self, input: Tensor, value: HostTensor) -> Result<()> {
         let id = self.graph.own_tensor(input)?;
         let slot =
@@ -144,21 +180,19 @@ impl Executable<'_> {
                 value.dtype()
             )));
         }
-        if let Runner::Cpu(c) = &mut self.runner {
-            c.load(slot, &value)?;
-        }
+        self.runner.load(slot, &value)?;
         self.loaded[slot] = Some(value);
         Ok(())
     }
 
-    /// Loads seeded random values in `[-1, 1)` into every input (on the CPU backend, onto
-    /// the devices at once, as [`Executable::load`] does).
+    /// Loads seeded random values in `[-1, 1)` into every input (onto the devices at once,
+    /// as [`Executable::load`] does).
     pub fn load_random(&mut self, seed: u64) -> Result<()> {
         let mut values = self.graph.computation().random_inputs(seed);
         for (slot, t) in self.inputs.iter().enumerate() {
             let value = values.remove(t);
-            if let (Runner::Cpu(c), Some(v)) = (&mut self.runner, &value) {
-                c.load(slot, v)?;
+            if let Some(v) = &value {
+                self.runner.load(slot, v)?;
             }
             self.loaded[slot] = value;
         }
@@ -178,14 +212,10 @@ impl Executable<'_> {
         let comp = self.graph.computation();
         let kernels = ComputationKernels(comp, &self.compiled.kernels);
         let started = Instant::now();
+        // The inputs are resident on the devices already.
         let outs = match &mut self.runner {
-            // The inputs are resident on the devices already.
             Runner::Cpu(c) => c.run(&kernels)?.0,
-            Runner::Cuda(c) => {
-                let values: Vec<HostTensor> = self.loaded.iter().flatten().cloned().collect();
-                c.load_all(&values)?;
-                c.run()?
-            }
+            Runner::Cuda(c) => c.run()?,
         };
         let wall_ms = started.elapsed().as_secs_f64() * 1e3;
         self.outputs = comp.saved().iter().copied().zip(outs).collect();
@@ -219,6 +249,16 @@ impl Executable<'_> {
     /// The physical compilation: task graph, kernel table, placement.
     pub fn compiled(&self) -> &Compiled {
         &self.compiled
+    }
+
+    /// The per-device memory budget (bytes) the plan was made to fit.
+    pub fn memory_budget(&self) -> f64 {
+        self.budget
+    }
+
+    /// The smallest HBM capacity (bytes) among the devices of the topology.
+    pub fn memory_capacity(&self) -> f64 {
+        self.capacity
     }
 
     /// Tasks, bytes moved and memory per device (resident inputs, transient peak, peak) of

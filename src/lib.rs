@@ -15,6 +15,8 @@ mod error;
 mod executable;
 pub mod experiment;
 mod graph;
+pub mod memory_report;
+pub mod pipeline;
 pub mod workload;
 
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};

@@ -33,6 +33,8 @@ fn expected(name: &str) -> (Vec<&'static str>, usize) {
             vec!["family", "workload", "pearson r", "time r", "plans", "proxy min", "proxy max", "ms min", "ms max"],
             10,
         ),
+        "fit" => (vec!["machine", "strategy", "inputs split", "resident GB", "peak GB", "predicted ms"], 3 * 6),
+        "budget" => (vec!["budget GB", "inputs split", "resident GB", "peak GB", "predicted ms"], 11),
         other => panic!("no expectation for {other}"),
     }
 }
@@ -49,7 +51,7 @@ fn every_experiment_writes_its_three_files_from_the_command_line() {
     assert!(run.status.success(), "{stderr}");
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let tables = json["experiments"].as_array().unwrap();
-    assert_eq!(tables.len(), 5);
+    assert_eq!(tables.len(), Experiment::ALL.len());
     for (e, table) in Experiment::ALL.iter().zip(tables) {
         let name = e.name();
         assert_eq!(table["name"], name);
@@ -89,6 +91,24 @@ fn every_experiment_writes_its_three_files_from_the_command_line() {
         }
         assert_eq!(row[4], "20", "{row:?}");
     }
+    // Memory: every plan that fits is within its budget (the machine's default divided by
+    // 20 with --small: 1.8 GB on A100-40GB, 3.6 GB on H100-80GB); `data` holds every weight
+    // on every device and is refused; the smallest budgets fit nothing.
+    let (_, fit) = read_csv(&out.join("fit.csv"));
+    for row in &fit {
+        let budget = if row[0].contains("A100") { 1.8 } else { 3.6 };
+        match row[1].as_str() {
+            "data" => assert_eq!(row[4], "n/a", "{row:?}"),
+            "dp" => assert!(row[4].parse::<f64>().is_ok_and(|peak| peak <= budget), "{row:?}"),
+            _ => assert!(row[4] == "n/a" || row[4].parse::<f64>().is_ok_and(|peak| peak <= budget), "{row:?}"),
+        }
+    }
+    let (_, budget) = read_csv(&out.join("budget.csv"));
+    for row in &budget {
+        let gb: f64 = row[0].parse().unwrap();
+        assert!(row[3] == "n/a" || row[3].parse::<f64>().is_ok_and(|peak| peak <= gb), "{row:?}");
+    }
+    assert!(budget[0][3] != "n/a" && budget.last().unwrap()[3] == "n/a", "{budget:?}");
     let (_, exchange) = read_csv(&out.join("exchange.csv"));
     assert!(exchange.iter().any(|r| r[0] == "dgx-v100") && exchange.iter().any(|r| r[0] == "dgx-a100"));
     let _ = std::fs::remove_dir_all(&out);
@@ -128,7 +148,7 @@ fn a_strategy_without_a_plan_is_a_missing_cell_with_its_reason() {
 #[test]
 fn bad_arguments_are_typed_errors() {
     assert!(Experiment::by_name("figure9").unwrap_err().to_string().contains("transformer, chains"));
-    assert_eq!(Experiment::by_name("all").unwrap().len(), 5);
+    assert_eq!(Experiment::by_name("all").unwrap().len(), 7);
     let setup = Setup { topology: "dgx-a100".into(), devices: vec![16], out_dir: temp_dir("bad"), small: true };
     let err = Experiment::Transformer.run(&setup, &mut Runner::quiet()).unwrap_err().to_string();
     assert!(err.contains("16") && err.contains("8 sites"), "{err}");

@@ -44,15 +44,17 @@ pub enum Error {
     Solver(String),
     /// Even the plan with the least resident memory
     /// ([`Problem::min_resident_bytes`](crate::Problem::min_resident_bytes)) needs more bytes
-    /// per device than the budget.
+    /// per device than the budget (the driver adds the transient memory of the compiled
+    /// task graph to `need` when that is what does not fit).
     #[error(
-        "the computation does not fit: its weights need at least {} per device on {devices} devices, \
-         the budget is {} per device; at least {min_devices} devices of this memory would be needed",
+        "the computation does not fit: the plan needing the least memory needs {} per device on {devices} devices, \
+         over the budget of {} per device; at least {min_devices} devices of this memory would be needed",
         format_gb(*need),
         format_gb(*budget)
     )]
     DoesNotFit {
-        /// The least resident bytes per device over every plan.
+        /// The least bytes per device over every plan: its resident inputs (and, from the
+        /// driver, its transient peak).
         need: f64,
         /// The budget, in bytes per device.
         budget: f64,

@@ -173,8 +173,8 @@ fn does_not_fit_says_what_and_how_many_devices() {
     let err = Error::DoesNotFit { need: 17.41e9, budget: 8e9, devices: 2, min_devices: 5 };
     assert_eq!(
         err.to_string(),
-        "the computation does not fit: its weights need at least 17.41 GB per device on 2 devices, the budget is \
-         8.00 GB per device; at least 5 devices of this memory would be needed"
+        "the computation does not fit: the plan needing the least memory needs 17.41 GB per device on 2 devices, \
+         over the budget of 8.00 GB per device; at least 5 devices of this memory would be needed"
     );
     assert_eq!(format_gb(137.2e9), "137.20 GB");
 }

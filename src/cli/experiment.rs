@@ -13,7 +13,7 @@ use super::Report;
 /// Arguments of `experiment`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// transformer, chains, ablation, exchange, proxy, or all.
+    /// transformer, chains, ablation, exchange, proxy, fit, budget, or all.
     name: String,
     /// The machine: a topology preset or file (`exchange` always uses dgx-v100 and dgx-a100).
     #[arg(long, default_value = "dgx-a100")]

@@ -37,6 +37,15 @@ pub fn parse_schedule(name: &str, seed: u64, iterations: usize) -> Result<Schedu
     }
 }
 
+/// Parses `--memory-budget GB` into bytes per device; it must be positive and finite.
+pub fn parse_budget(gb: Option<f64>) -> Result<Option<f64>> {
+    match gb {
+        None => Ok(None),
+        Some(gb) if gb.is_finite() && gb > 0.0 => Ok(Some(gb * 1e9)),
+        Some(gb) => Err(Error::Usage(format!("--memory-budget: {gb} is not a positive number of GB"))),
+    }
+}
+
 /// Creates the output directory `dir` given by `flag` (`--out`, `--dump`) and checks that a
 /// file can be written in it, so that a bad path fails before the command's work, with the
 /// flag and the reason.

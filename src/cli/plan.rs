@@ -3,13 +3,14 @@
 
 use std::time::Instant;
 
-use einsum_exprog::{CompileError, CompileOptions};
-use einsum_logical::{cost_model_by_name, optimizer_by_name};
+use einsum_logical::{Problem, cost_model_by_name, optimizer_by_name};
 use einsum_sim::Topology;
+use einsummable::memory_report::{memory_json, memory_text};
+use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::{Result, Workload};
 use serde_json::{Value, json};
 
-use super::{Report, parse_dtype, parse_schedule};
+use super::{Report, parse_budget, parse_dtype, parse_schedule};
 
 /// Arguments of `plan`.
 #[derive(clap::Args)]
@@ -40,15 +41,19 @@ pub struct Args {
     /// Storage dtype: f32, f16 or bf16.
     #[arg(long, default_value = "f16")]
     dtype: String,
+    /// Memory per device in GB (10^9 bytes) that the plan's peak must fit; default: the
+    /// topology's HBM capacity less a 10% reserve.
+    #[arg(long, value_name = "GB")]
+    memory_budget: Option<f64>,
 }
 
 /// What physical compilation of the plan gave: a prediction, or why the plan cannot be
 /// compiled on this machine.
 enum Physical {
-    /// Predicted ms, bytes moved between devices, compile wall time in ms.
-    Predicted { predicted_ms: f64, bytes_moved: usize, compile_ms: f64 },
-    /// The plan is valid but does not compile on the topology (too few sites, or a device's
-    /// peak memory over its HBM): the reason.
+    /// Predicted ms, bytes moved between devices, compile wall time in ms, the memory
+    /// report (text and JSON).
+    Predicted { predicted_ms: f64, bytes_moved: usize, compile_ms: f64, memory: (String, Value) },
+    /// The plan is valid but the topology has too few sites to compile it: the reason.
     Refused(String),
 }
 
@@ -60,22 +65,45 @@ pub fn run(a: Args) -> Result<Report> {
     let topology = Topology::named(&a.topology)?;
     let model = cost_model_by_name(&a.cost, &a.topology)?;
     let schedule = parse_schedule(&a.schedule, a.seed, a.iterations)?;
-    let started = Instant::now();
-    let plan = strategy.optimize(graph.computation(), a.devices, model.as_ref())?;
-    let optimize_ms = started.elapsed().as_secs_f64() * 1e3;
-
-    let options = CompileOptions { devices: a.devices, schedule, topology, memory_budget: None };
-    let started = Instant::now();
-    let physical = match einsum_exprog::compile(graph.computation(), &plan.specs(), &options) {
-        Ok(c) => Physical::Predicted {
-            predicted_ms: c.predicted_ms,
-            bytes_moved: c.graph.stats().bytes_moved,
-            compile_ms: started.elapsed().as_secs_f64() * 1e3,
-        },
-        Err(e @ (CompileError::TopologyTooSmall { .. } | CompileError::OutOfMemory { .. })) => {
-            Physical::Refused(e.to_string())
-        }
-        Err(e) => return Err(e.into()),
+    let budget = parse_budget(a.memory_budget)?;
+    let comp = graph.computation();
+    let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
+        // A plan for more devices than the machine has is still a plan (under the memory of
+        // the machine's devices); it cannot be compiled there, and the output says why.
+        let started = Instant::now();
+        let budget = budget.unwrap_or_else(|| default_budget(&topology, a.devices));
+        let problem = Problem::new(comp, a.devices, model.as_ref())?.with_memory_budget(Some(budget))?;
+        let plan = strategy.plan(&problem)?;
+        let why = format!(
+            "topology `{}` has {} sites, fewer than the {} devices",
+            a.topology,
+            topology.num_sites(),
+            a.devices
+        );
+        (plan, Physical::Refused(why), started.elapsed().as_secs_f64() * 1e3)
+    } else {
+        let request = Request {
+            comp,
+            devices: a.devices,
+            strategy: strategy.as_ref(),
+            cost: model.as_ref(),
+            topology: &topology,
+            schedule,
+            memory_budget: budget,
+        };
+        let planned = plan_and_compile(&request)?;
+        let stats = planned.compiled.graph.stats();
+        let capacity = capacity(&topology, a.devices);
+        let physical = Physical::Predicted {
+            predicted_ms: planned.compiled.predicted_ms,
+            bytes_moved: stats.bytes_moved,
+            compile_ms: planned.compile_ms,
+            memory: (
+                memory_text(&planned.compiled.graph, capacity, planned.budget),
+                memory_json(&stats, capacity, planned.budget),
+            ),
+        };
+        (planned.plan, physical, planned.optimize_ms)
     };
 
     let mut text = format!(
@@ -101,9 +129,9 @@ pub fn run(a: Args) -> Result<Report> {
     }
     text += &format!("total {:.6e} {} ({:.4e} bytes moved)\n", plan.total, plan.unit, plan.total_bytes);
     text += &match &physical {
-        Physical::Predicted { predicted_ms, bytes_moved, compile_ms } => format!(
-            "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n",
-            a.schedule, a.topology
+        Physical::Predicted { predicted_ms, bytes_moved, compile_ms, memory } => format!(
+            "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}",
+            a.schedule, a.topology, memory.0
         ),
         Physical::Refused(why) => format!("not compiled: {why}\n"),
     };
@@ -121,18 +149,18 @@ pub fn run(a: Args) -> Result<Report> {
             })
         })
         .collect();
-    let (predicted_ms, bytes_moved, compile_ms, compile_error) = match physical {
-        Physical::Predicted { predicted_ms, bytes_moved, compile_ms } => {
-            (json!(predicted_ms), json!(bytes_moved), json!(compile_ms), Value::Null)
+    let (predicted_ms, bytes_moved, compile_ms, compile_error, memory) = match physical {
+        Physical::Predicted { predicted_ms, bytes_moved, compile_ms, memory } => {
+            (json!(predicted_ms), json!(bytes_moved), json!(compile_ms), Value::Null, memory.1)
         }
-        Physical::Refused(why) => (Value::Null, Value::Null, Value::Null, json!(why)),
+        Physical::Refused(why) => (Value::Null, Value::Null, Value::Null, json!(why), Value::Null),
     };
     let json = json!({
         "workload": a.workload, "devices": a.devices, "optimizer": a.optimizer, "cost_model": a.cost,
         "unit": plan.unit, "total_cost": plan.total, "total_bytes": plan.total_bytes,
         "optimize_ms": optimize_ms, "ops": ops, "topology": a.topology, "schedule": a.schedule,
         "predicted_ms": predicted_ms, "bytes_moved": bytes_moved, "compile_ms": compile_ms,
-        "compile_error": compile_error,
+        "compile_error": compile_error, "memory": memory,
     });
     Ok(Report { json, text, ok: true })
 }

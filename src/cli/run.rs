@@ -5,6 +5,7 @@ use std::{collections::HashMap, fmt::Write as _, path::PathBuf};
 
 use einsum_core::scaled_error;
 use einsum_core::taskgraph::Task;
+use einsummable::memory_report::{memory_json, memory_text};
 use einsummable::{
     CompileOptions, Error, Executable, Graph, Result, Workload,
     check::tolerance,
@@ -13,7 +14,7 @@ use einsummable::{
 };
 use serde_json::json;
 
-use super::{Report, parse_dtype, parse_schedule};
+use super::{Report, parse_budget, parse_dtype, parse_schedule};
 
 /// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
 /// and runs it on 8 virtual devices in seconds.
@@ -58,6 +59,10 @@ pub struct CompileArgs {
     /// Storage dtype: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Memory per device in GB (10^9 bytes) that the plan's peak must fit; default: the
+    /// topology's HBM capacity less a 10% reserve.
+    #[arg(long, value_name = "GB")]
+    memory_budget: Option<f64>,
 }
 
 impl CompileArgs {
@@ -76,6 +81,7 @@ impl CompileArgs {
             seed: self.seed,
             schedule,
             topology: self.topology.clone(),
+            memory_budget: parse_budget(self.memory_budget)?,
         })
     }
 }
@@ -212,6 +218,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     {
         let _ = writeln!(text, "  device {d}: {r} + {t} = {p} bytes");
     }
+    text += &memory_text(&exe.compiled().graph, exe.memory_capacity(), exe.memory_budget());
     if let Some(path) = &a.dot {
         std::fs::write(path, dot(&exe))
             .map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
@@ -230,6 +237,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
         "resident_bytes_per_device": stats.resident_bytes,
         "transient_peak_bytes_per_device": stats.transient_peak_bytes,
         "tasks": stats.tasks, "operators": comp.ops().count(),
+        "memory": memory_json(&stats, exe.memory_capacity(), exe.memory_budget()),
     });
     Ok(Report { json, text, ok: true })
 }

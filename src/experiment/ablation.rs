@@ -103,9 +103,7 @@ mod tests {
 
     #[test]
     fn random_summary_takes_best_and_median_of_what_compiled() {
-        let m = |ms: f64| {
-            Ok(Measurement { predicted_ms: ms, bytes_moved: 0, proxy_cost: None, time_cost: 0.0, compile_ms: 0.0 })
-        };
+        let m = |ms: f64| Ok(Measurement { predicted_ms: ms, ..Measurement::default() });
         let draws = vec![m(4.0), Err("x".to_string()), m(1.0), m(3.0), m(2.0)];
         assert_eq!(random_summary(&draws), (Cell::Value(1.0), Cell::Value(2.5)));
         assert_eq!(random_summary(&draws[..4]), (Cell::Value(1.0), Cell::Value(3.0)));

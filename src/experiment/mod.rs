@@ -3,7 +3,7 @@
 //! full-size models work on a laptop) and tabulates each plan's predicted time.
 //!
 //! - [`Experiment`]: the registry, one file per experiment (`transformer`, `chains`,
-//!   `ablation`, `exchange`, `proxy`), each building its list of [`Case`]s, measuring them
+//!   `ablation`, `exchange`, `proxy`, and `fit` and `budget` in `memory`), each building its list of [`Case`]s, measuring them
 //!   through a shared [`Runner`] and turning the results into a [`Table`] and a [`BarChart`].
 //! - [`measure`]: plans and compiles one case and returns its [`Measurement`].
 //! - [`Table`] (CSV, Markdown, JSON), [`BarChart`] (SVG), [`Progress`] (stderr).
@@ -29,6 +29,7 @@ mod ablation;
 mod chains;
 mod chart;
 mod exchange;
+mod memory;
 mod progress;
 mod proxy;
 mod table;
@@ -106,6 +107,11 @@ pub enum Experiment {
     Exchange,
     /// Table 1: correlation of the communication proxy with the predicted time.
     Proxy,
+    /// LLaMA-3-70B on 8×A100-40GB, 8×H100-80GB and 4×H100-80GB, every strategy under the
+    /// machines' memory budgets: which plans fit, their peak memory and time.
+    Fit,
+    /// LLaMA-3-8B on 8×H100 under shrinking memory budgets: the time–memory trade-off.
+    Budget,
 }
 
 /// What one experiment produced.
@@ -126,8 +132,15 @@ pub struct Outcome {
 impl Experiment {
     /// Every experiment, in the order `all` runs them (ablation before proxy, which reuses
     /// its random plans).
-    pub const ALL: [Experiment; 5] =
-        [Experiment::Transformer, Experiment::Chains, Experiment::Ablation, Experiment::Exchange, Experiment::Proxy];
+    pub const ALL: [Experiment; 7] = [
+        Experiment::Transformer,
+        Experiment::Chains,
+        Experiment::Ablation,
+        Experiment::Exchange,
+        Experiment::Proxy,
+        Experiment::Fit,
+        Experiment::Budget,
+    ];
 
     /// The experiment's name on the command line and in file names.
     pub fn name(self) -> &'static str {
@@ -137,6 +150,8 @@ impl Experiment {
             Experiment::Ablation => "ablation",
             Experiment::Exchange => "exchange",
             Experiment::Proxy => "proxy",
+            Experiment::Fit => "fit",
+            Experiment::Budget => "budget",
         }
     }
 
@@ -157,6 +172,8 @@ impl Experiment {
         let started = Instant::now();
         match self {
             Experiment::Exchange => exchange::TOPOLOGIES.iter().try_for_each(|t| setup.check(t))?,
+            // Their machines are fixed: `--topology` and `--devices` do not apply.
+            Experiment::Fit | Experiment::Budget => {}
             _ => setup.check(&setup.topology)?,
         }
         let (table, chart) = match self {
@@ -165,6 +182,8 @@ impl Experiment {
             Experiment::Ablation => ablation::run(setup, runner),
             Experiment::Exchange => exchange::run(setup, runner),
             Experiment::Proxy => proxy::run(setup, runner),
+            Experiment::Fit => memory::run_fit(setup, runner),
+            Experiment::Budget => memory::run_budget(setup, runner),
         };
         let files = write_files(&setup.out_dir, self.name(), &table, &chart)?;
         Ok(Outcome { experiment: self, table, chart, files, wall_s: started.elapsed().as_secs_f64() })
@@ -201,6 +220,9 @@ pub struct Case {
     pub schedule: Schedule,
     /// The topology preset or file.
     pub topology: String,
+    /// The per-device memory budget in bytes; `None`: the topology's default
+    /// ([`default_budget`](crate::pipeline::default_budget)).
+    pub memory_budget: Option<u64>,
 }
 
 impl Case {
@@ -213,7 +235,14 @@ impl Case {
             seed: 0,
             schedule,
             topology: topology.to_string(),
+            memory_budget: None,
         }
+    }
+
+    /// The same case with a per-device memory budget in bytes (`None`: the default).
+    pub fn with_budget(mut self, budget: Option<u64>) -> Self {
+        self.memory_budget = budget;
+        self
     }
 
     /// The same case with another seed.
@@ -228,12 +257,14 @@ impl Case {
 
     fn label(&self) -> String {
         let seed = if self.strategy == "random" { format!(" seed {}", self.seed) } else { String::new() };
-        format!("{} p={} {}{seed} on {}", self.workload, self.devices, self.strategy, self.topology)
+        let budget =
+            self.memory_budget.map_or(String::new(), |b| format!(" within {}", einsum_logical::format_gb(b as f64)));
+        format!("{} p={} {}{seed} on {}{budget}", self.workload, self.devices, self.strategy, self.topology)
     }
 }
 
 /// What planning and compiling one case gives.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Measurement {
     /// The compiled plan's predicted time on the topology, in ms (`Compiled::predicted_ms`).
     pub predicted_ms: f64,
@@ -246,6 +277,13 @@ pub struct Measurement {
     pub time_cost: f64,
     /// Wall time of planning and compiling, in ms.
     pub compile_ms: f64,
+    /// The most bytes of computation inputs resident on one device.
+    pub resident_bytes: usize,
+    /// The highest peak of a device (resident and transient), in bytes.
+    pub peak_bytes: usize,
+    /// How the weights of the first layer (operators named `l0.*` inputs) and of the rest
+    /// of the model outside the layers are split: `split: weight weight | ...`.
+    pub weights: String,
 }
 
 /// Plans `case` (its strategy under the `time` cost model), compiles it physically
@@ -257,18 +295,27 @@ pub fn measure(case: &Case) -> Result<Measurement> {
     let started = Instant::now();
     let strategy = optimizer_by_name(&case.strategy, case.seed)?;
     let model = cost_model_by_name("time", &case.topology)?;
-    let plan = strategy.optimize(comp, case.devices, model.as_ref())?;
     let topology = Topology::named(&case.topology)?;
-    let options =
-        einsum_exprog::CompileOptions { devices: case.devices, schedule: case.schedule, topology, memory_budget: None };
-    let compiled = einsum_exprog::compile(comp, &plan.specs(), &options)?;
+    let planned = crate::pipeline::plan_and_compile(&crate::pipeline::Request {
+        comp,
+        devices: case.devices,
+        strategy: strategy.as_ref(),
+        cost: model.as_ref(),
+        topology: &topology,
+        schedule: case.schedule,
+        memory_budget: case.memory_budget.map(|b| b as f64),
+    })?;
     let compile_ms = started.elapsed().as_secs_f64() * 1e3;
+    let stats = planned.compiled.graph.stats();
     Ok(Measurement {
-        predicted_ms: compiled.predicted_ms,
-        bytes_moved: compiled.graph.stats().bytes_moved,
-        proxy_cost: proxy_total(comp, &plan)?,
-        time_cost: plan.total,
+        predicted_ms: planned.compiled.predicted_ms,
+        bytes_moved: stats.bytes_moved,
+        proxy_cost: proxy_total(comp, &planned.plan)?,
+        time_cost: planned.plan.total,
         compile_ms,
+        resident_bytes: stats.resident_bytes.iter().copied().max().unwrap_or(0),
+        peak_bytes: stats.peak_bytes.iter().copied().max().unwrap_or(0),
+        weights: crate::memory_report::weight_splits(comp, &planned.plan),
     })
 }
 

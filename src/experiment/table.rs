@@ -97,11 +97,18 @@ impl Table {
         for row in &self.rows {
             let _ = writeln!(out, "| {} |", row.iter().map(Cell::markdown).collect::<Vec<_>>().join(" | "));
         }
-        let missing = self.missing();
+        // Columns missing for the same reason in the same rows are listed together.
+        let mut missing: Vec<(Vec<String>, String, Vec<String>)> = Vec::new();
+        for (column, reason, rows) in self.missing() {
+            match missing.iter_mut().find(|(_, r, rs)| *r == reason && *rs == rows) {
+                Some((columns, ..)) => columns.push(column),
+                None => missing.push((vec![column], reason, rows)),
+            }
+        }
         if !missing.is_empty() {
             out += "\nn/a:\n";
-            for (column, reason, rows) in missing {
-                let _ = writeln!(out, "- {column} ({}): {reason}", rows.join("; "));
+            for (columns, reason, rows) in missing {
+                let _ = writeln!(out, "- {} ({}): {reason}", columns.join(", "), rows.join("; "));
             }
         }
         if !self.notes.is_empty() {
@@ -245,6 +252,11 @@ mod tests {
         let md = t.to_markdown();
         assert!(md.contains("| a,b | 4 | 1.500 | n/a |"), "{md}");
         assert!(md.contains("- megatron (a,b p=4; c p=4): no plan"), "{md}");
+        t.columns.push("ulysses".into());
+        for row in &mut t.rows {
+            row.push(Cell::Missing("no plan".into()));
+        }
+        assert!(t.to_markdown().contains("- megatron, ulysses (a,b p=4; c p=4): no plan"), "{}", t.to_markdown());
         let json = t.to_json();
         assert_eq!(json["rows"][0]["megatron"], Value::Null);
         assert_eq!(json["rows"][0]["missing"]["megatron"], "no plan");

@@ -1,0 +1,168 @@
+//! Plan, then compile, within each device's memory: the one pipeline that [`compile`],
+//! `einsummable plan` and the experiments share.
+//!
+//! # Memory
+//! A device's peak is its resident bytes (the blocks of the computation inputs its function
+//! specs read, kept for the executable's lifetime) plus the transient peak of the task
+//! graph's schedule on it. The logical optimizer sees only the resident part (it is a sum
+//! over operators of what each chosen spec pins, see `einsum_logical::Problem::resident_bytes`);
+//! the transient part is known once the task graph exists. So [`plan_and_compile`] plans
+//! with the whole budget for resident inputs, compiles, and when a device's peak is over
+//! the budget gives the planner less room (the budget less the transient peak it saw) and
+//! plans again, up to [`MAX_ROUNDS`] times. A plan over budget is never returned.
+//!
+//! [`compile`]: crate::compile
+
+use std::time::Instant;
+
+use einsum_exprog::{CompileError, Compiled, Schedule};
+use einsum_joinagg::Computation;
+use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
+use einsum_sim::Topology;
+
+use crate::{Error, Result};
+
+/// The share of each device's HBM the default budget leaves free, for what the task graph
+/// does not count: the CUDA context and cuBLAS workspaces (a few hundred MB per GPU),
+/// kernels' scratch space and allocator fragmentation.
+pub const MEMORY_RESERVE: f64 = 0.10;
+
+/// How many times [`plan_and_compile`] plans again after a compiled plan was over budget.
+pub const MAX_ROUNDS: usize = 4;
+
+/// The default per-device budget: the smallest HBM capacity among the first `devices` sites
+/// of `topology`, less [`MEMORY_RESERVE`].
+pub fn default_budget(topology: &Topology, devices: usize) -> f64 {
+    capacity(topology, devices) * (1.0 - MEMORY_RESERVE)
+}
+
+/// The smallest HBM capacity among the first `devices` sites of `topology`, in bytes.
+pub fn capacity(topology: &Topology, devices: usize) -> f64 {
+    topology.sites().iter().take(devices.max(1)).map(|s| s.hbm_capacity).fold(f64::INFINITY, f64::min)
+}
+
+/// What to plan and compile.
+pub struct Request<'a> {
+    /// The computation.
+    pub comp: &'a Computation,
+    /// The device count `p`.
+    pub devices: usize,
+    /// The logical strategy.
+    pub strategy: &'a dyn LogicalOptimizer,
+    /// The cost model it plans with.
+    pub cost: &'a dyn CostModel,
+    /// The machine synthesis and prediction target (its HBM gives the default budget).
+    pub topology: &'a Topology,
+    /// How exchange programs are synthesized.
+    pub schedule: Schedule,
+    /// Bytes per device; `None`: [`default_budget`].
+    pub memory_budget: Option<f64>,
+}
+
+/// A plan that fits, compiled.
+pub struct Planned {
+    /// The logical plan.
+    pub plan: LogicalPlan,
+    /// Its physical compilation.
+    pub compiled: Compiled,
+    /// The per-device budget it fits.
+    pub budget: f64,
+    /// The smallest HBM capacity of its devices.
+    pub capacity: f64,
+    /// How many plans were compiled (1 when the first fitted).
+    pub rounds: usize,
+    /// Wall time of logical planning, in ms (every round).
+    pub optimize_ms: f64,
+    /// Wall time of physical compilation, in ms (every round).
+    pub compile_ms: f64,
+}
+
+/// Plans `req.comp` with its strategy under the memory budget and compiles the plan; see the
+/// module documentation for the rounds.
+///
+/// # Errors
+/// The strategy's errors (`DoesNotFit` when no plan's resident inputs fit, `OverBudget` for
+/// a baseline whose do not); `DoesNotFit` also when the plan with the least resident memory
+/// is over budget once its transient peak is added; `CompileError::OutOfMemory` for a plan
+/// the strategy cannot change (a baseline) whose peak is over budget; a negative, zero or
+/// non-finite budget, or one above the devices' HBM; every compile error.
+pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
+    let capacity = capacity(req.topology, req.devices);
+    let budget = req.memory_budget.unwrap_or_else(|| default_budget(req.topology, req.devices));
+    if budget > capacity {
+        return Err(Error::Usage(format!(
+            "the memory budget of {} per device is more than the {} of HBM the devices of `{}` have",
+            einsum_logical::format_gb(budget),
+            einsum_logical::format_gb(capacity),
+            req.topology.name()
+        )));
+    }
+    let started = Instant::now();
+    let problem = Problem::new(req.comp, req.devices, req.cost)?;
+    let mut optimize_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut compile_ms = 0.0;
+    let options = einsum_exprog::CompileOptions {
+        devices: req.devices,
+        schedule: req.schedule,
+        topology: req.topology.clone(),
+        memory_budget: Some(budget),
+    };
+    // The room the planner gets for resident inputs, the choice it made last, the transient
+    // peak that choice had, and why it did not fit.
+    let mut room = budget;
+    let mut last: Option<Vec<usize>> = None;
+    let mut transient = 0.0;
+    let mut over = None;
+    for round in 1..=MAX_ROUNDS {
+        let started = Instant::now();
+        let plan = match req.strategy.plan(&problem.clone().with_memory_budget(Some(room))?) {
+            Ok(plan) => plan,
+            // The room was cut for a transient peak: report the need with it.
+            Err(einsum_logical::Error::DoesNotFit { need, devices, .. }) if round > 1 => {
+                return Err(einsum_logical::Error::DoesNotFit {
+                    need: need + transient,
+                    budget,
+                    devices,
+                    min_devices: min_devices(&problem, budget),
+                }
+                .into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        optimize_ms += started.elapsed().as_secs_f64() * 1e3;
+        let started = Instant::now();
+        let result = einsum_exprog::compile(req.comp, &plan.specs(), &options);
+        compile_ms += started.elapsed().as_secs_f64() * 1e3;
+        match result {
+            Ok(compiled) => {
+                return Ok(Planned { plan, compiled, budget, capacity, rounds: round, optimize_ms, compile_ms });
+            }
+            Err(e @ CompileError::OutOfMemory { peak, resident, .. }) if last.as_ref() != Some(&plan.choice()) => {
+                transient = peak.saturating_sub(resident) as f64;
+                // At least 5% less room each round, so the rounds make progress.
+                room = (budget - transient).min(room * 0.95);
+                if room <= 0.0 {
+                    let min = problem.min_resident_bytes();
+                    return Err(einsum_logical::Error::DoesNotFit {
+                        need: min + transient,
+                        budget,
+                        devices: req.devices,
+                        min_devices: min_devices(&problem, budget),
+                    }
+                    .into());
+                }
+                last = Some(plan.choice());
+                over = Some(e);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // Every round's plan was over budget: the last one's overshoot says by how much.
+    Err(over.map_or_else(|| Error::Usage("no planning round ran".into()), Error::from))
+}
+
+/// A lower bound on the devices needed: every input byte is resident on some device, so
+/// at least `⌈total / budget⌉` devices, and more than the ones that did not suffice.
+fn min_devices(problem: &Problem, budget: f64) -> usize {
+    ((problem.input_bytes_total() / budget).ceil() as usize).max(problem.p + 1)
+}
