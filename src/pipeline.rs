@@ -81,11 +81,13 @@ pub struct Planned {
 /// module documentation for the rounds.
 ///
 /// # Errors
-/// The strategy's errors (`DoesNotFit` when no plan's resident inputs fit, `OverBudget` for
-/// a baseline whose do not); `DoesNotFit` also when the plan with the least resident memory
-/// is over budget once its transient peak is added; `CompileError::OutOfMemory` for a plan
-/// the strategy cannot change (a baseline) whose peak is over budget; a negative, zero or
-/// non-finite budget, or one above the devices' HBM; every compile error.
+/// The strategy's errors (`DoesNotFit` when no plan's resident inputs fit, with the least
+/// they need and a lower bound on the devices needed; `OverBudget` for a baseline whose do
+/// not); `CompileError::OutOfMemory` (device, peak, resident and transient parts) for the
+/// last plan compiled when no round found one whose peak fits: a plan the strategy cannot
+/// change (a baseline), a transient peak that leaves less room than the least resident
+/// inputs need, or [`MAX_ROUNDS`] plans over budget; a negative, zero or non-finite budget,
+/// or one above the devices' HBM; every compile error.
 pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     let capacity = capacity(req.topology, req.devices);
     let budget = req.memory_budget.unwrap_or_else(|| default_budget(req.topology, req.devices));
@@ -107,26 +109,18 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
         topology: req.topology.clone(),
         memory_budget: Some(budget),
     };
-    // The room the planner gets for resident inputs, the choice it made last, the transient
-    // peak that choice had, and why it did not fit.
+    // The room the planner gets for resident inputs, the choice it made last, and why that
+    // choice did not fit.
     let mut room = budget;
     let mut last: Option<Vec<usize>> = None;
-    let mut transient = 0.0;
-    let mut over = None;
+    let mut over: Option<CompileError> = None;
     for round in 1..=MAX_ROUNDS {
         let started = Instant::now();
         let plan = match req.strategy.plan(&problem.clone().with_memory_budget(Some(room))?) {
             Ok(plan) => plan,
-            // The room was cut for a transient peak: report the need with it.
-            Err(einsum_logical::Error::DoesNotFit { need, devices, .. }) if round > 1 => {
-                return Err(einsum_logical::Error::DoesNotFit {
-                    need: need + transient,
-                    budget,
-                    devices,
-                    min_devices: min_devices(&problem, budget),
-                }
-                .into());
-            }
+            // After the first round the room was cut for a transient peak: what did not fit
+            // is the compiled plan, and its error says by how much.
+            Err(e @ einsum_logical::Error::DoesNotFit { .. }) => return Err(over.map_or_else(|| e.into(), Error::from)),
             Err(e) => return Err(e.into()),
         };
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
@@ -138,18 +132,13 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
                 return Ok(Planned { plan, compiled, budget, capacity, rounds: round, optimize_ms, compile_ms });
             }
             Err(e @ CompileError::OutOfMemory { peak, resident, .. }) if last.as_ref() != Some(&plan.choice()) => {
-                transient = peak.saturating_sub(resident) as f64;
-                // At least 5% less room each round, so the rounds make progress.
+                let transient = peak.saturating_sub(resident) as f64;
+                // At least 5% less room each round, so the rounds make progress; when even
+                // the least resident inputs would not fit beside this transient peak, no
+                // round can help, and this plan's overshoot is the answer.
                 room = (budget - transient).min(room * 0.95);
-                if room <= 0.0 {
-                    let min = problem.min_resident_bytes();
-                    return Err(einsum_logical::Error::DoesNotFit {
-                        need: min + transient,
-                        budget,
-                        devices: req.devices,
-                        min_devices: min_devices(&problem, budget),
-                    }
-                    .into());
+                if room < problem.min_resident_bytes() {
+                    return Err(e.into());
                 }
                 last = Some(plan.choice());
                 over = Some(e);
@@ -159,10 +148,4 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     }
     // Every round's plan was over budget: the last one's overshoot says by how much.
     Err(over.map_or_else(|| Error::Usage("no planning round ran".into()), Error::from))
-}
-
-/// A lower bound on the devices needed: every input byte is resident on some device, so
-/// at least `⌈total / budget⌉` devices, and more than the ones that did not suffice.
-fn min_devices(problem: &Problem, budget: f64) -> usize {
-    ((problem.input_bytes_total() / budget).ceil() as usize).max(problem.p + 1)
 }
