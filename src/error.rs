@@ -35,7 +35,7 @@ pub enum Error {
     Synthesis(#[from] einsum_exprog::synth::SynthError),
     /// Physical compilation failed (placement, lowering, memory over capacity, ...).
     #[error(transparent)]
-    Compile(#[from] einsum_exprog::CompileError),
+    Compile(#[from] einsum_compile::CompileError),
     /// A run failed on the backend (a kernel error, a panicking task, a bad input).
     #[error(transparent)]
     Backend(#[from] einsum_core::BackendError),

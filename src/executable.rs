@@ -3,10 +3,10 @@
 
 use std::{collections::HashMap, time::Instant};
 
+use einsum_compile::{Compiled, ComputationKernels, ExchangeProgram, Schedule};
 use einsum_core::{HostTensor, taskgraph::MemoryStats};
 use einsum_cpu::{CpuBackend, CpuExecutable};
 use einsum_cuda::{CudaExecutable, CudaOptions};
-use einsum_exprog::{Compiled, ComputationKernels, ExchangeProgram, Schedule};
 use einsum_joinagg::TensorId;
 use einsum_logical::{LogicalPlan, cost_model_by_name, optimizer_by_name};
 use einsum_sim::Topology;

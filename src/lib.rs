@@ -19,8 +19,8 @@ pub mod memory_report;
 pub mod pipeline;
 pub mod workload;
 
+pub use einsum_compile::Schedule;
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
-pub use einsum_exprog::Schedule;
 pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
 pub use error::{Error, Result};

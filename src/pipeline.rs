@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use einsum_exprog::{CompileError, Compiled, Schedule};
+use einsum_compile::{CompileError, Compiled, Schedule};
 use einsum_joinagg::Computation;
 use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
 use einsum_sim::Topology;
@@ -103,7 +103,7 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     let problem = Problem::new(req.comp, req.devices, req.cost)?;
     let mut optimize_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut compile_ms = 0.0;
-    let options = einsum_exprog::CompileOptions {
+    let options = einsum_compile::CompileOptions {
         devices: req.devices,
         schedule: req.schedule,
         topology: req.topology.clone(),
@@ -125,7 +125,7 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
         };
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
         let started = Instant::now();
-        let result = einsum_exprog::compile(req.comp, &plan.specs(), &options);
+        let result = einsum_compile::compile(req.comp, &plan.specs(), &options);
         compile_ms += started.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(compiled) => {

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use einsum_exprog::{CompileError, Schedule};
+use einsum_compile::{CompileError, Schedule};
 use einsum_logical::{Error as PlanError, Machine, Problem, Random, Time, optimizer_by_name};
 use einsum_sim::Topology;
 use einsummable::pipeline::{Planned, Request, default_budget, plan_and_compile};

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
+use einsum_compile::{ComputationKernels, compile as compile_physical};
 use einsum_core::Backend;
 use einsum_core::{HostTensor, scaled_error};
 use einsum_cpu::CpuBackend;
-use einsum_exprog::{ComputationKernels, compile as compile_physical};
 use einsum_logical::{PaperProxy, Problem};
 use einsum_sim::Topology;
 use einsummable::{CompileOptions, DType, Error, Graph, Schedule, UnaryOp, Workload, compile};
@@ -53,7 +53,7 @@ fn the_ulysses_shaped_plan_runs_correctly() {
             .unwrap_or_else(|| panic!("{} has no {want}={p} spec", op.name));
         specs.insert(op.id, pick.spec.clone());
     }
-    let options = einsum_exprog::CompileOptions {
+    let options = einsum_compile::CompileOptions {
         devices: p,
         schedule: Schedule::Naive,
         topology: Topology::preset("dgx-a100").unwrap(),

@@ -4,9 +4,9 @@
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaGraph;
+use einsum_compile::Compiled;
 use einsum_core::taskgraph::{Boundary, TaskId};
 use einsum_core::{BackendError, DType, HostTensor};
-use einsum_exprog::Compiled;
 use einsum_joinagg::Computation;
 
 use crate::availability::check_cuda;

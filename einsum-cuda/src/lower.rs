@@ -6,9 +6,9 @@
 
 use std::any::Any;
 
+use einsum_compile::KernelCall;
 use einsum_core::taskgraph::{Task, TaskGraph};
 use einsum_core::{Aggregation, DType, TensorDesc, TensorType};
-use einsum_exprog::KernelCall;
 use einsum_joinagg::{AbstractOperator, Computation, Node};
 use einsum_ops::attention::Attention;
 use einsum_ops::binary::{Binary, BinaryOp};

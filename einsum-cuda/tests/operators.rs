@@ -6,10 +6,10 @@
 
 use std::collections::HashMap;
 
+use einsum_compile::{Compiled, Schedule, compile};
 use einsum_core::{BackendError, DType, HostTensor, Interval, TensorDesc, TensorType, scaled_error};
 use einsum_cuda::emulate::{self, Emulator};
 use einsum_cuda::{CudaExecutable, CudaOptions, lower::lower};
-use einsum_exprog::{Compiled, Schedule, compile};
 use einsum_joinagg::{
     AbstractOperator, Computation, DimIndex, FunctionSpec, JoinAggSpec, ShardableIndex, enumerate_specs, grid_spec,
 };
@@ -103,7 +103,7 @@ fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
     let (id, op, _) = comp.ops().next().unwrap();
     let specs = enumerate_specs(op, p).unwrap();
     let spec = specs.get(choice)?.spec.clone();
-    let options = einsum_exprog::CompileOptions {
+    let options = einsum_compile::CompileOptions {
         devices: p,
         schedule: Schedule::Naive,
         topology: Topology::preset("dgx-a100").unwrap(),

@@ -19,11 +19,6 @@
 //! - Cost: [`simulate`] lowers a program's closure to an `einsum-sim` task DAG ([`lower()`])
 //!   and simulates it on a topology, choosing the fastest valid membership.
 //! - Synthesis: [`synth::naive`] and [`synth::search`].
-//! - Physical compilation (Sections 5.1, 5.3): [`compile()`] turns a computation with one
-//!   join-agg spec per operator into a [`einsum_core::TaskGraph`], synthesizing and lowering
-//!   an exchange program per operator input; [`ComputationKernels`] runs its kernels;
-//!   [`predict()`] simulates the whole compiled graph (roofline kernels, simulated exchanges,
-//!   overlapped) for [`Compiled::predicted_ms`].
 //! - [`load`]: parse, check and report errors with their line.
 //!
 //! # Syntax
@@ -73,7 +68,6 @@ mod aggregate;
 mod atomset;
 mod check;
 mod closure;
-pub mod compile;
 mod cost;
 mod cover;
 mod ids;
@@ -96,10 +90,6 @@ pub use action::Action;
 pub use aggregate::{Aggregate, EmptyAggregate};
 pub use check::{CheckError, CheckErrorKind};
 pub use closure::{Closure, Firing, Materialization, Producer};
-pub use compile::{
-    CompileError, CompileOptions, Compiled, ComputationKernels, ExchangeProgram, KernelCall, PredictError, Schedule,
-    compile, predict,
-};
 pub use cost::{ActionTime, MAX_SIMULATED_MEMBERSHIPS, SimulateError, Simulation, TimeSpan, simulate, simulate_with};
 pub use ids::{AtomId, InvalidName, PartitionId, SiteId, is_identifier};
 pub use lower::{FiringTasks, Lowering, lower};

@@ -190,14 +190,14 @@ impl Machine {
 /// operator produces ([`Source::Op`](crate::Source::Op)); a computation input ([`Source::Input`](crate::Source::Input): weights, the
 /// matrices of a chain) costs nothing to join, because the compiled task graph `Load`s it
 /// directly into the block each function spec reads, on that spec's device, before the run,
-/// and the whole-plan prediction (`einsum_exprog::compile`, `predict.rs`) treats loads as
+/// and the whole-plan prediction (`einsum_compile::compile`, `predict.rs`) treats loads as
 /// free (Section 4.2: inputs may be laid out in any tiling). Charging it would price traffic
 /// the run never pays, e.g. replicating a transformer block's weights to every device, and
 /// steer the optimizer away from data-parallel splits that are in fact the fastest.
 ///
 /// **A produced input's join counts only the copies beyond the first.** The producer leaves
 /// one copy of each of its blocks in place, and the consumer's function specs are placed
-/// where their exchange program finds their blocks (`einsum_exprog::compile`), so a spec
+/// where their exchange program finds their blocks (`einsum_compile::compile`), so a spec
 /// whose blocks the producer already holds moves nothing for them; what must travel is every
 /// additional copy: `Σ_blocks (m - 1)·|block|` for a block read by `m` function specs (e.g.
 /// the all-gather of a row-split matrix to 8 devices moves 7 copies, not 8). When the

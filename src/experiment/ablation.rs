@@ -3,7 +3,7 @@
 //! plans, and the DP's plan compiled with the naive exchange programs; geometric means per
 //! family.
 
-use einsum_exprog::Schedule;
+use einsum_compile::Schedule;
 
 use super::table::geomean_cell;
 use super::transformer::relative_chart;

@@ -2,7 +2,7 @@
 //! with searched exchange programs, on the DGX-1V (`dgx-v100`, whose irregular NVLink map is
 //! where search pays) and the DGX A100 (`dgx-a100`, fully switched).
 
-use einsum_exprog::Schedule;
+use einsum_compile::Schedule;
 
 use super::ablation::families;
 use super::table::geomean_cell;

@@ -17,8 +17,8 @@ use std::{
     time::Instant,
 };
 
+use einsum_compile::Schedule;
 use einsum_core::DType;
-use einsum_exprog::Schedule;
 use einsum_joinagg::Computation;
 use einsum_logical::{LogicalPlan, PaperProxy, Problem, cost_model_by_name, optimizer_by_name};
 use einsum_sim::Topology;

@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
+use einsum_compile::{CompileOptions, KernelCall, PredictError, Schedule, compile, predict};
 use einsum_core::taskgraph::{Boundary, DeviceId, Task, TaskGraph};
 use einsum_core::{DType, TensorDesc, TensorType};
-use einsum_exprog::{CompileOptions, KernelCall, PredictError, Schedule, compile, predict};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId};
 use einsum_ops::einsum::Einsum;
 use einsum_sim::{Roofline, SimError, Topology};

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph};
 use einsum_core::{Aggregation, DType};
 
-use crate::aggregate::Aggregate;
-use crate::closure::{Closure, Producer};
-use crate::ids::SiteId;
-use crate::preamble::Preamble;
+use einsum_exprog::Aggregate;
+use einsum_exprog::Preamble;
+use einsum_exprog::SiteId;
+use einsum_exprog::{Closure, Producer};
 
 use super::CompileError;
 

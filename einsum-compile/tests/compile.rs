@@ -4,13 +4,12 @@
 
 use std::collections::HashMap;
 
+use einsum_compile::{
+    CompileError, CompileOptions, Compiled, ComputationKernels, ExchangeSources, Schedule, compile, lower_exchange,
+};
 use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph, interpret};
 use einsum_core::{Aggregation, DType, HostTensor, SplitMix64, TensorDesc, TensorType, scaled_error};
-use einsum_exprog::compile::{ExchangeSources, lower_exchange};
-use einsum_exprog::{
-    CompileError, CompileOptions, Compiled, ComputationKernels, DEFAULT_SIZE_GB, Membership, PartitionId, Program,
-    Schedule, SiteId, Upstream, compile, parse, preamble,
-};
+use einsum_exprog::{DEFAULT_SIZE_GB, Membership, PartitionId, Program, SiteId, Upstream, parse, preamble};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId, TensorId, enumerate_specs};
 use einsum_ops::attention::{Attention, AttentionConfig};
 use einsum_ops::einsum::Einsum;

@@ -7,13 +7,13 @@ use einsum_core::taskgraph::DeviceId;
 use einsum_joinagg::JoinAggSpec;
 use einsum_sim::Topology;
 
-use crate::closure::Closure;
-use crate::ids::SiteId;
-use crate::membership::Membership;
-use crate::partition::PartitionSpec;
-use crate::preamble::{Preamble, Upstream, preamble};
-use crate::program::Program;
-use crate::synth::{SearchOptions, canonical_membership, naive, search};
+use einsum_exprog::Closure;
+use einsum_exprog::Membership;
+use einsum_exprog::PartitionSpec;
+use einsum_exprog::Program;
+use einsum_exprog::SiteId;
+use einsum_exprog::synth::{SearchOptions, canonical_membership, naive, search};
+use einsum_exprog::{Preamble, Upstream, preamble};
 
 use super::{CompileError, Schedule};
 
@@ -66,8 +66,8 @@ pub(crate) fn synthesize(
         Schedule::Naive => {
             let program = naive(&pre.program).map_err(synth_err)?;
             let membership = canonical_membership(&program).map_err(synth_err)?;
-            let sim = crate::cost::simulate_with(&program, &membership, topology)
-                .map_err(|e| synth_err(crate::synth::SynthError::Simulate(e)))?;
+            let sim = einsum_exprog::simulate_with(&program, &membership, topology)
+                .map_err(|e| synth_err(einsum_exprog::synth::SynthError::Simulate(e)))?;
             (program, membership, sim.completion_ms)
         }
         Schedule::Search { seed, iterations } => {

@@ -1,13 +1,20 @@
-//! Physical compilation (Sections 5.1 and 5.3): a computation whose operators each have a
-//! join-agg spec of `p` function specs becomes a [`TaskGraph`] over `p` devices.
+//! Physical compilation (Sections 5.1 and 5.3), between the ExProg language
+//! (`einsum-exprog`) and the backends: a computation whose operators each have a join-agg
+//! spec of `p` function specs becomes a [`TaskGraph`] over `p` devices.
+//!
+//! - [`compile()`] synthesizes and lowers an exchange program per operator input (placement,
+//!   preamble, lowering) and checks each device's memory, giving a [`Compiled`];
+//! - [`ComputationKernels`] runs its kernels ([`KernelCall`]);
+//! - [`predict()`] simulates the whole compiled graph (roofline kernels, simulated exchanges,
+//!   overlapped) for [`Compiled::predicted_ms`].
 //!
 //! # Algorithm
 //! Operators are compiled one at a time in topological order ([`Computation::ops`]):
 //!
 //! 1. **Placement.** If the operator reads a tensor produced by another operator, the
 //!    exchange program of its first such input is synthesized with the preamble's `{size 1}`
-//!    partitions `S1..Sp` free ([`crate::preamble`], then [`crate::synth::naive`] or
-//!    [`crate::synth::search`]); the membership the program is valid under places function
+//!    partitions `S1..Sp` free ([`einsum_exprog::preamble()`], then [`einsum_exprog::synth::naive`] or
+//!    [`einsum_exprog::synth::search`]); the membership the program is valid under places function
 //!    spec `i` on the one site of `S{i+1}`. Its other produced inputs are synthesized with
 //!    those partitions declared by members. An operator reading only computation inputs gets
 //!    the identity placement (function spec `i` on device `i`).
@@ -36,6 +43,7 @@
 //! sharing their device's compute, transfers, aggregations and copies sharing links and HBM,
 //! everything overlapping as the dependencies allow. Each [`ExchangeProgram::simulated_ms`]
 //! stays the program's own simulated time, as synthesis costed it.
+#![warn(missing_docs)]
 
 mod kernels;
 mod lower_program;
@@ -53,18 +61,18 @@ pub use kernels::ComputationKernels;
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use predict::{PredictError, predict, simulator_tasks};
 
-use crate::preamble::PreambleError;
-use crate::program::Program;
-use crate::synth::SynthError;
-use crate::validity::ValidityError;
+use einsum_exprog::PreambleError;
+use einsum_exprog::Program;
+use einsum_exprog::ValidityError;
+use einsum_exprog::synth::SynthError;
 use placement::{Request, synthesize};
 
 /// How exchange programs are synthesized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
-    /// [`crate::synth::naive`]: gather every atom where it is needed (identity placement).
+    /// [`einsum_exprog::synth::naive`]: gather every atom where it is needed (identity placement).
     Naive,
-    /// [`crate::synth::search`] with this seed and iteration budget.
+    /// [`einsum_exprog::synth::search`] with this seed and iteration budget.
     Search {
         /// The search's seed.
         seed: u64,
