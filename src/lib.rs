@@ -6,7 +6,8 @@
 //! (tensor types, tilings, host tensors, the task graph), `einsum-joinagg` (specs,
 //! enumeration, validation, reference semantics, the operator DAG), `einsum-ops` (the
 //! operator library), `einsum-logical` (the logical optimizer), `einsum-sim` (topologies
-//! and the simulator) and `einsum-exprog` (exchange programs).
+//! and the simulator), `einsum-exprog` (exchange programs) and `einsum-compile` (physical
+//! compilation).
 #![warn(missing_docs)]
 
 pub mod check;
