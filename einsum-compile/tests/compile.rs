@@ -294,7 +294,8 @@ fn without_sizes(p: &Program) -> Program {
 #[test]
 fn example_5_4_compiles_to_its_preamble_and_runs() {
     let (comp, specs) = example_5_4();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/example_5_4_preamble.exprog");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../einsum-exprog/examples/example_5_4_preamble.exprog");
     let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10 }] {
         let options = CompileOptions { devices: 4, schedule, topology: switch(4, 80.0), memory_budget: None };
