@@ -292,12 +292,12 @@ pub struct CostModelEntry {
 const COST_MODELS: &[CostModelEntry] = &[
     CostModelEntry {
         name: "time",
-        about: "predicted seconds on the topology (sees load imbalance and compute)",
+        about: "predicted seconds on the topology, load imbalance and compute included",
         build: |t| Box::new(Time::on(Machine::from_topology(t))),
     },
     CostModelEntry {
         name: "proxy",
-        about: "the paper's communication proxy, in elements (Section 4.3)",
+        about: "the paper's communication proxy of Section 4.3, in elements",
         build: |_| Box::new(PaperProxy),
     },
 ];

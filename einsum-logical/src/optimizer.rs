@@ -97,7 +97,7 @@ const TABLE: &[OptimizerEntry] = &[
     },
     OptimizerEntry {
         name: "random",
-        about: "a uniform random spec per operator (seeded)",
+        about: "a uniform random spec per operator, seeded",
         baseline: false,
         build: |p| Box::new(crate::Random { seed: p.seed }),
     },
@@ -127,7 +127,7 @@ const TABLE: &[OptimizerEntry] = &[
     },
     OptimizerEntry {
         name: "mesh2d",
-        about: "baseline: the best plan on a 2-D device mesh (Alpa, GSPMD)",
+        about: "baseline: the best plan on a 2-D device mesh, as Alpa and GSPMD search",
         baseline: true,
         build: |_| Box::new(crate::Mesh2d),
     },
