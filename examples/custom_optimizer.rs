@@ -84,10 +84,17 @@ fn main() -> einsummable::Result<()> {
     let error = reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
     let dp = compile(&graph, &options)?;
     let (plan, dp_plan) = (exe.plan(), dp.plan());
+    assert_eq!(plan.optimizer, "annealing");
     println!("{BLOCK} on 4 CPU devices");
     println!("  annealing: {:.6e} {} (predicted {:.4} ms)", plan.total, plan.unit, exe.predicted_ms());
     println!("  dp:        {:.6e} {} (predicted {:.4} ms)", dp_plan.total, dp_plan.unit, dp.predicted_ms());
     println!("  max error against the single-device reference: {error:.3e}");
     assert!(error <= 1e-4, "the annealed plan computes a different result: error {error}");
     Ok(())
+}
+
+/// `cargo test` runs the example once (it is built with the test harness, `test = true`).
+#[test]
+fn the_annealed_plan_runs_correctly() {
+    main().unwrap();
 }
