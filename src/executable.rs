@@ -1,62 +1,160 @@
 //! Compiling a graph for a backend, and running it: `compile`, then `load`, `execute`,
 //! `offload` (Section 2's `compileGraph` and the programmer's view after it).
 
-use std::{collections::HashMap, time::Instant};
+use std::{collections::HashMap, fmt, sync::Arc, time::Instant};
 
 use einsum_compile::{Compiled, ComputationKernels, ExchangeProgram, Schedule};
 use einsum_core::{HostTensor, taskgraph::MemoryStats};
 use einsum_cpu::{CpuBackend, CpuExecutable};
 use einsum_cuda::{CudaExecutable, CudaOptions};
 use einsum_joinagg::TensorId;
-use einsum_logical::{LogicalPlan, cost_model_by_name, optimizer_by_name};
+use einsum_logical::{CostModel, Dp, LogicalOptimizer, LogicalPlan, Machine, Time};
 use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
-use crate::{Error, Graph, Result, Tensor};
+use crate::{Backend, Error, Graph, Result, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
 /// its cost model, the exchange-program schedule, and the topology that synthesis and
 /// prediction target.
-#[derive(Clone, Debug)]
+///
+/// Every extension point is a value: a strategy or cost model from any crate (an
+/// implementation of [`LogicalOptimizer`] or [`CostModel`]) is plugged in as it is, with no
+/// registration. The names the command line accepts come from the tables
+/// [`einsum_logical::optimizers`], [`einsum_logical::cost_models`], [`einsum_sim::PRESETS`]
+/// and [`backends`](crate::backends); they build these values.
+///
+/// # Example
+/// A strategy defined outside the workspace (here: every operator takes its first
+/// candidate), compiled for 2 devices:
+/// ```no_run
+/// use std::sync::Arc;
+///
+/// use einsummable::{CompileOptions, DType, LogicalOptimizer, Workload, compile};
+/// use einsum_logical::{Problem, Result};
+///
+/// struct First;
+///
+/// impl LogicalOptimizer for First {
+///     fn name(&self) -> &str {
+///         "first"
+///     }
+///     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
+///         Ok(vec![0; problem.ops.len()])
+///     }
+/// }
+///
+/// let graph = Workload::parse("matmul:n=64").unwrap().build(DType::F32).unwrap();
+/// let options = CompileOptions::new().devices(2).optimizer(Arc::new(First));
+/// let exe = compile(&graph, &options).unwrap();
+/// assert_eq!(exe.plan().optimizer, "first");
+/// ```
+#[derive(Clone)]
 pub struct CompileOptions {
     /// Number of devices `p` (virtual devices on the CPU backend).
     pub devices: usize,
-    /// The backend: `cpu` or `cuda`.
-    pub backend: String,
-    /// On `cuda`: issue the tasks stream-ordered on every run instead of replaying one
-    /// captured CUDA graph (for debugging).
-    pub eager: bool,
-    /// The logical optimizer: `dp`, `greedy`, `random` or `ilp`, or a baseline: `data`,
-    /// `megatron`, `ulysses` or `mesh2d`.
-    pub optimizer: String,
-    /// The cost model: `time` or `proxy`.
-    pub cost: String,
-    /// Seed of the random optimizer.
-    pub seed: u64,
+    /// The backend that runs the executable.
+    pub backend: Backend,
+    /// The logical optimizer: one of [`einsum_logical::optimizers`] or any other strategy.
+    pub optimizer: Arc<dyn LogicalOptimizer>,
+    /// The cost model the optimizer minimizes: one of [`einsum_logical::cost_models`] or any
+    /// other; `None`: the `time` model of [`topology`](Self::topology).
+    pub cost: Option<Arc<dyn CostModel>>,
     /// `Naive` or `Search` exchange programs (Section 5.4).
     pub schedule: Schedule,
-    /// A topology preset (`dgx-a100`, ...) or a topology file; it needs at least `devices`
-    /// sites.
-    pub topology: String,
+    /// The machine that synthesis and prediction target; it needs at least `devices` sites.
+    pub topology: Topology,
     /// Bytes per device the plan's peak (resident inputs and transient buffers) must fit;
     /// `None`: the topology's HBM capacity less [`MEMORY_RESERVE`](crate::pipeline::MEMORY_RESERVE).
     pub memory_budget: Option<f64>,
 }
 
 impl Default for CompileOptions {
-    /// 8 devices on the CPU backend, the DP under the time model, naive schedules, `dgx-a100`.
+    /// 8 devices on the CPU backend, the DP under the `time` model of `dgx-a100`, naive
+    /// schedules, the `dgx-a100` topology, the default memory budget.
     fn default() -> Self {
+        let topology = Topology::preset("dgx-a100").expect("the dgx-a100 preset is valid");
         Self {
             devices: 8,
-            backend: "cpu".into(),
-            eager: false,
-            optimizer: "dp".into(),
-            cost: "time".into(),
-            seed: 0,
+            backend: Backend::Cpu,
+            optimizer: Arc::new(Dp),
+            cost: None,
             schedule: Schedule::Naive,
-            topology: "dgx-a100".into(),
+            topology,
             memory_budget: None,
         }
+    }
+}
+
+impl CompileOptions {
+    /// The [`Default`] options, to change with the builder methods below.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Compiles for `devices` devices.
+    #[must_use]
+    pub fn devices(mut self, devices: usize) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// Runs the executable on `backend`.
+    #[must_use]
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Plans with `optimizer` (any [`LogicalOptimizer`], e.g. one of another crate).
+    #[must_use]
+    pub fn optimizer(mut self, optimizer: Arc<dyn LogicalOptimizer>) -> Self {
+        self.optimizer = optimizer;
+        self
+    }
+
+    /// Prices candidates with `cost` (any [`CostModel`]) instead of the `time` model of the
+    /// topology.
+    #[must_use]
+    pub fn cost(mut self, cost: Arc<dyn CostModel>) -> Self {
+        self.cost = Some(cost);
+        self
+    }
+
+    /// Synthesizes exchange programs with `schedule`.
+    #[must_use]
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// Targets `topology` (a preset, `Topology::preset`, or a file, `Topology::named`); unless
+    /// a cost model was given, plans are priced by the `time` model of this machine.
+    #[must_use]
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.topology = topology;
+        self
+    }
+
+    /// Fits every device's peak within `budget` bytes (`None`: the default budget).
+    #[must_use]
+    pub fn memory_budget(mut self, budget: Option<f64>) -> Self {
+        self.memory_budget = budget;
+        self
+    }
+}
+
+impl fmt::Debug for CompileOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompileOptions")
+            .field("devices", &self.devices)
+            .field("backend", &self.backend)
+            .field("optimizer", &self.optimizer.name())
+            .field("cost", &self.cost)
+            .field("schedule", &self.schedule)
+            .field("topology", &self.topology.name())
+            .field("memory_budget", &self.memory_budget)
+            .finish()
     }
 }
 
@@ -114,12 +212,10 @@ impl Runner {
 /// Besides bad options and compile errors: `einsum_logical::Error::DoesNotFit` when no plan
 /// fits the devices' memory, `OverBudget` for a baseline whose plan does not.
 pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executable<'g>> {
-    let cuda = match options.backend.as_str() {
-        "cpu" => false,
+    if let Backend::Cuda { .. } = options.backend {
         // Before any work: a machine without a GPU says so at once.
-        "cuda" => einsum_cuda::availability::check_cuda().map(|_| true)?,
-        other => return Err(Error::Usage(format!("unknown backend `{other}`; valid: cpu, cuda"))),
-    };
+        einsum_cuda::availability::check_cuda()?;
+    }
     let comp = graph.computation();
     if comp.saved().is_empty() {
         // Nothing would be computed, and `execute` would return no output at all.
@@ -127,25 +223,30 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
             "the graph saves no tensor, so there is nothing to compute; save its outputs first".into(),
         ));
     }
-    let strategy = optimizer_by_name(&options.optimizer, options.seed)?;
-    // The topology first: a missing file is reported as such, not as an unknown preset.
-    let topology = Topology::named(&options.topology)?;
-    let model = cost_model_by_name(&options.cost, &options.topology)?;
+    let time;
+    let cost: &dyn CostModel = match &options.cost {
+        Some(cost) => cost.as_ref(),
+        None => {
+            time = Time::on(Machine::from_topology(&options.topology));
+            &time
+        }
+    };
     let planned = plan_and_compile(&Request {
         comp,
         devices: options.devices,
-        strategy: strategy.as_ref(),
-        cost: model.as_ref(),
-        topology: &topology,
+        strategy: options.optimizer.as_ref(),
+        cost,
+        topology: &options.topology,
         schedule: options.schedule,
         memory_budget: options.memory_budget,
     })?;
     let (plan, compiled, budget, capacity) = (planned.plan, planned.compiled, planned.budget, planned.capacity);
-    let runner = if cuda {
-        let cuda_options = CudaOptions { eager: options.eager, max_gpus: None };
-        Runner::Cuda(Box::new(CudaExecutable::prepare(comp, &compiled, &cuda_options)?))
-    } else {
-        Runner::Cpu(Box::new(CpuBackend::new().prepare(&compiled.graph)?))
+    let runner = match options.backend {
+        Backend::Cuda { eager } => {
+            let cuda_options = CudaOptions { eager, max_gpus: None };
+            Runner::Cuda(Box::new(CudaExecutable::prepare(comp, &compiled, &cuda_options)?))
+        }
+        Backend::Cpu => Runner::Cpu(Box::new(CpuBackend::new().prepare(&compiled.graph)?)),
     };
     let inputs = comp.inputs();
     Ok(Executable {
@@ -268,7 +369,7 @@ impl Executable<'_> {
     }
 
     /// The predicted time on the topology, in ms: the whole task graph simulated once, roofline
-    /// kernels and simulated exchanges overlapped as dependencies allow (`einsum_exprog::predict`).
+    /// kernels and simulated exchanges overlapped as dependencies allow (`einsum_compile::predict`).
     pub fn predicted_ms(&self) -> f64 {
         self.compiled.predicted_ms
     }

@@ -10,6 +10,7 @@
 //! compilation).
 #![warn(missing_docs)]
 
+mod backend;
 pub mod check;
 pub mod dump;
 mod error;
@@ -20,10 +21,13 @@ pub mod memory_report;
 pub mod pipeline;
 pub mod workload;
 
+pub use backend::{Backend, BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::Schedule;
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
 pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
+pub use einsum_logical::{CostModel, LogicalOptimizer};
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
+pub use einsum_sim::Topology;
 pub use error::{Error, Result};
 pub use executable::{CompileOptions, Executable, RunReport, compile};
 pub use graph::{Graph, Tensor};

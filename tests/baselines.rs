@@ -3,10 +3,11 @@
 //! their plans follow their rules; the CLI selects them and refuses graphs they do not
 //! apply to with a clear error.
 
-use std::process::Command;
+use std::{process::Command, sync::Arc};
 
 use einsum_core::scaled_error;
 use einsum_joinagg::validate_spec;
+use einsum_logical::{LogicalOptimizer, cost_model_by_name, optimizer_by_name};
 use einsummable::{CompileOptions, DType, Error, Graph, Workload, compile};
 
 const SMALL_LLAMA: &str = "llama-block:tokens=32,seqs=4,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=32";
@@ -14,6 +15,11 @@ const CHAIN: &str = "chain-c:scale=1024";
 
 fn einsummable(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_einsummable")).args(args).output().expect("the binary runs")
+}
+
+/// The strategy of the `optimizers` table called `name`.
+fn named(name: &str) -> Arc<dyn LogicalOptimizer> {
+    Arc::from(optimizer_by_name(name, 0).unwrap())
 }
 
 fn graph(workload: &str) -> Graph {
@@ -24,8 +30,12 @@ fn graph(workload: &str) -> Graph {
 /// operator, runs it on the CPU backend and returns the largest error of the saved outputs
 /// against `Computation::evaluate` on the same inputs.
 fn run_and_compare(graph: &Graph, optimizer: &str, devices: usize, cost: &str) -> f32 {
-    let options =
-        CompileOptions { devices, optimizer: optimizer.into(), cost: cost.into(), ..CompileOptions::default() };
+    let options = CompileOptions {
+        devices,
+        optimizer: named(optimizer),
+        cost: Some(Arc::from(cost_model_by_name(cost, "dgx-a100").unwrap())),
+        ..CompileOptions::default()
+    };
     let mut exe = compile(graph, &options).unwrap_or_else(|e| panic!("{optimizer} on {devices}: {e}"));
     let plan = exe.plan();
     assert_eq!(plan.optimizer, optimizer);
@@ -67,7 +77,7 @@ fn data_and_mesh2d_run_a_chain_correctly() {
 fn megatron_and_ulysses_refuse_a_chain() {
     let graph = graph(CHAIN);
     for optimizer in ["megatron", "ulysses"] {
-        let options = CompileOptions { devices: 4, optimizer: optimizer.into(), ..CompileOptions::default() };
+        let options = CompileOptions { devices: 4, optimizer: named(optimizer), ..CompileOptions::default() };
         match compile(&graph, &options) {
             Err(e @ Error::Logical(einsum_logical::Error::Baseline { .. })) => {
                 let msg = e.to_string();
@@ -83,7 +93,7 @@ fn megatron_and_ulysses_refuse_a_chain() {
 fn plans_follow_their_rules_on_the_llama_block() {
     let graph = graph(SMALL_LLAMA);
     let plan = |optimizer: &str| {
-        let options = CompileOptions { devices: 4, optimizer: optimizer.into(), ..CompileOptions::default() };
+        let options = CompileOptions { devices: 4, optimizer: named(optimizer), ..CompileOptions::default() };
         compile(&graph, &options).unwrap().plan().clone()
     };
     // Ulysses: attention by heads (two key/value heads, the remaining factor by sequence),

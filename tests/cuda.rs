@@ -5,7 +5,9 @@
 use std::process::Command;
 
 use einsum_core::scaled_error;
-use einsummable::{CompileOptions, DType, Workload, check::tolerance, compile};
+use einsummable::{
+    Backend, BackendParams, CompileOptions, DType, Workload, backend_by_name, check::tolerance, compile,
+};
 
 const SMALL_LLAMA: &str = "llama-block:tokens=64,seqs=2,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=96";
 
@@ -28,13 +30,13 @@ fn run_with_the_cuda_backend_says_whether_a_driver_is_found() {
 #[test]
 fn compile_refuses_cuda_without_a_driver_and_unknown_backends() {
     let graph = Workload::parse("matmul:n=8").unwrap().build(DType::F32).unwrap();
-    let options = CompileOptions { devices: 2, backend: "cuda".into(), ..CompileOptions::default() };
+    let options = CompileOptions { devices: 2, backend: Backend::Cuda { eager: false }, ..CompileOptions::default() };
     if einsum_cuda::availability::check_cuda().is_err() {
         let err = compile(&graph, &options).err().expect("no driver: an error").to_string();
         assert!(err.contains("no CUDA driver found"), "{err}");
     }
-    let bad = CompileOptions { backend: "tpu".into(), ..CompileOptions::default() };
-    let err = compile(&graph, &bad).err().expect("unknown backend").to_string();
+    // A backend is a value now: an unknown name fails where names become backends.
+    let err = backend_by_name("tpu", &BackendParams::default()).expect_err("unknown backend").to_string();
     assert!(err.contains("cpu, cuda"), "{err}");
 }
 
@@ -45,7 +47,7 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
         let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
         for devices in [1, 8] {
             for eager in [false, true] {
-                let options = CompileOptions { devices, backend: "cuda".into(), eager, ..CompileOptions::default() };
+                let options = CompileOptions { devices, backend: Backend::Cuda { eager }, ..CompileOptions::default() };
                 let mut exe = compile(&graph, &options).unwrap();
                 exe.load_random(devices as u64).unwrap();
                 // Twice: a replayed graph must give the same answer as its first launch.

@@ -112,7 +112,8 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
 fn plan_reports_the_compiled_prediction_and_bytes_moved() {
     let v = json_of(&einsummable(&["plan", SMALL_LLAMA, "--devices", "8", "--topology", "dgx-h100", "--json"]));
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F16).unwrap();
-    let options = CompileOptions { topology: "dgx-h100".into(), ..CompileOptions::default() };
+    let h100 = Topology::preset("dgx-h100").unwrap();
+    let options = CompileOptions { topology: h100, ..CompileOptions::default() };
     let exe = compile(&graph, &options).unwrap();
     // (JSON may round the last bit)
     let got = v["predicted_ms"].as_f64().expect("a number");

@@ -1,15 +1,17 @@
 //! End to end: compile (logical plan, exchange programs, task graph) and run on the CPU
 //! backend's virtual devices; the results equal the single-device reference.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use einsum_compile::{ComputationKernels, compile as compile_physical};
 use einsum_core::Backend;
 use einsum_core::{HostTensor, scaled_error};
 use einsum_cpu::CpuBackend;
-use einsum_logical::{PaperProxy, Problem};
+use einsum_logical::{Machine, PaperProxy, Problem, Time, optimizer_by_name};
 use einsum_sim::Topology;
-use einsummable::{CompileOptions, DType, Error, Graph, Schedule, UnaryOp, Workload, compile};
+use einsummable::{
+    BackendParams, CompileOptions, DType, Error, Graph, Schedule, UnaryOp, Workload, backend_by_name, compile,
+};
 use proptest::prelude::*;
 
 const SMALL_LLAMA: &str = "llama-block:tokens=32,seqs=2,d_model=32,heads_q=8,heads_kv=4,d_head=8,d_ff=48";
@@ -115,9 +117,15 @@ proptest! {
     ) {
         let graph = mlp(tokens, width, UnaryOp::Gelu);
         let schedule = if search { Schedule::Search { seed, iterations: 5 } } else { Schedule::Naive };
-        let topology = if devices > 8 { sixteen_devices() } else { "dgx-a100".into() };
-        let options =
-            CompileOptions { devices, schedule, optimizer: optimizer.into(), seed, topology, ..CompileOptions::default() };
+        let topology = Topology::named(&if devices > 8 { sixteen_devices() } else { "dgx-a100".into() }).unwrap();
+        let options = CompileOptions {
+            devices,
+            schedule,
+            optimizer: Arc::from(optimizer_by_name(optimizer, seed).unwrap()),
+            cost: Some(Arc::new(Time::on(Machine::from_topology(&topology)))),
+            topology,
+            ..CompileOptions::default()
+        };
         match compile(&graph, &options) {
             // A device count no spec reaches for these small extents is a typed error.
             Err(Error::Logical(_)) => {}
@@ -162,7 +170,7 @@ fn misuse_is_a_typed_error() {
     assert_eq!(exe.offload(out).unwrap(), first);
     // More devices than the topology has sites, an unknown backend.
     assert!(compile(&graph, &CompileOptions { devices: 16, ..CompileOptions::default() }).is_err());
-    assert!(compile(&graph, &CompileOptions { backend: "tpu".into(), ..CompileOptions::default() }).is_err());
+    assert!(backend_by_name("tpu", &BackendParams::default()).is_err());
     // A graph that saves nothing would compute nothing and return no output.
     let mut unsaved = Graph::new();
     unsaved.input("x", &[("a", 4)], DType::F32).unwrap();

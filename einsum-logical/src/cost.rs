@@ -140,6 +140,13 @@ pub struct Machine {
     pub link_bandwidth: f64,
 }
 
+/// The topology preset called `name` or, when `name` is the path of a file, the custom
+/// topology it describes.
+fn load_topology(name: &str) -> Result<Topology> {
+    let topology = if std::path::Path::new(name).is_file() { Topology::load(name) } else { Topology::preset(name) };
+    topology.map_err(|e| Error::Topology(e.to_string()))
+}
+
 impl Machine {
     /// The figures of a topology read from `einsum-sim`: the smallest of every device's
     /// [`Topology::injection_bandwidth`] (infinite on a single-device machine, which never
@@ -160,8 +167,7 @@ impl Machine {
     /// The machine of a topology preset (`dgx-a100`, `dgx-h100`, `dgx-v100`) or, when
     /// `name` is the path of a file, of the custom topology it describes.
     pub fn by_name(name: &str) -> Result<Machine> {
-        let topology = if std::path::Path::new(name).is_file() { Topology::load(name) } else { Topology::preset(name) };
-        Ok(Machine::from_topology(&topology.map_err(|e| Error::Topology(e.to_string()))?))
+        Ok(Machine::from_topology(&load_topology(name)?))
     }
 
     /// FLOP/s of one device for kernels storing `dtype`.
@@ -270,14 +276,53 @@ impl CostModel for Time {
     }
 }
 
-/// The cost model called `name` (`proxy` or `time`); `time` predicts for the topology
-/// `machine` (a preset name or a topology file).
+/// One cost model of the [`cost_models`] table: its command-line name, a one-line
+/// description, and how to build it for a machine.
+#[derive(Clone, Copy, Debug)]
+pub struct CostModelEntry {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// One line on what the model prices.
+    pub about: &'static str,
+    /// Builds the model for the topology its predictions target (a model that prices no
+    /// machine ignores it).
+    pub build: fn(&Topology) -> Box<dyn CostModel>,
+}
+
+const COST_MODELS: &[CostModelEntry] = &[
+    CostModelEntry {
+        name: "time",
+        about: "predicted seconds on the topology, load imbalance and compute included",
+        build: |t| Box::new(Time::on(Machine::from_topology(t))),
+    },
+    CostModelEntry {
+        name: "proxy",
+        about: "the paper's communication proxy of Section 4.3, in elements",
+        build: |_| Box::new(PaperProxy),
+    },
+];
+
+/// The cost models of this crate, by name: the one table the command line, its help and
+/// [`cost_model_by_name`] read. A model from another crate implements [`CostModel`] and is
+/// handed to the driver as a value; it needs no entry here.
+pub fn cost_models() -> &'static [CostModelEntry] {
+    COST_MODELS
+}
+
+/// The [`cost_models`] entry called `name`; an unknown name is an error listing the table.
+pub fn cost_model_entry(name: &str) -> Result<&'static CostModelEntry> {
+    COST_MODELS.iter().find(|e| e.name == name).ok_or_else(|| Error::UnknownName {
+        what: "cost model",
+        name: name.to_string(),
+        valid: COST_MODELS.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
+    })
+}
+
+/// The cost model called `name` in the [`cost_models`] table, for the topology `machine`
+/// (a preset name or a topology file, as [`Machine::by_name`] reads it).
 pub fn cost_model_by_name(name: &str, machine: &str) -> Result<Box<dyn CostModel>> {
-    match name {
-        "proxy" => Ok(Box::new(PaperProxy)),
-        "time" => Ok(Box::new(Time::on(Machine::by_name(machine)?))),
-        other => Err(Error::UnknownName { what: "cost model", name: other.to_string(), valid: "proxy, time".into() }),
-    }
+    let entry = cost_model_entry(name)?;
+    Ok((entry.build)(&load_topology(machine)?))
 }
 
 #[cfg(test)]

@@ -5,8 +5,11 @@
 //!   specs, the tilings they produce and require (interned, so comparing two is `==`), their
 //!   tiling-independent costs, and where each input comes from.
 //! - [`CostModel`]: [`PaperProxy`] (Section 4.3, in elements) and [`Time`] (predicted
-//!   seconds on a machine, which sees load imbalance).
-//! - [`LogicalOptimizer`]: the strategies, one per file, chosen by name with [`optimizer_by_name`].
+//!   seconds on a machine, which sees load imbalance), named in the [`cost_models`] table.
+//! - [`LogicalOptimizer`]: the strategies, one per file, named in the [`optimizers`] table
+//!   (the one list of names the command line, its help and [`optimizer_by_name`] read).
+//!   Both traits are object safe and `Send + Sync`: a strategy or cost model from another
+//!   crate is handed to the driver as a value and needs no table entry.
 //! - Baselines ([`BASELINES`]): hand-designed plans of other systems ([`Data`],
 //!   [`Megatron`], [`Ulysses`], [`Mesh2d`]) as strategies over the same candidates.
 //! - [`LogicalPlan`]: the chosen spec per operator with its cost split into repartition,
@@ -48,12 +51,16 @@ mod repair;
 mod switch;
 
 pub use baselines::{BASELINES, Data, Megatron, Mesh2d, Ulysses};
-pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, cost_model_by_name};
+pub use cost::{
+    CostModel, CostModelEntry, Machine, PaperProxy, SpecCost, Time, cost_model_by_name, cost_model_entry, cost_models,
+};
 pub use dp::Dp;
 pub use error::{Error, Result, format_gb};
 pub use greedy::Greedy;
 pub use ilp::Ilp;
-pub use optimizer::{LogicalOptimizer, OPTIMIZERS, optimizer_by_name};
+pub use optimizer::{
+    LogicalOptimizer, OPTIMIZERS, OptimizerEntry, OptimizerParams, optimizer_by_name, optimizer_entry, optimizers,
+};
 pub use plan::{LogicalPlan, OpCost, PlannedOp};
 pub use problem::{Candidate, OpProblem, Problem, ResidentInput, Source, TilingId};
 pub use random::Random;

@@ -16,7 +16,14 @@ use crate::{CostModel, LogicalPlan, Problem, Result};
 /// the problem's [`memory_budget`](Problem::memory_budget), and [`plan`](Self::plan) refuses
 /// any plan over it (a hand-designed baseline's rule ignores memory, so its plan is refused
 /// rather than changed).
-pub trait LogicalOptimizer {
+///
+/// # Extending
+/// A strategy from any crate implements this trait and is handed to the driver as a value
+/// (`einsummable::CompileOptions::optimizer` takes an `Arc<dyn LogicalOptimizer>`), so it
+/// needs no entry in [`optimizers`]; that table only names the strategies of this crate for
+/// the command line. The trait is object safe, and `Send + Sync` so that one strategy can
+/// be shared between threads.
+pub trait LogicalOptimizer: Send + Sync {
     /// The strategy's name, as given on the command line.
     fn name(&self) -> &str;
 
@@ -52,26 +59,140 @@ pub trait LogicalOptimizer {
     }
 }
 
-/// The searching strategies [`optimizer_by_name`] accepts; it also accepts the
-/// hand-designed [`BASELINES`](crate::BASELINES).
-pub const OPTIMIZERS: &[&str] = &["dp", "greedy", "random", "ilp"];
+/// What a strategy of the [`optimizers`] table may be built from (what the command line
+/// gives); each strategy takes what it needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OptimizerParams {
+    /// Seed of the randomized strategies (`random`).
+    pub seed: u64,
+}
 
-/// The strategy called `name` (one of [`OPTIMIZERS`] or [`BASELINES`](crate::BASELINES));
-/// `seed` drives `random`.
+/// One strategy of the [`optimizers`] table: its command-line name, a one-line description,
+/// whether it is a hand-designed baseline, and how to build it.
+#[derive(Clone, Copy, Debug)]
+pub struct OptimizerEntry {
+    /// The name on the command line (and [`LogicalOptimizer::name`] of what `build` returns).
+    pub name: &'static str,
+    /// One line on what the strategy does.
+    pub about: &'static str,
+    /// A hand-designed plan of another system ([`BASELINES`](crate::BASELINES)) rather than
+    /// a search ([`OPTIMIZERS`]).
+    pub baseline: bool,
+    /// Builds the strategy.
+    pub build: fn(&OptimizerParams) -> Box<dyn LogicalOptimizer>,
+}
+
+const TABLE: &[OptimizerEntry] = &[
+    OptimizerEntry {
+        name: "dp",
+        about: "the exact dynamic program of Section 4.2, exact on trees",
+        baseline: false,
+        build: |_| Box::new(crate::Dp),
+    },
+    OptimizerEntry {
+        name: "greedy",
+        about: "each operator's cheapest spec alone, repartitions ignored",
+        baseline: false,
+        build: |_| Box::new(crate::Greedy),
+    },
+    OptimizerEntry {
+        name: "random",
+        about: "a uniform random spec per operator, seeded",
+        baseline: false,
+        build: |p| Box::new(crate::Random { seed: p.seed }),
+    },
+    OptimizerEntry {
+        name: "ilp",
+        about: "the exact optimum over the whole DAG, by an ILP",
+        baseline: false,
+        build: |_| Box::new(crate::Ilp),
+    },
+    OptimizerEntry {
+        name: "data",
+        about: "baseline: PyTorch-style data parallelism",
+        baseline: true,
+        build: |_| Box::new(crate::Data),
+    },
+    OptimizerEntry {
+        name: "megatron",
+        about: "baseline: Megatron-LM tensor and sequence parallelism",
+        baseline: true,
+        build: |_| Box::new(crate::Megatron),
+    },
+    OptimizerEntry {
+        name: "ulysses",
+        about: "baseline: DeepSpeed-Ulysses sequence parallelism",
+        baseline: true,
+        build: |_| Box::new(crate::Ulysses),
+    },
+    OptimizerEntry {
+        name: "mesh2d",
+        about: "baseline: the best plan on a 2-D device mesh, as Alpa and GSPMD search",
+        baseline: true,
+        build: |_| Box::new(crate::Mesh2d),
+    },
+];
+
+/// The strategies of this crate, by name: the one table the command line, its help and
+/// [`optimizer_by_name`] read. Searches first, then the baselines.
+pub fn optimizers() -> &'static [OptimizerEntry] {
+    TABLE
+}
+
+/// How many entries of the table are (or are not) baselines.
+const fn count(baseline: bool) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < TABLE.len() {
+        if TABLE[i].baseline == baseline {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The names of the table's entries that are (or are not) baselines, in its order.
+pub(crate) const fn names<const N: usize>(baseline: bool) -> [&'static str; N] {
+    let mut out = [""; N];
+    let (mut i, mut j) = (0, 0);
+    while i < TABLE.len() {
+        if TABLE[i].baseline == baseline {
+            out[j] = TABLE[i].name;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+pub(crate) const BASELINE_COUNT: usize = count(true);
+
+/// The searching strategies of the [`optimizers`] table (those that are not baselines).
+pub const OPTIMIZERS: &[&str] = &names::<{ count(false) }>(false);
+
+/// The [`optimizers`] entry called `name`; an unknown name is an error listing the table.
+pub fn optimizer_entry(name: &str) -> Result<&'static OptimizerEntry> {
+    TABLE.iter().find(|e| e.name == name).ok_or_else(|| crate::Error::UnknownName {
+        what: "optimizer",
+        name: name.to_string(),
+        valid: TABLE.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
+    })
+}
+
+/// The strategy called `name` in the [`optimizers`] table; `seed` drives `random`.
 pub fn optimizer_by_name(name: &str, seed: u64) -> Result<Box<dyn LogicalOptimizer>> {
-    match name {
-        "dp" => Ok(Box::new(crate::Dp)),
-        "greedy" => Ok(Box::new(crate::Greedy)),
-        "random" => Ok(Box::new(crate::Random { seed })),
-        "ilp" => Ok(Box::new(crate::Ilp)),
-        "data" => Ok(Box::new(crate::Data)),
-        "megatron" => Ok(Box::new(crate::Megatron)),
-        "ulysses" => Ok(Box::new(crate::Ulysses)),
-        "mesh2d" => Ok(Box::new(crate::Mesh2d)),
-        other => Err(crate::Error::UnknownName {
-            what: "optimizer",
-            name: other.to_string(),
-            valid: OPTIMIZERS.iter().chain(crate::BASELINES).copied().collect::<Vec<_>>().join(", "),
-        }),
+    Ok((optimizer_entry(name)?.build)(&OptimizerParams { seed }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_builds_the_strategy_of_its_name() {
+        for e in optimizers() {
+            assert_eq!((e.build)(&OptimizerParams::default()).name(), e.name);
+        }
+        assert_eq!(OPTIMIZERS, &["dp", "greedy", "random", "ilp"]);
     }
 }

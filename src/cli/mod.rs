@@ -22,6 +22,31 @@ pub struct Report {
     pub ok: bool,
 }
 
+/// `name: about; ...` for a table's entries.
+fn listed<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    entries.map(|(name, about)| format!("{name}: {about}")).collect::<Vec<_>>().join("; ")
+}
+
+/// The help of `--optimizer`, from the [`einsum_logical::optimizers`] table.
+pub fn optimizer_help() -> String {
+    format!("The logical optimizer: {}", listed(einsum_logical::optimizers().iter().map(|e| (e.name, e.about))))
+}
+
+/// The help of `--cost`, from the [`einsum_logical::cost_models`] table.
+pub fn cost_help() -> String {
+    format!("The cost model: {}", listed(einsum_logical::cost_models().iter().map(|e| (e.name, e.about))))
+}
+
+/// The help of `--backend`, from the [`einsummable::backends`] table.
+pub fn backend_help() -> String {
+    format!("The backend: {}", listed(einsummable::backends().iter().map(|e| (e.name, e.about))))
+}
+
+/// The help of `--topology`, from the [`einsum_sim::PRESETS`] table; `what` says what it is for.
+pub fn topology_help(what: &str) -> String {
+    format!("A topology preset ({}) or a topology file: {what}", einsum_sim::PRESETS.join(", "))
+}
+
 /// Parses a dtype argument.
 pub fn parse_dtype(s: &str) -> Result<DType> {
     s.parse::<DType>().map_err(|e| Error::Usage(e.to_string()))

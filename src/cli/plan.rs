@@ -20,14 +20,11 @@ pub struct Args {
     /// Number of devices p.
     #[arg(long, default_value_t = 8)]
     devices: usize,
-    /// The strategy: dp, greedy, random or ilp, or a baseline: data, megatron, ulysses or mesh2d.
-    #[arg(long, default_value = "dp")]
+    #[arg(long, default_value = "dp", help = super::optimizer_help())]
     optimizer: String,
-    /// The cost model: time (predicted seconds) or proxy (the paper's element count).
-    #[arg(long, default_value = "time")]
+    #[arg(long, default_value = "time", help = super::cost_help())]
     cost: String,
-    /// The machine the time model and the prediction target: a preset or a topology file.
-    #[arg(long, default_value = "dgx-a100")]
+    #[arg(long, default_value = "dgx-a100", help = super::topology_help("the machine the time model and the prediction target"))]
     topology: String,
     /// Exchange programs of the physical compilation: naive or search.
     #[arg(long, default_value = "naive")]

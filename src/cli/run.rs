@@ -1,13 +1,14 @@
 //! `einsummable run` and `einsummable explain`: compile a workload and run it, or show how
 //! it would run.
 
-use std::{collections::HashMap, fmt::Write as _, path::PathBuf};
+use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
 
 use einsum_core::scaled_error;
 use einsum_core::taskgraph::Task;
+use einsum_logical::{cost_model_entry, optimizer_by_name};
 use einsummable::memory_report::{memory_json, memory_text};
 use einsummable::{
-    CompileOptions, Error, Executable, Graph, Result, Workload,
+    BackendParams, CompileOptions, Error, Executable, Graph, Result, Topology, Workload, backend_by_name,
     check::tolerance,
     compile,
     dump::{Dumped, dump},
@@ -30,19 +31,15 @@ pub struct CompileArgs {
     /// Number of (virtual) devices p.
     #[arg(long, default_value_t = 8)]
     devices: usize,
-    /// The backend: cpu or cuda.
-    #[arg(long, default_value = "cpu")]
+    #[arg(long, default_value = "cpu", help = super::backend_help())]
     backend: String,
     /// On the cuda backend: issue every task stream-ordered on each run instead of replaying
     /// one captured CUDA graph (debugging).
     #[arg(long)]
     eager: bool,
-    /// The logical optimizer: dp, greedy, random or ilp, or a baseline: data, megatron, ulysses or
-    /// mesh2d.
-    #[arg(long, default_value = "dp")]
+    #[arg(long, default_value = "dp", help = super::optimizer_help())]
     optimizer: String,
-    /// The cost model: time or proxy.
-    #[arg(long, default_value = "time")]
+    #[arg(long, default_value = "time", help = super::cost_help())]
     cost: String,
     /// Exchange programs: naive or search.
     #[arg(long, default_value = "naive")]
@@ -50,8 +47,7 @@ pub struct CompileArgs {
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
-    /// A topology preset or file (at least as many sites as devices).
-    #[arg(long, default_value = "dgx-a100")]
+    #[arg(long, default_value = "dgx-a100", help = super::topology_help("at least as many sites as devices"))]
     topology: String,
     /// Seed of the random data, the random optimizer and the search.
     #[arg(long, default_value_t = 0)]
@@ -71,16 +67,20 @@ impl CompileArgs {
     }
 
     fn options(&self) -> Result<CompileOptions> {
+        // Every name through its table, in the order `compile` used to check them.
+        let backend = backend_by_name(&self.backend, &BackendParams { eager: self.eager })?;
+        let optimizer = Arc::from(optimizer_by_name(&self.optimizer, self.seed)?);
+        // The topology first: a missing file is reported as such, not as an unknown preset.
+        let topology = Topology::named(&self.topology)?;
+        let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
         let schedule = parse_schedule(&self.schedule, self.seed, self.iterations)?;
         Ok(CompileOptions {
             devices: self.devices,
-            backend: self.backend.clone(),
-            eager: self.eager,
-            optimizer: self.optimizer.clone(),
-            cost: self.cost.clone(),
-            seed: self.seed,
+            backend,
+            optimizer,
+            cost,
             schedule,
-            topology: self.topology.clone(),
+            topology,
             memory_budget: parse_budget(self.memory_budget)?,
         })
     }

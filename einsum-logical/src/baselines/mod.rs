@@ -37,9 +37,9 @@ pub use ulysses::Ulysses;
 
 use crate::{Candidate, Error, OpProblem, Problem, Result};
 
-/// The names of the baseline strategies, as [`optimizer_by_name`](crate::optimizer_by_name)
-/// accepts them.
-pub const BASELINES: &[&str] = &["data", "megatron", "ulysses", "mesh2d"];
+/// The names of the baseline strategies: the entries of the [`optimizers`](crate::optimizers)
+/// table marked `baseline`.
+pub const BASELINES: &[&str] = &crate::optimizer::names::<{ crate::optimizer::BASELINE_COUNT }>(true);
 
 /// The token (packed-sequence) index of the transformer workloads.
 pub(crate) const TOKENS: &str = "tokens";
