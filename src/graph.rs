@@ -190,7 +190,7 @@ impl Graph {
     /// Adds any operator, including one defined outside `einsum-ops`, applied to `inputs`
     /// (in the order of [`AbstractOperator::inputs`]), and returns its outputs in the order
     /// of [`AbstractOperator::outputs`]. The node is named after the operator's kind, e.g.
-    /// `swiglu #3`, and errors name it. The typed helpers ([`Graph::matmul`] and friends)
+    /// `unary #3`, and errors name it. The typed helpers ([`Graph::matmul`] and friends)
     /// are shorthands for this.
     ///
     /// ```
