@@ -187,6 +187,31 @@ impl Graph {
         ts.iter().map(|&t| self.desc(t).cloned()).collect()
     }
 
+    /// Adds any operator, including one defined outside `einsum-ops`, applied to `inputs`
+    /// (in the order of [`AbstractOperator::inputs`]), and returns its outputs in the order
+    /// of [`AbstractOperator::outputs`]. The node is named after the operator's kind, e.g.
+    /// `unary #3`, and errors name it. The typed helpers ([`Graph::matmul`] and friends)
+    /// are shorthands for this.
+    ///
+    /// ```
+    /// use einsummable::{DType, Graph};
+    /// use einsum_ops::unary::Unary;
+    /// use einsummable::UnaryOp;
+    /// let mut g = Graph::new();
+    /// let x = g.input("x", &[("tokens", 8), ("d_model", 4)], DType::F32)?;
+    /// let relu = Unary::new(g.desc(x)?, UnaryOp::Relu)?;
+    /// let outs = g.op(Box::new(relu), &[x])?;
+    /// assert_eq!(g.desc(outs[0])?.shape(), vec![8, 4]);
+    /// # Ok::<(), einsummable::Error>(())
+    /// ```
+    pub fn op(&mut self, op: Box<dyn AbstractOperator>, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.ops_added += 1;
+        let node = format!("{} #{}", op.kind(), self.ops_added);
+        let ids = inputs.iter().map(|&t| self.own(t)).collect::<Result<Vec<TensorId>>>()?;
+        let outs = self.comp.add_op(node.clone(), op, &ids).map_err(|source| Error::Build { node, source })?;
+        Ok(outs.into_iter().map(|id| self.handle(id)).collect())
+    }
+
     fn add<O: AbstractOperator + 'static>(
         &mut self,
         kind: &str,

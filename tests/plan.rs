@@ -6,7 +6,7 @@ use std::process::Command;
 use einsum_core::taskgraph::{DeviceId, Task};
 use einsum_joinagg::Node;
 use einsum_logical::{Dp, LogicalOptimizer, Machine, PaperProxy, Time};
-use einsum_sim::{KernelClass, Precision, Roofline, Topology};
+use einsum_sim::{Precision, Roofline, Topology};
 use einsummable::{CompileOptions, DType, Workload, compile};
 
 /// Section 6.2: on one 128K-token sequence at p = 8 the optimizer derives DeepSpeed-Ulysses:
@@ -74,13 +74,7 @@ fn llama_block_prediction_lies_between_busiest_device_and_fully_serial() {
                 let Some(Node::Op { op, .. }) = comp.node(call.op) else { panic!("kernel of a non-operator") };
                 let DeviceId(d) = g.buffer(outputs[0]).device;
                 let (flops, io) = (op.flops(&call.function), op.bytes(&call.function));
-                let t = roofline.kernel_seconds(
-                    &a100.sites()[0],
-                    KernelClass::of_kind(op.kind()),
-                    flops,
-                    io,
-                    Precision::F16,
-                );
+                let t = roofline.kernel_seconds(&a100.sites()[0], op.kernel_class(), flops, io, Precision::F16);
                 per_device[d as usize] += t;
                 t
             }

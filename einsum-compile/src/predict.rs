@@ -27,7 +27,7 @@
 use einsum_core::DType;
 use einsum_core::taskgraph::{BufferId, Task as GraphTask, TaskGraph};
 use einsum_joinagg::{AbstractOperator, Computation, Node};
-use einsum_sim::{KernelClass, Roofline, SimError, SiteId, Task, TaskId, TaskKind, Topology, Trace};
+use einsum_sim::{Roofline, SimError, SiteId, Task, TaskId, TaskKind, Topology, Trace};
 
 use super::{KernelCall, precision};
 
@@ -118,7 +118,7 @@ fn kernel_seconds(
     let Some(s) = topology.site(site) else { return 0.0 };
     let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
     let f = &call.function;
-    roofline.kernel_seconds(s, KernelClass::of_kind(op.kind()), op.flops(f), op.bytes(f), precision(dtype))
+    roofline.kernel_seconds(s, op.kernel_class(), op.flops(f), op.bytes(f), precision(dtype))
 }
 
 /// Predicts the run of a compiled graph on `topology` by simulating it once (module docs);

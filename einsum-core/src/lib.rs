@@ -7,6 +7,7 @@
 //! - [`DType`] and [`HostTensor`]: dense row-major data that carries its [`TensorType`].
 //! - [`TensorDesc`]: a zero-bounded type with named indices, as users see it.
 //! - [`Aggregation`]: the elementwise ⊕ that combines partial outputs.
+//! - [`KernelClass`]: which roofline a kernel runs at (each operator names its own).
 //! - [`TaskGraph`]: the backend-independent executable IR, and the [`Backend`] contract.
 //!
 //! **Architecture invariant:** this crate knows nothing about operators, specs or
@@ -20,6 +21,7 @@ mod dtype;
 mod error;
 mod host_tensor;
 mod interval;
+mod kernel_class;
 mod rng;
 pub mod taskgraph;
 mod tensor_type;
@@ -32,6 +34,7 @@ pub use dtype::DType;
 pub use error::{CoreError, Result};
 pub use host_tensor::{HostTensor, relative_error, scaled_error};
 pub use interval::Interval;
+pub use kernel_class::KernelClass;
 pub use rng::SplitMix64;
 pub use taskgraph::{TaskGraph, TaskGraphError};
 pub use tensor_type::TensorType;

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use einsum_compile::{Compiled, Schedule, compile};
-use einsum_core::{BackendError, DType, HostTensor, Interval, TensorDesc, TensorType, scaled_error};
+use einsum_core::{BackendError, DType, HostTensor, Interval, KernelClass, TensorDesc, TensorType, scaled_error};
 use einsum_cuda::emulate::{self, Emulator};
 use einsum_cuda::{CudaExecutable, CudaOptions, lower::lower};
 use einsum_joinagg::{
@@ -153,6 +153,9 @@ struct Mystery {
 impl AbstractOperator for Mystery {
     fn kind(&self) -> &str {
         "mystery"
+    }
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
     fn inputs(&self) -> &[TensorDesc] {
         &self.io

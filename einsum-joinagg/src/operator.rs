@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use einsum_core::{Aggregation, HostTensor, Interval, TensorDesc};
+use einsum_core::{Aggregation, HostTensor, Interval, KernelClass, TensorDesc};
 
 use crate::{FunctionSpec, JoinAggSpec, Result, ShardableIndex};
 
@@ -22,6 +22,11 @@ use crate::{FunctionSpec, JoinAggSpec, Result, ShardableIndex};
 pub trait AbstractOperator: std::any::Any + fmt::Debug + Send + Sync {
     /// The operator's kind, e.g. `matmul`, `attention`.
     fn kind(&self) -> &str;
+
+    /// Which roofline the operator's kernels run at: the time model prices a call on `f`
+    /// from [`flops`](Self::flops), [`bytes`](Self::bytes) and this class, and knows no
+    /// operator names.
+    fn kernel_class(&self) -> KernelClass;
 
     /// The zero-bounded input types, with named indices.
     fn inputs(&self) -> &[TensorDesc];

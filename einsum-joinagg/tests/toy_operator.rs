@@ -1,6 +1,6 @@
 //! The spec machinery on a toy operator: `y[i] = Σ_j x[i, j]` with both indices shardable.
 
-use einsum_core::{DType, HostTensor, Interval, TensorDesc, TensorType, Tiling};
+use einsum_core::{DType, HostTensor, Interval, KernelClass, TensorDesc, TensorType, Tiling};
 use einsum_joinagg::{
     AbstractOperator, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, enumerate_specs, execute_spec,
     execute_whole, grid_spec, validate_spec,
@@ -24,6 +24,9 @@ impl RowSum {
 impl AbstractOperator for RowSum {
     fn kind(&self) -> &str {
         "rowsum"
+    }
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
     fn inputs(&self) -> &[TensorDesc] {
         &self.inputs

@@ -5,7 +5,7 @@ use std::fmt;
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, JoinAggSpec};
-use einsum_sim::{ComputeRates, KernelClass, Precision, Roofline, SiteId, Topology};
+use einsum_sim::{ComputeRates, Precision, Roofline, SiteId, Topology};
 
 use crate::{Error, Result};
 
@@ -266,7 +266,7 @@ impl CostModel for Time {
             .map(|(e, d)| e * width(d))
             .fold(0.0, f64::max);
         let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
-        let (class, peak) = (KernelClass::of_kind(op.kind()), self.machine.flops(dtype));
+        let (class, peak) = (op.kernel_class(), self.machine.flops(dtype));
         let kernel = |f| self.roofline.seconds(class, op.flops(f), op.bytes(f), peak, self.machine.hbm_bandwidth);
         SpecCost {
             join: self.seconds(join, p),

@@ -1,7 +1,7 @@
 //! The DP, greedy and random strategies on real operators: the 3D matmul of Section 4.4,
 //! data parallelism for an FFN, and exhaustive optimality checks on random trees and DAGs.
 
-use einsum_core::{DType, HostTensor, Interval, SplitMix64, TensorDesc};
+use einsum_core::{DType, HostTensor, Interval, KernelClass, SplitMix64, TensorDesc};
 use einsum_joinagg::{
     AbstractOperator, Computation, FunctionSpec, JoinAggSpec, Node, ShardableIndex, TensorId, enumerate_specs,
     grid_spec, validate_spec,
@@ -169,6 +169,9 @@ impl Fork {
 impl AbstractOperator for Fork {
     fn kind(&self) -> &str {
         "fork"
+    }
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
     fn inputs(&self) -> &[TensorDesc] {
         &self.inputs

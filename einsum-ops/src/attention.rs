@@ -17,7 +17,7 @@
 //!
 //! [`flops`]: AbstractOperator::flops
 
-use einsum_core::{HostTensor, Interval, TensorDesc, TensorType};
+use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{
     AbstractOperator, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, check_request, combinations,
 };
@@ -356,6 +356,10 @@ impl Attention {
 impl AbstractOperator for Attention {
     fn kind(&self) -> &str {
         KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Attention
     }
 
     fn inputs(&self) -> &[TensorDesc] {

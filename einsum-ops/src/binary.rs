@@ -6,7 +6,7 @@
 //! each input's block follows the indices it has, so an input that lacks an index is
 //! replicated to every interval of that index.
 
-use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{check_call, kernel_error};
@@ -155,6 +155,10 @@ impl Binary {
 impl AbstractOperator for Binary {
     fn kind(&self) -> &str {
         KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
 
     fn inputs(&self) -> &[TensorDesc] {

@@ -6,7 +6,7 @@
 //! contracted away makes partial outputs that are summed (⊕ = +). The kernel runs the
 //! contraction pairwise, left to right, as batched GEMMs through `matrixmultiply::sgemm`.
 
-use einsum_core::{Dim, HostTensor, Interval, TensorDesc, TensorType};
+use einsum_core::{Dim, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{check_call, kernel_error};
@@ -224,6 +224,10 @@ impl Einsum {
 impl AbstractOperator for Einsum {
     fn kind(&self) -> &str {
         self.kind
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Matmul
     }
 
     fn inputs(&self) -> &[TensorDesc] {

@@ -4,7 +4,7 @@
 //! The normalised index stays whole in every block and the weight and bias are read whole
 //! by every function spec; every other index of `x` is shardable anywhere.
 
-use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{
@@ -49,6 +49,10 @@ impl LayerNorm {
 impl AbstractOperator for LayerNorm {
     fn kind(&self) -> &str {
         KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
 
     fn inputs(&self) -> &[TensorDesc] {

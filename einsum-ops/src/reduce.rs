@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use einsum_core::{Aggregation, HostTensor, Interval, TensorDesc, TensorType};
+use einsum_core::{Aggregation, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{check_call, kernel_error};
@@ -113,6 +113,10 @@ impl Reduce {
 impl AbstractOperator for Reduce {
     fn kind(&self) -> &str {
         "reduce"
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
 
     fn inputs(&self) -> &[TensorDesc] {

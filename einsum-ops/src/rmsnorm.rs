@@ -4,7 +4,7 @@
 //! function spec; every other index of `x` is shardable anywhere. The parameter checks
 //! here are shared with [`LayerNorm`](crate::layernorm::LayerNorm).
 
-use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{
@@ -48,6 +48,10 @@ impl RmsNorm {
 impl AbstractOperator for RmsNorm {
     fn kind(&self) -> &str {
         KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
 
     fn inputs(&self) -> &[TensorDesc] {

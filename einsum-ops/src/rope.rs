@@ -5,7 +5,7 @@
 //! packed sequence. The position is read from the block's absolute lower bound, so a block of
 //! a sequence-sharded tensor is rotated exactly as the same rows of the whole tensor.
 
-use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::Packing;
@@ -84,6 +84,10 @@ impl Rope {
 impl AbstractOperator for Rope {
     fn kind(&self) -> &str {
         KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
 
     fn inputs(&self) -> &[TensorDesc] {

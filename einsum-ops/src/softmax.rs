@@ -6,7 +6,7 @@
 //! row-wise kernel sees its block as `(outer, n, inner)`, with the normalised index of
 //! extent `n` at any position, and works on one `n × inner` slab at a time.
 
-use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{check_call, check_rows, row_axis, row_dims, row_shardable, split_rows};
@@ -38,6 +38,10 @@ impl Softmax {
 impl AbstractOperator for Softmax {
     fn kind(&self) -> &str {
         KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
 
     fn inputs(&self) -> &[TensorDesc] {

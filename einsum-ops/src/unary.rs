@@ -4,7 +4,7 @@
 //! the aggregation never runs. This file also holds the call checks that every pointwise
 //! kernel of the crate shares (`check_call`).
 
-use einsum_core::{HostTensor, Interval, TensorDesc};
+use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{check_call, kernel_error};
@@ -133,6 +133,10 @@ impl Unary {
 impl AbstractOperator for Unary {
     fn kind(&self) -> &str {
         KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Elementwise
     }
 
     fn inputs(&self) -> &[TensorDesc] {

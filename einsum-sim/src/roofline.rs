@@ -21,43 +21,9 @@
 use crate::error::SimError;
 use crate::topology::{Precision, Site};
 
-/// What a kernel mostly does, which decides how close it gets to the roofline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KernelClass {
-    /// Tensor contractions (`einsum`, `matmul`): tensor-core GEMMs.
-    Matmul,
-    /// Fused attention (FlashAttention-style: scores never leave on-chip memory).
-    Attention,
-    /// Elementwise maps, normalizations, softmax, RoPE, reductions: CUDA-core arithmetic,
-    /// almost always memory-bound.
-    Elementwise,
-    /// Copies and ⊕-aggregations of blocks (slices, stitches, local sums): pure HBM traffic.
-    Copy,
-}
-
-impl KernelClass {
-    /// The class of an operator of kind `kind` (`AbstractOperator::kind`): `einsum` and
-    /// `matmul` are [`KernelClass::Matmul`], `attention` is [`KernelClass::Attention`], and
-    /// every other kind (`binary`, `unary`, `softmax`, `rmsnorm`, `layernorm`, `rope`,
-    /// `reduce`, ...) is [`KernelClass::Elementwise`].
-    pub fn of_kind(kind: &str) -> Self {
-        match kind {
-            "einsum" | "matmul" => KernelClass::Matmul,
-            "attention" => KernelClass::Attention,
-            _ => KernelClass::Elementwise,
-        }
-    }
-
-    /// A short name, for error messages: `matmul`, `attention`, `elementwise`, `copy`.
-    pub fn name(self) -> &'static str {
-        match self {
-            KernelClass::Matmul => "matmul",
-            KernelClass::Attention => "attention",
-            KernelClass::Elementwise => "elementwise",
-            KernelClass::Copy => "copy",
-        }
-    }
-}
+/// Re-exported from `einsum-core`, where every operator names its own class
+/// (`AbstractOperator::kernel_class`): this crate knows no operator names.
+pub use einsum_core::KernelClass;
 
 /// The fractions of a site's peak FLOP/s and of its HBM bandwidth that a kernel reaches.
 /// Both must lie in `(0, 1]`.
@@ -182,15 +148,6 @@ mod tests {
         let t = r.kernel_seconds(&site, KernelClass::Elementwise, 1e9, 10.0 * GB, Precision::F32);
         assert_eq!(t, 10.0 * GB / (1000.0 * GB * 0.85));
         assert_eq!(r.copy_bytes(0.85 * GB), GB);
-    }
-
-    #[test]
-    fn kinds_map_to_classes() {
-        assert_eq!(KernelClass::of_kind("einsum"), KernelClass::Matmul);
-        assert_eq!(KernelClass::of_kind("matmul"), KernelClass::Matmul);
-        assert_eq!(KernelClass::of_kind("attention"), KernelClass::Attention);
-        assert_eq!(KernelClass::of_kind("rmsnorm"), KernelClass::Elementwise);
-        assert_eq!(KernelClass::of_kind("softmax"), KernelClass::Elementwise);
     }
 
     #[test]
