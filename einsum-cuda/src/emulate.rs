@@ -92,6 +92,14 @@ fn offsets(d: &Dims, mut i: usize) -> [usize; 3] {
     o
 }
 
+/// Writes an uploaded block into the emulated resident regions (`resident[gpu]`, at `offset`).
+fn copy_into(resident: &mut [Vec<u8>]) -> impl FnMut(usize, usize, &[u8]) -> Result<(), String> + '_ {
+    |gpu, offset, bytes| {
+        resident[gpu][offset..offset + bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
 /// A lowered task graph prepared on emulated GPUs; see the module docs.
 pub struct Emulator<'a> {
     graph: &'a TaskGraph,
@@ -124,24 +132,14 @@ impl<'a> Emulator<'a> {
 
     /// Loads input `input` into the resident regions, as [`crate::CudaExecutable::load`] does.
     pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
-        self.slots.check(input, value)?;
-        self.slots.set_loaded(input, false);
-        for upload in self.memory.schedule.resident.uploads(input, value) {
-            let (gpu, offset, bytes) =
-                upload.map_err(|e| BackendError::Unavailable(format!("loading input {input}: {e}")))?;
-            self.memory.resident[gpu][offset..offset + bytes.len()].copy_from_slice(&bytes);
-        }
-        self.slots.set_loaded(input, true);
-        Ok(())
+        let Memory { schedule, resident, .. } = &mut self.memory;
+        self.slots.load(&schedule.resident, input, value, copy_into(resident))
     }
 
     /// Loads every input, in the task graph's order.
     pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
-        self.slots.check_count(inputs.len())?;
-        for (i, x) in inputs.iter().enumerate() {
-            self.load(i, x)?;
-        }
-        Ok(())
+        let Memory { schedule, resident, .. } = &mut self.memory;
+        self.slots.load_all(&schedule.resident, inputs, copy_into(resident))
     }
 
     /// Runs once on the loaded inputs and returns the whole saved outputs; fails naming the

@@ -183,24 +183,14 @@ impl CudaExecutable {
     /// its GPU's resident region, where it stays until it is loaded again or the executable
     /// is dropped. A failed copy leaves the input not loaded.
     pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
-        self.slots.check(input, value)?;
-        self.slots.set_loaded(input, false);
-        let upload_error = |e: String| BackendError::Unavailable(format!("loading input {input}: {e}"));
-        for upload in self.rt.schedule.resident.uploads(input, value) {
-            let (gpu, offset, bytes) = upload.map_err(upload_error)?;
-            self.rt.resident[gpu].write_at(offset, &bytes).map_err(upload_error)?;
-        }
-        self.slots.set_loaded(input, true);
-        Ok(())
+        let Runtime { schedule, resident, .. } = &self.rt;
+        self.slots.load(&schedule.resident, input, value, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
     /// Loads every input: `inputs` are the whole computation inputs in the task graph's order.
     pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
-        self.slots.check_count(inputs.len())?;
-        for (i, x) in inputs.iter().enumerate() {
-            self.load(i, x)?;
-        }
-        Ok(())
+        let Runtime { schedule, resident, .. } = &self.rt;
+        self.slots.load_all(&schedule.resident, inputs, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
     /// Runs once on the loaded inputs; returns the whole saved outputs in the task graph's

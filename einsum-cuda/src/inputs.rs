@@ -8,6 +8,8 @@
 use einsum_core::taskgraph::Boundary;
 use einsum_core::{BackendError, HostTensor};
 
+use crate::resident::ResidentPlan;
+
 /// The declared inputs and which are loaded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InputSlots {
@@ -66,6 +68,42 @@ impl InputSlots {
     /// Marks input `input` loaded (or not, while its upload is in progress).
     pub fn set_loaded(&mut self, input: usize, loaded: bool) {
         self.loaded[input] = loaded;
+    }
+
+    /// Loads input `input`: checks `value` against it, then hands every block of `plan` the
+    /// input has to `write(gpu, offset, bytes)`. The input counts as loaded only once every
+    /// block is written, so a failed upload leaves it unloaded. The executable and its
+    /// emulator share this sequence and differ only in `write`.
+    pub fn load(
+        &mut self,
+        plan: &ResidentPlan,
+        input: usize,
+        value: &HostTensor,
+        mut write: impl FnMut(usize, usize, &[u8]) -> Result<(), String>,
+    ) -> Result<(), BackendError> {
+        self.check(input, value)?;
+        self.set_loaded(input, false);
+        let upload_error = |e: String| BackendError::Unavailable(format!("loading input {input}: {e}"));
+        for upload in plan.uploads(input, value) {
+            let (gpu, offset, bytes) = upload.map_err(upload_error)?;
+            write(gpu, offset, &bytes).map_err(upload_error)?;
+        }
+        self.set_loaded(input, true);
+        Ok(())
+    }
+
+    /// Loads every input (`inputs` in the task graph's order), as [`load`](Self::load) does.
+    pub fn load_all(
+        &mut self,
+        plan: &ResidentPlan,
+        inputs: &[HostTensor],
+        mut write: impl FnMut(usize, usize, &[u8]) -> Result<(), String>,
+    ) -> Result<(), BackendError> {
+        self.check_count(inputs.len())?;
+        for (i, x) in inputs.iter().enumerate() {
+            self.load(plan, i, x, &mut write)?;
+        }
+        Ok(())
     }
 
     /// Checks that every input is loaded, naming the first one that is not.
