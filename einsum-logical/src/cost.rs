@@ -37,6 +37,61 @@ impl SpecCost {
 /// of the spec alone. Every model keeps that shape, which is what lets the dynamic program
 /// minimise input by input. A model therefore answers two questions: what does moving a
 /// whole tensor into a new tiling cost, and what does a spec cost by itself.
+///
+/// # Extending
+/// A model from any crate implements this trait and is handed to the driver as a value
+/// (`einsummable::CompileOptions::cost` takes an `Arc<dyn CostModel>`); the
+/// [`cost_models`] table only names this crate's models for the command line.
+///
+/// # Example
+/// A model in bytes: a repartition moves the whole tensor once, and a spec's join ships
+/// every function spec the bytes of its input blocks, resident inputs included.
+///
+/// ```
+/// use einsum_core::TensorDesc;
+/// use einsum_joinagg::{AbstractOperator, JoinAggSpec};
+/// use einsum_logical::{CostModel, Dp, LogicalOptimizer, SpecCost};
+/// use einsum_ops::einsum::Einsum;
+///
+/// #[derive(Debug)]
+/// struct Bytes;
+///
+/// impl CostModel for Bytes {
+///     fn name(&self) -> &str {
+///         "bytes"
+///     }
+///
+///     fn unit(&self) -> &'static str {
+///         "bytes"
+///     }
+///
+///     fn repartition(&self, desc: &TensorDesc, _p: usize) -> f64 {
+///         desc.size_bytes() as f64
+///     }
+///
+///     fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, _p: usize, _resident: &[bool]) -> SpecCost {
+///         let block_bytes = |k: usize, f: &einsum_joinagg::FunctionSpec| {
+///             (f.inputs[k].volume() * op.inputs()[k].dtype.size_bytes()) as f64
+///         };
+///         let join = spec.functions.iter().map(|f| (0..op.inputs().len()).map(|k| block_bytes(k, f)).sum::<f64>()).sum();
+///         SpecCost { join, ..SpecCost::default() }
+///     }
+/// }
+///
+/// let mut comp = einsum_joinagg::Computation::new();
+/// let a = TensorDesc::of(&[("i", 64), ("k", 64)], einsum_core::DType::F32)?;
+/// let b = TensorDesc::of(&[("k", 64), ("j", 64)], einsum_core::DType::F32)?;
+/// let (ai, bi) = (comp.add_input("a", a.clone()), comp.add_input("b", b.clone()));
+/// comp.add_op("mm", Box::new(Einsum::matmul(&a, &b)?), &[ai, bi])?;
+///
+/// let plan = Dp.optimize(&comp, 2, &Bytes)?;
+/// assert_eq!((plan.cost_model.as_str(), plan.unit), ("bytes", "bytes"));
+/// // Splitting i (or j) ships half of one operand and all of the other to each device,
+/// // 2 × (8 KiB + 16 KiB); splitting k ships half of each, 2 × (8 KiB + 8 KiB), and this
+/// // model does not charge the aggregation that split needs, so the DP takes it.
+/// assert_eq!(plan.total, 2.0 * (8192.0 + 8192.0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait CostModel: fmt::Debug + Send + Sync {
     /// The model's name, as given on the command line (`proxy`, `time`).
     fn name(&self) -> &str;

@@ -23,6 +23,50 @@ use crate::{CostModel, LogicalPlan, Problem, Result};
 /// needs no entry in [`optimizers`]; that table only names the strategies of this crate for
 /// the command line. The trait is object safe, and `Send + Sync` so that one strategy can
 /// be shared between threads.
+///
+/// # Example
+/// A strategy that takes, for every operator, the candidate whose own cost (join,
+/// aggregation and compute) is least, ignoring repartitions between operators; the DP,
+/// which also prices repartitions, is never worse on the same problem.
+///
+/// ```
+/// use einsum_core::{DType, TensorDesc};
+/// use einsum_joinagg::Computation;
+/// use einsum_logical::{Dp, LogicalOptimizer, PaperProxy, Problem, Result};
+/// use einsum_ops::einsum::Einsum;
+///
+/// struct CheapestSpec;
+///
+/// impl LogicalOptimizer for CheapestSpec {
+///     fn name(&self) -> &str {
+///         "cheapest-spec"
+///     }
+///
+///     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
+///         let cheapest = |op: &einsum_logical::OpProblem| {
+///             let total = |c: usize| op.candidates[c].cost.total();
+///             (0..op.candidates.len()).min_by(|&a, &b| total(a).total_cmp(&total(b))).unwrap_or(0)
+///         };
+///         Ok(problem.ops.iter().map(cheapest).collect())
+///     }
+/// }
+///
+/// // y = (x·w1)·w2 on 4 devices, priced by the paper's communication proxy.
+/// let mut comp = Computation::new();
+/// let x = TensorDesc::of(&[("t", 64), ("d", 32)], DType::F32)?;
+/// let w1 = TensorDesc::of(&[("d", 32), ("f", 128)], DType::F32)?;
+/// let w2 = TensorDesc::of(&[("f", 128), ("e", 32)], DType::F32)?;
+/// let h = TensorDesc::of(&[("t", 64), ("f", 128)], DType::F32)?;
+/// let (xi, w1i, w2i) = (comp.add_input("x", x.clone()), comp.add_input("w1", w1.clone()), comp.add_input("w2", w2.clone()));
+/// let hi = comp.add_op("up", Box::new(Einsum::matmul(&x, &w1)?), &[xi, w1i])?[0];
+/// comp.add_op("down", Box::new(Einsum::matmul(&h, &w2)?), &[hi, w2i])?;
+///
+/// let mine = CheapestSpec.optimize(&comp, 4, &PaperProxy)?;
+/// let dp = Dp::default().optimize(&comp, 4, &PaperProxy)?;
+/// assert_eq!(mine.optimizer, "cheapest-spec");
+/// assert!(dp.total <= mine.total);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait LogicalOptimizer: Send + Sync {
     /// The strategy's name, as given on the command line.
     fn name(&self) -> &str;
