@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use einsum_core::{DType, TensorDesc};
-use einsum_joinagg::{AbstractOperator, Computation, TensorId};
+use einsum_joinagg::{AbstractOperator, Computation, IndexRole, TensorId};
 use einsum_ops::{
     Packing,
     attention::{Attention, AttentionConfig},
@@ -139,6 +139,23 @@ impl Graph {
     pub fn reduce(&mut self, x: Tensor, over: &[&str], op: ReduceOp) -> Result<Tensor> {
         let op = Reduce::new(self.desc(x)?, over, op);
         self.add("reduce", op, &[x])
+    }
+
+    /// Declares that the dimension called `index` has `role` throughout the graph (before or
+    /// after the operators that use it), for the baselines that follow a model's structure:
+    /// the roles no operator can know, e.g. `g.role("d_ff", IndexRole::FfnHidden)` or, in a
+    /// graph without attention, `g.role("tokens", IndexRole::Tokens)`. Attention declares
+    /// its own. A name declared with another role than it already has is an error.
+    ///
+    /// ```
+    /// use einsummable::{DType, Graph, IndexRole};
+    /// let mut g = Graph::new();
+    /// g.role("hidden", IndexRole::FfnHidden)?;
+    /// assert!(g.role("hidden", IndexRole::Tokens).is_err());
+    /// # Ok::<(), einsummable::Error>(())
+    /// ```
+    pub fn role(&mut self, index: &str, role: IndexRole) -> Result<()> {
+        Ok(self.comp.declare_role(index, role)?)
     }
 
     /// Marks a tensor as an output that must remain after execution.

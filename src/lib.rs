@@ -24,7 +24,7 @@ pub mod workload;
 pub use backend::{Backend, BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::Schedule;
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
-pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
+pub use einsum_joinagg::{AbstractOperator, Computation, IndexRole, JoinAggSpec, OpRole, enumerate_specs};
 pub use einsum_logical::{CostModel, LogicalOptimizer};
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
 pub use einsum_sim::Topology;

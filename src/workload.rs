@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use einsum_core::DType;
+use einsum_joinagg::IndexRole;
 use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, unary::UnaryOp};
 
 use crate::{Error, Graph, Result, Tensor};
@@ -169,6 +170,9 @@ impl Workload {
             }
             "ffn" => {
                 let (t, d, f) = (p("tokens"), p("d_model"), p("d_ff"));
+                // No attention declares the token index here; the hidden index is the FFN's.
+                g.role("tokens", IndexRole::Tokens)?;
+                g.role("d_ff", IndexRole::FfnHidden)?;
                 let x = g.input("x", &[("tokens", t), ("d_model", d)], dtype)?;
                 let w1 = g.input("w1", &[("d_model", d), ("d_ff", f)], dtype)?;
                 let w2 = g.input("w2", &[("d_ff", f), ("d_model", d)], dtype)?;
@@ -180,6 +184,8 @@ impl Workload {
             "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
                 let layers = if self.name == "llama-block" { 1 } else { p("layers") };
                 let dims = LlamaDims::from_params(self)?;
+                // Attention declares the token and head indices; the FFN's hidden index is ours.
+                g.role("d_ff", IndexRole::FfnHidden)?;
                 let mut x = g.input("x", &[("tokens", dims.tokens), ("d_model", dims.d_model)], dtype)?;
                 for layer in 0..layers {
                     // A single block's weights carry the plain names of the block's definition.

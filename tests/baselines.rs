@@ -1,14 +1,16 @@
 //! The hand-designed baselines end to end: each compiles a small LLaMA block and a matrix
 //! chain to valid specs, runs on the CPU backend and matches the single-device reference;
-//! their plans follow their rules; the CLI selects them and refuses graphs they do not
-//! apply to with a clear error.
+//! their plans follow their rules, which read the roles the graph declares, not its index
+//! names; the CLI selects them and refuses graphs they do not apply to with a clear error.
 
 use std::{process::Command, sync::Arc};
 
 use einsum_core::scaled_error;
 use einsum_joinagg::validate_spec;
-use einsum_logical::{LogicalOptimizer, cost_model_by_name, optimizer_by_name};
-use einsummable::{CompileOptions, DType, Error, Graph, Workload, compile};
+use einsum_logical::{LogicalOptimizer, Problem, cost_model_by_name, optimizer_by_name};
+use einsummable::{
+    AttentionConfig, BinaryOp, CompileOptions, DType, Error, Graph, IndexRole, Packing, UnaryOp, Workload, compile,
+};
 
 const SMALL_LLAMA: &str = "llama-block:tokens=32,seqs=4,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=32";
 const CHAIN: &str = "chain-c:scale=1024";
@@ -150,4 +152,129 @@ fn the_cli_plans_with_a_baseline_and_explains_a_refusal() {
     let out = einsummable(&["plan", "matmul:n=64", "--optimizer", "tensor"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("data, megatron, ulysses, mesh2d"), "{err}");
+}
+
+/// [`SMALL_LLAMA`]'s block built with the graph builder, its indices called `tokens`,
+/// `heads_q`, `heads_kv`, `d_ff` renamed by `rename`; the FFN hidden index is declared as
+/// such (attention declares the rest).
+fn llama_block_named(rename: &dyn Fn(&str) -> String) -> Graph {
+    let (tokens, seqs, d_model, heads_q, heads_kv, d_head, d_ff) = (32, 4, 16, 4, 2, 4, 32);
+    let (t, hq, hkv, f) = (rename("tokens"), rename("heads_q"), rename("heads_kv"), rename("d_ff"));
+    let dt = DType::F32;
+    let mut g = Graph::new();
+    g.role(&f, IndexRole::FfnHidden).unwrap();
+    let x = g.input("x", &[(&t, tokens), ("d_model", d_model)], dt).unwrap();
+    let norm1 = g.input("attn_norm", &[("d_model", d_model)], dt).unwrap();
+    let wq = g.input("wq", &[("d_model", d_model), (&hq, heads_q), ("d_head", d_head)], dt).unwrap();
+    let wk = g.input("wk", &[("d_model", d_model), (&hkv, heads_kv), ("d_head", d_head)], dt).unwrap();
+    let wv = g.input("wv", &[("d_model", d_model), (&hkv, heads_kv), ("d_head", d_head)], dt).unwrap();
+    let wo = g.input("wo", &[(&hq, heads_q), ("d_head", d_head), ("d_model", d_model)], dt).unwrap();
+    let norm2 = g.input("ffn_norm", &[("d_model", d_model)], dt).unwrap();
+    let w_gate = g.input("w_gate", &[("d_model", d_model), (&f, d_ff)], dt).unwrap();
+    let w_up = g.input("w_up", &[("d_model", d_model), (&f, d_ff)], dt).unwrap();
+    let w_down = g.input("w_down", &[(&f, d_ff), ("d_model", d_model)], dt).unwrap();
+    let packing = Packing::uniform(seqs, tokens / seqs).unwrap();
+    let h = g.rmsnorm(x, norm1, "d_model", 1e-5).unwrap();
+    let q = g.einsum("td,dhe->hte", &[h, wq]).unwrap();
+    let k = g.einsum("td,dhe->hte", &[h, wk]).unwrap();
+    let v = g.einsum("td,dhe->hte", &[h, wv]).unwrap();
+    let q = g.rope(q, &t, "d_head", 500_000.0, packing.clone()).unwrap();
+    let k = g.rope(k, &t, "d_head", 500_000.0, packing.clone()).unwrap();
+    let a = g.attention(q, k, v, AttentionConfig::new(true, packing)).unwrap();
+    let o = g.einsum("hte,hed->td", &[a, wo]).unwrap();
+    let x = g.binary(x, o, BinaryOp::Add).unwrap();
+    let h = g.rmsnorm(x, norm2, "d_model", 1e-5).unwrap();
+    let gate = g.matmul(h, w_gate).unwrap();
+    let up = g.matmul(h, w_up).unwrap();
+    let gate = g.unary(gate, UnaryOp::Silu).unwrap();
+    let act = g.binary(gate, up, BinaryOp::Mul).unwrap();
+    let down = g.matmul(act, w_down).unwrap();
+    let y = g.binary(x, down, BinaryOp::Add).unwrap();
+    g.save(y).unwrap();
+    g
+}
+
+/// Every operator's chosen splits under `optimizer` on 4 devices, by node name, with the
+/// index names passed through `back` (to compare graphs that name their indices apart).
+fn plan_splits(graph: &Graph, optimizer: &str, back: &dyn Fn(&str) -> String) -> Vec<(String, Vec<(String, usize)>)> {
+    let cost = cost_model_by_name("time", "dgx-a100").unwrap();
+    let problem = Problem::new(graph.computation(), 4, cost.as_ref()).unwrap();
+    let choice = named(optimizer).solve(&problem).unwrap_or_else(|e| panic!("{optimizer}: {e}"));
+    let plan = problem.plan(&choice, optimizer).unwrap();
+    plan.ops
+        .iter()
+        .map(|op| {
+            let mut splits: Vec<(String, usize)> =
+                op.splits.iter().filter(|(_, c)| *c > 1).map(|(n, c)| (back(n), *c)).collect();
+            splits.sort();
+            (op.name.clone(), splits)
+        })
+        .collect()
+}
+
+/// The builder's block with the standard names plans exactly like the named workload, and
+/// the same block with its indices named `seq`, `qh`, `kvh`, `hidden` (same roles) plans
+/// the same under every baseline.
+#[test]
+fn baselines_read_roles_not_index_names() {
+    let renames = [("tokens", "seq"), ("heads_q", "qh"), ("heads_kv", "kvh"), ("d_ff", "hidden")];
+    let same = |n: &str| n.to_string();
+    let to = |n: &str| renames.iter().find(|(a, _)| *a == n).map_or(n, |(_, b)| b).to_string();
+    let back = |n: &str| renames.iter().find(|(_, b)| *b == n).map_or(n, |(a, _)| a).to_string();
+    let workload = graph(SMALL_LLAMA);
+    let standard = llama_block_named(&same);
+    let renamed = llama_block_named(&to);
+    for optimizer in ["data", "megatron", "ulysses", "mesh2d"] {
+        let want = plan_splits(&workload, optimizer, &same);
+        assert_eq!(plan_splits(&standard, optimizer, &same), want, "{optimizer}: the builder's block");
+        assert_eq!(plan_splits(&renamed, optimizer, &back), want, "{optimizer}: the renamed block");
+    }
+    // Megatron splits the renamed FFN's hidden index, which only its declared role names.
+    let megatron = plan_splits(&renamed, "megatron", &same);
+    let matmuls: Vec<_> = megatron.iter().filter(|(name, _)| name.starts_with("matmul")).collect();
+    assert_eq!(matmuls.len(), 3);
+    assert!(matmuls.iter().all(|(_, s)| s == &[("hidden".to_string(), 4)]), "{matmuls:?}");
+}
+
+/// The named workloads declare what the baselines need: the FFN its token and hidden
+/// indices (Megatron is column- then row-parallel over `d_ff`), the LLaMA stacks with the
+/// model head their FFN hidden index.
+#[test]
+fn named_workloads_declare_their_roles() {
+    let ffn = graph("ffn:tokens=16,d_model=8,d_ff=32");
+    let roles = ffn.computation().roles();
+    assert_eq!((roles.get("tokens"), roles.get("d_ff")), (Some(IndexRole::Tokens), Some(IndexRole::FfnHidden)));
+    let megatron = plan_splits(&ffn, "megatron", &|n: &str| n.to_string());
+    assert!(megatron.iter().all(|(_, s)| s == &[("d_ff".to_string(), 4)]), "{megatron:?}");
+    let stack = graph("llama3-8b:layers=2,tokens=32,d_model=16,heads_q=4,heads_kv=2,d_head=4,d_ff=32,vocab=8");
+    let roles = stack.computation().roles();
+    for (name, role) in [
+        ("tokens", IndexRole::Tokens),
+        ("heads_q", IndexRole::HeadsQ),
+        ("heads_kv", IndexRole::HeadsKv),
+        ("d_ff", IndexRole::FfnHidden),
+    ] {
+        assert_eq!(roles.get(name), Some(role), "{name}");
+    }
+}
+
+/// `Graph::role` refuses a second, different role for a name, and an operator whose own
+/// roles contradict the builder's is refused when added; both name the index.
+#[test]
+fn conflicting_roles_are_errors_of_the_graph() {
+    let mut g = Graph::new();
+    g.role("tokens", IndexRole::FfnHidden).unwrap();
+    g.role("tokens", IndexRole::FfnHidden).unwrap();
+    let err = g.role("tokens", IndexRole::Tokens).unwrap_err();
+    assert!(matches!(err, Error::JoinAgg(einsum_joinagg::Error::RoleConflict { .. })), "{err}");
+    assert!(err.to_string().contains("`tokens`"), "{err}");
+    let q = g.input("q", &[("heads_q", 4), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
+    let k = g.input("k", &[("heads_kv", 2), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
+    let err = g.attention(q, k, k, AttentionConfig::new(true, Packing::single(8))).unwrap_err();
+    match &err {
+        Error::Build { node, source: einsum_joinagg::Error::RoleConflict { index, .. } } => {
+            assert!(node.starts_with("attention") && index == "tokens", "{err}");
+        }
+        other => panic!("expected a role conflict, got {other}"),
+    }
 }

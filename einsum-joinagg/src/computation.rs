@@ -5,7 +5,7 @@ use std::{collections::HashMap, fmt};
 use einsum_core::{HostTensor, TensorDesc};
 use petgraph::{Direction, graph::DiGraph, graph::NodeIndex, visit::EdgeRef};
 
-use crate::{AbstractOperator, Error, JoinAggSpec, Result, execute_spec, execute_whole};
+use crate::{AbstractOperator, Error, IndexRole, JoinAggSpec, Result, Roles, execute_spec, execute_whole};
 
 /// A vertex of the computation: a computation input or an operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,11 +65,14 @@ impl Node {
 }
 
 /// The DAG of abstract operators. Operators may have several outputs and a tensor several
-/// consumers; `saved` tensors are the results that must remain after execution.
+/// consumers; `saved` tensors are the results that must remain after execution. The
+/// [`Roles`] of its index names are declared by its operators as they are added and by the
+/// builder ([`declare_role`](Self::declare_role)).
 #[derive(Debug, Default)]
 pub struct Computation {
     graph: DiGraph<Node, (usize, usize)>,
     saved: Vec<TensorId>,
+    roles: Roles,
 }
 
 impl Computation {
@@ -116,6 +119,7 @@ impl Computation {
                 reason: format!("output [{}] is too large to address", d.dims_string()),
             });
         }
+        self.roles.declare_all(&op.index_roles(), &format!("operator `{name}`"))?;
         let outputs = op.outputs().len();
         let id = self.graph.add_node(Node::Op { name, op, inputs: inputs.to_vec() });
         for (slot, t) in inputs.iter().enumerate() {
@@ -123,6 +127,20 @@ impl Computation {
         }
         let op = OpId(id.index() as u32);
         Ok((0..outputs).map(|output| TensorId { op, output }).collect())
+    }
+
+    /// Declares that index `name` has `role` on every operator of the computation (those
+    /// added before and after): the roles no operator can know, such as the FFN hidden
+    /// index or the token index of a graph without attention. Declaring the same role again
+    /// is harmless; a role other than the one the name already has (from the builder or
+    /// from an operator) is an [`Error::RoleConflict`], and nothing changes.
+    pub fn declare_role(&mut self, name: &str, role: IndexRole) -> Result<()> {
+        self.roles.declare(name, role, "the graph's builder")
+    }
+
+    /// The roles of the computation's index names, declared so far.
+    pub fn roles(&self) -> &Roles {
+        &self.roles
     }
 
     /// Marks a tensor as a result of the computation.

@@ -89,6 +89,21 @@ pub enum Error {
         /// What was supplied.
         got: String,
     },
+    /// An index name declared with two different roles (by two operators, or by an operator
+    /// and the graph's builder); see [`Roles`](crate::Roles).
+    #[error("index `{index}` is declared with role `{second}` by {second_by}, but {first_by} declared it `{first}`")]
+    RoleConflict {
+        /// The index name.
+        index: String,
+        /// The role declared first.
+        first: crate::IndexRole,
+        /// Who declared it first.
+        first_by: String,
+        /// The conflicting role.
+        second: crate::IndexRole,
+        /// Who declared that one.
+        second_by: String,
+    },
     /// A computation evaluated without a value for one of its inputs.
     #[error("missing value for computation input `{0}`")]
     MissingInput(String),

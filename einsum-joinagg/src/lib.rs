@@ -7,6 +7,9 @@
 //! - [`validate_spec`]: the projection and tiling conditions of Definition 3.6.
 //! - [`execute_spec`]: the join / aggregate / recompose semantics of Definition 3.7.
 //! - [`Computation`]: the DAG of abstract operators that the optimizer works on.
+//! - [`IndexRole`], [`OpRole`], [`Roles`]: what an index or an operator is in a model's
+//!   structure, declared by operators and by the graph's builder, for strategies that
+//!   follow that structure.
 //!
 //! **Architecture invariant:** this crate knows no concrete operator; `einsum-ops` does.
 #![warn(missing_docs)]
@@ -16,6 +19,7 @@ mod enumerate;
 mod error;
 mod grid;
 mod operator;
+mod roles;
 mod semantics;
 mod shardable;
 mod spec;
@@ -27,6 +31,7 @@ pub use enumerate::{MAX_DEVICES, SpecChoice, enumerate_specs, factorizations, re
 pub use error::{Error, Result};
 pub use grid::{DimIndex, check_request, combinations, grid_spec};
 pub use operator::AbstractOperator;
+pub use roles::{IndexRole, OpRole, Roles};
 pub use semantics::{decomposition_error, execute_spec, execute_whole, whole_spec};
 pub use shardable::{ShardableIndex, SplitPoints};
 pub use spec::{FunctionSpec, JoinAggSpec};

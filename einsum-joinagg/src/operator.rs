@@ -4,7 +4,7 @@ use std::fmt;
 
 use einsum_core::{Aggregation, HostTensor, Interval, KernelClass, TensorDesc};
 
-use crate::{FunctionSpec, JoinAggSpec, Result, ShardableIndex};
+use crate::{FunctionSpec, IndexRole, JoinAggSpec, OpRole, Result, ShardableIndex};
 
 /// An abstract operator (Definition 3.3) together with the ways it can be decomposed
 /// (join-agg specs, Definition 3.6) and its concrete operator `f` as a CPU reference kernel.
@@ -18,7 +18,9 @@ use crate::{FunctionSpec, JoinAggSpec, Result, ShardableIndex};
 /// concrete operator type behind a `&dyn AbstractOperator` by downcasting. `Debug` must
 /// print every parameter the specs and costs depend on (derive it): the logical optimizer
 /// enumerates and prices once the operators of one type that print alike (the repeated
-/// layers of a model).
+/// layers of a model). Roles ([`index_roles`](Self::index_roles),
+/// [`op_role`](Self::op_role)) are how an operator tells structure-following strategies
+/// what its indices are, so that none of them reads index names or kinds.
 pub trait AbstractOperator: std::any::Any + fmt::Debug + Send + Sync {
     /// The operator's kind, e.g. `matmul`, `attention`.
     fn kind(&self) -> &str;
@@ -59,6 +61,22 @@ pub trait AbstractOperator: std::any::Any + fmt::Debug + Send + Sync {
             types.iter().zip(descs).map(|(t, d)| t.volume() * d.dtype.size_bytes()).sum()
         };
         (io(&f.inputs, self.inputs()) + io(&f.outputs, self.outputs())) as f64
+    }
+
+    /// The roles of this operator's own indices that it knows from its definition, as
+    /// `(index name, role)` pairs: attention knows its sequence, query-block and head
+    /// indices. A role applies to its index name across the whole graph (see
+    /// [`Roles`](crate::Roles)); roles no operator can know are declared by the graph's
+    /// builder ([`Computation::declare_role`](crate::Computation::declare_role)). Default:
+    /// none, which is right for every operator that is not part of a model's structure.
+    fn index_roles(&self) -> Vec<(String, IndexRole)> {
+        Vec::new()
+    }
+
+    /// What the operator is in a model's structure, for strategies defined around it
+    /// (Ulysses and Megatron split [`OpRole::Attention`] by heads). Default: `None`.
+    fn op_role(&self) -> Option<OpRole> {
+        None
     }
 
     /// The concrete operator `f[F]`: computes the output blocks of `f` from its input

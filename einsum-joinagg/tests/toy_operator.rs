@@ -2,14 +2,16 @@
 
 use einsum_core::{DType, HostTensor, Interval, KernelClass, TensorDesc, TensorType, Tiling};
 use einsum_joinagg::{
-    AbstractOperator, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, enumerate_specs, execute_spec,
-    execute_whole, grid_spec, validate_spec,
+    AbstractOperator, Computation, Error, FunctionSpec, IndexRole, JoinAggSpec, Result, ShardableIndex,
+    enumerate_specs, execute_spec, execute_whole, grid_spec, validate_spec,
 };
 
 #[derive(Debug)]
 struct RowSum {
     inputs: Vec<TensorDesc>,
     outputs: Vec<TensorDesc>,
+    /// The roles it declares (none unless a test sets them).
+    roles: Vec<(String, IndexRole)>,
 }
 
 impl RowSum {
@@ -17,6 +19,7 @@ impl RowSum {
         Self {
             inputs: vec![TensorDesc::of(&[("i", n), ("j", m)], DType::F32).unwrap()],
             outputs: vec![TensorDesc::of(&[("i", n)], DType::F32).unwrap()],
+            roles: Vec::new(),
         }
     }
 }
@@ -46,6 +49,9 @@ impl AbstractOperator for RowSum {
     }
     fn flops(&self, f: &FunctionSpec) -> f64 {
         f.inputs[0].volume() as f64
+    }
+    fn index_roles(&self) -> Vec<(String, IndexRole)> {
+        self.roles.clone()
     }
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         let x = inputs[0].to_f32();
@@ -127,4 +133,34 @@ fn output_blocks_of_a_spec_form_a_tiling() {
     for s in enumerate_specs(&op, 6).unwrap() {
         assert!(Tiling::new(op.outputs[0].tensor_type(), s.spec.output_blocks(0)).is_ok());
     }
+}
+
+/// An operator's roles join the computation's table when it is added; a role that conflicts
+/// with the builder's (or with another operator's) refuses the operator, naming both.
+#[test]
+fn operator_roles_reach_the_computation_and_conflicts_are_refused() {
+    let mut c = Computation::new();
+    let x = c.add_input("x", TensorDesc::of(&[("i", 4), ("j", 2)], DType::F32).unwrap());
+    // The default: no role.
+    c.add_op("plain", Box::new(RowSum::new(4, 2)), &[x]).unwrap();
+    assert!(c.roles().is_empty());
+    c.declare_role("j", IndexRole::FfnHidden).unwrap();
+    let rows = RowSum { roles: vec![("i".into(), IndexRole::Tokens)], ..RowSum::new(4, 2) };
+    c.add_op("rows", Box::new(rows), &[x]).unwrap();
+    assert_eq!(c.roles().get("i"), Some(IndexRole::Tokens));
+    // The same role again is fine, from the builder or an operator.
+    c.declare_role("i", IndexRole::Tokens).unwrap();
+    let clash = RowSum { roles: vec![("j".into(), IndexRole::HeadsQ)], ..RowSum::new(4, 2) };
+    let before = c.len();
+    match c.add_op("clash", Box::new(clash), &[x]) {
+        Err(e @ Error::RoleConflict { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("`j`") && msg.contains("heads_q") && msg.contains("ffn_hidden"), "{msg}");
+            assert!(msg.contains("operator `clash`") && msg.contains("builder"), "{msg}");
+        }
+        other => panic!("expected a role conflict, got {other:?}"),
+    }
+    assert_eq!(c.len(), before, "a refused operator is not added");
+    assert!(matches!(c.declare_role("i", IndexRole::HeadsKv), Err(Error::RoleConflict { .. })));
+    assert_eq!(c.roles().get("i"), Some(IndexRole::Tokens));
 }

@@ -11,7 +11,9 @@
 //!   Both traits are object safe and `Send + Sync`: a strategy or cost model from another
 //!   crate is handed to the driver as a value and needs no table entry.
 //! - Baselines ([`BASELINES`]): hand-designed plans of other systems ([`Data`],
-//!   [`Megatron`], [`Ulysses`], [`Mesh2d`]) as strategies over the same candidates.
+//!   [`Megatron`], [`Ulysses`], [`Mesh2d`]) as strategies over the same candidates. The
+//!   rules read the roles operators and the graph's builder declare
+//!   ([`OpProblem::index_with_role`], [`OpProblem::op_role`]), never names or kinds.
 //! - [`LogicalPlan`]: the chosen spec per operator with its cost split into repartition,
 //!   join and aggregation (and compute, under [`Time`]), and its resident bytes.
 //!
@@ -55,6 +57,7 @@ pub use cost::{
     CostModel, CostModelEntry, Machine, PaperProxy, SpecCost, Time, cost_model_by_name, cost_model_entry, cost_models,
 };
 pub use dp::Dp;
+pub use einsum_joinagg::{IndexRole, OpRole};
 pub use error::{Error, Result, format_gb};
 pub use greedy::Greedy;
 pub use ilp::Ilp;

@@ -6,7 +6,9 @@ use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use einsum_core::TensorType;
-use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, Node, OpId, enumerate_specs, factorizations};
+use einsum_joinagg::{
+    AbstractOperator, Computation, IndexRole, JoinAggSpec, Node, OpId, OpRole, enumerate_specs, factorizations,
+};
 
 use crate::{CostModel, Error, LogicalPlan, OpCost, PlannedOp, Result, SpecCost};
 
@@ -80,10 +82,18 @@ pub struct OpProblem {
     pub id: OpId,
     /// Its node name.
     pub name: String,
-    /// Its kind.
+    /// Its kind (for people: strategies read [`op_role`](Self::op_role) instead).
     pub kind: String,
+    /// What the operator declares it is in the model's structure
+    /// ([`AbstractOperator::op_role`]), e.g. attention.
+    pub op_role: Option<OpRole>,
     /// The names of its shardable indices.
     pub shardable: Vec<String>,
+    /// The role of each shardable index: the one the computation's [`Roles`] give its name
+    /// (declared by an operator or by the graph's builder), if any.
+    ///
+    /// [`Roles`]: einsum_joinagg::Roles
+    pub roles: Vec<Option<IndexRole>>,
     /// The most intervals each shardable index can be split into (its extent, or one more
     /// than its allowed cut positions, e.g. the number of packed sequences).
     pub max_parts: Vec<usize>,
@@ -185,6 +195,8 @@ impl Problem {
                 id,
                 name: comp.node(id).map_or_else(String::new, |n| n.name().to_string()),
                 kind: op.kind().to_string(),
+                op_role: op.op_role(),
+                roles: shardable.iter().map(|s| comp.roles().get(&s.name)).collect(),
                 max_parts: shardable.iter().map(|s| s.max_parts()).collect(),
                 shardable: shardable.into_iter().map(|s| s.name).collect(),
                 output_dims: op.outputs().iter().map(|d| d.dims.iter().map(|x| x.name.clone()).collect()).collect(),
@@ -300,6 +312,23 @@ impl OpProblem {
     /// The position of the shardable index called `name`, if the operator has one.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.shardable.iter().position(|s| s == name)
+    }
+
+    /// The position of the shardable index whose role is `role`: the first one, in
+    /// shardable order, when several names of the operator share the role.
+    pub fn position_with_role(&self, role: IndexRole) -> Option<usize> {
+        self.roles.iter().position(|r| *r == Some(role))
+    }
+
+    /// The name of the shardable index whose role is `role` (see
+    /// [`position_with_role`](Self::position_with_role)).
+    pub fn index_with_role(&self, role: IndexRole) -> Option<&str> {
+        self.position_with_role(role).map(|i| self.shardable[i].as_str())
+    }
+
+    /// True when the operator declares it is `role` (e.g. [`OpRole::Attention`]).
+    pub fn is(&self, role: OpRole) -> bool {
+        self.op_role == Some(role)
     }
 
     /// The candidate whose spec the interval counts `counts` request (directly or as an

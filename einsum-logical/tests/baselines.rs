@@ -1,12 +1,14 @@
 //! The hand-designed baselines pick what their rules say on a small LLaMA-shaped block
-//! (built from einsum-ops), refuse graphs they do not apply to, and `mesh2d` searches
-//! exactly the mesh-restricted space, never beating the DP on a tree.
+//! (built from einsum-ops), read roles rather than index names (a block with other names
+//! and the same roles gets the same plans), fall back as documented where no role is
+//! declared, refuse graphs they do not apply to, and `mesh2d` searches exactly the
+//! mesh-restricted space, never beating the DP on a tree.
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec};
 use einsum_logical::{
-    BASELINES, CostModel, Data, Dp, Error, LogicalOptimizer, Machine, Megatron, Mesh2d, OPTIMIZERS, PaperProxy,
-    Problem, SpecCost, Time, Ulysses, optimizer_by_name,
+    BASELINES, CostModel, Data, Dp, Error, IndexRole, LogicalOptimizer, Machine, Megatron, Mesh2d, OPTIMIZERS,
+    PaperProxy, Problem, SpecCost, Time, Ulysses, optimizer_by_name,
 };
 use einsum_ops::Packing;
 use einsum_ops::attention::{Attention, AttentionConfig};
@@ -32,24 +34,66 @@ struct Dims {
 
 /// A small f32 block of [`block_of`] (`d_model = 8`, `d_head = 4`, `d_ff = 16`).
 fn block(tokens: usize, seqs: usize, heads_q: usize, heads_kv: usize) -> Computation {
-    block_of(Dims { tokens, seqs, d_model: 8, heads_q, heads_kv, d_head: 4, d_ff: 16, dtype: DType::F32 })
+    block_of(dims_of(tokens, seqs, heads_q, heads_kv))
+}
+
+/// The sizes of a [`block`].
+fn dims_of(tokens: usize, seqs: usize, heads_q: usize, heads_kv: usize) -> Dims {
+    Dims { tokens, seqs, d_model: 8, heads_q, heads_kv, d_head: 4, d_ff: 16, dtype: DType::F32 }
+}
+
+/// The index names of a [`block_named`] that differ from block to block.
+#[derive(Clone, Copy, Debug)]
+struct Names {
+    tokens: &'static str,
+    heads_q: &'static str,
+    heads_kv: &'static str,
+    d_ff: &'static str,
+}
+
+/// The names the workloads use.
+const STANDARD: Names = Names { tokens: "tokens", heads_q: "heads_q", heads_kv: "heads_kv", d_ff: "d_ff" };
+/// Other names for the same indices.
+const RENAMED: Names = Names { tokens: "seq", heads_q: "qh", heads_kv: "kvh", d_ff: "hidden" };
+
+impl Names {
+    /// The name in `self` of the index that [`STANDARD`] calls `name` (others unchanged).
+    fn of(&self, name: &str) -> String {
+        let pairs = [
+            (STANDARD.tokens, self.tokens),
+            (STANDARD.heads_q, self.heads_q),
+            (STANDARD.heads_kv, self.heads_kv),
+            (STANDARD.d_ff, self.d_ff),
+        ];
+        pairs.iter().find(|(s, _)| *s == name).map_or(name, |(_, n)| n).to_string()
+    }
+}
+
+/// A LLaMA-shaped block without RoPE, with the standard names and the FFN hidden index
+/// declared (as the named workloads do).
+fn block_of(dims: Dims) -> Computation {
+    block_named(dims, STANDARD, true)
 }
 
 /// A LLaMA-shaped block without RoPE: pre-norm attention with grouped heads over `seqs`
 /// packed sequences, output projection and residual, then a SiLU FFN and residual. Every
-/// weight is a computation input.
-fn block_of(dims: Dims) -> Computation {
+/// weight is a computation input. Attention declares the roles of the token and head
+/// indices; the FFN hidden index is declared as such when `declare_ffn` is set.
+fn block_named(dims: Dims, names: Names, declare_ffn: bool) -> Computation {
     let Dims { tokens, seqs, d_model, heads_q, heads_kv, d_head, d_ff, dtype } = dims;
+    let Names { tokens: tok, heads_q: hq, heads_kv: hkv, d_ff: ff } = names;
     let mut b = Builder::new(dtype);
-    let x = b.input("x", &[("tokens", tokens), ("d_model", d_model)]);
+    if declare_ffn {
+        b.comp.declare_role(ff, IndexRole::FfnHidden).unwrap();
+    }
+    let x = b.input("x", &[(tok, tokens), ("d_model", d_model)]);
     let norm = b.input("norm", &[("d_model", d_model)]);
-    let wq = b.input("wq", &[("d_model", d_model), ("heads_q", heads_q), ("d_head", d_head)]);
-    let wk = b.input("wk", &[("d_model", d_model), ("heads_kv", heads_kv), ("d_head", d_head)]);
-    let wv = b.input("wv", &[("d_model", d_model), ("heads_kv", heads_kv), ("d_head", d_head)]);
-    let wo = b.input("wo", &[("heads_q", heads_q), ("d_head", d_head), ("d_model", d_model)]);
-    let w_up = b.input("w_up", &[("d_model", d_model), ("d_ff", d_ff)]);
-    let w_down = b.input("w_down", &[("d_ff", d_ff), ("d_model", d_model)]);
-
+    let wq = b.input("wq", &[("d_model", d_model), (hq, heads_q), ("d_head", d_head)]);
+    let wk = b.input("wk", &[("d_model", d_model), (hkv, heads_kv), ("d_head", d_head)]);
+    let wv = b.input("wv", &[("d_model", d_model), (hkv, heads_kv), ("d_head", d_head)]);
+    let wo = b.input("wo", &[(hq, heads_q), ("d_head", d_head), ("d_model", d_model)]);
+    let w_up = b.input("w_up", &[("d_model", d_model), (ff, d_ff)]);
+    let w_down = b.input("w_down", &[(ff, d_ff), ("d_model", d_model)]);
     let (xd, nd) = (b.desc(x), b.desc(norm));
     let h = b.op("norm", RmsNorm::new(&xd, &nd, "d_model", 1e-5).unwrap(), &[x, norm]);
     let q = b.einsum("q", "td,dhe->hte", &[h, wq]);
@@ -77,6 +121,23 @@ fn chain() -> Computation {
     let bc = b.einsum("bc", "ij,jk->ik", &[m2, m3]);
     let abc = b.einsum("abc", "ij,jk->ik", &[m1, bc]);
     b.comp.save(abc).unwrap();
+    b.comp
+}
+
+/// A two-layer FFN `relu(x·w1)·w2` over `tokens`, `d_model` and `d_ff`, declaring the
+/// roles `roles` gives.
+fn ffn(roles: &[(&str, IndexRole)]) -> Computation {
+    let mut b = Builder::new(DType::F32);
+    for &(name, role) in roles {
+        b.comp.declare_role(name, role).unwrap();
+    }
+    let x = b.input("x", &[("tokens", 16), ("d_model", 8)]);
+    let w1 = b.input("w1", &[("d_model", 8), ("d_ff", 32)]);
+    let w2 = b.input("w2", &[("d_ff", 32), ("d_model", 8)]);
+    let up = b.einsum("up", "td,df->tf", &[x, w1]);
+    let act = b.op("relu", Unary::new(&b.desc(up), UnaryOp::Relu).unwrap(), &[up]);
+    let down = b.einsum("down", "tf,fd->td", &[act, w2]);
+    b.comp.save(down).unwrap();
     b.comp
 }
 
@@ -358,4 +419,135 @@ fn dp_finds_the_ulysses_shape_when_weights_are_resident() {
     // model: d_ff 4 ways before the join counted only copies beyond the first, 2 since).
     let up = splits(&charging, &choice, "up");
     assert!(up.iter().all(|s| s.iter().any(|(n, k)| n == "d_ff" && *k > 1)), "up: {up:?}");
+}
+
+/// Per operator (by name), the sorted count vectors of its chosen spec, as [`splits`] gives.
+type PlanSplits = Vec<(String, Vec<Vec<(String, usize)>>)>;
+
+/// The splits of every operator's chosen spec, with the index names translated to
+/// [`STANDARD`]'s, each as a sorted set of sorted count vectors.
+fn standard_splits(problem: &Problem, choice: &[usize], names: Names) -> PlanSplits {
+    problem
+        .ops
+        .iter()
+        .map(|op| {
+            let mut all: Vec<Vec<(String, usize)>> = splits(problem, choice, &op.name)
+                .into_iter()
+                .map(|s| {
+                    let mut s: Vec<(String, usize)> = s
+                        .into_iter()
+                        .map(|(n, k)| {
+                            let standard =
+                                ["tokens", "heads_q", "heads_kv", "d_ff"].into_iter().find(|x| names.of(x) == n);
+                            (standard.map_or(n, str::to_string), k)
+                        })
+                        .collect();
+                    s.sort();
+                    s
+                })
+                .collect();
+            all.sort();
+            (op.name.clone(), all)
+        })
+        .collect()
+}
+
+/// A block whose indices are named `seq`, `qh`, `kvh`, `hidden` but carry the same roles
+/// (attention declares the first three, the builder the last) gets, under every baseline,
+/// the plan the standard names get: the same splits of the same indices and the same cost.
+#[test]
+fn renamed_indices_with_the_same_roles_get_the_same_plans() {
+    for (tokens, seqs, heads_q, heads_kv, p) in [(16, 4, 4, 2, 4), (16, 1, 4, 4, 4), (12, 3, 4, 2, 2), (16, 2, 8, 4, 8)]
+    {
+        let dims = dims_of(tokens, seqs, heads_q, heads_kv);
+        let standard = Problem::new(&block_named(dims, STANDARD, true), p, &time()).unwrap();
+        let renamed = Problem::new(&block_named(dims, RENAMED, true), p, &time()).unwrap();
+        for strategy in [&Data as &dyn LogicalOptimizer, &Megatron, &Ulysses, &Mesh2d] {
+            let (a, b) = (strategy.solve(&standard).unwrap(), strategy.solve(&renamed).unwrap());
+            assert_eq!(
+                standard_splits(&standard, &a, STANDARD),
+                standard_splits(&renamed, &b, RENAMED),
+                "{} on p = {p}, {seqs} sequences, {heads_kv} kv heads",
+                strategy.name()
+            );
+            assert_eq!(standard.total(&a).unwrap(), renamed.total(&b).unwrap(), "{}", strategy.name());
+        }
+    }
+    // The renamed FFN is split over `hidden` by Megatron, as the standard one over `d_ff`.
+    let renamed = Problem::new(&block_named(dims_of(16, 1, 4, 4), RENAMED, true), 4, &time()).unwrap();
+    let choice = Megatron.solve(&renamed).unwrap();
+    assert_chose(&renamed, &choice, "megatron", "up", &[("hidden", 4)]);
+    assert_chose(&renamed, &choice, "megatron", "q", &[("qh", 4)]);
+    assert_chose(&renamed, &choice, "megatron", "attention", &[("kvh", 4)]);
+    assert_chose(&renamed, &choice, "megatron", "norm", &[("seq", 4)]);
+}
+
+/// Where a role is not declared, the rules fall back as `baselines` documents: `data`
+/// row-shards (the output's first dimension), `megatron` leaves operators without a
+/// tensor-parallel role to the `data` rule and refuses a graph with none, naming the roles,
+/// and `ulysses` refuses a graph without attention.
+#[test]
+fn without_declared_roles_the_baselines_fall_back_as_documented() {
+    // An FFN with no role: `data` splits the output rows (here the tokens) anyway ...
+    let bare = Problem::new(&ffn(&[]), 4, &PaperProxy).unwrap();
+    assert!(bare.ops.iter().all(|op| op.roles.iter().all(Option::is_none) && op.op_role.is_none()));
+    let choice = Data.solve(&bare).unwrap();
+    for op in ["up", "relu", "down"] {
+        assert_chose(&bare, &choice, "data", op, &[("tokens", 4)]);
+    }
+    // ... `megatron` has no tensor-parallel region and says which roles it looked for ...
+    match Megatron.solve(&bare) {
+        Err(e @ Error::Baseline { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("megatron") && msg.contains("the graph"), "{msg}");
+            assert!(msg.contains("`ffn_hidden`") && msg.contains("`heads_kv`") && msg.contains("`heads_q`"), "{msg}");
+        }
+        other => panic!("megatron on an FFN without roles: {other:?}"),
+    }
+    // ... and `ulysses` has no attention.
+    assert!(matches!(Ulysses.solve(&bare), Err(Error::Baseline { strategy: "ulysses", .. })));
+
+    // Declaring the roles makes the FFN Megatron's: column- then row-parallel over d_ff.
+    let declared = ffn(&[("tokens", IndexRole::Tokens), ("d_ff", IndexRole::FfnHidden)]);
+    let declared = Problem::new(&declared, 4, &PaperProxy).unwrap();
+    let choice = Megatron.solve(&declared).unwrap();
+    for op in ["up", "relu", "down"] {
+        assert_chose(&declared, &choice, "megatron", op, &[("d_ff", 4)]);
+    }
+    assert_eq!(Data.solve(&declared).unwrap(), Data.solve(&bare).unwrap());
+
+    // A block whose FFN hidden index is not declared: attention and the projections still
+    // follow Megatron (attention declares the heads), the FFN follows `data` (by tokens).
+    let problem = Problem::new(&block_named(dims_of(16, 1, 4, 4), RENAMED, false), 4, &time()).unwrap();
+    let choice = Megatron.solve(&problem).unwrap();
+    assert_chose(&problem, &choice, "megatron", "attention", &[("kvh", 4)]);
+    assert_chose(&problem, &choice, "megatron", "wo", &[("qh", 4)]);
+    for op in ["up", "silu", "down"] {
+        assert_chose(&problem, &choice, "megatron", op, &[("seq", 4)]);
+    }
+}
+
+/// A name declared with two roles is a typed error, whoever declares them: the builder
+/// twice, or the builder and an operator (attention declares its sequence `tokens`).
+#[test]
+fn conflicting_role_declarations_are_typed_errors() {
+    let mut comp = Computation::new();
+    comp.declare_role("tokens", IndexRole::FfnHidden).unwrap();
+    let err = comp.declare_role("tokens", IndexRole::Tokens).unwrap_err();
+    assert!(matches!(err, einsum_joinagg::Error::RoleConflict { .. }), "{err}");
+
+    let mut b = Builder::new(DType::F32);
+    b.comp.declare_role("tokens", IndexRole::FfnHidden).unwrap();
+    let q = b.input("q", &[("heads_q", 4), ("tokens", 8), ("d_head", 4)]);
+    let k = b.input("k", &[("heads_kv", 2), ("tokens", 8), ("d_head", 4)]);
+    let att = Attention::new(&b.desc(q), &b.desc(k), &b.desc(k), AttentionConfig::new(true, Packing::single(8)));
+    let err = b.comp.add_op("attention", Box::new(att.unwrap()), &[q, k, k]).unwrap_err();
+    match &err {
+        einsum_joinagg::Error::RoleConflict { index, first, second, .. } => {
+            assert_eq!((index.as_str(), *first, *second), ("tokens", IndexRole::FfnHidden, IndexRole::Tokens));
+        }
+        other => panic!("expected a role conflict, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains("operator `attention`") && msg.contains("builder"), "{msg}");
 }

@@ -15,11 +15,18 @@
 //!    `[a, b)`, with every key and value row those queries can see. Never combined with a
 //!    split of `sequence`. A causal query split is load-imbalanced, and [`flops`] shows it.
 //!
+//! Roles (for strategies that follow a model's structure): the operator is
+//! [`OpRole::Attention`]; `sequence` has [`IndexRole::Tokens`], `query`
+//! [`IndexRole::QueryBlocks`], `heads_kv` [`IndexRole::HeadsKv`], and `q`'s head index
+//! [`IndexRole::HeadsQ`] (unless it has `k`'s name, as in plain multi-head attention, where
+//! the one head index is `heads_kv`).
+//!
 //! [`flops`]: AbstractOperator::flops
 
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{
-    AbstractOperator, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, check_request, combinations,
+    AbstractOperator, Error, FunctionSpec, IndexRole, JoinAggSpec, OpRole, Result, ShardableIndex, check_request,
+    combinations,
 };
 
 use crate::Packing;
@@ -112,7 +119,9 @@ impl Attention {
         }
         // The shardable indices are reported by name, so their names must differ.
         let (heads_name, seq_name) = (&k.dims[0].name, &q.dims[1].name);
-        for name in [heads_name, seq_name] {
+        // `q`'s head index is not shardable, but its role is declared by name (see
+        // `index_roles`), so it must not take the query-split's name either.
+        for name in [heads_name, seq_name, &q.dims[0].name] {
             if name == QUERY_INDEX {
                 return Err(shape(name, format!("`{QUERY_INDEX}` names the query-split shardable index")));
             }
@@ -377,6 +386,23 @@ impl AbstractOperator for Attention {
             ShardableIndex::at(self.inputs[0].dims[1].name.clone(), seq, self.config.packing.interior_cuts().to_vec()),
             ShardableIndex::any(QUERY_INDEX, seq),
         ]
+    }
+
+    fn index_roles(&self) -> Vec<(String, IndexRole)> {
+        let (q, k) = (&self.inputs[0], &self.inputs[1]);
+        let mut roles = vec![
+            (q.dims[1].name.clone(), IndexRole::Tokens),
+            (QUERY_INDEX.to_string(), IndexRole::QueryBlocks),
+            (k.dims[0].name.clone(), IndexRole::HeadsKv),
+        ];
+        if q.dims[0].name != k.dims[0].name {
+            roles.push((q.dims[0].name.clone(), IndexRole::HeadsQ));
+        }
+        roles
+    }
+
+    fn op_role(&self) -> Option<OpRole> {
+        Some(OpRole::Attention)
     }
 
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
@@ -709,6 +735,31 @@ mod tests {
         assert!(err.to_string().contains("mixed dtypes"), "{err}");
         let nan = AttentionConfig { scale: Some(f32::NAN), ..cfg };
         assert!(matches!(Attention::new(&q, &kv, &kv, nan), Err(Error::Invalid { .. })));
+    }
+
+    #[test]
+    fn attention_declares_the_roles_of_its_indices() {
+        let q = desc(&[("qh", 4), ("seq", 8), ("e", 4)]);
+        let kv = desc(&[("kvh", 2), ("seq", 8), ("e", 4)]);
+        let att = Attention::new(&q, &kv, &kv, AttentionConfig::new(true, Packing::single(8))).unwrap();
+        assert_eq!(att.op_role(), Some(OpRole::Attention));
+        let roles = att.index_roles();
+        let role = |n: &str| roles.iter().find(|(name, _)| name == n).map(|(_, r)| *r);
+        assert_eq!(role("seq"), Some(IndexRole::Tokens));
+        assert_eq!(role(QUERY_INDEX), Some(IndexRole::QueryBlocks));
+        assert_eq!(role("kvh"), Some(IndexRole::HeadsKv));
+        assert_eq!(role("qh"), Some(IndexRole::HeadsQ));
+        assert_eq!(roles.len(), 4);
+        // Plain multi-head attention with one head name: that index is the key/value heads.
+        let mha = desc(&[("h", 2), ("seq", 8), ("e", 4)]);
+        let att = Attention::new(&mha, &mha, &mha, AttentionConfig::new(false, Packing::single(8))).unwrap();
+        let roles = att.index_roles();
+        assert!(roles.contains(&("h".to_string(), IndexRole::HeadsKv)));
+        assert!(!roles.iter().any(|(_, r)| *r == IndexRole::HeadsQ), "{roles:?}");
+        // A query head index named like the query split is refused when built.
+        let clash = desc(&[(QUERY_INDEX, 4), ("seq", 8), ("e", 4)]);
+        let err = Attention::new(&clash, &kv, &kv, AttentionConfig::new(true, Packing::single(8))).unwrap_err();
+        assert!(matches!(err, Error::Shape { ref index, .. } if index == QUERY_INDEX), "{err}");
     }
 
     #[test]

@@ -1,36 +1,46 @@
 //! `megatron`: Megatron-LM tensor parallelism with sequence parallelism.
 
-use crate::baselines::{
-    ATTENTION, D_FF, HEADS_KV, HEADS_Q, TOKENS, Want, data_rule, largest_divisor, sequence_rows, solve_by_rule,
-};
-use crate::{Error, LogicalOptimizer, Problem, Result};
+use crate::baselines::{Want, data_rule, is_attention, largest_divisor, sequence_rows, solve_by_rule, want_all};
+use crate::{Error, IndexRole, LogicalOptimizer, Problem, Result};
+#[cfg(doc)]
+use einsum_joinagg::OpRole;
+
+/// The roles of the tensor-parallel regions, in the order an operator's first one is
+/// looked for.
+const PARALLEL: [IndexRole; 3] = [IndexRole::HeadsKv, IndexRole::HeadsQ, IndexRole::FfnHidden];
 
 /// Megatron-LM tensor parallelism (Shoeybi et al. 2019) with the sequence parallelism of
 /// Korthikanti et al. 2023 outside the tensor-parallel regions.
 ///
-/// The rule, per operator on `p` devices:
-/// - the q/k/v projections are column-parallel over heads (`heads_q`, `heads_kv`), and so
-///   is RoPE on their outputs; attention is split over key/value heads (`heads_kv`); the
-///   output projection is row-parallel: it contracts `heads_q`, split, so its partial
-///   outputs are aggregated (Megatron's all-reduce, here a reduce into the next tiling);
-/// - the FFN gate and up projections are column-parallel over `d_ff`, the activation and
-///   gating products stay split over `d_ff`, and the down projection is row-parallel over
-///   `d_ff` (aggregation);
+/// The rule, per operator on `p` devices, by the roles of its indices:
+/// - the q/k/v projections are column-parallel over heads ([`IndexRole::HeadsQ`],
+///   [`IndexRole::HeadsKv`]), and so is RoPE on their outputs; attention
+///   ([`OpRole::Attention`]) is split over key/value heads; the output projection is
+///   row-parallel: it contracts the query heads, split, so its partial outputs are
+///   aggregated (Megatron's all-reduce, here a reduce into the next tiling);
+/// - the FFN gate and up projections are column-parallel over the FFN hidden index
+///   ([`IndexRole::FfnHidden`]), the activation and gating products stay split over it,
+///   and the down projection is row-parallel over it (aggregation);
 /// - everything else (norms, residual adds, other elementwise operators) is split by
-///   `tokens`: join-agg specs have exactly `p` function specs and cannot replicate compute
-///   the way Megatron without sequence parallelism does, which is exactly what sequence
-///   parallelism changes.
+///   tokens ([`IndexRole::Tokens`]): join-agg specs have exactly `p` function specs and
+///   cannot replicate compute the way Megatron without sequence parallelism does, which is
+///   exactly what sequence parallelism changes.
+///
+/// An operator with several of these roles is treated by the first it has of key/value
+/// heads, query heads, FFN hidden.
 ///
 /// Fallback: with `H` key/value heads and `h` the largest divisor of `p` that is at most
 /// `H`, every head index is split at most `h` ways (so the query-head operators' tilings
 /// line up with attention's head groups), and the remaining factor `p / h` goes to the
-/// rows: `tokens`, or for attention whole packed sequences when their number is a multiple
-/// of `p / h`, else query blocks. An index that cannot take its share (`d_ff` smaller than
-/// `p`) gives the remainder to `tokens`, then to the output dimensions, then to the other
-/// indices. Operators without a head or `d_ff` index follow the [`Data`](crate::Data) rule.
+/// rows: tokens, or for attention whole packed sequences when their number is a multiple
+/// of `p / h`, else query blocks. An index that cannot take its share (an FFN hidden
+/// extent smaller than `p`) gives the remainder to tokens, then to the output dimensions,
+/// then to the other indices. Operators with none of the three roles follow the
+/// [`Data`](crate::Data) rule.
 ///
-/// Errors: a graph with no `heads_q`, `heads_kv` or `d_ff` index (a matrix chain) has no
-/// tensor-parallel region, so it is refused with [`Error::Baseline`].
+/// Errors: a graph where no operator has a head or FFN hidden index (a matrix chain, or a
+/// graph that declares no roles) has no tensor-parallel region, so it is refused with
+/// [`Error::Baseline`], naming the roles it looked for.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Megatron;
 
@@ -40,13 +50,13 @@ impl LogicalOptimizer for Megatron {
     }
 
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
-        let parallel = [HEADS_KV, HEADS_Q, D_FF];
-        if !problem.ops.iter().any(|op| parallel.iter().any(|i| op.index_of(i).is_some())) {
+        if !problem.ops.iter().any(|op| PARALLEL.iter().any(|&r| op.position_with_role(r).is_some())) {
             return Err(Error::Baseline {
                 strategy: "megatron",
                 at: "the graph".into(),
-                reason: "Megatron splits attention heads (`heads_q`, `heads_kv`) and the FFN hidden index (`d_ff`), \
-                         and no operator has one (use `data` or `mesh2d` for this graph)"
+                reason: "Megatron splits the indices with roles `heads_kv`, `heads_q` (attention heads) and \
+                         `ffn_hidden` (the FFN hidden index), and no operator has one (declare them with \
+                         `Graph::role`, or use `data` or `mesh2d` for this graph)"
                     .into(),
             });
         }
@@ -55,21 +65,24 @@ impl LogicalOptimizer for Megatron {
         let heads = problem
             .ops
             .iter()
-            .filter(|op| op.kind == ATTENTION)
-            .filter_map(|op| op.index_of(HEADS_KV).map(|i| op.max_parts[i]))
+            .filter(|op| is_attention(op))
+            .filter_map(|op| op.position_with_role(IndexRole::HeadsKv).map(|i| op.max_parts[i]))
             .min()
             .map_or(p, |kv| largest_divisor(p, kv));
         solve_by_rule("megatron", problem, |op| {
-            if op.kind == ATTENTION {
-                let mut wants = vec![Want::at_most(HEADS_KV, heads)];
+            if is_attention(op) {
+                let mut wants: Vec<Want> =
+                    op.index_with_role(IndexRole::HeadsKv).map(|kv| Want::at_most(kv, heads)).into_iter().collect();
                 wants.extend(sequence_rows(op, p / heads));
                 return wants;
             }
-            match parallel.iter().find(|i| op.index_of(i).is_some()) {
-                Some(&D_FF) => vec![Want::all(D_FF), Want::all(TOKENS)],
-                Some(head) => vec![Want::at_most(head, heads), Want::all(TOKENS)],
-                None => data_rule(op, p),
-            }
+            let first = PARALLEL.iter().find_map(|&r| op.index_with_role(r).map(|name| (r, name)));
+            let first = match first {
+                Some((IndexRole::FfnHidden, ffn)) => Want::all(ffn),
+                Some((_, head)) => Want::at_most(head, heads),
+                None => return data_rule(op, p),
+            };
+            std::iter::once(first).chain(want_all(op, IndexRole::Tokens)).collect()
         })
     }
 }

@@ -9,7 +9,7 @@
 //! - [`Mesh2d`] (`mesh2d`): the best plan that maps whole indices onto a 2-D device mesh
 //!   (Alpa, GSPMD).
 //!
-//! The first three are rules on index names. A rule lists, per operator, the shardable
+//! The first three are rules on roles (below). A rule lists, per operator, the shardable
 //! indices it wants split, in order, each "as far as possible" (up to an optional cap);
 //! [`pick`] completes that list with the operator's output dimensions and then its other
 //! shardable indices, and takes the candidate whose interval counts, read in that order,
@@ -20,10 +20,30 @@
 //! counts that request their spec ([`Candidate::all_counts`]), so a spec that enumeration
 //! listed under another name (query blocks that coincide with packed sequences) is found.
 //!
-//! The rules read the index names the workloads use (`docs/llama-block.md`): `tokens`,
-//! `heads_q`, `heads_kv`, `d_ff`, and attention's `query`. No rule knows a concrete
-//! operator; the only kind they read is `attention`, which is what Ulysses and Megatron
-//! are defined around.
+//! # Roles, not names
+//! The rules read roles ([`IndexRole`], [`OpRole`]), never index names or operator kinds:
+//! the token index ([`IndexRole::Tokens`]), attention's query blocks
+//! ([`IndexRole::QueryBlocks`]), the key/value and query heads ([`IndexRole::HeadsKv`],
+//! [`IndexRole::HeadsQ`]), the FFN hidden index ([`IndexRole::FfnHidden`]) and attention
+//! itself ([`OpRole::Attention`]), as [`OpProblem::index_with_role`] and
+//! [`OpProblem::op_role`] give them. Attention declares its own (sequence, query blocks,
+//! both head indices, and that it is attention); the graph's builder declares the rest
+//! (`Computation::declare_role`, the driver's `Graph::role`): the named workloads declare
+//! `d_ff` as the FFN hidden index and, for the FFN alone, `tokens` as the token index. A
+//! role is recorded per index name for the whole graph, so attention's head indices reach
+//! the projections that share their names.
+//!
+//! # Without roles
+//! What a rule does where the role it reads is not declared, deterministically:
+//! - `data`: an operator with no [`IndexRole::Tokens`] index splits the row index of its
+//!   output (the first dimension of its first output), as on a matrix chain; attention
+//!   (which always declares its roles) is unaffected.
+//! - `megatron`: operators with none of the tensor-parallel roles follow the `data` rule;
+//!   a graph where no operator has one is refused with [`Error::Baseline`] naming the
+//!   roles it looked for (declare them, or use `data` or `mesh2d`).
+//! - `ulysses`: a graph with no [`OpRole::Attention`] operator is refused with
+//!   [`Error::Baseline`].
+//! - `mesh2d` reads no roles.
 
 mod data;
 mod megatron;
@@ -35,24 +55,11 @@ pub use megatron::Megatron;
 pub use mesh2d::Mesh2d;
 pub use ulysses::Ulysses;
 
-use crate::{Candidate, Error, OpProblem, Problem, Result};
+use crate::{Candidate, Error, IndexRole, OpProblem, OpRole, Problem, Result};
 
 /// The names of the baseline strategies: the entries of the [`optimizers`](crate::optimizers)
 /// table marked `baseline`.
 pub const BASELINES: &[&str] = &crate::optimizer::names::<{ crate::optimizer::BASELINE_COUNT }>(true);
-
-/// The token (packed-sequence) index of the transformer workloads.
-pub(crate) const TOKENS: &str = "tokens";
-/// Attention's query-block index: blocks of query rows that read every key and value.
-pub(crate) const QUERY: &str = "query";
-/// The key/value head index (attention's head groups).
-pub(crate) const HEADS_KV: &str = "heads_kv";
-/// The query head index (q projection, RoPE on queries, output projection).
-pub(crate) const HEADS_Q: &str = "heads_q";
-/// The FFN hidden index.
-pub(crate) const D_FF: &str = "d_ff";
-/// The kind of the attention operator.
-pub(crate) const ATTENTION: &str = "attention";
 
 /// One entry of a rule: split `index` into as many intervals as possible, at most `cap`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,24 +87,36 @@ pub(crate) fn largest_divisor(p: usize, max: usize) -> usize {
     (1..=p.min(max)).rev().find(|d| p.is_multiple_of(*d)).unwrap_or(1)
 }
 
-/// How attention splits its sequence rows into `parts`: by whole packed sequences when
-/// their number is a multiple of `parts` (each part gets the same number of sequences),
-/// else by query blocks that gather all keys and values (the `data` rule of Section 6).
-pub(crate) fn sequence_rows(op: &OpProblem, parts: usize) -> [Want; 2] {
-    let sequences = op.index_of(TOKENS).map_or(1, |i| op.max_parts[i]);
-    if parts > 1 && sequences.is_multiple_of(parts) {
-        [Want::all(TOKENS), Want::all(QUERY)]
+/// True when the operator declares it is attention ([`OpRole::Attention`]).
+pub(crate) fn is_attention(op: &OpProblem) -> bool {
+    op.is(OpRole::Attention)
+}
+
+/// "Split the index with `role` as far as possible", when the operator has one.
+pub(crate) fn want_all(op: &OpProblem, role: IndexRole) -> Option<Want> {
+    op.index_with_role(role).map(Want::all)
+}
+
+/// How attention splits its sequence rows into `parts`: by whole packed sequences (its
+/// [`IndexRole::Tokens`] index) when their number is a multiple of `parts` (each part gets
+/// the same number of sequences), else by query blocks ([`IndexRole::QueryBlocks`]) that
+/// gather all keys and values (the `data` rule of Section 6).
+pub(crate) fn sequence_rows(op: &OpProblem, parts: usize) -> Vec<Want> {
+    let sequences = op.position_with_role(IndexRole::Tokens).map_or(1, |i| op.max_parts[i]);
+    let order = if parts > 1 && sequences.is_multiple_of(parts) {
+        [IndexRole::Tokens, IndexRole::QueryBlocks]
     } else {
-        [Want::all(QUERY), Want::all(TOKENS)]
-    }
+        [IndexRole::QueryBlocks, IndexRole::Tokens]
+    };
+    order.into_iter().filter_map(|role| want_all(op, role)).collect()
 }
 
 /// The data-parallel rule for one operator on `p` devices (see [`Data`]).
 pub(crate) fn data_rule(op: &OpProblem, p: usize) -> Vec<Want> {
-    if op.kind == ATTENTION {
-        sequence_rows(op, p).to_vec()
-    } else if op.index_of(TOKENS).is_some() {
-        vec![Want::all(TOKENS)]
+    if is_attention(op) {
+        sequence_rows(op, p)
+    } else if let Some(tokens) = want_all(op, IndexRole::Tokens) {
+        vec![tokens]
     } else {
         op.output_dims.first().and_then(|d| d.first()).map(|row| vec![Want::all(row)]).unwrap_or_default()
     }
