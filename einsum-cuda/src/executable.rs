@@ -15,7 +15,7 @@ use crate::executor::{CUBLAS_WORKSPACE_BYTES, Runtime, bind_workspace, label};
 use crate::graph_capture::capture;
 use crate::inputs::InputSlots;
 use crate::lower::lower;
-use crate::schedule::{Schedule, task_device};
+use crate::stream_plan::{StreamPlan, task_device};
 
 /// How to prepare a [`CudaExecutable`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -85,9 +85,9 @@ impl CudaExecutable {
         let available = check_cuda()?;
         let lowered = lower(graph, comp, &compiled.kernels).map_err(|(t, e)| task_error(&labels, t, e))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
-        let schedule = Schedule::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);
-        let gpus: Vec<Gpu> = (0..schedule.gpus)
-            .map(|g| Gpu::open(g, &lowered.head_dims, schedule.pool_bytes[g]))
+        let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);
+        let gpus: Vec<Gpu> = (0..plan.gpus)
+            .map(|g| Gpu::open(g, &lowered.head_dims, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         enable_peer_access(&gpus);
@@ -95,7 +95,7 @@ impl CudaExecutable {
         let mut blas = Vec::new();
         let mut blas_workspaces = Vec::new();
         for v in 0..graph.devices().max(1) {
-            let gpu = &gpus[schedule.gpu_of_device.get(v).copied().unwrap_or(0)];
+            let gpu = &gpus[plan.gpu_of_device.get(v).copied().unwrap_or(0)];
             let s = gpu.ctx.new_stream().map_err(|e| setup(format!("creating a stream: {e}")))?;
             let handle = CudaBlas::new(s.clone()).map_err(|e| setup(format!("creating a cuBLAS handle: {e:?}")))?;
             let workspace = DeviceMemory::new(&gpu.ctx, CUBLAS_WORKSPACE_BYTES).map_err(setup)?;
@@ -106,9 +106,9 @@ impl CudaExecutable {
         }
         let mut events = Vec::new();
         for (t, n) in graph.nodes().iter().enumerate() {
-            events.push(if schedule.record[t] {
+            events.push(if plan.record[t] {
                 let dev = task_device(graph, &n.task);
-                let ctx = &gpus[schedule.gpu_of_device[dev]].ctx;
+                let ctx = &gpus[plan.gpu_of_device[dev]].ctx;
                 Some(ctx.new_event(None).map_err(|e| setup(format!("creating an event: {e}")))?)
             } else {
                 None
@@ -118,7 +118,7 @@ impl CudaExecutable {
         let ctx0 = gpus[0].ctx.clone();
         let resident: Vec<DeviceMemory> = gpus
             .iter()
-            .zip(&schedule.resident.bytes)
+            .zip(&plan.resident.bytes)
             .map(|(gpu, &n)| DeviceMemory::new(&gpu.ctx, n))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
@@ -131,14 +131,14 @@ impl CudaExecutable {
         let consts: Vec<DeviceMemory> = lowered
             .consts
             .iter()
-            .map(|(dev, data)| DeviceMemory::from_bytes(&gpus[schedule.gpu_of_device[*dev]].ctx, &data.bytes()))
+            .map(|(dev, data)| DeviceMemory::from_bytes(&gpus[plan.gpu_of_device[*dev]].ctx, &data.bytes()))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         let summary = CudaSummary {
-            gpus: schedule.gpus,
+            gpus: plan.gpus,
             devices: graph.devices(),
-            pool_bytes: schedule.pool_bytes.clone(),
-            resident_bytes: schedule.resident.bytes.clone(),
+            pool_bytes: plan.pool_bytes.clone(),
+            resident_bytes: plan.resident.bytes.clone(),
             captured: !options.eager,
         };
         let rt = Runtime {
@@ -151,7 +151,7 @@ impl CudaExecutable {
             host_outputs,
             consts,
             lowered,
-            schedule,
+            plan,
             buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
             labels,
         };
@@ -183,14 +183,14 @@ impl CudaExecutable {
     /// its GPU's resident region, where it stays until it is loaded again or the executable
     /// is dropped. A failed copy leaves the input not loaded.
     pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
-        let Runtime { schedule, resident, .. } = &self.rt;
-        self.slots.load(&schedule.resident, input, value, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
+        let Runtime { plan, resident, .. } = &self.rt;
+        self.slots.load(&plan.resident, input, value, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
     /// Loads every input: `inputs` are the whole computation inputs in the task graph's order.
     pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
-        let Runtime { schedule, resident, .. } = &self.rt;
-        self.slots.load_all(&schedule.resident, inputs, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
+        let Runtime { plan, resident, .. } = &self.rt;
+        self.slots.load_all(&plan.resident, inputs, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
     /// Runs once on the loaded inputs; returns the whole saved outputs in the task graph's

@@ -15,11 +15,11 @@ use einsum_ops::unary::UnaryOp;
 use crate::device::{DeviceMemory, Gpu, HostMemory};
 use crate::kernels::gemm_plan::Gemm;
 use crate::lower::{Lowered, Op, Ptr, RowKernel, Space};
-use crate::schedule::Schedule;
+use crate::stream_plan::StreamPlan;
 
 /// Everything the issue needs: GPUs, one stream and cuBLAS handle per virtual device, the
 /// events, the resident regions, pinned output memory, constant tables, the lowered operations
-/// and the schedule.
+/// and the stream plan.
 pub struct Runtime {
     // Field order is drop order: handles, events and streams before the memory and the
     // contexts they belong to.
@@ -28,7 +28,7 @@ pub struct Runtime {
     /// The workspace bound to each cuBLAS handle (see [`CUBLAS_WORKSPACE_BYTES`]); dropped
     /// after the handles that use it.
     pub blas_workspaces: Vec<DeviceMemory>,
-    /// The event recorded after task `t`, where the schedule asks for one.
+    /// The event recorded after task `t`, where the stream plan asks for one.
     pub events: Vec<Option<CudaEvent>>,
     /// One stream per virtual device (on its GPU).
     pub streams: Vec<Arc<CudaStream>>,
@@ -42,7 +42,7 @@ pub struct Runtime {
     /// The operations.
     pub lowered: Lowered,
     /// Streams, events and pool offsets.
-    pub schedule: Schedule,
+    pub plan: StreamPlan,
     /// Device of every buffer (virtual).
     pub buffer_device: Vec<usize>,
     /// Labels of the tasks, for errors.
@@ -145,21 +145,21 @@ fn cuda_dtype(d: DType) -> cublas::sys::cudaDataType {
 impl Runtime {
     /// The GPU of virtual device `v`.
     fn gpu_of(&self, v: usize) -> &Gpu {
-        &self.gpus[self.schedule.gpu_of_device[v]]
+        &self.gpus[self.plan.gpu_of_device[v]]
     }
 
     /// The address of a symbolic pointer.
     fn addr(&self, p: Ptr) -> u64 {
         let base = match p.space {
-            Space::Buffer(b) => match self.schedule.resident.location(b as usize) {
+            Space::Buffer(b) => match self.plan.resident.location(b as usize) {
                 Some((gpu, offset)) => self.resident[gpu].ptr + offset as u64,
                 None => {
                     let dev = self.buffer_device[b as usize];
-                    self.gpu_of(dev).pool.ptr + self.schedule.buffer_offset[b as usize] as u64
+                    self.gpu_of(dev).pool.ptr + self.plan.buffer_offset[b as usize] as u64
                 }
             },
             Space::Scratch { task: t, index } => {
-                self.gpu_of(self.schedule.stream[t]).pool.ptr + self.schedule.scratch_offset[t][index] as u64
+                self.gpu_of(self.plan.stream[t]).pool.ptr + self.plan.scratch_offset[t][index] as u64
             }
             Space::HostOutput(o) => self.host_outputs[o].device_ptr,
             Space::Const(c) => self.consts[c].ptr,
@@ -174,9 +174,9 @@ impl Runtime {
     /// Issues every task, in schedule order.
     pub fn issue(&self) -> Result<(), IssueError> {
         for t in 0..self.lowered.ops.len() {
-            let s = self.schedule.stream[t];
+            let s = self.plan.stream[t];
             let stream = &self.streams[s];
-            for w in &self.schedule.waits[t] {
+            for w in &self.plan.waits[t] {
                 let ev = self.events[w.0 as usize].as_ref().ok_or((t, format!("no event after task {}", w.0)))?;
                 stream.wait(ev).map_err(|e| (t, format!("waiting for task {}: {e}", w.0)))?;
             }

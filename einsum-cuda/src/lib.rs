@@ -4,7 +4,7 @@
 //! operations ([`lower`]): cuBLAS strided-batched GEMMs for contractions (planned in
 //! [`kernels::gemm_plan`]), NVRTC-compiled CUDA C kernels for everything else
 //! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
-//! transfers. [`schedule`] maps virtual devices onto GPUs round-robin with one stream each
+//! transfers. [`stream_plan`] maps virtual devices onto GPUs round-robin with one stream each
 //! and plans one allocation pool per GPU ([`pool`]) for the per-run activations, and one
 //! resident region per GPU ([`resident`]) for the blocks of the computation inputs that the
 //! Load tasks select. [`CudaExecutable::load`] checks an input against its slot ([`inputs`])
@@ -31,6 +31,6 @@ pub mod kernels;
 pub mod lower;
 pub mod pool;
 pub mod resident;
-pub mod schedule;
+pub mod stream_plan;
 
 pub use executable::{CudaExecutable, CudaOptions, CudaSummary};

@@ -221,7 +221,7 @@ fn the_resident_regions_hold_each_loaded_block_once_per_gpu() {
             let Some(c) = compiled(&comp, p, choice) else { break };
             let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
             let e = Emulator::new(&c.graph, &lowered, 1);
-            let plan = &e.schedule().resident;
+            let plan = &e.stream_plan().resident;
             let mut distinct: Vec<(usize, TensorType)> = Vec::new();
             for n in c.graph.nodes() {
                 if let einsum_core::taskgraph::Task::Load { input, dst } = &n.task {
