@@ -28,7 +28,7 @@ mod tensor_type;
 mod tiling;
 
 pub use aggregation::Aggregation;
-pub use backend::{Backend, BackendError, KernelLibrary};
+pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef, Prepared};
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};

@@ -4,10 +4,8 @@
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaGraph;
-use einsum_compile::Compiled;
-use einsum_core::taskgraph::{Boundary, TaskId};
-use einsum_core::{BackendError, DType, HostTensor};
-use einsum_joinagg::Computation;
+use einsum_core::taskgraph::{Boundary, TaskGraph, TaskId};
+use einsum_core::{BackendError, DType, HostTensor, KernelLibrary, Prepared};
 
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
@@ -44,13 +42,13 @@ pub struct CudaSummary {
     pub captured: bool,
 }
 
-/// A computation prepared on the GPUs; see the module docs.
+/// A computation prepared on the GPUs; see the module docs. It is the
+/// [`einsum_core::Prepared`] executable of [`crate::CudaBackend`].
 ///
 /// # Design
-/// The CPU backend is a stateless [`einsum_core::Backend`]; a CUDA graph must be captured
-/// once and replayed, and weights should cross PCIe once, not on every run, so this is a
-/// prepared object instead: [`CudaExecutable::prepare`] does everything that does not depend
-/// on input values; [`CudaExecutable::load`] copies the blocks of one input that the task
+/// A CUDA graph must be captured once and replayed, and weights should cross PCIe once, not
+/// on every run, so this is a prepared object: [`CudaExecutable::prepare`] does everything
+/// that does not depend on input values; [`CudaExecutable::load`] copies the blocks of one input that the task
 /// graph's Load tasks select to the GPUs, where they stay resident ([`crate::resident`]);
 /// [`CudaExecutable::run`] launches and copies the outputs back, so only activations move per
 /// run. The type exists whether or not a GPU is present; without one, `prepare` returns
@@ -69,21 +67,29 @@ fn task_error(labels: &[String], t: usize, reason: String) -> BackendError {
 }
 
 fn setup(reason: String) -> BackendError {
-    BackendError::Unavailable(format!("CUDA setup failed: {reason}"))
+    BackendError::Device { operation: "CUDA setup".into(), reason }
 }
 
 impl CudaExecutable {
-    /// Prepares `compiled` (the physical compilation of `comp`) on the GPUs. Fails with
+    /// Prepares `graph`, whose kernel tasks run `kernels` (a library that describes each
+    /// kernel's operator, [`KernelLibrary::info`], such as `einsum_compile::ComputationKernels`),
+    /// on the GPUs. Fails, before any CUDA call, with [`BackendError::Unsupported`] naming an
+    /// operator the backend has no kernel for ([`crate::kernels::registry`]); with
     /// [`BackendError::Unavailable`] when there is no usable CUDA driver ("no CUDA driver
-    /// found ..."), with [`BackendError::Task`] naming the kernel task whose operator the
-    /// backend has no kernel for, and with `Unavailable("CUDA setup failed: ...")` when a
-    /// driver, NVRTC or cuBLAS call fails.
-    pub fn prepare(comp: &Computation, compiled: &Compiled, options: &CudaOptions) -> Result<Self, BackendError> {
-        let graph = &compiled.graph;
+    /// found ..."); with [`BackendError::Task`] naming a kernel task that cannot be lowered;
+    /// and with [`BackendError::Device`] ("CUDA setup failed: ...") when a driver, NVRTC or
+    /// cuBLAS call fails.
+    pub fn prepare(
+        graph: &TaskGraph,
+        kernels: &dyn KernelLibrary,
+        options: &CudaOptions,
+    ) -> Result<Self, BackendError> {
         let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
-        // The driver check comes first, so a machine without a GPU says so before anything else.
+        // Operators with no CUDA kernel are refused first, with no device involved; then a
+        // machine without a GPU says so before any other work.
+        crate::backend::check_kernels(graph, kernels)?;
         let available = check_cuda()?;
-        let lowered = lower(graph, comp, &compiled.kernels).map_err(|(t, e)| task_error(&labels, t, e))?;
+        let lowered = lower(graph, kernels).map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
         let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);
         let gpus: Vec<Gpu> = (0..plan.gpus)
@@ -199,17 +205,34 @@ impl CudaExecutable {
         self.slots.require_all()?;
         match &self.graph {
             Some(g) => {
-                g.launch().map_err(|e| setup(format!("launching the CUDA graph: {e}")))?;
+                g.launch().map_err(|e| BackendError::Device {
+                    operation: "launching the CUDA graph".into(),
+                    reason: e.to_string(),
+                })?;
             }
             None => self.rt.issue().map_err(|(t, e)| task_error(&self.rt.labels, t, e))?,
         }
-        self.rt.synchronize().map_err(|e| BackendError::Unavailable(format!("CUDA run failed: {e}")))?;
+        self.rt.synchronize().map_err(|reason| BackendError::Device { operation: "CUDA run".into(), reason })?;
         self.outputs
             .iter()
             .zip(&self.rt.host_outputs)
             .map(|(b, m)| from_bytes(b, &m.read()))
             .collect::<Result<_, _>>()
-            .map_err(|e| BackendError::Unavailable(format!("reading an output back: {e}")))
+            .map_err(|reason| BackendError::Device { operation: "reading an output back".into(), reason })
+    }
+}
+
+impl Prepared for CudaExecutable {
+    fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        CudaExecutable::load(self, input, value)
+    }
+
+    fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
+        CudaExecutable::load_all(self, inputs)
+    }
+
+    fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
+        CudaExecutable::run(self)
     }
 }
 

@@ -7,12 +7,10 @@ use std::sync::Arc;
 
 use cudarc::cublas::{self, CudaBlas};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result};
-use einsum_core::{Aggregation, DType};
-use einsum_ops::binary::BinaryOp;
-use einsum_ops::reduce::ReduceOp;
-use einsum_ops::unary::UnaryOp;
+use einsum_core::DType;
 
 use crate::device::{DeviceMemory, Gpu, HostMemory};
+use crate::kernels::codes::{OpCode, unary_scalar};
 use crate::kernels::gemm_plan::Gemm;
 use crate::lower::{Lowered, Op, Ptr, RowKernel, Space};
 use crate::stream_plan::StreamPlan;
@@ -75,44 +73,6 @@ pub fn bind_workspace(blas: &CudaBlas, workspace: &DeviceMemory) -> Result<(), S
 
 /// Why issuing failed: the task (schedule position) and the reason.
 pub type IssueError = (usize, String);
-
-fn dt_code(d: DType) -> i32 {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::BF16 => 2,
-    }
-}
-
-fn agg_code(a: Aggregation) -> i32 {
-    match a {
-        Aggregation::Sum => 0,
-        Aggregation::Max => 1,
-        Aggregation::Min => 2,
-        Aggregation::Product => 3,
-    }
-}
-
-fn unary_code(u: UnaryOp) -> (i32, f32) {
-    match u {
-        UnaryOp::Relu => (0, 0.0),
-        UnaryOp::Gelu => (1, 0.0),
-        UnaryOp::Silu => (2, 0.0),
-        UnaryOp::Exp => (3, 0.0),
-        UnaryOp::Neg => (4, 0.0),
-        UnaryOp::Scale(s) => (5, s),
-    }
-}
-
-fn binary_code(b: BinaryOp) -> i32 {
-    match b {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Max => 4,
-    }
-}
 
 /// A grid-stride launch over `n` elements.
 fn linear(n: usize) -> LaunchConfig {
@@ -200,7 +160,7 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let (sp, dp, zero, dt) = (a(src), a(dst), 0i64, dt_code(*dtype));
+                let (sp, dp, zero, dt) = (a(src), a(dst), 0i64, dtype.code());
                 let f = self.function(s, "box_copy")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
@@ -240,7 +200,7 @@ impl Runtime {
                 if *n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, op, dt, code, nn) = (a(x), a(y), a(out), dt_code(*dtype), agg_code(*agg), *n as i64);
+                let (xp, yp, op, dt, code, nn) = (a(x), a(y), a(out), dtype.code(), agg.code(), *n as i64);
                 let f = self.function(s, "aggregate")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&op).arg(&dt).arg(&code).arg(&nn);
@@ -251,8 +211,8 @@ impl Runtime {
                 if *n == 0 {
                     return Ok(());
                 }
-                let (code, scale) = unary_code(*op);
-                let (xp, yp, dt, nn) = (a(x), a(y), dt_code(*dtype), *n as i64);
+                let (code, scale) = (op.code(), unary_scalar(*op));
+                let (xp, yp, dt, nn) = (a(x), a(y), dtype.code(), *n as i64);
                 let f = self.function(s, "unary")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
@@ -264,7 +224,7 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dt_code(*dtype), binary_code(*op));
+                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dtype.code(), op.code());
                 let f = self.function(s, "binary")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code).arg(dims);
@@ -281,7 +241,7 @@ impl Runtime {
                     block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                let (xp, yp, dt) = (a(x), a(y), dt_code(*dtype));
+                let (xp, yp, dt) = (a(x), a(y), dtype.code());
                 let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
                 let wp = w.map(|p| a(&p)).unwrap_or(0);
                 let bp = bias.map(|p| a(&p)).unwrap_or(0);
@@ -312,7 +272,7 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, tp, dt) = (a(x), a(y), a(table), dt_code(*dtype));
+                let (xp, yp, tp, dt) = (a(x), a(y), a(table), dtype.code());
                 let (sq, ft, h, r) = (*seq as i32, *feat as i32, *half as i64, *rows as i64);
                 let f = self.function(s, "rope")?;
                 let mut b = stream.launch_builder(f);
@@ -325,11 +285,8 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let code = match op {
-                    ReduceOp::Sum => 0i32,
-                    ReduceOp::Max => 1,
-                };
-                let (xp, yp, dt) = (a(x), a(y), dt_code(*dtype));
+                let code = op.code();
+                let (xp, yp, dt) = (a(x), a(y), dtype.code());
                 let f = self.function(s, "reduce")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(keep).arg(over);
@@ -361,7 +318,7 @@ impl Runtime {
                     .attention
                     .get(head_dim)
                     .ok_or_else(|| format!("no attention kernel for head dimension {head_dim}"))?;
-                let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dt_code(*dtype));
+                let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dtype.code());
                 let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
                 let mut b = stream.launch_builder(f);
                 b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);
