@@ -9,8 +9,8 @@ use einsum_core::{BackendError, DType, HostTensor, KernelLibrary, Prepared};
 
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
-use crate::executor::{CUBLAS_WORKSPACE_BYTES, Runtime, bind_workspace, label};
-use crate::graph_capture::capture;
+use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspace, label};
+use crate::graph_capture::{CaptureError, capture};
 use crate::inputs::InputSlots;
 use crate::lower::lower;
 use crate::stream_plan::{StreamPlan, task_device};
@@ -164,9 +164,9 @@ impl CudaExecutable {
         let captured = if options.eager {
             None
         } else {
-            Some(capture(&rt).map_err(|(t, e)| match t {
-                Some(t) => task_error(&rt.labels, t, e),
-                None => setup(e),
+            Some(capture(&rt).map_err(|e| match e {
+                CaptureError::Issue(IssueError { task, reason }) => task_error(&rt.labels, task, reason),
+                capture @ CaptureError::Capture { .. } => setup(capture.to_string()),
             })?)
         };
         Ok(CudaExecutable {
@@ -210,7 +210,7 @@ impl CudaExecutable {
                     reason: e.to_string(),
                 })?;
             }
-            None => self.rt.issue().map_err(|(t, e)| task_error(&self.rt.labels, t, e))?,
+            None => self.rt.issue().map_err(|e| task_error(&self.rt.labels, e.task, e.reason))?,
         }
         self.rt.synchronize().map_err(|reason| BackendError::Device { operation: "CUDA run".into(), reason })?;
         self.outputs

@@ -71,8 +71,16 @@ pub fn bind_workspace(blas: &CudaBlas, workspace: &DeviceMemory) -> Result<(), S
     }
 }
 
-/// Why issuing failed: the task (schedule position) and the reason.
-pub type IssueError = (usize, String);
+/// Why issuing failed: the task (its position in the graph) and the device's reason (a
+/// failed launch, GEMM, event or wait).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("task {task}: {reason}")]
+pub struct IssueError {
+    /// The task being issued.
+    pub task: usize,
+    /// What failed.
+    pub reason: String,
+}
 
 /// A grid-stride launch over `n` elements.
 fn linear(n: usize) -> LaunchConfig {
@@ -136,15 +144,17 @@ impl Runtime {
         for t in 0..self.lowered.ops.len() {
             let s = self.plan.stream[t];
             let stream = &self.streams[s];
+            let fail = |reason: String| IssueError { task: t, reason };
             for w in &self.plan.waits[t] {
-                let ev = self.events[w.0 as usize].as_ref().ok_or((t, format!("no event after task {}", w.0)))?;
-                stream.wait(ev).map_err(|e| (t, format!("waiting for task {}: {e}", w.0)))?;
+                let ev =
+                    self.events[w.0 as usize].as_ref().ok_or_else(|| fail(format!("no event after task {}", w.0)))?;
+                stream.wait(ev).map_err(|e| fail(format!("waiting for task {}: {e}", w.0)))?;
             }
             for op in &self.lowered.ops[t] {
-                self.issue_op(s, op).map_err(|e| (t, e))?;
+                self.issue_op(s, op).map_err(fail)?;
             }
             if let Some(ev) = &self.events[t] {
-                ev.record(stream).map_err(|e| (t, format!("recording an event: {e}")))?;
+                ev.record(stream).map_err(|e| fail(format!("recording an event: {e}")))?;
             }
         }
         Ok(())
