@@ -6,16 +6,19 @@
 //! `Graph::op` adds it between the matmuls `x·w_gate`, `x·w_up` and `·w_down`. The example
 //! checks every spec it offers on 4 devices against its whole kernel, compiles the block for
 //! 4 CPU devices with the DP, runs it on random inputs and checks the outputs against the
-//! single-device reference.
+//! single-device reference. The CPU backend runs any operator through its CPU kernel; the
+//! CUDA backend has kernels only for the library's operators (by type), so compiling the
+//! block for it is refused at once, naming the operator, with or without a GPU.
 //!
 //! `cargo run --release --example custom_operator`
 
+use einsum_core::BackendError;
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc, scaled_error};
 use einsum_joinagg::{
     AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, decomposition_error,
     enumerate_specs, grid_spec,
 };
-use einsummable::{CompileOptions, DType, Graph, compile};
+use einsummable::{Backend, CompileOptions, DType, Error as DriverError, Graph, compile};
 
 const KIND: &str = "swiglu";
 
@@ -91,18 +94,8 @@ impl AbstractOperator for SwiGlu {
     }
 }
 
-fn main() -> einsummable::Result<()> {
-    // Every spec the operator offers on 4 devices computes what its whole kernel computes.
-    let block = TensorDesc::of(&[("tokens", 64), ("d_ff", 96)], DType::F32)?;
-    let op = SwiGlu::new(&block, &block)?;
-    let specs = enumerate_specs(&op, 4)?;
-    for (seed, choice) in specs.iter().enumerate() {
-        let error = decomposition_error(&op, &choice.spec, seed as u64)?;
-        println!("swiglu spec {:?} (tokens, d_ff) on 4 devices: error {error:.3e}", choice.counts);
-        assert!(error <= 1e-5, "spec {:?} disagrees with the whole kernel: error {error}", choice.counts);
-    }
-
-    // x·w_gate and x·w_up, the fused gate, then ·w_down.
+/// x·w_gate and x·w_up, the fused gate, then ·w_down.
+fn block_graph() -> einsummable::Result<Graph> {
     let mut g = Graph::new();
     let x = g.input("x", &[("tokens", 64), ("d_model", 32)], DType::F32)?;
     let w_gate = g.input("w_gate", &[("d_model", 32), ("d_ff", 96)], DType::F32)?;
@@ -114,7 +107,21 @@ fn main() -> einsummable::Result<()> {
     let hidden = g.op(Box::new(swiglu), &[gate, up])?[0];
     let y = g.matmul(hidden, w_down)?;
     g.save(y)?;
+    Ok(g)
+}
 
+fn main() -> einsummable::Result<()> {
+    // Every spec the operator offers on 4 devices computes what its whole kernel computes.
+    let block = TensorDesc::of(&[("tokens", 64), ("d_ff", 96)], DType::F32)?;
+    let op = SwiGlu::new(&block, &block)?;
+    let specs = enumerate_specs(&op, 4)?;
+    for (seed, choice) in specs.iter().enumerate() {
+        let error = decomposition_error(&op, &choice.spec, seed as u64)?;
+        println!("swiglu spec {:?} (tokens, d_ff) on 4 devices: error {error:.3e}", choice.counts);
+        assert!(error <= 1e-5, "spec {:?} disagrees with the whole kernel: error {error}", choice.counts);
+    }
+
+    let g = block_graph()?;
     let mut exe = compile(&g, &CompileOptions::default().devices(4))?;
     exe.load_random(1)?;
     exe.execute()?;
@@ -126,6 +133,18 @@ fn main() -> einsummable::Result<()> {
     }
     println!("  max error against the single-device reference: {error:.3e}");
     assert!(error <= 1e-5, "the compiled block computes a different result: error {error}");
+
+    // The CUDA backend has no kernel for SwiGlu: compiling for it is refused before any
+    // planning or CUDA call, naming the operator (with or without a GPU).
+    let cuda = CompileOptions::default().devices(4).backend(Backend::Cuda { eager: false });
+    match compile(&g, &cuda) {
+        Err(DriverError::Backend(BackendError::Unsupported { backend, operator, kind })) => {
+            println!("on the {backend} backend: refused, no kernel for `{operator}` ({kind})");
+            assert_eq!((backend.as_str(), operator.as_str(), kind.as_str()), ("cuda", "swiglu #3", KIND));
+        }
+        Err(other) => panic!("expected the CUDA backend to refuse swiglu, got: {other}"),
+        Ok(_) => panic!("the CUDA backend compiled an operator it has no kernel for"),
+    }
     Ok(())
 }
 

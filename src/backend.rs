@@ -1,5 +1,10 @@
 //! The backends an executable runs on, as values ([`Backend`]) and by name ([`backends`],
-//! the table the command line reads).
+//! the table the command line reads). A value builds the backend itself
+//! ([`Backend::build`]), which implements the core contract ([`einsum_core::Backend`]):
+//! `compile` holds only that `Box<dyn einsum_core::Backend>` and the executable it prepares.
+
+use einsum_cpu::CpuBackend;
+use einsum_cuda::{CudaBackend, CudaOptions};
 
 use crate::{Error, Result};
 
@@ -24,6 +29,16 @@ impl Backend {
         match self {
             Backend::Cpu => "cpu",
             Backend::Cuda { .. } => "cuda",
+        }
+    }
+
+    /// The backend itself, behind the core contract: the CPU backend on every core (it
+    /// runs every operator through its CPU kernel, so it refuses none), or the CUDA backend
+    /// on every GPU (it refuses, naming it, an operator with no CUDA kernel).
+    pub fn build(&self) -> Box<dyn einsum_core::Backend> {
+        match *self {
+            Backend::Cpu => Box::new(CpuBackend::new()),
+            Backend::Cuda { eager } => Box::new(CudaBackend::new(CudaOptions { eager, max_gpus: None })),
         }
     }
 }
@@ -79,7 +94,9 @@ mod tests {
     #[test]
     fn every_entry_builds_the_backend_of_its_name() {
         for e in backends() {
-            assert_eq!((e.build)(&BackendParams::default()).name(), e.name);
+            let value = (e.build)(&BackendParams::default());
+            assert_eq!(value.name(), e.name);
+            assert_eq!(value.build().name(), e.name, "the value builds the backend of its name");
         }
         let err = backend_by_name("tpu", &BackendParams::default()).unwrap_err().to_string();
         assert!(err.contains("`tpu`") && err.contains("cpu, cuda"), "{err}");

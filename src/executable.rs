@@ -3,11 +3,9 @@
 
 use std::{collections::HashMap, fmt, sync::Arc, time::Instant};
 
-use einsum_compile::{Compiled, ComputationKernels, ExchangeProgram, Schedule};
-use einsum_core::{HostTensor, taskgraph::MemoryStats};
-use einsum_cpu::{CpuBackend, CpuExecutable};
-use einsum_cuda::{CudaExecutable, CudaOptions};
-use einsum_joinagg::TensorId;
+use einsum_compile::{Compiled, ComputationKernels, ExchangeProgram, Schedule, check_operators};
+use einsum_core::{DType, HostTensor, KernelInfo, KernelLibrary, Prepared, TensorType, taskgraph::MemoryStats};
+use einsum_joinagg::{Computation, TensorId};
 use einsum_logical::{CostModel, Dp, LogicalOptimizer, LogicalPlan, Machine, Time};
 use einsum_sim::Topology;
 
@@ -168,39 +166,58 @@ pub struct RunReport {
 /// A compiled graph: its logical plan, exchange programs and task graph, ready to run
 /// once every input is loaded.
 ///
-/// On the CPU backend an input is handed to the prepared executable as soon as it is
-/// loaded: its blocks are sliced onto their devices once and stay resident, and every
+/// The task graph is prepared on the chosen backend at compile time
+/// ([`einsum_core::Backend::prepare`]); an input is handed to the prepared executable as
+/// soon as it is loaded: its blocks go onto their devices once and stay resident, and every
 /// `execute` runs the rest of the task graph on them.
 pub struct Executable<'g> {
     graph: &'g Graph,
     plan: LogicalPlan,
-    compiled: Compiled,
+    compiled: Arc<Compiled>,
     /// The per-device memory budget the plan fits, and the devices' smallest HBM capacity.
     budget: f64,
     capacity: f64,
-    runner: Runner,
+    /// The task graph prepared on the backend (which holds the kernel library).
+    prepared: Box<dyn Prepared + 'g>,
+    /// The backend's name, and the host bytes it needs besides the input values
+    /// ([`einsum_core::Backend::host_bytes`]).
+    backend: &'static str,
+    backend_host_bytes: usize,
     inputs: Vec<TensorId>,
     /// The values loaded, kept for reference runs ([`Executable::loaded_inputs`]).
     loaded: Vec<Option<HostTensor>>,
     outputs: HashMap<TensorId, HostTensor>,
 }
 
-/// The backend an executable runs on: a CPU executable that holds the loaded inputs'
-/// blocks resident, or a CUDA executable prepared once (kernels compiled, graph captured)
-/// and replayed.
-enum Runner {
-    Cpu(Box<CpuExecutable>),
-    Cuda(Box<CudaExecutable>),
+/// The kernel library a prepared executable holds: the graph's operators and the compiled
+/// kernel table, owned for as long as the graph is borrowed.
+struct GraphKernels<'g> {
+    comp: &'g Computation,
+    compiled: Arc<Compiled>,
 }
 
-impl Runner {
-    /// Hands input `slot`'s value to the backend, which keeps its blocks resident.
-    fn load(&mut self, slot: usize, value: &HostTensor) -> Result<()> {
-        match self {
-            Runner::Cpu(c) => c.load(slot, value)?,
-            Runner::Cuda(c) => c.load(slot, value)?,
-        }
-        Ok(())
+impl GraphKernels<'_> {
+    fn library(&self) -> ComputationKernels<'_> {
+        ComputationKernels(self.comp, &self.compiled.kernels)
+    }
+}
+
+impl KernelLibrary for GraphKernels<'_> {
+    fn run(
+        &self,
+        kernel: usize,
+        inputs: &[HostTensor],
+        outputs: &[(TensorType, DType)],
+    ) -> std::result::Result<Vec<HostTensor>, String> {
+        self.library().run(kernel, inputs, outputs)
+    }
+
+    fn name(&self, kernel: usize) -> String {
+        self.library().name(kernel)
+    }
+
+    fn info(&self, kernel: usize) -> Option<KernelInfo<'_>> {
+        self.library().kernel_info(kernel)
     }
 }
 
@@ -209,14 +226,18 @@ impl Runner {
 /// optimization), for `options` (see [`plan_and_compile`]).
 ///
 /// # Errors
-/// Besides bad options and compile errors: `einsum_logical::Error::DoesNotFit` when no plan
-/// fits the devices' memory, `OverBudget` for a baseline whose plan does not.
+/// Besides bad options and compile errors: `einsum_core::BackendError::Unsupported`, naming
+/// the operator, when the backend has no kernel for one of the graph's operators (the CPU
+/// backend runs them all; see [`Backend`]), `Unavailable` when the backend cannot run here
+/// (no GPU), both before any planning; `einsum_logical::Error::DoesNotFit` when no plan fits
+/// the devices' memory, `OverBudget` for a baseline whose plan does not.
 pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executable<'g>> {
-    if let Backend::Cuda { .. } = options.backend {
-        // Before any work: a machine without a GPU says so at once.
-        einsum_cuda::availability::check_cuda()?;
-    }
+    let backend = options.backend.build();
     let comp = graph.computation();
+    // Before any work, with no device involved: an operator the backend has no kernel for,
+    // then a backend that cannot run here (a machine without a GPU says so at once).
+    check_operators(backend.as_ref(), comp)?;
+    backend.check_available()?;
     if comp.saved().is_empty() {
         // Nothing would be computed, and `execute` would return no output at all.
         return Err(Error::Usage(
@@ -240,14 +261,11 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         schedule: options.schedule,
         memory_budget: options.memory_budget,
     })?;
-    let (plan, compiled, budget, capacity) = (planned.plan, planned.compiled, planned.budget, planned.capacity);
-    let runner = match options.backend {
-        Backend::Cuda { eager } => {
-            let cuda_options = CudaOptions { eager, max_gpus: None };
-            Runner::Cuda(Box::new(CudaExecutable::prepare(comp, &compiled, &cuda_options)?))
-        }
-        Backend::Cpu => Runner::Cpu(Box::new(CpuBackend::new().prepare(&compiled.graph)?)),
-    };
+    let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
+    let compiled = Arc::new(planned.compiled);
+    let kernels = Arc::new(GraphKernels { comp, compiled: Arc::clone(&compiled) });
+    let prepared = backend.prepare(&compiled.graph, kernels)?;
+    let backend_host_bytes = backend.host_bytes(&compiled.graph);
     let inputs = comp.inputs();
     Ok(Executable {
         graph,
@@ -255,7 +273,9 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         compiled,
         budget,
         capacity,
-        runner,
+        prepared,
+        backend: options.backend.name(),
+        backend_host_bytes,
         loaded: vec![None; inputs.len()],
         inputs,
         outputs: HashMap::new(),
@@ -281,7 +301,7 @@ impl Executable<'_> {
                 value.dtype()
             )));
         }
-        self.runner.load(slot, &value)?;
+        self.prepared.load(slot, &value)?;
         self.loaded[slot] = Some(value);
         Ok(())
     }
@@ -293,7 +313,7 @@ impl Executable<'_> {
         for (slot, t) in self.inputs.iter().enumerate() {
             let value = values.remove(t);
             if let Some(v) = &value {
-                self.runner.load(slot, v)?;
+                self.prepared.load(slot, v)?;
             }
             self.loaded[slot] = value;
         }
@@ -311,13 +331,9 @@ impl Executable<'_> {
             return Err(Error::Usage(format!("input `{}` is not loaded", self.input_name(slot))));
         }
         let comp = self.graph.computation();
-        let kernels = ComputationKernels(comp, &self.compiled.kernels);
         let started = Instant::now();
         // The inputs are resident on the devices already.
-        let outs = match &mut self.runner {
-            Runner::Cpu(c) => c.run(&kernels)?.0,
-            Runner::Cuda(c) => c.run()?,
-        };
+        let outs = self.prepared.run()?;
         let wall_ms = started.elapsed().as_secs_f64() * 1e3;
         self.outputs = comp.saved().iter().copied().zip(outs).collect();
         Ok(RunReport { wall_ms })
@@ -374,11 +390,11 @@ impl Executable<'_> {
         self.compiled.predicted_ms
     }
 
-    /// The host bytes a run allocates: every input's value (kept for reference checks; on
-    /// the CUDA backend twice, with the copy handed to every run), every device's peak on
-    /// the CPU backend (its devices are host memory: resident input blocks plus the
-    /// transient peak), the saved outputs and, with `reference`, every tensor of the
-    /// single-device reference evaluation (as f32). An estimate from the task graph, so that
+    /// The host bytes a run allocates: every input's value (kept for reference checks), what
+    /// the backend needs besides ([`einsum_core::Backend::host_bytes`]: every device's peak
+    /// on the CPU backend, whose devices are host memory; a staging copy of the inputs on
+    /// CUDA), the saved outputs and, with `reference`, every tensor of the single-device
+    /// reference evaluation (as f32). An estimate from the task graph, so that
     /// a run too large for the machine is refused before it allocates.
     pub fn host_bytes_needed(&self, reference: bool) -> usize {
         let comp = self.graph.computation();
@@ -387,10 +403,7 @@ impl Executable<'_> {
         };
         let inputs = self.inputs.iter().map(bytes).fold(0, usize::saturating_add);
         let outputs = comp.saved().iter().map(bytes).fold(0, usize::saturating_add);
-        let (copies, devices) = match self.runner {
-            Runner::Cpu(_) => (1, self.stats().peak_bytes.iter().fold(0usize, |a, &b| a.saturating_add(b))),
-            Runner::Cuda(_) => (2, 0),
-        };
+
         let reference = if reference {
             comp.topo_order()
                 .into_iter()
@@ -400,7 +413,7 @@ impl Executable<'_> {
         } else {
             0
         };
-        inputs.saturating_mul(copies).saturating_add(devices).saturating_add(outputs).saturating_add(reference)
+        inputs.saturating_add(self.backend_host_bytes).saturating_add(outputs).saturating_add(reference)
     }
 
     /// Refuses a run whose [`Executable::host_bytes_needed`] exceeds the memory this process can
@@ -413,8 +426,8 @@ impl Executable<'_> {
                 needed,
                 available,
                 what: format!(
-                    "inputs, {} device buffers and outputs{}",
-                    if matches!(self.runner, Runner::Cpu(_)) { "the CPU backend's" } else { "no" },
+                    "inputs, the {} backend's host buffers and outputs{}",
+                    self.backend,
                     if reference { ", and the single-device reference" } else { "" }
                 ),
             }),

@@ -74,8 +74,8 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
             exe.load_random(3).unwrap();
             let comp = graph.computation();
             let compiled = exe.compiled();
-            let lowered = einsum_cuda::lower::lower(&compiled.graph, comp, &compiled.kernels)
-                .unwrap_or_else(|(t, e)| panic!("task {t}: {e}"));
+            let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
+            let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
             let values = exe.loaded_inputs();
             let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
             let reference = comp.evaluate(&values).unwrap();

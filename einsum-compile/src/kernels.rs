@@ -1,8 +1,8 @@
 //! The kernel library of a compiled computation: kernel `k` runs the concrete operator of
 //! `kernels[k]`'s operator on its function spec.
 
-use einsum_core::{DType, HostTensor, KernelLibrary, TensorType};
-use einsum_joinagg::{Computation, Node};
+use einsum_core::{Backend, BackendError, DType, HostTensor, KernelInfo, KernelLibrary, OperatorRef, TensorType};
+use einsum_joinagg::{AbstractOperator, Computation, Node};
 
 use super::KernelCall;
 
@@ -57,4 +57,39 @@ impl KernelLibrary for ComputationKernels<'_> {
             None => format!("kernel {kernel}"),
         }
     }
+
+    fn info(&self, kernel: usize) -> Option<KernelInfo<'_>> {
+        self.kernel_info(kernel)
+    }
+}
+
+impl<'a> ComputationKernels<'a> {
+    /// The operator of `kernels[kernel]` (its concrete value, name and kind) and its
+    /// function spec's blocks, borrowed from the computation and the table
+    /// ([`KernelLibrary::info`]).
+    pub fn kernel_info(&self, kernel: usize) -> Option<KernelInfo<'a>> {
+        let call = self.1.get(kernel)?;
+        let Some(Node::Op { op, name, .. }) = self.0.node(call.op) else { return None };
+        Some(KernelInfo {
+            operator: operator_ref(op.as_ref(), name),
+            inputs: &call.function.inputs,
+            outputs: &call.function.outputs,
+        })
+    }
+}
+
+/// Operator `op`, the vertex called `name`, as a backend sees it.
+pub fn operator_ref<'a>(op: &'a dyn AbstractOperator, name: &'a str) -> OperatorRef<'a> {
+    OperatorRef { value: op, name, kind: op.kind() }
+}
+
+/// Asks `backend` about every operator of `comp`, in topological order: the first it has
+/// no kernel for is refused ([`BackendError::Unsupported`], naming the operator). Needs no
+/// device, so a driver calls it before planning.
+pub fn check_operators(backend: &dyn Backend, comp: &Computation) -> Result<(), BackendError> {
+    for (id, op, _) in comp.ops() {
+        let name = comp.node(id).map_or("?", |n| n.name());
+        backend.check_operator(operator_ref(op, name))?;
+    }
+    Ok(())
 }

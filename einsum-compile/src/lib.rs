@@ -4,7 +4,8 @@
 //!
 //! - [`compile()`] synthesizes and lowers an exchange program per operator input (placement,
 //!   preamble, lowering) and checks each device's memory, giving a [`Compiled`];
-//! - [`ComputationKernels`] runs its kernels ([`KernelCall`]);
+//! - [`ComputationKernels`] runs its kernels ([`KernelCall`]) and describes their operators to
+//!   backends with their own kernels; [`check_operators`] asks a backend about every operator;
 //! - [`predict()`] simulates the whole compiled graph (roofline kernels, simulated exchanges,
 //!   overlapped) for [`Compiled::predicted_ms`].
 //!
@@ -57,7 +58,7 @@ use einsum_core::{DType, TaskGraphError, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
 use einsum_sim::{Precision, Roofline, Topology};
 
-pub use kernels::ComputationKernels;
+pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use predict::{PredictError, predict, simulator_tasks};
 

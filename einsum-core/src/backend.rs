@@ -1,6 +1,11 @@
 //! The backend contract: run a [`TaskGraph`] on some devices.
 
-use crate::{DType, HostTensor, TensorType, taskgraph::TaskGraph, taskgraph::TaskId};
+use std::{any::Any, fmt, sync::Arc};
+
+use crate::{
+    DType, HostTensor, TensorType,
+    taskgraph::{TaskGraph, TaskId, check_inputs},
+};
 
 /// The concrete kernels a task graph's `Kernel` tasks name, by index.
 ///
@@ -9,7 +14,7 @@ use crate::{DType, HostTensor, TensorType, taskgraph::TaskGraph, taskgraph::Task
 /// whoever compiled the graph (it knows the operators) supplies the library. A backend
 /// brings its own memory and scheduling; a CPU backend can run the operators' reference
 /// kernels through this trait, a GPU backend maps indices to its own kernels.
-pub trait KernelLibrary: Sync {
+pub trait KernelLibrary: Send + Sync {
     /// Runs kernel `kernel` on the input blocks, producing blocks of the given types and
     /// dtypes (in absolute coordinates). An error says what went wrong.
     fn run(
@@ -21,6 +26,35 @@ pub trait KernelLibrary: Sync {
 
     /// A readable name of kernel `kernel`, for error messages.
     fn name(&self, kernel: usize) -> String;
+
+    /// The operator and blocks of kernel `kernel`, for a backend that compiles its own
+    /// kernels (`None`: the library does not say, or there is no such kernel; such a backend
+    /// then refuses the graph).
+    fn info(&self, kernel: usize) -> Option<KernelInfo<'_>> {
+        let _ = kernel;
+        None
+    }
+}
+
+/// A borrowed library is a library, so `Arc::new(&library)` can be handed to
+/// [`Backend::prepare`].
+impl<K: KernelLibrary + ?Sized> KernelLibrary for &K {
+    fn run(
+        &self,
+        kernel: usize,
+        inputs: &[HostTensor],
+        outputs: &[(TensorType, DType)],
+    ) -> Result<Vec<HostTensor>, String> {
+        (**self).run(kernel, inputs, outputs)
+    }
+
+    fn name(&self, kernel: usize) -> String {
+        (**self).name(kernel)
+    }
+
+    fn info(&self, kernel: usize) -> Option<KernelInfo<'_>> {
+        (**self).info(kernel)
+    }
 }
 
 /// Why a run failed. A run either returns every saved output or one of these.
@@ -67,19 +101,143 @@ pub enum BackendError {
     /// The backend cannot run here (no GPU, not compiled in, ...).
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// An operator the backend has no kernel for (found before any device is touched).
+    #[error("the {backend} backend has no kernel for operator `{operator}` (kind `{kind}`)")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// The operator's vertex name.
+        operator: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// A device call that failed (a driver, compiler or library call while preparing,
+    /// loading or running).
+    #[error("{operation} failed: {reason}")]
+    Device {
+        /// What was being done (`CUDA setup`, `CUDA run`, `loading input 2`, ...).
+        operation: String,
+        /// The device's error.
+        reason: String,
+    },
 }
 
-/// Runs task graphs.
+/// An operator as a backend sees it, for [`Backend::check_operator`] and
+/// [`KernelInfo::operator`].
+///
+/// # Design
+/// This crate knows no operator, so the operator is an `&dyn Any`: a backend that brings
+/// its own kernels finds one by the value's concrete type (its `TypeId`) and downcasts to
+/// read the operator's parameters; the name and kind are for messages.
+#[derive(Clone, Copy)]
+pub struct OperatorRef<'a> {
+    /// The operator value (its concrete type, e.g. `einsum_ops::unary::Unary`).
+    pub value: &'a dyn Any,
+    /// The operator's vertex name in its computation.
+    pub name: &'a str,
+    /// Its kind (`einsum`, `softmax`, a custom operator's own kind, ...).
+    pub kind: &'a str,
+}
+
+impl fmt::Debug for OperatorRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OperatorRef").field("name", &self.name).field("kind", &self.kind).finish()
+    }
+}
+
+/// One kernel of a [`KernelLibrary`], described for a backend that compiles its own
+/// kernels instead of calling [`KernelLibrary::run`] (the CUDA backend).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelInfo<'a> {
+    /// The operator the kernel computes.
+    pub operator: OperatorRef<'a>,
+    /// The input blocks one call reads, in absolute coordinates (its function spec).
+    pub inputs: &'a [TensorType],
+    /// The output blocks it writes.
+    pub outputs: &'a [TensorType],
+}
+
+/// A task graph prepared on a backend: its computation inputs are loaded once and stay
+/// resident on their devices, and it runs any number of times on them.
+///
+/// # Design
+/// Inputs (weights) do not change between runs, so moving their blocks onto the devices
+/// belongs to loading, not to running; and what depends only on the graph (compiled
+/// kernels, memory plans, a captured CUDA graph) belongs to preparing. A run then costs only
+/// the computation. Every method returns a typed [`BackendError`].
+pub trait Prepared {
+    /// Gives computation input `input` (its index in the graph's inputs) the value `value`
+    /// (the whole tensor): checks its type and dtype ([`BackendError::Input`] naming the
+    /// input otherwise) and places its blocks on their devices, replacing any earlier value.
+    fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError>;
+
+    /// Loads every input: `inputs` are the whole computation inputs in the graph's order.
+    fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
+        for (i, value) in inputs.iter().enumerate() {
+            self.load(i, value)?;
+        }
+        Ok(())
+    }
+
+    /// Runs once on the loaded inputs and returns the saved outputs (whole tensors, in the
+    /// graph's output order). An input never loaded is an error naming it.
+    fn run(&mut self) -> Result<Vec<HostTensor>, BackendError>;
+}
+
+/// Runs task graphs: the contract every backend (CPU, CUDA) implements, so that a driver
+/// holds a `Box<dyn Backend>` chosen by value and a `Box<dyn Prepared>` from it.
+///
+/// # Design
+/// Prepare once, load inputs once, run many ([`Prepared`]). A backend gets the graph and
+/// the [`KernelLibrary`] its `Kernel` tasks name, owned by the prepared executable for its
+/// lifetime `'k`: the CPU backend calls the library's host kernels on every run, the CUDA
+/// backend reads [`KernelLibrary::info`] at prepare time to pick its own kernels by
+/// operator type. Which operators a backend can run is asked before any planning
+/// ([`Backend::check_operator`]), so a graph the backend cannot run is refused at compile
+/// time, naming the operator.
 pub trait Backend {
     /// The backend's name (`cpu`, `cuda`).
     fn name(&self) -> &str;
 
-    /// Runs `graph` with the given computation inputs (whole tensors, in the graph's input
-    /// order) and returns the saved outputs (whole tensors, in the graph's output order).
+    /// Fails with [`BackendError::Unavailable`] when the backend cannot run on this machine
+    /// (no GPU, no driver); the default says it always can.
+    fn check_available(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Fails with [`BackendError::Unsupported`] naming `operator` when this backend has no
+    /// kernel for it. Needs no device, so a driver calls it before planning. The default
+    /// refuses nothing (a backend that runs every operator's own host kernel).
+    fn check_operator(&self, operator: OperatorRef<'_>) -> Result<(), BackendError> {
+        let _ = operator;
+        Ok(())
+    }
+
+    /// Host bytes a prepared executable of `graph` needs beyond the caller's own input
+    /// values (device memory that is host memory, staging copies), so that a driver can
+    /// refuse a run too large for the machine before anything is allocated.
+    fn host_bytes(&self, graph: &TaskGraph) -> usize;
+
+    /// Prepares `graph`, whose `Kernel` tasks run `kernels`, for repeated runs: an
+    /// executable that holds no input yet.
+    fn prepare<'k>(
+        &self,
+        graph: &TaskGraph,
+        kernels: Arc<dyn KernelLibrary + 'k>,
+    ) -> Result<Box<dyn Prepared + 'k>, BackendError>;
+
+    /// Runs `graph` once with the given computation inputs (whole tensors, in the graph's
+    /// input order) and returns the saved outputs (whole tensors, in the graph's output
+    /// order): prepare, load every input, run.
     fn execute(
         &self,
         graph: &TaskGraph,
         kernels: &dyn KernelLibrary,
         inputs: &[HostTensor],
-    ) -> Result<Vec<HostTensor>, BackendError>;
+    ) -> Result<Vec<HostTensor>, BackendError> {
+        check_inputs(graph, inputs)?;
+        let mut exe = self.prepare(graph, Arc::new(kernels))?;
+        exe.load_all(inputs)?;
+        exe.run()
+    }
 }

@@ -8,7 +8,9 @@
 //! - [`TensorDesc`]: a zero-bounded type with named indices, as users see it.
 //! - [`Aggregation`]: the elementwise ⊕ that combines partial outputs.
 //! - [`KernelClass`]: which roofline a kernel runs at (each operator names its own).
-//! - [`TaskGraph`]: the backend-independent executable IR, and the [`Backend`] contract.
+//! - [`TaskGraph`]: the backend-independent executable IR, and the one backend contract:
+//!   [`Backend`] prepares a graph with its [`KernelLibrary`] into a [`Prepared`] executable
+//!   (load inputs once, run many), every failure a typed [`BackendError`].
 //!
 //! **Architecture invariant:** this crate knows nothing about operators, specs or
 //! optimizers; a task graph names devices and kernels by index only.
@@ -28,7 +30,7 @@ mod tensor_type;
 mod tiling;
 
 pub use aggregation::Aggregation;
-pub use backend::{Backend, BackendError, KernelLibrary};
+pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef, Prepared};
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};

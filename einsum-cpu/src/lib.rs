@@ -6,14 +6,19 @@
 //! block of a computation input into a device, a store copies a block back to the host.
 //!
 //! Computation inputs are resident, as the task graph's memory model says: a
-//! [`CpuExecutable`] ([`CpuBackend::prepare`]) performs an input's `Load` tasks once, when
-//! the input is given ([`CpuExecutable::load`]), keeps those blocks for its lifetime, and
-//! every [`CpuExecutable::run`] runs the other tasks on them. [`Backend::execute`] is
-//! prepare, load every input, run. Kernels come from the [`KernelLibrary`] the graph was compiled with. Results equal
-//! [`interpret`](einsum_core::taskgraph::interpret)'s bit for bit: every task does the same
-//! operations on the same blocks (an aggregation folds its sources left to right).
+//! [`CpuExecutable`] ([`CpuBackend::executable`], or boxed through the core contract,
+//! [`Backend::prepare`]) performs an input's `Load` tasks once, when the input is given
+//! ([`CpuExecutable::load`]), keeps those blocks for its lifetime, and every run
+//! ([`CpuExecutable::run_with_stats`], [`Prepared::run`]) runs the other tasks on them.
+//! [`Backend::execute`] is prepare, load every input, run. Kernels come from the
+//! [`KernelLibrary`] the graph was compiled with, whose host kernels run every operator: the
+//! CPU backend refuses no operator ([`Backend::check_operator`] keeps its default). Results
+//! equal [`interpret`](einsum_core::taskgraph::interpret)'s bit for bit: every task does the
+//! same operations on the same blocks (an aggregation folds its sources left to right).
 //!
 //! ```
+//! use std::sync::Arc;
+//!
 //! use einsum_core::{Backend, DType, HostTensor, KernelLibrary, TensorType};
 //! use einsum_core::taskgraph::{Boundary, DeviceId, Task, TaskGraph};
 //! use einsum_cpu::CpuBackend;
@@ -43,10 +48,10 @@
 //! assert_eq!(y, vec![x.clone()]);
 //!
 //! // Prepared once, the input loaded once (and kept on device 1), run as often as needed.
-//! let mut exe = CpuBackend::with_threads(2).prepare(&g).unwrap();
+//! let mut exe = CpuBackend::with_threads(2).executable(&g, Arc::new(NoKernels)).unwrap();
 //! exe.load(0, &x).unwrap();
 //! for _ in 0..2 {
-//!     let (y, stats) = exe.run(&NoKernels).unwrap();
+//!     let (y, stats) = exe.run_with_stats().unwrap();
 //!     assert_eq!(y, vec![x.clone()]);
 //!     assert_eq!(stats.resident_bytes, vec![0, 16]);
 //! }
@@ -59,13 +64,14 @@
 mod memory;
 mod schedule;
 
+use std::fmt;
 use std::sync::{
     Arc, Mutex,
     atomic::{AtomicUsize, Ordering},
 };
 
 use einsum_core::{
-    Backend, BackendError, DType, HostTensor, KernelLibrary, TensorType,
+    Backend, BackendError, DType, HostTensor, KernelLibrary, Prepared, TensorType,
     taskgraph::{BufferId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, stitch_outputs},
 };
 
@@ -133,10 +139,16 @@ impl CpuBackend {
         self.threads
     }
 
-    /// Prepares `graph` to run on this backend: an executable that holds no input yet.
-    pub fn prepare(&self, graph: &TaskGraph) -> Result<CpuExecutable, BackendError> {
+    /// Prepares `graph`, whose kernels are `kernels`, to run on this backend: an executable
+    /// that holds no input yet ([`Backend::prepare`] boxes the same).
+    pub fn executable<'k>(
+        &self,
+        graph: &TaskGraph,
+        kernels: Arc<dyn KernelLibrary + 'k>,
+    ) -> Result<CpuExecutable<'k>, BackendError> {
         Ok(CpuExecutable {
             graph: graph.clone(),
+            kernels,
             threads: self.threads,
             resident: vec![None; graph.buffers().len()],
             loaded: vec![false; graph.inputs().len()],
@@ -152,25 +164,27 @@ impl CpuBackend {
         inputs: &[HostTensor],
     ) -> Result<(Vec<HostTensor>, RunStats), BackendError> {
         check_inputs(graph, inputs)?;
-        let mut exe = self.prepare(graph)?;
+        let mut exe = self.executable(graph, Arc::new(kernels))?;
         for (i, value) in inputs.iter().enumerate() {
             exe.load(i, value)?;
         }
-        exe.run(kernels)
+        exe.run_with_stats()
     }
 }
 
 /// A task graph prepared for the CPU backend: the blocks of its computation inputs are
 /// loaded once ([`CpuExecutable::load`]) and stay resident on their devices; each
-/// [`CpuExecutable::run`] runs every other task on them.
+/// run ([`CpuExecutable::run_with_stats`]) runs every other task on them, calling the
+/// kernel library it was prepared with.
 ///
 /// # Design
 /// Inputs (weights) do not change between runs, so slicing them into their devices' blocks
 /// belongs to loading, not to running: a run then costs only the computation, and its
 /// memory is the graph's model — resident blocks plus the schedule's transient peak.
-#[derive(Clone, Debug)]
-pub struct CpuExecutable {
+#[derive(Clone)]
+pub struct CpuExecutable<'k> {
     graph: TaskGraph,
+    kernels: Arc<dyn KernelLibrary + 'k>,
     threads: usize,
     /// Per buffer, the resident block once its input is loaded (`None` for transient ones).
     resident: Vec<Option<Arc<HostTensor>>>,
@@ -178,7 +192,17 @@ pub struct CpuExecutable {
     loaded: Vec<bool>,
 }
 
-impl CpuExecutable {
+impl fmt::Debug for CpuExecutable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpuExecutable")
+            .field("graph", &self.graph)
+            .field("threads", &self.threads)
+            .field("loaded", &self.loaded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CpuExecutable<'_> {
     /// The prepared graph.
     pub fn graph(&self) -> &TaskGraph {
         &self.graph
@@ -223,8 +247,9 @@ impl CpuExecutable {
     /// blocks and returns the saved outputs (whole tensors, in the graph's output order) and
     /// what the run did. Fails with [`BackendError::NotLoaded`] if an input was never
     /// loaded. The resident blocks are untouched, so runs may be repeated.
-    pub fn run(&self, kernels: &dyn KernelLibrary) -> Result<(Vec<HostTensor>, RunStats), BackendError> {
+    pub fn run_with_stats(&self) -> Result<(Vec<HostTensor>, RunStats), BackendError> {
         let graph = &self.graph;
+        let kernels: &dyn KernelLibrary = &*self.kernels;
         if let Some(index) = self.loaded.iter().position(|l| !l) {
             return Err(BackendError::NotLoaded { index, name: graph.inputs()[index].name.clone() });
         }
@@ -273,9 +298,36 @@ impl CpuExecutable {
     }
 }
 
+impl Prepared for CpuExecutable<'_> {
+    fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        CpuExecutable::load(self, input, value)
+    }
+
+    fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
+        self.run_with_stats().map(|(outputs, _)| outputs)
+    }
+}
+
+/// The core contract. The CPU backend runs every operator through the host kernel of the
+/// library it is given, so it refuses no operator (the default
+/// [`Backend::check_operator`]) and is always available.
 impl Backend for CpuBackend {
     fn name(&self) -> &str {
         "cpu"
+    }
+
+    /// The devices are host memory: every device's predicted peak
+    /// ([`TaskGraph::stats`]), resident input blocks included.
+    fn host_bytes(&self, graph: &TaskGraph) -> usize {
+        graph.stats().peak_bytes.iter().fold(0usize, |a, &b| a.saturating_add(b))
+    }
+
+    fn prepare<'k>(
+        &self,
+        graph: &TaskGraph,
+        kernels: Arc<dyn KernelLibrary + 'k>,
+    ) -> Result<Box<dyn Prepared + 'k>, BackendError> {
+        Ok(Box::new(self.executable(graph, kernels)?))
     }
 
     fn execute(

@@ -3,9 +3,11 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::{ADD, Arith, DOUBLE, assert_bits_eq};
 use einsum_core::{
-    BackendError, DType, HostTensor, TensorType,
+    Backend, BackendError, DType, HostTensor, Prepared, TensorType,
     taskgraph::{Boundary, DeviceId, Task, TaskGraph, interpret},
 };
 use einsum_cpu::CpuBackend;
@@ -56,12 +58,12 @@ fn runs_repeat_on_the_resident_inputs() {
     let inputs = values(1);
     let want = interpret(&g, &Arith, &inputs).unwrap();
     for threads in [1, 2, 4] {
-        let mut exe = CpuBackend::with_threads(threads).prepare(&g).unwrap();
+        let mut exe = CpuBackend::with_threads(threads).executable(&g, Arc::new(Arith)).unwrap();
         for (i, v) in inputs.iter().enumerate() {
             exe.load(i, v).unwrap();
         }
         for _ in 0..2 {
-            let (got, run) = exe.run(&Arith).unwrap();
+            let (got, run) = exe.run_with_stats().unwrap();
             assert_bits_eq(&got, &want);
             assert_eq!(run.resident_bytes, stats.resident_bytes, "only the loaded blocks stay");
             assert_eq!(run.tasks, g.nodes().len() - 3, "the three loads are not run again");
@@ -74,16 +76,16 @@ fn runs_repeat_on_the_resident_inputs() {
         let other = values(7);
         exe.load(1, &other[1]).unwrap();
         let want = interpret(&g, &Arith, &[inputs[0].clone(), other[1].clone()]).unwrap();
-        assert_bits_eq(&exe.run(&Arith).unwrap().0, &want);
+        assert_bits_eq(&exe.run_with_stats().unwrap().0, &want);
     }
 }
 
 #[test]
 fn an_input_never_loaded_is_a_typed_error() {
     let g = graph();
-    let mut exe = CpuBackend::with_threads(2).prepare(&g).unwrap();
+    let mut exe = CpuBackend::with_threads(2).executable(&g, Arc::new(Arith)).unwrap();
     exe.load(0, &values(1)[0]).unwrap();
-    let err = exe.run(&Arith).unwrap_err();
+    let err = exe.run_with_stats().unwrap_err();
     assert_eq!(err, BackendError::NotLoaded { index: 1, name: "x".into() });
     assert!(err.to_string().contains("`x`"), "{err}");
 }
@@ -91,7 +93,7 @@ fn an_input_never_loaded_is_a_typed_error() {
 #[test]
 fn a_value_of_the_wrong_type_is_refused_on_load() {
     let g = graph();
-    let mut exe = CpuBackend::with_threads(2).prepare(&g).unwrap();
+    let mut exe = CpuBackend::with_threads(2).executable(&g, Arc::new(Arith)).unwrap();
     let wrong = HostTensor::random(TensorType::zero_bounded(&[4, 3]), DType::F32, 1);
     let err = exe.load(1, &wrong).unwrap_err();
     assert!(matches!(&err, BackendError::Input { index: 1, name, .. } if name == "x"), "{err:?}");
@@ -99,5 +101,25 @@ fn a_value_of_the_wrong_type_is_refused_on_load() {
     assert!(matches!(exe.load(0, &f16).unwrap_err(), BackendError::Input { index: 0, .. }));
     assert!(matches!(exe.load(2, &f16).unwrap_err(), BackendError::Input { index: 2, .. }));
     // Nothing was loaded.
-    assert!(matches!(exe.run(&Arith).unwrap_err(), BackendError::NotLoaded { index: 0, .. }));
+    assert!(matches!(exe.run_with_stats().unwrap_err(), BackendError::NotLoaded { index: 0, .. }));
+}
+
+/// Through the core contract (`Box<dyn Backend>`, `Box<dyn Prepared>`), as a driver holds
+/// it: the same outputs as `interpret`, runs repeated on inputs loaded once.
+#[test]
+fn the_core_contract_prepares_loads_and_runs() {
+    let g = graph();
+    let inputs = values(3);
+    let want = interpret(&g, &Arith, &inputs).unwrap();
+    let backend: Box<dyn Backend> = Box::new(CpuBackend::with_threads(2));
+    assert_eq!(backend.name(), "cpu");
+    assert!(backend.check_available().is_ok());
+    assert_eq!(backend.host_bytes(&g), g.stats().peak_bytes.iter().sum::<usize>());
+    let mut exe: Box<dyn Prepared> = backend.prepare(&g, Arc::new(Arith)).unwrap();
+    assert!(matches!(exe.run().unwrap_err(), BackendError::NotLoaded { index: 0, .. }));
+    exe.load_all(&inputs).unwrap();
+    for _ in 0..2 {
+        assert_bits_eq(&exe.run().unwrap(), &want);
+    }
+    assert_bits_eq(&backend.execute(&g, &Arith, &inputs).unwrap(), &want);
 }

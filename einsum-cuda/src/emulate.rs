@@ -2,7 +2,7 @@
 //! ([`Emulator::new`]), inputs loaded once into resident regions ([`Emulator::load`]), run
 //! any number of times ([`Emulator::run`]). It runs [`Lowered`] operations in schedule order
 //! on byte arrays laid out exactly as on the GPUs (one pool and one resident region per GPU
-//! at the schedule's offsets, pinned outputs, constant tables), with each operation computing
+//! at the stream plan's offsets, pinned outputs, constant tables), with each operation computing
 //! what its CUDA kernel computes. It checks the lowering, the pool and resident plans and the
 //! GEMM mapping against the reference on machines without a GPU; the CUDA C itself is
 //! checked by the GPU tests.
@@ -14,7 +14,7 @@ use einsum_ops::reduce::ReduceOp;
 use crate::executable::from_bytes;
 use crate::inputs::InputSlots;
 use crate::lower::{Dims, Lowered, Op, Ptr, RowKernel, Space};
-use crate::schedule::Schedule;
+use crate::stream_plan::StreamPlan;
 
 /// Emulated memory: every space as bytes.
 struct Memory {
@@ -22,7 +22,7 @@ struct Memory {
     resident: Vec<Vec<u8>>,
     outputs: Vec<Vec<u8>>,
     consts: Vec<Vec<u8>>,
-    schedule: Schedule,
+    plan: StreamPlan,
     buffer_device: Vec<usize>,
 }
 
@@ -30,7 +30,7 @@ impl Memory {
     /// The array and byte offset a pointer addresses. A run only reads the resident regions:
     /// an operation writing one is a bug in the resident plan, and panics here.
     fn locate(&mut self, p: Ptr, write: bool) -> (&mut Vec<u8>, usize) {
-        let s = &self.schedule;
+        let s = &self.plan;
         match p.space {
             Space::Buffer(b) => match s.resident.location(b as usize) {
                 Some((gpu, offset)) => {
@@ -113,33 +113,33 @@ impl<'a> Emulator<'a> {
     /// and resident regions, fills the pools with garbage (`0xff`: a read before a write
     /// shows up as NaN), uploads the constant tables.
     pub fn new(graph: &'a TaskGraph, lowered: &'a Lowered, gpus: usize) -> Emulator<'a> {
-        let schedule = Schedule::new(graph, gpus, &lowered.scratch);
+        let plan = StreamPlan::new(graph, gpus, &lowered.scratch);
         let memory = Memory {
-            pools: schedule.pool_bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
-            resident: schedule.resident.bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
+            pools: plan.pool_bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
+            resident: plan.resident.bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
             outputs: graph.outputs().iter().map(|b| vec![0u8; b.ty.volume() * b.dtype.size_bytes()]).collect(),
             consts: lowered.consts.iter().map(|(_, c)| c.bytes()).collect(),
             buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
-            schedule,
+            plan,
         };
         Emulator { graph, lowered, slots: InputSlots::new(graph.inputs()), memory }
     }
 
-    /// The schedule, with its pool and resident plans.
-    pub fn schedule(&self) -> &Schedule {
-        &self.memory.schedule
+    /// The stream plan, with its pool and resident plans.
+    pub fn stream_plan(&self) -> &StreamPlan {
+        &self.memory.plan
     }
 
     /// Loads input `input` into the resident regions, as [`crate::CudaExecutable::load`] does.
     pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
-        let Memory { schedule, resident, .. } = &mut self.memory;
-        self.slots.load(&schedule.resident, input, value, copy_into(resident))
+        let Memory { plan, resident, .. } = &mut self.memory;
+        self.slots.load(&plan.resident, input, value, copy_into(resident))
     }
 
     /// Loads every input, in the task graph's order.
     pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
-        let Memory { schedule, resident, .. } = &mut self.memory;
-        self.slots.load_all(&schedule.resident, inputs, copy_into(resident))
+        let Memory { plan, resident, .. } = &mut self.memory;
+        self.slots.load_all(&plan.resident, inputs, copy_into(resident))
     }
 
     /// Runs once on the loaded inputs and returns the whole saved outputs; fails naming the

@@ -4,18 +4,16 @@
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaGraph;
-use einsum_compile::Compiled;
-use einsum_core::taskgraph::{Boundary, TaskId};
-use einsum_core::{BackendError, DType, HostTensor};
-use einsum_joinagg::Computation;
+use einsum_core::taskgraph::{Boundary, TaskGraph, TaskId};
+use einsum_core::{BackendError, DType, HostTensor, KernelLibrary, Prepared};
 
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
-use crate::executor::{CUBLAS_WORKSPACE_BYTES, Runtime, bind_workspace, label};
-use crate::graph_capture::capture;
+use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspace, label};
+use crate::graph_capture::{CaptureError, capture};
 use crate::inputs::InputSlots;
 use crate::lower::lower;
-use crate::schedule::{Schedule, task_device};
+use crate::stream_plan::{StreamPlan, task_device};
 
 /// How to prepare a [`CudaExecutable`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,13 +42,13 @@ pub struct CudaSummary {
     pub captured: bool,
 }
 
-/// A computation prepared on the GPUs; see the module docs.
+/// A computation prepared on the GPUs; see the module docs. It is the
+/// [`einsum_core::Prepared`] executable of [`crate::CudaBackend`].
 ///
 /// # Design
-/// The CPU backend is a stateless [`einsum_core::Backend`]; a CUDA graph must be captured
-/// once and replayed, and weights should cross PCIe once, not on every run, so this is a
-/// prepared object instead: [`CudaExecutable::prepare`] does everything that does not depend
-/// on input values; [`CudaExecutable::load`] copies the blocks of one input that the task
+/// A CUDA graph must be captured once and replayed, and weights should cross PCIe once, not
+/// on every run, so this is a prepared object: [`CudaExecutable::prepare`] does everything
+/// that does not depend on input values; [`CudaExecutable::load`] copies the blocks of one input that the task
 /// graph's Load tasks select to the GPUs, where they stay resident ([`crate::resident`]);
 /// [`CudaExecutable::run`] launches and copies the outputs back, so only activations move per
 /// run. The type exists whether or not a GPU is present; without one, `prepare` returns
@@ -69,25 +67,33 @@ fn task_error(labels: &[String], t: usize, reason: String) -> BackendError {
 }
 
 fn setup(reason: String) -> BackendError {
-    BackendError::Unavailable(format!("CUDA setup failed: {reason}"))
+    BackendError::Device { operation: "CUDA setup".into(), reason }
 }
 
 impl CudaExecutable {
-    /// Prepares `compiled` (the physical compilation of `comp`) on the GPUs. Fails with
+    /// Prepares `graph`, whose kernel tasks run `kernels` (a library that describes each
+    /// kernel's operator, [`KernelLibrary::info`], such as `einsum_compile::ComputationKernels`),
+    /// on the GPUs. Fails, before any CUDA call, with [`BackendError::Unsupported`] naming an
+    /// operator the backend has no kernel for ([`crate::kernels::registry`]); with
     /// [`BackendError::Unavailable`] when there is no usable CUDA driver ("no CUDA driver
-    /// found ..."), with [`BackendError::Task`] naming the kernel task whose operator the
-    /// backend has no kernel for, and with `Unavailable("CUDA setup failed: ...")` when a
-    /// driver, NVRTC or cuBLAS call fails.
-    pub fn prepare(comp: &Computation, compiled: &Compiled, options: &CudaOptions) -> Result<Self, BackendError> {
-        let graph = &compiled.graph;
+    /// found ..."); with [`BackendError::Task`] naming a kernel task that cannot be lowered;
+    /// and with [`BackendError::Device`] ("CUDA setup failed: ...") when a driver, NVRTC or
+    /// cuBLAS call fails.
+    pub fn prepare(
+        graph: &TaskGraph,
+        kernels: &dyn KernelLibrary,
+        options: &CudaOptions,
+    ) -> Result<Self, BackendError> {
         let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
-        // The driver check comes first, so a machine without a GPU says so before anything else.
+        // Operators with no CUDA kernel are refused first, with no device involved; then a
+        // machine without a GPU says so before any other work.
+        crate::backend::check_kernels(graph, kernels)?;
         let available = check_cuda()?;
-        let lowered = lower(graph, comp, &compiled.kernels).map_err(|(t, e)| task_error(&labels, t, e))?;
+        let lowered = lower(graph, kernels).map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
-        let schedule = Schedule::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);
-        let gpus: Vec<Gpu> = (0..schedule.gpus)
-            .map(|g| Gpu::open(g, &lowered.head_dims, schedule.pool_bytes[g]))
+        let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);
+        let gpus: Vec<Gpu> = (0..plan.gpus)
+            .map(|g| Gpu::open(g, &lowered.head_dims, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         enable_peer_access(&gpus);
@@ -95,7 +101,7 @@ impl CudaExecutable {
         let mut blas = Vec::new();
         let mut blas_workspaces = Vec::new();
         for v in 0..graph.devices().max(1) {
-            let gpu = &gpus[schedule.gpu_of_device.get(v).copied().unwrap_or(0)];
+            let gpu = &gpus[plan.gpu_of_device.get(v).copied().unwrap_or(0)];
             let s = gpu.ctx.new_stream().map_err(|e| setup(format!("creating a stream: {e}")))?;
             let handle = CudaBlas::new(s.clone()).map_err(|e| setup(format!("creating a cuBLAS handle: {e:?}")))?;
             let workspace = DeviceMemory::new(&gpu.ctx, CUBLAS_WORKSPACE_BYTES).map_err(setup)?;
@@ -106,9 +112,9 @@ impl CudaExecutable {
         }
         let mut events = Vec::new();
         for (t, n) in graph.nodes().iter().enumerate() {
-            events.push(if schedule.record[t] {
+            events.push(if plan.record[t] {
                 let dev = task_device(graph, &n.task);
-                let ctx = &gpus[schedule.gpu_of_device[dev]].ctx;
+                let ctx = &gpus[plan.gpu_of_device[dev]].ctx;
                 Some(ctx.new_event(None).map_err(|e| setup(format!("creating an event: {e}")))?)
             } else {
                 None
@@ -118,7 +124,7 @@ impl CudaExecutable {
         let ctx0 = gpus[0].ctx.clone();
         let resident: Vec<DeviceMemory> = gpus
             .iter()
-            .zip(&schedule.resident.bytes)
+            .zip(&plan.resident.bytes)
             .map(|(gpu, &n)| DeviceMemory::new(&gpu.ctx, n))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
@@ -131,14 +137,14 @@ impl CudaExecutable {
         let consts: Vec<DeviceMemory> = lowered
             .consts
             .iter()
-            .map(|(dev, data)| DeviceMemory::from_bytes(&gpus[schedule.gpu_of_device[*dev]].ctx, &data.bytes()))
+            .map(|(dev, data)| DeviceMemory::from_bytes(&gpus[plan.gpu_of_device[*dev]].ctx, &data.bytes()))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         let summary = CudaSummary {
-            gpus: schedule.gpus,
+            gpus: plan.gpus,
             devices: graph.devices(),
-            pool_bytes: schedule.pool_bytes.clone(),
-            resident_bytes: schedule.resident.bytes.clone(),
+            pool_bytes: plan.pool_bytes.clone(),
+            resident_bytes: plan.resident.bytes.clone(),
             captured: !options.eager,
         };
         let rt = Runtime {
@@ -151,16 +157,16 @@ impl CudaExecutable {
             host_outputs,
             consts,
             lowered,
-            schedule,
+            plan,
             buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
             labels,
         };
         let captured = if options.eager {
             None
         } else {
-            Some(capture(&rt).map_err(|(t, e)| match t {
-                Some(t) => task_error(&rt.labels, t, e),
-                None => setup(e),
+            Some(capture(&rt).map_err(|e| match e {
+                CaptureError::Issue(IssueError { task, reason }) => task_error(&rt.labels, task, reason),
+                capture @ CaptureError::Capture { .. } => setup(capture.to_string()),
             })?)
         };
         Ok(CudaExecutable {
@@ -183,14 +189,14 @@ impl CudaExecutable {
     /// its GPU's resident region, where it stays until it is loaded again or the executable
     /// is dropped. A failed copy leaves the input not loaded.
     pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
-        let Runtime { schedule, resident, .. } = &self.rt;
-        self.slots.load(&schedule.resident, input, value, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
+        let Runtime { plan, resident, .. } = &self.rt;
+        self.slots.load(&plan.resident, input, value, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
     /// Loads every input: `inputs` are the whole computation inputs in the task graph's order.
     pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
-        let Runtime { schedule, resident, .. } = &self.rt;
-        self.slots.load_all(&schedule.resident, inputs, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
+        let Runtime { plan, resident, .. } = &self.rt;
+        self.slots.load_all(&plan.resident, inputs, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
     /// Runs once on the loaded inputs; returns the whole saved outputs in the task graph's
@@ -199,17 +205,34 @@ impl CudaExecutable {
         self.slots.require_all()?;
         match &self.graph {
             Some(g) => {
-                g.launch().map_err(|e| setup(format!("launching the CUDA graph: {e}")))?;
+                g.launch().map_err(|e| BackendError::Device {
+                    operation: "launching the CUDA graph".into(),
+                    reason: e.to_string(),
+                })?;
             }
-            None => self.rt.issue().map_err(|(t, e)| task_error(&self.rt.labels, t, e))?,
+            None => self.rt.issue().map_err(|e| task_error(&self.rt.labels, e.task, e.reason))?,
         }
-        self.rt.synchronize().map_err(|e| BackendError::Unavailable(format!("CUDA run failed: {e}")))?;
+        self.rt.synchronize().map_err(|reason| BackendError::Device { operation: "CUDA run".into(), reason })?;
         self.outputs
             .iter()
             .zip(&self.rt.host_outputs)
             .map(|(b, m)| from_bytes(b, &m.read()))
             .collect::<Result<_, _>>()
-            .map_err(|e| BackendError::Unavailable(format!("reading an output back: {e}")))
+            .map_err(|reason| BackendError::Device { operation: "reading an output back".into(), reason })
+    }
+}
+
+impl Prepared for CudaExecutable {
+    fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        CudaExecutable::load(self, input, value)
+    }
+
+    fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
+        CudaExecutable::load_all(self, inputs)
+    }
+
+    fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
+        CudaExecutable::run(self)
     }
 }
 

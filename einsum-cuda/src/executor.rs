@@ -7,19 +7,17 @@ use std::sync::Arc;
 
 use cudarc::cublas::{self, CudaBlas};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result};
-use einsum_core::{Aggregation, DType};
-use einsum_ops::binary::BinaryOp;
-use einsum_ops::reduce::ReduceOp;
-use einsum_ops::unary::UnaryOp;
+use einsum_core::DType;
 
 use crate::device::{DeviceMemory, Gpu, HostMemory};
+use crate::kernels::codes::{OpCode, unary_scalar};
 use crate::kernels::gemm_plan::Gemm;
 use crate::lower::{Lowered, Op, Ptr, RowKernel, Space};
-use crate::schedule::Schedule;
+use crate::stream_plan::StreamPlan;
 
 /// Everything the issue needs: GPUs, one stream and cuBLAS handle per virtual device, the
 /// events, the resident regions, pinned output memory, constant tables, the lowered operations
-/// and the schedule.
+/// and the stream plan.
 pub struct Runtime {
     // Field order is drop order: handles, events and streams before the memory and the
     // contexts they belong to.
@@ -28,7 +26,7 @@ pub struct Runtime {
     /// The workspace bound to each cuBLAS handle (see [`CUBLAS_WORKSPACE_BYTES`]); dropped
     /// after the handles that use it.
     pub blas_workspaces: Vec<DeviceMemory>,
-    /// The event recorded after task `t`, where the schedule asks for one.
+    /// The event recorded after task `t`, where the stream plan asks for one.
     pub events: Vec<Option<CudaEvent>>,
     /// One stream per virtual device (on its GPU).
     pub streams: Vec<Arc<CudaStream>>,
@@ -42,7 +40,7 @@ pub struct Runtime {
     /// The operations.
     pub lowered: Lowered,
     /// Streams, events and pool offsets.
-    pub schedule: Schedule,
+    pub plan: StreamPlan,
     /// Device of every buffer (virtual).
     pub buffer_device: Vec<usize>,
     /// Labels of the tasks, for errors.
@@ -73,45 +71,15 @@ pub fn bind_workspace(blas: &CudaBlas, workspace: &DeviceMemory) -> Result<(), S
     }
 }
 
-/// Why issuing failed: the task (schedule position) and the reason.
-pub type IssueError = (usize, String);
-
-fn dt_code(d: DType) -> i32 {
-    match d {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::BF16 => 2,
-    }
-}
-
-fn agg_code(a: Aggregation) -> i32 {
-    match a {
-        Aggregation::Sum => 0,
-        Aggregation::Max => 1,
-        Aggregation::Min => 2,
-        Aggregation::Product => 3,
-    }
-}
-
-fn unary_code(u: UnaryOp) -> (i32, f32) {
-    match u {
-        UnaryOp::Relu => (0, 0.0),
-        UnaryOp::Gelu => (1, 0.0),
-        UnaryOp::Silu => (2, 0.0),
-        UnaryOp::Exp => (3, 0.0),
-        UnaryOp::Neg => (4, 0.0),
-        UnaryOp::Scale(s) => (5, s),
-    }
-}
-
-fn binary_code(b: BinaryOp) -> i32 {
-    match b {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Max => 4,
-    }
+/// Why issuing failed: the task (its position in the graph) and the device's reason (a
+/// failed launch, GEMM, event or wait).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("task {task}: {reason}")]
+pub struct IssueError {
+    /// The task being issued.
+    pub task: usize,
+    /// What failed.
+    pub reason: String,
 }
 
 /// A grid-stride launch over `n` elements.
@@ -145,21 +113,21 @@ fn cuda_dtype(d: DType) -> cublas::sys::cudaDataType {
 impl Runtime {
     /// The GPU of virtual device `v`.
     fn gpu_of(&self, v: usize) -> &Gpu {
-        &self.gpus[self.schedule.gpu_of_device[v]]
+        &self.gpus[self.plan.gpu_of_device[v]]
     }
 
     /// The address of a symbolic pointer.
     fn addr(&self, p: Ptr) -> u64 {
         let base = match p.space {
-            Space::Buffer(b) => match self.schedule.resident.location(b as usize) {
+            Space::Buffer(b) => match self.plan.resident.location(b as usize) {
                 Some((gpu, offset)) => self.resident[gpu].ptr + offset as u64,
                 None => {
                     let dev = self.buffer_device[b as usize];
-                    self.gpu_of(dev).pool.ptr + self.schedule.buffer_offset[b as usize] as u64
+                    self.gpu_of(dev).pool.ptr + self.plan.buffer_offset[b as usize] as u64
                 }
             },
             Space::Scratch { task: t, index } => {
-                self.gpu_of(self.schedule.stream[t]).pool.ptr + self.schedule.scratch_offset[t][index] as u64
+                self.gpu_of(self.plan.stream[t]).pool.ptr + self.plan.scratch_offset[t][index] as u64
             }
             Space::HostOutput(o) => self.host_outputs[o].device_ptr,
             Space::Const(c) => self.consts[c].ptr,
@@ -174,17 +142,19 @@ impl Runtime {
     /// Issues every task, in schedule order.
     pub fn issue(&self) -> Result<(), IssueError> {
         for t in 0..self.lowered.ops.len() {
-            let s = self.schedule.stream[t];
+            let s = self.plan.stream[t];
             let stream = &self.streams[s];
-            for w in &self.schedule.waits[t] {
-                let ev = self.events[w.0 as usize].as_ref().ok_or((t, format!("no event after task {}", w.0)))?;
-                stream.wait(ev).map_err(|e| (t, format!("waiting for task {}: {e}", w.0)))?;
+            let fail = |reason: String| IssueError { task: t, reason };
+            for w in &self.plan.waits[t] {
+                let ev =
+                    self.events[w.0 as usize].as_ref().ok_or_else(|| fail(format!("no event after task {}", w.0)))?;
+                stream.wait(ev).map_err(|e| fail(format!("waiting for task {}: {e}", w.0)))?;
             }
             for op in &self.lowered.ops[t] {
-                self.issue_op(s, op).map_err(|e| (t, e))?;
+                self.issue_op(s, op).map_err(fail)?;
             }
             if let Some(ev) = &self.events[t] {
-                ev.record(stream).map_err(|e| (t, format!("recording an event: {e}")))?;
+                ev.record(stream).map_err(|e| fail(format!("recording an event: {e}")))?;
             }
         }
         Ok(())
@@ -200,7 +170,7 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let (sp, dp, zero, dt) = (a(src), a(dst), 0i64, dt_code(*dtype));
+                let (sp, dp, zero, dt) = (a(src), a(dst), 0i64, dtype.code());
                 let f = self.function(s, "box_copy")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
@@ -240,7 +210,7 @@ impl Runtime {
                 if *n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, op, dt, code, nn) = (a(x), a(y), a(out), dt_code(*dtype), agg_code(*agg), *n as i64);
+                let (xp, yp, op, dt, code, nn) = (a(x), a(y), a(out), dtype.code(), agg.code(), *n as i64);
                 let f = self.function(s, "aggregate")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&op).arg(&dt).arg(&code).arg(&nn);
@@ -251,8 +221,8 @@ impl Runtime {
                 if *n == 0 {
                     return Ok(());
                 }
-                let (code, scale) = unary_code(*op);
-                let (xp, yp, dt, nn) = (a(x), a(y), dt_code(*dtype), *n as i64);
+                let (code, scale) = (op.code(), unary_scalar(*op));
+                let (xp, yp, dt, nn) = (a(x), a(y), dtype.code(), *n as i64);
                 let f = self.function(s, "unary")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
@@ -264,7 +234,7 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dt_code(*dtype), binary_code(*op));
+                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dtype.code(), op.code());
                 let f = self.function(s, "binary")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code).arg(dims);
@@ -281,7 +251,7 @@ impl Runtime {
                     block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                let (xp, yp, dt) = (a(x), a(y), dt_code(*dtype));
+                let (xp, yp, dt) = (a(x), a(y), dtype.code());
                 let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
                 let wp = w.map(|p| a(&p)).unwrap_or(0);
                 let bp = bias.map(|p| a(&p)).unwrap_or(0);
@@ -312,7 +282,7 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, tp, dt) = (a(x), a(y), a(table), dt_code(*dtype));
+                let (xp, yp, tp, dt) = (a(x), a(y), a(table), dtype.code());
                 let (sq, ft, h, r) = (*seq as i32, *feat as i32, *half as i64, *rows as i64);
                 let f = self.function(s, "rope")?;
                 let mut b = stream.launch_builder(f);
@@ -325,11 +295,8 @@ impl Runtime {
                 if n == 0 {
                     return Ok(());
                 }
-                let code = match op {
-                    ReduceOp::Sum => 0i32,
-                    ReduceOp::Max => 1,
-                };
-                let (xp, yp, dt) = (a(x), a(y), dt_code(*dtype));
+                let code = op.code();
+                let (xp, yp, dt) = (a(x), a(y), dtype.code());
                 let f = self.function(s, "reduce")?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(keep).arg(over);
@@ -361,7 +328,7 @@ impl Runtime {
                     .attention
                     .get(head_dim)
                     .ok_or_else(|| format!("no attention kernel for head dimension {head_dim}"))?;
-                let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dt_code(*dtype));
+                let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dtype.code());
                 let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
                 let mut b = stream.launch_builder(f);
                 b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);

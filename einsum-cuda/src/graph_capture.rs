@@ -10,13 +10,26 @@ use cudarc::driver::{CudaGraph, sys};
 
 use crate::executor::{IssueError, Runtime};
 
+/// Why a capture failed: a task that could not be issued, or a step of the capture itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CaptureError {
+    /// Issuing a task failed.
+    #[error(transparent)]
+    Issue(#[from] IssueError),
+    /// The fork, join, end of capture or upload failed.
+    #[error("{what}: {reason}")]
+    Capture {
+        /// The step.
+        what: &'static str,
+        /// The driver's reason.
+        reason: String,
+    },
+}
+
 /// Captures `rt`'s issue as an instantiated graph. On failure the capture is ended and the
-/// error names the task being issued (or `None` for the fork, join or instantiation).
-pub fn capture(rt: &Runtime) -> Result<CudaGraph, (Option<usize>, String)> {
+/// error names the task being issued, or the step of the capture that failed.
+pub fn capture(rt: &Runtime) -> Result<CudaGraph, CaptureError> {
     let origin = rt.origin();
-    fn fail(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> (Option<usize>, String) {
-        move |e| (None, format!("{what}: {e}"))
-    }
     origin
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .map_err(fail("beginning the stream capture"))?;
@@ -29,23 +42,30 @@ pub fn capture(rt: &Runtime) -> Result<CudaGraph, (Option<usize>, String)> {
             g.upload().map_err(fail("uploading the graph"))?;
             Ok(g)
         }
-        Ok(None) => Err((None, "the stream capture produced no graph".into())),
-        Err(e) => Err((None, format!("ending the stream capture: {e}"))),
+        Ok(None) => Err(CaptureError::Capture {
+            what: "ending the stream capture",
+            reason: "the stream capture produced no graph".into(),
+        }),
+        Err(e) => Err(fail("ending the stream capture")(e)),
     }
 }
 
-fn fork_issue_join(rt: &Runtime) -> Result<(), (Option<usize>, String)> {
+fn fork_issue_join(rt: &Runtime) -> Result<(), CaptureError> {
     let origin = rt.origin();
-    let fork = origin.context().new_event(None).map_err(|e| (None, format!("creating the fork event: {e}")))?;
-    fork.record(origin).map_err(|e| (None, format!("recording the fork event: {e}")))?;
+    let fork = origin.context().new_event(None).map_err(fail("creating the fork event"))?;
+    fork.record(origin).map_err(fail("recording the fork event"))?;
     for s in &rt.streams[1..] {
-        s.wait(&fork).map_err(|e| (None, format!("joining a stream to the capture: {e}")))?;
+        s.wait(&fork).map_err(fail("joining a stream to the capture"))?;
     }
-    rt.issue().map_err(|(t, e): IssueError| (Some(t), e))?;
+    rt.issue()?;
     for s in &rt.streams[1..] {
-        let join = s.context().new_event(None).map_err(|e| (None, format!("creating a join event: {e}")))?;
-        join.record(s).map_err(|e| (None, format!("recording a join event: {e}")))?;
-        origin.wait(&join).map_err(|e| (None, format!("joining a stream back: {e}")))?;
+        let join = s.context().new_event(None).map_err(fail("creating a join event"))?;
+        join.record(s).map_err(fail("recording a join event"))?;
+        origin.wait(&join).map_err(fail("joining a stream back"))?;
     }
     Ok(())
+}
+
+fn fail(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CaptureError {
+    move |e| CaptureError::Capture { what, reason: e.to_string() }
 }

@@ -83,7 +83,8 @@ impl InputSlots {
     ) -> Result<(), BackendError> {
         self.check(input, value)?;
         self.set_loaded(input, false);
-        let upload_error = |e: String| BackendError::Unavailable(format!("loading input {input}: {e}"));
+        let upload_error =
+            |reason: String| BackendError::Device { operation: format!("loading input {input}"), reason };
         for upload in plan.uploads(input, value) {
             let (gpu, offset, bytes) = upload.map_err(upload_error)?;
             write(gpu, offset, &bytes).map_err(upload_error)?;

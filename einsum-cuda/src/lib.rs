@@ -1,10 +1,13 @@
 //! The CUDA backend: runs a compiled task graph on NVIDIA GPUs through `cudarc`.
 //!
-//! [`CudaExecutable::prepare`] lowers every task of a physical compilation to device
-//! operations ([`lower`]): cuBLAS strided-batched GEMMs for contractions (planned in
+//! [`CudaBackend`] implements the core contract ([`einsum_core::Backend`]); its prepared
+//! executable is a [`CudaExecutable`]. [`CudaExecutable::prepare`] refuses, before any CUDA
+//! call, a graph with an operator that has no CUDA kernel (kernels are found by operator
+//! type in [`kernels::registry`]), then lowers every task to device operations
+//! ([`lower`]): cuBLAS strided-batched GEMMs for contractions (planned in
 //! [`kernels::gemm_plan`]), NVRTC-compiled CUDA C kernels for everything else
 //! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
-//! transfers. [`schedule`] maps virtual devices onto GPUs round-robin with one stream each
+//! transfers. [`stream_plan`] maps virtual devices onto GPUs round-robin with one stream each
 //! and plans one allocation pool per GPU ([`pool`]) for the per-run activations, and one
 //! resident region per GPU ([`resident`]) for the blocks of the computation inputs that the
 //! Load tasks select. [`CudaExecutable::load`] checks an input against its slot ([`inputs`])
@@ -21,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod availability;
+pub mod backend;
 pub mod device;
 pub mod emulate;
 pub mod executable;
@@ -31,6 +35,7 @@ pub mod kernels;
 pub mod lower;
 pub mod pool;
 pub mod resident;
-pub mod schedule;
+pub mod stream_plan;
 
+pub use backend::CudaBackend;
 pub use executable::{CudaExecutable, CudaOptions, CudaSummary};

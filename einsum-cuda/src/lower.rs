@@ -1,26 +1,18 @@
 //! Lowering a task graph to device operations: every task becomes a short list of
 //! [`Op`]s (kernel launches, GEMMs, copies) over symbolic pointers, before any GPU is
-//! touched. The concrete operator behind a kernel task is recovered by downcasting
-//! (`AbstractOperator: Any`); an operator the backend does not know is a typed error here,
-//! at prepare time.
+//! touched. A kernel task's operator comes from the kernel library
+//! ([`KernelLibrary::info`]) and its lowering from the table of CUDA kernels by operator
+//! type ([`crate::kernels::registry`]); an operator with no entry is a typed error
+//! ([`LowerError::Unsupported`]) here, at prepare time, before any device call.
 
-use std::any::Any;
+use einsum_core::taskgraph::{Task, TaskGraph, TaskId};
+use einsum_core::{Aggregation, BackendError, DType, KernelLibrary, TensorType};
+use einsum_ops::binary::BinaryOp;
+use einsum_ops::reduce::ReduceOp;
+use einsum_ops::unary::UnaryOp;
 
-use einsum_compile::KernelCall;
-use einsum_core::taskgraph::{Task, TaskGraph};
-use einsum_core::{Aggregation, DType, TensorDesc, TensorType};
-use einsum_joinagg::{AbstractOperator, Computation, Node};
-use einsum_ops::attention::Attention;
-use einsum_ops::binary::{Binary, BinaryOp};
-use einsum_ops::einsum::Einsum;
-use einsum_ops::layernorm::LayerNorm;
-use einsum_ops::reduce::{Reduce, ReduceOp};
-use einsum_ops::rmsnorm::RmsNorm;
-use einsum_ops::rope::Rope;
-use einsum_ops::softmax::Softmax;
-use einsum_ops::unary::{Unary, UnaryOp};
-
-use crate::kernels::gemm_plan::{self, ContractionPlan, Gemm, Permute};
+use crate::kernels::gemm_plan::{Gemm, Permute};
+use crate::kernels::registry::{self, KernelArgs};
 
 /// Largest rank a strided kernel iterates.
 pub const MAX_RANK: usize = 8;
@@ -330,7 +322,7 @@ pub struct Lowered {
 }
 
 /// Row-major strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<usize> {
+pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1];
@@ -359,14 +351,56 @@ fn box_copy(
     Ok(Op::Copy { src, dst, dtype, dims: Dims::new(&part.shape(), [&src_ty.strides(), &dst_ty.strides(), &[]])? })
 }
 
-fn permute_op(src: Ptr, dst: Ptr, p: &Permute, dtype: DType) -> Result<Op, String> {
+/// The copy that applies permutation `p` from `src` to `dst`.
+pub(crate) fn permute_op(src: Ptr, dst: Ptr, p: &Permute, dtype: DType) -> Result<Op, String> {
     Ok(Op::Copy { src, dst, dtype, dims: Dims::new(&p.dst_shape, [&p.src_strides, &strides(&p.dst_shape), &[]])? })
 }
 
-/// Lowers every task of `graph`; kernel task `k` runs `comp`'s operator of `calls[k]`.
-pub fn lower(graph: &TaskGraph, comp: &Computation, calls: &[KernelCall]) -> Result<Lowered, (usize, String)> {
+/// Why a task graph could not be lowered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    /// A kernel task whose operator has no CUDA kernel (no entry in
+    /// [`crate::kernels::registry`]).
+    #[error("the CUDA backend has no kernel for operator `{operator}` (kind `{kind}`)")]
+    Unsupported {
+        /// The operator's vertex name.
+        operator: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// A task that cannot be lowered (a block the kernel cannot handle, a rank over
+    /// [`MAX_RANK`], a kernel the library does not describe).
+    #[error("task {task}: {reason}")]
+    Task {
+        /// The task's position in the graph.
+        task: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl LowerError {
+    /// The backend error, naming the task by its label in `graph`.
+    pub fn into_backend_error(self, graph: &TaskGraph) -> BackendError {
+        match self {
+            LowerError::Unsupported { operator, kind } => {
+                BackendError::Unsupported { backend: "cuda".into(), operator, kind }
+            }
+            LowerError::Task { task, reason } => BackendError::Task {
+                task: TaskId(task as u32),
+                label: graph.nodes().get(task).map_or_else(String::new, |n| n.label.clone()),
+                reason,
+            },
+        }
+    }
+}
+
+/// Lowers every task of `graph`, whose kernel tasks run `kernels`: each kernel's operator
+/// ([`KernelLibrary::info`]) is looked up by type in [`crate::kernels::registry`].
+pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<Lowered, LowerError> {
     let mut out = Lowered::default();
     for (t, node) in graph.nodes().iter().enumerate() {
+        let task_error = |reason: String| LowerError::Task { task: t, reason };
         let buf = |b: einsum_core::taskgraph::BufferId| graph.buffer(b);
         let at = |b: einsum_core::taskgraph::BufferId| Ptr::at(Space::Buffer(b.0));
         let mut scratch = Vec::new();
@@ -379,19 +413,19 @@ pub fn lower(graph: &TaskGraph, comp: &Computation, calls: &[KernelCall]) -> Res
                 let s = buf(*src);
                 vec![
                     box_copy(at(*src), &s.ty, Ptr::at(Space::HostOutput(*output)), whole, &s.ty, s.dtype)
-                        .map_err(|e| (t, e))?,
+                        .map_err(task_error)?,
                 ]
             }
             Task::Slice { src, dst } => {
                 let (s, d) = (buf(*src), buf(*dst));
-                vec![box_copy(at(*src), &s.ty, at(*dst), &d.ty, &d.ty, d.dtype).map_err(|e| (t, e))?]
+                vec![box_copy(at(*src), &s.ty, at(*dst), &d.ty, &d.ty, d.dtype).map_err(task_error)?]
             }
             Task::Stitch { srcs, dst } => {
                 let d = buf(*dst);
                 srcs.iter()
                     .map(|s| box_copy(at(*s), &buf(*s).ty, at(*dst), &d.ty, &buf(*s).ty, d.dtype))
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| (t, e))?
+                    .map_err(task_error)?
             }
             Task::Transfer { src, dst } => vec![Op::Memcpy { src: at(*src), dst: at(*dst), bytes: buf(*src).bytes() }],
             Task::Aggregate { srcs, dst, agg } => {
@@ -405,16 +439,23 @@ pub fn lower(graph: &TaskGraph, comp: &Computation, calls: &[KernelCall]) -> Res
                 ops
             }
             Task::Kernel { kernel, inputs, outputs } => {
-                let call = calls.get(*kernel).ok_or_else(|| (t, format!("no kernel {kernel} in the kernel table")))?;
-                let Some(Node::Op { op, name, .. }) = comp.node(call.op) else {
-                    return Err((t, format!("vertex {} is not an operator", call.op.0)));
-                };
+                let info = kernels.info(*kernel).ok_or_else(|| {
+                    task_error(format!(
+                        "the kernel library does not describe {}; the CUDA backend needs every kernel's operator",
+                        kernels.name(*kernel)
+                    ))
+                })?;
+                let op = info.operator;
+                let entry = registry::find(op.value)
+                    .ok_or_else(|| LowerError::Unsupported { operator: op.name.into(), kind: op.kind.into() })?;
                 let ins: Vec<Ptr> = inputs.iter().map(|b| at(*b)).collect();
                 let outs: Vec<Ptr> = outputs.iter().map(|b| at(*b)).collect();
                 let device = graph.buffer(outputs[0]).device.0 as usize;
                 let mut ctx = KernelCtx { task: t, device, scratch: &mut scratch, lowered: &mut out };
-                lower_kernel(op.as_ref(), &call.function, &ins, &outs, &mut ctx)
-                    .map_err(|e| (t, format!("operator `{name}` ({}): {e}", op.kind())))?
+                let args = KernelArgs { inputs: info.inputs, outputs: info.outputs, ins: &ins, outs: &outs };
+                entry
+                    .lower(op.value, &args, &mut ctx)
+                    .map_err(|e| task_error(format!("operator `{}` ({}): {e}", op.name, op.kind)))?
             }
         };
         out.ops.push(ops);
@@ -423,8 +464,9 @@ pub fn lower(graph: &TaskGraph, comp: &Computation, calls: &[KernelCall]) -> Res
     Ok(out)
 }
 
-/// What a kernel lowering may add: scratch areas of its task and constant tables.
-struct KernelCtx<'a> {
+/// What a kernel lowering may add to the lowered graph: scratch areas of its task and
+/// constant tables on its device.
+pub struct KernelCtx<'a> {
     task: usize,
     device: usize,
     scratch: &'a mut Vec<usize>,
@@ -432,212 +474,22 @@ struct KernelCtx<'a> {
 }
 
 impl KernelCtx<'_> {
-    fn scratch(&mut self, bytes: usize) -> Ptr {
+    /// A scratch area of `bytes` in the task's GPU pool, live for the task.
+    pub fn scratch(&mut self, bytes: usize) -> Ptr {
         self.scratch.push(bytes);
         Ptr::at(Space::Scratch { task: self.task, index: self.scratch.len() - 1 })
     }
 
-    fn constant(&mut self, data: ConstData) -> Ptr {
+    /// A constant table, uploaded once at prepare time on the task's GPU.
+    pub fn constant(&mut self, data: ConstData) -> Ptr {
         self.lowered.consts.push((self.device, data));
         Ptr::at(Space::Const(self.lowered.consts.len() - 1))
     }
-}
 
-/// Position of every dimension of `desc` along the dimensions of `of` (by index name).
-fn strides_along(block: &TensorType, desc: &TensorDesc, of: &TensorDesc) -> Vec<usize> {
-    let s = block.strides();
-    of.dims.iter().map(|d| desc.position(&d.name).map_or(0, |p| s[p])).collect()
-}
-
-fn split3(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
-}
-
-fn lower_kernel(
-    op: &dyn AbstractOperator,
-    f: &einsum_joinagg::FunctionSpec,
-    ins: &[Ptr],
-    outs: &[Ptr],
-    ctx: &mut KernelCtx<'_>,
-) -> Result<Vec<Op>, String> {
-    let any: &dyn Any = op;
-    let dtype = op.outputs()[0].dtype;
-    if ins.len() != f.inputs.len() || outs.len() != f.outputs.len() {
-        return Err("the kernel task's buffers do not match the function spec".into());
-    }
-    let y = &f.outputs[0];
-    if let Some(e) = any.downcast_ref::<Einsum>() {
-        let shapes: Vec<Vec<usize>> = f.inputs.iter().map(TensorType::shape).collect();
-        let plan = gemm_plan::plan(e.equation(), &shapes, &y.shape()).map_err(|e| e.to_string())?;
-        let es = dtype.size_bytes();
-        return Ok(match plan {
-            ContractionPlan::Sum(s) => {
-                let mut ops = Vec::new();
-                let src = match &s.permute {
-                    Some(p) => {
-                        let tmp = ctx.scratch(p.volume() * es);
-                        ops.push(permute_op(ins[0], tmp, p, dtype)?);
-                        tmp
-                    }
-                    None => ins[0],
-                };
-                let keep = Dims::new(&[s.rows], [&[s.row], &[1], &[]])?;
-                let over = Dims::new(&[s.row], [&[1], &[], &[]])?;
-                ops.push(Op::Reduce { x: src, y: outs[0], dtype, op: ReduceOp::Sum, keep, over });
-                ops
-            }
-            ContractionPlan::Gemm(p) => {
-                let mut ops = Vec::new();
-                let (a_in, b_in) = (ins[p.a_operand], ins[1 - p.a_operand]);
-                let mut staged = |src: Ptr, perm: &Option<Permute>, ops: &mut Vec<Op>| -> Result<Ptr, String> {
-                    Ok(match perm {
-                        Some(pm) => {
-                            let tmp = ctx.scratch(pm.volume() * es);
-                            ops.push(permute_op(src, tmp, pm, dtype)?);
-                            tmp
-                        }
-                        None => src,
-                    })
-                };
-                let a = staged(a_in, &p.permute_a, &mut ops)?;
-                let b = staged(b_in, &p.permute_b, &mut ops)?;
-                match &p.permute_c {
-                    Some(pc) => {
-                        let c = ctx.scratch(p.gemm.batch * p.gemm.stride_c * es);
-                        ops.push(Op::Gemm { a, b, c, dtype, gemm: p.gemm.clone() });
-                        ops.push(permute_op(c, outs[0], pc, dtype)?);
-                    }
-                    None => ops.push(Op::Gemm { a, b, c: outs[0], dtype, gemm: p.gemm.clone() }),
-                }
-                ops
-            }
-        });
-    }
-    if let Some(u) = any.downcast_ref::<Unary>() {
-        if f.inputs[0] != *y {
-            return Err(format!("input block {} and output block {y} differ", f.inputs[0]));
+    /// Records that the attention module for head dimension `d` must be compiled.
+    pub fn use_head_dim(&mut self, d: usize) {
+        if !self.lowered.head_dims.contains(&d) {
+            self.lowered.head_dims.push(d);
         }
-        return Ok(vec![Op::Unary { x: ins[0], y: outs[0], dtype, op: u.op(), n: y.volume() }]);
     }
-    if let Some(b) = any.downcast_ref::<Binary>() {
-        let (da, db, dy) = (&op.inputs()[0], &op.inputs()[1], &op.outputs()[0]);
-        let sa = strides_along(&f.inputs[0], da, dy);
-        let sb = strides_along(&f.inputs[1], db, dy);
-        let dims = Dims::new(&y.shape(), [&sa, &sb, &y.strides()])?;
-        return Ok(vec![Op::Binary { a: ins[0], b: ins[1], y: outs[0], dtype, op: b.op(), dims }]);
-    }
-    let rows = |kernel: RowKernel, index: &str, eps: f32| -> Result<Vec<Op>, String> {
-        let axis = op.inputs()[0].position(index).ok_or_else(|| format!("no index `{index}`"))?;
-        let whole = op.inputs()[0].dims[axis].extent;
-        if f.inputs[0] != *y || f.inputs[0].dim(axis).len() != whole {
-            return Err(format!("block {} does not hold whole rows of `{index}`", f.inputs[0]));
-        }
-        let (outer, n, inner) = split3(&y.shape(), axis);
-        let (w, b) = (ins.get(1).copied(), ins.get(2).copied());
-        Ok(vec![Op::Rows { kernel, x: ins[0], w, b, y: outs[0], dtype, outer, n, inner, eps }])
-    };
-    if let Some(s) = any.downcast_ref::<Softmax>() {
-        return rows(RowKernel::Softmax, s.index(), 0.0);
-    }
-    if let Some(r) = any.downcast_ref::<RmsNorm>() {
-        return rows(RowKernel::RmsNorm, r.index(), r.eps());
-    }
-    if let Some(l) = any.downcast_ref::<LayerNorm>() {
-        return rows(RowKernel::LayerNorm, l.index(), l.eps());
-    }
-    if let Some(r) = any.downcast_ref::<Rope>() {
-        let (seq, feat) = (r.sequence_axis(), r.feature_axis());
-        let d = op.inputs()[0].dims[feat].extent;
-        if f.inputs[0] != *y || y.dim(feat).len() != d {
-            return Err(format!("block {y}: the feature index must be whole"));
-        }
-        let half = d / 2;
-        let rows = y.dim(seq);
-        let inv: Vec<f64> = (0..half).map(|i| (r.theta() as f64).powf(-2.0 * i as f64 / d as f64)).collect();
-        let (mut cos, mut sin) = (Vec::new(), Vec::new());
-        for s in rows.lo..rows.hi {
-            let pos = (s - r.packing().start_of(s)) as f64;
-            for &w in &inv {
-                let (sn, cs) = (pos * w).sin_cos();
-                cos.push(cs as f32);
-                sin.push(sn as f32);
-            }
-        }
-        cos.extend(sin);
-        let table = ctx.constant(ConstData::F32(cos));
-        let mut shape = y.shape();
-        shape[feat] = half;
-        let dims = Dims::new(&shape, [&y.strides(), &[], &[]])?;
-        return Ok(vec![Op::Rope { x: ins[0], y: outs[0], dtype, table, seq, feat, half, rows: rows.len(), dims }]);
-    }
-    if let Some(r) = any.downcast_ref::<Reduce>() {
-        let x = &op.inputs()[0];
-        let over: Vec<usize> = r.over().iter().filter_map(|n| x.position(n)).collect();
-        let keep: Vec<usize> = (0..x.rank()).filter(|d| !over.contains(d)).collect();
-        let (bs, shape) = (f.inputs[0].strides(), f.inputs[0].shape());
-        let pick = |ds: &[usize], v: &[usize]| -> Vec<usize> { ds.iter().map(|&d| v[d]).collect() };
-        let kshape = pick(&keep, &shape);
-        let keep_dims = Dims::new(&kshape, [&pick(&keep, &bs), &strides(&kshape), &[]])?;
-        let over_dims = Dims::new(&pick(&over, &shape), [&pick(&over, &bs), &[], &[]])?;
-        return Ok(vec![Op::Reduce { x: ins[0], y: outs[0], dtype, op: r.op(), keep: keep_dims, over: over_dims }]);
-    }
-    if let Some(a) = any.downcast_ref::<Attention>() {
-        let (qd, kd) = (&op.inputs()[0], &op.inputs()[1]);
-        let (qb, kb) = (&f.inputs[0], &f.inputs[1]);
-        let head_dim = qd.dims[2].extent;
-        if head_dim > 256 {
-            return Err(format!("head dimension {head_dim} exceeds the CUDA attention kernel's 256"));
-        }
-        if qb.dim(2).len() != head_dim || kb.dim(2).len() != head_dim || f.inputs[2] != *kb || *y != *qb {
-            return Err(format!("blocks q {qb}, k {kb}, v {}, out {y} are not attention blocks", f.inputs[2]));
-        }
-        let group = qd.dims[0].extent / kd.dims[0].extent;
-        let cfg = a.config();
-        let (rows, keys) = (qb.dim(1), kb.dim(1));
-        let mut bounds = Vec::with_capacity(2 * rows.len());
-        for i in rows.lo..rows.hi {
-            let lo = cfg.packing.start_of(i);
-            let hi = if cfg.causal { i + 1 } else { cfg.packing.end_of(i) };
-            if !rows.is_empty() && (lo < keys.lo || hi > keys.hi) && lo < hi {
-                return Err(format!("query row {i} sees keys {lo}..{hi}, the k/v block has rows {keys}"));
-            }
-            bounds.push(lo as i32);
-            bounds.push(hi as i32);
-        }
-        if qb.is_empty() {
-            return Ok(Vec::new());
-        }
-        let heads = qb.dim(0);
-        let need = (heads.lo / group, (heads.hi - 1) / group + 1);
-        if need.0 < kb.dim(0).lo || need.1 > kb.dim(0).hi {
-            return Err(format!(
-                "query heads {heads} need key/value heads {}..{}, the block has {}",
-                need.0,
-                need.1,
-                kb.dim(0)
-            ));
-        }
-        let bounds = ctx.constant(ConstData::I32(bounds));
-        if !ctx.lowered.head_dims.contains(&head_dim) {
-            ctx.lowered.head_dims.push(head_dim);
-        }
-        return Ok(vec![Op::Attention {
-            q: ins[0],
-            k: ins[1],
-            v: ins[2],
-            o: outs[0],
-            dtype,
-            bounds,
-            heads: heads.len(),
-            nq: rows.len(),
-            nk: keys.len(),
-            heads_lo: heads.lo,
-            kv_lo: kb.dim(0).lo,
-            keys_lo: keys.lo,
-            group,
-            scale: a.scale(),
-            head_dim,
-        }]);
-    }
-    Err(format!("the CUDA backend has no kernel for operator kind `{}`", op.kind()))
 }

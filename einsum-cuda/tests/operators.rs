@@ -6,10 +6,13 @@
 
 use std::collections::HashMap;
 
-use einsum_compile::{Compiled, Schedule, compile};
-use einsum_core::{BackendError, DType, HostTensor, Interval, KernelClass, TensorDesc, TensorType, scaled_error};
+use einsum_compile::{Compiled, ComputationKernels, Schedule, compile};
+use einsum_core::{
+    Backend, BackendError, DType, HostTensor, Interval, KernelClass, OperatorRef, TensorDesc, TensorType, scaled_error,
+};
 use einsum_cuda::emulate::{self, Emulator};
-use einsum_cuda::{CudaExecutable, CudaOptions, lower::lower};
+use einsum_cuda::lower::{LowerError, lower};
+use einsum_cuda::{CudaBackend, CudaExecutable, CudaOptions};
 use einsum_joinagg::{
     AbstractOperator, Computation, DimIndex, FunctionSpec, JoinAggSpec, ShardableIndex, enumerate_specs, grid_spec,
 };
@@ -112,6 +115,11 @@ fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
     Some(compile(comp, &HashMap::from([(id, spec)]), &options).unwrap())
 }
 
+/// The kernel library of `c`, a compilation of `comp`.
+fn kernels<'a>(comp: &'a Computation, c: &'a Compiled) -> ComputationKernels<'a> {
+    ComputationKernels(comp, &c.kernels)
+}
+
 fn inputs(comp: &Computation, seed: u64) -> (Vec<HostTensor>, HostTensor) {
     let values = comp.random_inputs(seed);
     let ordered = comp.inputs().iter().map(|t| values[t].clone()).collect();
@@ -128,8 +136,7 @@ fn the_emulated_lowering_matches_the_reference_on_every_spec() {
             for p in [1, 2, 4] {
                 for choice in 0..6 {
                     let Some(c) = compiled(&comp, p, choice) else { break };
-                    let lowered =
-                        lower(&c.graph, &comp, &c.kernels).unwrap_or_else(|(t, e)| panic!("{name}: task {t}: {e}"));
+                    let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap_or_else(|e| panic!("{name}: {e}"));
                     for gpus in [1, 2] {
                         let out = emulate::run(&c.graph, &lowered, gpus, &ins);
                         let err = scaled_error(&out[0], &reference, 1.0);
@@ -178,12 +185,32 @@ impl AbstractOperator for Mystery {
     }
 }
 
+/// An operator with no CUDA kernel is refused by type, naming it, with no GPU involved: by
+/// the backend's operator check (what `compile` asks before planning), by the lowering, and
+/// by `prepare` before it looks for a driver.
 #[test]
 fn an_unknown_operator_is_an_error_naming_it() {
     let comp = single("puzzle", Box::new(Mystery { io: vec![desc(&[("n", 4)], DType::F32)] }));
     let c = compiled(&comp, 1, 0).unwrap();
-    let (_, err) = lower(&c.graph, &comp, &c.kernels).unwrap_err();
-    assert!(err.contains("puzzle") && err.contains("mystery") && err.contains("no kernel"), "{err}");
+    let unsupported = |err: &BackendError| {
+        matches!(err, BackendError::Unsupported { backend, operator, kind }
+            if backend == "cuda" && operator == "puzzle" && kind == "mystery")
+    };
+    let backend = CudaBackend::default();
+    let (id, op, _) = comp.ops().next().unwrap();
+    let name = comp.node(id).unwrap().name();
+    let err = backend.check_operator(OperatorRef { value: op, name, kind: op.kind() }).unwrap_err();
+    assert!(unsupported(&err), "{err}");
+    assert!(err.to_string().contains("no kernel for operator `puzzle` (kind `mystery`)"), "{err}");
+    let err = lower(&c.graph, &kernels(&comp, &c)).unwrap_err();
+    assert_eq!(err, LowerError::Unsupported { operator: "puzzle".into(), kind: "mystery".into() });
+    let err = CudaExecutable::prepare(&c.graph, &kernels(&comp, &c), &CudaOptions::default()).err().unwrap();
+    assert!(unsupported(&err), "{err}");
+    // Every operator of the library passes the same check.
+    for (name, comp) in cases(DType::F32) {
+        let (_, op, _) = comp.ops().next().unwrap();
+        backend.check_operator(OperatorRef { value: op, name, kind: op.kind() }).unwrap();
+    }
 }
 
 /// Loads once, runs twice: both runs match the reference (the resident inputs survive a
@@ -195,7 +222,7 @@ fn inputs_loaded_once_serve_every_run() {
             let (ins, reference) = inputs(&comp, 11);
             for p in [1, 2, 4] {
                 let Some(c) = compiled(&comp, p, p - 1).or_else(|| compiled(&comp, p, 0)) else { continue };
-                let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+                let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
                 for gpus in [1, 2] {
                     let mut e = Emulator::new(&c.graph, &lowered, gpus);
                     e.load_all(&ins).unwrap();
@@ -219,9 +246,9 @@ fn the_resident_regions_hold_each_loaded_block_once_per_gpu() {
     for p in [2, 4] {
         for choice in 0..6 {
             let Some(c) = compiled(&comp, p, choice) else { break };
-            let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+            let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
             let e = Emulator::new(&c.graph, &lowered, 1);
-            let plan = &e.schedule().resident;
+            let plan = &e.stream_plan().resident;
             let mut distinct: Vec<(usize, TensorType)> = Vec::new();
             for n in c.graph.nodes() {
                 if let einsum_core::taskgraph::Task::Load { input, dst } = &n.task {
@@ -251,7 +278,7 @@ fn reloading_an_input_replaces_it() {
     let mut runs = 0;
     for p in [2, 4] {
         let Some(c) = compiled(&comp, p, 1) else { continue };
-        let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+        let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
         let mut e = Emulator::new(&c.graph, &lowered, 1);
         e.load_all(&first).unwrap();
         assert!(scaled_error(&e.run().unwrap()[0], &first_ref, 1.0) <= tolerance(DType::BF16));
@@ -267,7 +294,7 @@ fn running_before_every_input_is_loaded_names_the_missing_one() {
     let (_, comp) = cases(DType::F32).into_iter().find(|(n, _)| *n == "layernorm").unwrap();
     let (ins, _) = inputs(&comp, 1);
     let c = compiled(&comp, 2, 0).unwrap();
-    let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+    let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
     let mut e = Emulator::new(&c.graph, &lowered, 1);
     let err = e.run().unwrap_err();
     assert!(matches!(&err, BackendError::Input { index: 0, name, .. } if name == "in0"), "{err}");
@@ -285,7 +312,7 @@ fn loading_a_value_of_the_wrong_shape_or_dtype_is_refused() {
     let (_, comp) = cases(DType::F16).into_iter().find(|(n, _)| *n == "matmul").unwrap();
     let (ins, reference) = inputs(&comp, 2);
     let c = compiled(&comp, 2, 1).unwrap();
-    let lowered = lower(&c.graph, &comp, &c.kernels).unwrap();
+    let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
     let mut e = Emulator::new(&c.graph, &lowered, 1);
     e.load_all(&ins).unwrap();
     let wrong_shape = HostTensor::random(TensorType::zero_bounded(&[6, 9]), DType::F16, 3);
@@ -310,8 +337,8 @@ fn every_operator_on_the_gpu_matches_the_reference() {
                 for eager in [false, true] {
                     let Some(c) = compiled(&comp, p, p - 1) else { continue };
                     let options = CudaOptions { eager, max_gpus: None };
-                    let mut exe =
-                        CudaExecutable::prepare(&comp, &c, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let mut exe = CudaExecutable::prepare(&c.graph, &kernels(&comp, &c), &options)
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
                     let err = exe.run().unwrap_err();
                     assert!(matches!(err, BackendError::Input { index: 0, .. }), "{name}: {err}");
                     exe.load_all(&ins).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -1,7 +1,11 @@
 //! The CUDA kernels, one concept per file: the contraction planner (pure Rust), the CUDA C
-//! sources compiled at run time with NVRTC, and the lowering of an operator call to
-//! launches.
+//! sources compiled at run time with NVRTC (with their operation codes generated from the
+//! Rust enums, [`codes`]), the table of kernels by operator type
+//! ([`registry`]) and the lowering of each operator's call to launches ([`operators`]).
 
+pub mod codes;
 pub mod compile;
 pub mod gemm_plan;
+pub mod operators;
+pub mod registry;
 pub mod sources;

@@ -1,6 +1,7 @@
 //! The CUDA C sources of the NVRTC kernels, one `.cu` file per concept under
-//! `src/kernels/cuda/`, each compiled with the shared `common.cuh` prepended (dtype loads
-//! and stores, strided iteration) so that NVRTC needs no system header.
+//! `src/kernels/cuda/`, each compiled with the header of operation codes generated from the
+//! Rust enums ([`super::codes::header`]) and the shared `common.cuh` (dtype loads and
+//! stores, strided iteration) prepended, so that NVRTC needs no system header.
 
 /// The shared prelude: dtype codes, `ld`/`st`, the `Dims` iteration space.
 pub const COMMON: &str = include_str!("cuda/common.cuh");
@@ -40,13 +41,14 @@ pub const ATTENTION: Module =
 /// head dimension).
 pub const FIXED: [Module; 7] = [COPY, AGGREGATE, UNARY, BINARY, ROWS, ROPE, REDUCE];
 
-/// The full source of `module`: the prelude, then the module, with `defines` (`NAME=value`)
-/// as `#define` lines first.
+/// The full source of `module`: `defines` (`NAME=value`) as `#define` lines, the generated
+/// operation codes ([`super::codes::header`]), the prelude, then the module.
 pub fn full_source(module: &Module, defines: &[(&str, String)]) -> String {
     let mut s = String::new();
     for (k, v) in defines {
         s.push_str(&format!("#define {k} {v}\n"));
     }
+    s.push_str(&super::codes::header());
     s.push_str(COMMON);
     s.push('\n');
     s.push_str(module.source);

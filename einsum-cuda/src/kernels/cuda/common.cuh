@@ -1,5 +1,6 @@
-// Shared by every kernel source (prepended before compilation; no system headers, so that
-// NVRTC needs none). Storage dtypes: 0 = f32, 1 = f16, 2 = bf16; arithmetic is in f32.
+// Shared by every kernel source (prepended before compilation, after the generated codes of
+// kernels/codes.rs; no system headers, so that NVRTC needs none). Storage dtypes are
+// DTYPE_F32, DTYPE_F16 and DTYPE_BF16; arithmetic is in f32.
 typedef long long i64;
 
 #define MAX_RANK 8
@@ -17,25 +18,25 @@ struct Dims {
 };
 
 __device__ __forceinline__ float ld(const void* p, i64 i, int dt) {
-    if (dt == 0) return ((const float*)p)[i];
+    if (dt == DTYPE_F32) return ((const float*)p)[i];
     unsigned short h = ((const unsigned short*)p)[i];
-    if (dt == 1) {
+    if (dt == DTYPE_F16) {
         float f;
         asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
         return f;
     }
-    return __uint_as_float(((unsigned int)h) << 16);
+    return __uint_as_float(((unsigned int)h) << 16);  // DTYPE_BF16
 }
 
 __device__ __forceinline__ void st(void* p, i64 i, int dt, float v) {
-    if (dt == 0) {
+    if (dt == DTYPE_F32) {
         ((float*)p)[i] = v;
         return;
     }
     unsigned short h;
-    if (dt == 1) {
+    if (dt == DTYPE_F16) {
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    } else {
+    } else {  // DTYPE_BF16
         unsigned int u = __float_as_uint(v);
         if ((u & 0x7fffffffu) > 0x7f800000u) {
             h = 0x7fc0;  // NaN

@@ -1,6 +1,7 @@
 // Reductions: y[i] = ⊕ over the `over` iteration space of x. `keep` iterates the output
 // (keep.s0: strides in x, keep.s1: strides in y), `over` the reduced indices (over.s0:
-// strides in x). op: 0 sum (accumulated in f64, as the CPU reference), 1 max.
+// strides in x). op: a REDUCE_* code of einsum_ops::reduce::ReduceOp (generated,
+// kernels/codes.rs): REDUCE_SUM (accumulated in f64, as the CPU reference) or REDUCE_MAX.
 extern "C" __global__ void reduce(const void* x, void* y, int dt, int op, Dims keep, Dims over) {
     i64 n = volume(keep), m = volume(over);
     GRID_STRIDE(i, n) {
@@ -15,6 +16,12 @@ extern "C" __global__ void reduce(const void* x, void* y, int dt, int op, Dims k
             sum += (double)v;
             mx = fmaxf(mx, v);
         }
-        st(y, by, dt, op == 0 ? (float)sum : mx);
+        float r;
+        switch (op) {
+            case REDUCE_SUM: r = (float)sum; break;
+            case REDUCE_MAX: r = mx; break;
+            default: r = __int_as_float(0x7fc00000); break;  // not a code: NaN
+        }
+        st(y, by, dt, r);
     }
 }

@@ -1,6 +1,8 @@
-//! The pure scheduling logic of the CUDA backend: which GPU every virtual device runs on,
-//! which stream every task is issued to, which task waits on which other task's event,
-//! and where every buffer and scratch area lives in its GPU's pool.
+//! [`StreamPlan`]: the pure scheduling logic of the CUDA backend: which GPU every virtual
+//! device runs on, which stream every task is issued to, which task waits on which other
+//! task's event, and where every buffer and scratch area lives in its GPU's pool. (Named
+//! apart from `einsum_compile::Schedule`, which chooses how exchange programs are
+//! synthesized.)
 //!
 //! # Design
 //! Virtual device `v` runs on GPU `v mod gpus` (an 8-device plan runs on one GPU) and has a
@@ -21,7 +23,7 @@ use crate::resident::ResidentPlan;
 
 /// Streams, events and memory of a task graph on `gpus` GPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Schedule {
+pub struct StreamPlan {
     /// Number of GPUs used.
     pub gpus: usize,
     /// GPU of every virtual device.
@@ -51,11 +53,11 @@ pub fn task_device(graph: &TaskGraph, task: &Task) -> usize {
     b.map_or(0, |b| graph.buffer(b).device.0 as usize)
 }
 
-impl Schedule {
-    /// Schedules `graph` on `gpus` GPUs (at least 1); `scratch[t]` lists the scratch bytes
+impl StreamPlan {
+    /// Plans `graph` on `gpus` GPUs (at least 1); `scratch[t]` lists the scratch bytes
     /// task `t` needs during its run (empty for most tasks; shorter than the task list is
     /// fine).
-    pub fn new(graph: &TaskGraph, gpus: usize, scratch: &[Vec<usize>]) -> Schedule {
+    pub fn new(graph: &TaskGraph, gpus: usize, scratch: &[Vec<usize>]) -> StreamPlan {
         let gpus = gpus.max(1);
         let nodes = graph.nodes();
         let gpu_of_device: Vec<usize> = (0..graph.devices()).map(|v| v % gpus).collect();
@@ -118,7 +120,7 @@ impl Schedule {
                 }
             }
         }
-        Schedule {
+        StreamPlan {
             gpus,
             gpu_of_device,
             stream,
@@ -169,16 +171,16 @@ mod tests {
 
     #[test]
     fn virtual_devices_share_gpus_round_robin() {
-        let s = Schedule::new(&two_device_gather(), 1, &[]);
+        let s = StreamPlan::new(&two_device_gather(), 1, &[]);
         assert_eq!(s.gpu_of_device, vec![0, 0]);
         assert_eq!(s.pool_bytes.len(), 1);
-        let s = Schedule::new(&two_device_gather(), 2, &[]);
+        let s = StreamPlan::new(&two_device_gather(), 2, &[]);
         assert_eq!(s.gpu_of_device, vec![0, 1]);
     }
 
     #[test]
     fn loads_are_resident_and_nobody_waits_for_them() {
-        let s = Schedule::new(&two_device_gather(), 1, &[]);
+        let s = StreamPlan::new(&two_device_gather(), 1, &[]);
         assert_eq!(s.stream, vec![0, 1, 0, 0, 0]);
         // a and b live in the resident region; b0 and y (live together) in the pool.
         assert_eq!(s.resident.buffer_block, vec![Some(0), Some(1), None, None]);
@@ -191,7 +193,7 @@ mod tests {
 
     #[test]
     fn cross_stream_dependencies_become_events() {
-        let s = Schedule::new(&gather_after_a_slice(), 1, &[]);
+        let s = StreamPlan::new(&gather_after_a_slice(), 1, &[]);
         assert_eq!(s.stream, vec![0, 1, 1, 0, 0, 0]);
         // The transfer (stream 0) waits for the slice on stream 1; the stitch's output reuses
         // the bytes of c (dead after the transfer), so it waits for c's writer too.
@@ -204,7 +206,7 @@ mod tests {
     #[test]
     fn buffers_live_together_do_not_overlap() {
         let g = gather_after_a_slice();
-        let s = Schedule::new(&g, 1, &[vec![], vec![], vec![], vec![], vec![100], vec![]]);
+        let s = StreamPlan::new(&g, 1, &[vec![], vec![], vec![], vec![], vec![100], vec![]]);
         let mut spans: Vec<(usize, usize)> =
             s.buffer_offset.iter().zip(g.buffers()).map(|(&o, b)| (o, o + b.bytes())).collect();
         spans.push((s.scratch_offset[4][0], s.scratch_offset[4][0] + 100));

@@ -1,0 +1,257 @@
+//! The CUDA lowering of every `einsum-ops` operator the backend runs, one [`CudaKernel`]
+//! impl each (registered by type in [`super::registry`]): contractions become cuBLAS GEMMs
+//! or reductions ([`super::gemm_plan`]), the others launches of the NVRTC kernels of
+//! [`super::sources`].
+
+use einsum_core::{TensorDesc, TensorType};
+use einsum_joinagg::AbstractOperator;
+use einsum_ops::attention::Attention;
+use einsum_ops::binary::Binary;
+use einsum_ops::einsum::Einsum;
+use einsum_ops::layernorm::LayerNorm;
+use einsum_ops::reduce::{Reduce, ReduceOp};
+use einsum_ops::rmsnorm::RmsNorm;
+use einsum_ops::rope::Rope;
+use einsum_ops::softmax::Softmax;
+use einsum_ops::unary::Unary;
+
+use super::gemm_plan::{self, ContractionPlan, Permute};
+use super::registry::{Call, CudaKernel};
+use crate::lower::{ConstData, Dims, KernelCtx, Op, Ptr, RowKernel, permute_op, strides};
+
+/// Position of every dimension of `desc` along the dimensions of `of` (by index name).
+fn strides_along(block: &TensorType, desc: &TensorDesc, of: &TensorDesc) -> Vec<usize> {
+    let s = block.strides();
+    of.dims.iter().map(|d| desc.position(&d.name).map_or(0, |p| s[p])).collect()
+}
+
+fn split3(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+}
+
+impl CudaKernel for Einsum {
+    /// A permutation (if needed) and a row sum for a contraction of one operand; otherwise
+    /// optional permutations around one cuBLAS strided-batched GEMM.
+    fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        let (dtype, ins, outs, y) = (call.dtype, call.ins, call.outs, call.y);
+        let shapes: Vec<Vec<usize>> = call.inputs.iter().map(TensorType::shape).collect();
+        let plan = gemm_plan::plan(self.equation(), &shapes, &y.shape()).map_err(|e| e.to_string())?;
+        let es = dtype.size_bytes();
+        Ok(match plan {
+            ContractionPlan::Sum(s) => {
+                let mut ops = Vec::new();
+                let src = match &s.permute {
+                    Some(p) => {
+                        let tmp = ctx.scratch(p.volume() * es);
+                        ops.push(permute_op(ins[0], tmp, p, dtype)?);
+                        tmp
+                    }
+                    None => ins[0],
+                };
+                let keep = Dims::new(&[s.rows], [&[s.row], &[1], &[]])?;
+                let over = Dims::new(&[s.row], [&[1], &[], &[]])?;
+                ops.push(Op::Reduce { x: src, y: outs[0], dtype, op: ReduceOp::Sum, keep, over });
+                ops
+            }
+            ContractionPlan::Gemm(p) => {
+                let mut ops = Vec::new();
+                let (a_in, b_in) = (ins[p.a_operand], ins[1 - p.a_operand]);
+                let mut staged = |src: Ptr, perm: &Option<Permute>, ops: &mut Vec<Op>| -> Result<Ptr, String> {
+                    Ok(match perm {
+                        Some(pm) => {
+                            let tmp = ctx.scratch(pm.volume() * es);
+                            ops.push(permute_op(src, tmp, pm, dtype)?);
+                            tmp
+                        }
+                        None => src,
+                    })
+                };
+                let a = staged(a_in, &p.permute_a, &mut ops)?;
+                let b = staged(b_in, &p.permute_b, &mut ops)?;
+                match &p.permute_c {
+                    Some(pc) => {
+                        let c = ctx.scratch(p.gemm.batch * p.gemm.stride_c * es);
+                        ops.push(Op::Gemm { a, b, c, dtype, gemm: p.gemm.clone() });
+                        ops.push(permute_op(c, outs[0], pc, dtype)?);
+                    }
+                    None => ops.push(Op::Gemm { a, b, c: outs[0], dtype, gemm: p.gemm.clone() }),
+                }
+                ops
+            }
+        })
+    }
+}
+
+impl CudaKernel for Unary {
+    /// One `unary` launch over the block.
+    fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        let y = call.y;
+        if call.inputs[0] != *y {
+            return Err(format!("input block {} and output block {y} differ", call.inputs[0]));
+        }
+        Ok(vec![Op::Unary { x: call.ins[0], y: call.outs[0], dtype: call.dtype, op: self.op(), n: y.volume() }])
+    }
+}
+
+impl CudaKernel for Binary {
+    /// One `binary` launch over the output block, each operand broadcast by index name.
+    fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        let y = call.y;
+        let (da, db, dy) = (&self.inputs()[0], &self.inputs()[1], &self.outputs()[0]);
+        let sa = strides_along(&call.inputs[0], da, dy);
+        let sb = strides_along(&call.inputs[1], db, dy);
+        let dims = Dims::new(&y.shape(), [&sa, &sb, &y.strides()])?;
+        Ok(vec![Op::Binary { a: call.ins[0], b: call.ins[1], y: call.outs[0], dtype: call.dtype, op: self.op(), dims }])
+    }
+}
+
+/// One row-kernel launch over whole rows of `index` (input 0's), with the optional weight
+/// and bias of inputs 1 and 2.
+fn rows(
+    op: &dyn AbstractOperator,
+    call: &Call<'_>,
+    kernel: RowKernel,
+    index: &str,
+    eps: f32,
+) -> Result<Vec<Op>, String> {
+    let (ins, y) = (call.ins, call.y);
+    let axis = op.inputs()[0].position(index).ok_or_else(|| format!("no index `{index}`"))?;
+    let whole = op.inputs()[0].dims[axis].extent;
+    if call.inputs[0] != *y || call.inputs[0].dim(axis).len() != whole {
+        return Err(format!("block {} does not hold whole rows of `{index}`", call.inputs[0]));
+    }
+    let (outer, n, inner) = split3(&y.shape(), axis);
+    let (w, b) = (ins.get(1).copied(), ins.get(2).copied());
+    Ok(vec![Op::Rows { kernel, x: ins[0], w, b, y: call.outs[0], dtype: call.dtype, outer, n, inner, eps }])
+}
+
+impl CudaKernel for Softmax {
+    /// One `softmax` launch over whole rows.
+    fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        rows(self, call, RowKernel::Softmax, self.index(), 0.0)
+    }
+}
+
+impl CudaKernel for RmsNorm {
+    /// One `rmsnorm` launch over whole rows.
+    fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        rows(self, call, RowKernel::RmsNorm, self.index(), self.eps())
+    }
+}
+
+impl CudaKernel for LayerNorm {
+    /// One `layernorm` launch over whole rows.
+    fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        rows(self, call, RowKernel::LayerNorm, self.index(), self.eps())
+    }
+}
+
+impl CudaKernel for Rope {
+    /// One `rope` launch, with the block's cos/sin table (positions within each packed
+    /// sequence) as a constant.
+    fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        let y = call.y;
+        let (seq, feat) = (self.sequence_axis(), self.feature_axis());
+        let d = self.inputs()[0].dims[feat].extent;
+        if call.inputs[0] != *y || y.dim(feat).len() != d {
+            return Err(format!("block {y}: the feature index must be whole"));
+        }
+        let half = d / 2;
+        let rows = y.dim(seq);
+        let inv: Vec<f64> = (0..half).map(|i| (self.theta() as f64).powf(-2.0 * i as f64 / d as f64)).collect();
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for s in rows.lo..rows.hi {
+            let pos = (s - self.packing().start_of(s)) as f64;
+            for &w in &inv {
+                let (sn, cs) = (pos * w).sin_cos();
+                cos.push(cs as f32);
+                sin.push(sn as f32);
+            }
+        }
+        cos.extend(sin);
+        let table = ctx.constant(ConstData::F32(cos));
+        let mut shape = y.shape();
+        shape[feat] = half;
+        let dims = Dims::new(&shape, [&y.strides(), &[], &[]])?;
+        let (x, y, dtype) = (call.ins[0], call.outs[0], call.dtype);
+        Ok(vec![Op::Rope { x, y, dtype, table, seq, feat, half, rows: rows.len(), dims }])
+    }
+}
+
+impl CudaKernel for Reduce {
+    /// One `reduce` launch: the kept indices iterate the output, the others are reduced.
+    fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        let x = &self.inputs()[0];
+        let over: Vec<usize> = self.over().iter().filter_map(|n| x.position(n)).collect();
+        let keep: Vec<usize> = (0..x.rank()).filter(|d| !over.contains(d)).collect();
+        let (bs, shape) = (call.inputs[0].strides(), call.inputs[0].shape());
+        let pick = |ds: &[usize], v: &[usize]| -> Vec<usize> { ds.iter().map(|&d| v[d]).collect() };
+        let kshape = pick(&keep, &shape);
+        let keep_dims = Dims::new(&kshape, [&pick(&keep, &bs), &strides(&kshape), &[]])?;
+        let over_dims = Dims::new(&pick(&over, &shape), [&pick(&over, &bs), &[], &[]])?;
+        let (x, y, dtype) = (call.ins[0], call.outs[0], call.dtype);
+        Ok(vec![Op::Reduce { x, y, dtype, op: self.op(), keep: keep_dims, over: over_dims }])
+    }
+}
+
+impl CudaKernel for Attention {
+    /// One `attention` launch per block (compiled per head dimension, at most 256), with
+    /// each query row's visible key range as a constant table.
+    fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        let (ins, y) = (call.ins, call.y);
+        let (qd, kd) = (&self.inputs()[0], &self.inputs()[1]);
+        let (qb, kb) = (&call.inputs[0], &call.inputs[1]);
+        let head_dim = qd.dims[2].extent;
+        if head_dim > 256 {
+            return Err(format!("head dimension {head_dim} exceeds the CUDA attention kernel's 256"));
+        }
+        if qb.dim(2).len() != head_dim || kb.dim(2).len() != head_dim || call.inputs[2] != *kb || *y != *qb {
+            return Err(format!("blocks q {qb}, k {kb}, v {}, out {y} are not attention blocks", call.inputs[2]));
+        }
+        let group = qd.dims[0].extent / kd.dims[0].extent;
+        let cfg = self.config();
+        let (rows, keys) = (qb.dim(1), kb.dim(1));
+        let mut bounds = Vec::with_capacity(2 * rows.len());
+        for i in rows.lo..rows.hi {
+            let lo = cfg.packing.start_of(i);
+            let hi = if cfg.causal { i + 1 } else { cfg.packing.end_of(i) };
+            if !rows.is_empty() && (lo < keys.lo || hi > keys.hi) && lo < hi {
+                return Err(format!("query row {i} sees keys {lo}..{hi}, the k/v block has rows {keys}"));
+            }
+            bounds.push(lo as i32);
+            bounds.push(hi as i32);
+        }
+        if qb.is_empty() {
+            return Ok(Vec::new());
+        }
+        let heads = qb.dim(0);
+        let need = (heads.lo / group, (heads.hi - 1) / group + 1);
+        if need.0 < kb.dim(0).lo || need.1 > kb.dim(0).hi {
+            return Err(format!(
+                "query heads {heads} need key/value heads {}..{}, the block has {}",
+                need.0,
+                need.1,
+                kb.dim(0)
+            ));
+        }
+        let bounds = ctx.constant(ConstData::I32(bounds));
+        ctx.use_head_dim(head_dim);
+        Ok(vec![Op::Attention {
+            q: ins[0],
+            k: ins[1],
+            v: ins[2],
+            o: call.outs[0],
+            dtype: call.dtype,
+            bounds,
+            heads: heads.len(),
+            nq: rows.len(),
+            nk: keys.len(),
+            heads_lo: heads.lo,
+            kv_lo: kb.dim(0).lo,
+            keys_lo: keys.lo,
+            group,
+            scale: self.scale(),
+            head_dim,
+        }])
+    }
+}

@@ -1,0 +1,195 @@
+//! The CUDA kernels by operator type: one table ([`table`]) from the concrete type of each
+//! `einsum-ops` operator (its `TypeId`) to its lowering ([`CudaKernel`]).
+//!
+//! Adding a CUDA kernel for an operator is one [`CudaKernel`] impl (in
+//! [`crate::kernels::operators`]) and one line in [`table`]. An operator with no entry (a
+//! custom operator defined outside `einsum-ops`, say) is refused before any device is
+//! touched: at compile time by `CudaBackend::check_operator`, and at prepare time by
+//! [`crate::lower::lower`], both with an error naming the operator and its kind.
+//!
+//! # Design
+//! The kernel library hands the backend each kernel's operator as an `&dyn Any`
+//! ([`einsum_core::OperatorRef`]), so the lookup is by `TypeId` and the entry downcasts to
+//! the one type it was registered for: no chain of downcasts, and no match over kinds
+//! that could miss one at run time.
+
+use std::any::{Any, TypeId};
+use std::sync::LazyLock;
+
+use einsum_core::{DType, TensorType};
+use einsum_joinagg::AbstractOperator;
+use einsum_ops::attention::Attention;
+use einsum_ops::binary::Binary;
+use einsum_ops::einsum::Einsum;
+use einsum_ops::layernorm::LayerNorm;
+use einsum_ops::reduce::Reduce;
+use einsum_ops::rmsnorm::RmsNorm;
+use einsum_ops::rope::Rope;
+use einsum_ops::softmax::Softmax;
+use einsum_ops::unary::Unary;
+
+use crate::lower::{KernelCtx, Op, Ptr};
+
+/// The buffers of one kernel task, before the operator's own data type is known.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelArgs<'a> {
+    /// The input blocks (the function spec's), in absolute coordinates.
+    pub inputs: &'a [TensorType],
+    /// The output blocks.
+    pub outputs: &'a [TensorType],
+    /// Where each input block is.
+    pub ins: &'a [Ptr],
+    /// Where each output block goes.
+    pub outs: &'a [Ptr],
+}
+
+/// One call of an operator's kernel, as a [`CudaKernel`] lowers it: [`KernelArgs`], with
+/// at least one output and as many pointers as blocks, and the element type.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// The element type of the operator's output (and, for every kernel here, its inputs).
+    pub dtype: DType,
+    /// The input blocks.
+    pub inputs: &'a [TensorType],
+    /// The first output block.
+    pub y: &'a TensorType,
+    /// Where each input block is.
+    pub ins: &'a [Ptr],
+    /// Where each output block goes.
+    pub outs: &'a [Ptr],
+}
+
+/// The CUDA lowering of one concrete operator type: a call on its blocks becomes device
+/// operations ([`Op`]s), or an error saying why this call cannot run on the GPU.
+pub trait CudaKernel: AbstractOperator + Sized {
+    /// Lowers `call`; may add scratch areas and constant tables through `ctx`.
+    fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String>;
+}
+
+/// A type-erased lowering: downcasts the operator and lowers the call.
+type LowerFn = fn(&dyn Any, &KernelArgs<'_>, &mut KernelCtx<'_>) -> Result<Vec<Op>, String>;
+
+/// One entry of the table: an operator type and its lowering.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    type_id: TypeId,
+    /// The operator's Rust type, for messages and listings.
+    pub type_name: &'static str,
+    lower: LowerFn,
+}
+
+impl Entry {
+    /// The entry of operator type `T`.
+    fn of<T: CudaKernel>() -> Entry {
+        Entry { type_id: TypeId::of::<T>(), type_name: std::any::type_name::<T>(), lower: lower_as::<T> }
+    }
+
+    /// Lowers one call of `operator` (which must be of this entry's type, as [`find`]
+    /// guarantees).
+    pub fn lower(&self, operator: &dyn Any, args: &KernelArgs<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        (self.lower)(operator, args, ctx)
+    }
+}
+
+fn lower_as<T: CudaKernel>(
+    operator: &dyn Any,
+    args: &KernelArgs<'_>,
+    ctx: &mut KernelCtx<'_>,
+) -> Result<Vec<Op>, String> {
+    let op = operator
+        .downcast_ref::<T>()
+        .ok_or_else(|| format!("the kernel table's entry for {} got another type", std::any::type_name::<T>()))?;
+    if args.ins.len() != args.inputs.len() || args.outs.len() != args.outputs.len() {
+        return Err("the kernel task's buffers do not match the function spec".into());
+    }
+    let (Some(y), Some(out)) = (args.outputs.first(), op.outputs().first()) else {
+        return Err("the operator has no output".into());
+    };
+    let call = Call { dtype: out.dtype, inputs: args.inputs, y, ins: args.ins, outs: args.outs };
+    op.lower(&call, ctx)
+}
+
+/// Every CUDA kernel, by operator type: the one place to add one.
+pub fn table() -> &'static [Entry] {
+    static TABLE: LazyLock<Vec<Entry>> = LazyLock::new(|| {
+        vec![
+            Entry::of::<Einsum>(),
+            Entry::of::<Unary>(),
+            Entry::of::<Binary>(),
+            Entry::of::<Softmax>(),
+            Entry::of::<RmsNorm>(),
+            Entry::of::<LayerNorm>(),
+            Entry::of::<Rope>(),
+            Entry::of::<Reduce>(),
+            Entry::of::<Attention>(),
+        ]
+    });
+    &TABLE
+}
+
+/// The entry for `operator`'s concrete type, if the CUDA backend has a kernel for it.
+pub fn find(operator: &dyn Any) -> Option<&'static Entry> {
+    // `<dyn Any>::type_id` goes through the vtable: the concrete type's id.
+    let id = Any::type_id(operator);
+    table().iter().find(|e| e.type_id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
+    use einsum_joinagg::{FunctionSpec, JoinAggSpec, ShardableIndex};
+    use einsum_ops::unary::UnaryOp;
+
+    use super::*;
+
+    #[test]
+    fn every_entry_is_a_distinct_operator_type() {
+        let t = table();
+        for (i, a) in t.iter().enumerate() {
+            assert!(t[i + 1..].iter().all(|b| b.type_id != a.type_id), "{} is listed twice", a.type_name);
+        }
+        assert_eq!(t.len(), 9);
+    }
+
+    #[test]
+    fn an_operator_is_found_by_its_concrete_type() {
+        let x = TensorDesc::of(&[("n", 4)], DType::F32).unwrap();
+        let op: Box<dyn AbstractOperator> = Box::new(Unary::new(&x, UnaryOp::Relu).unwrap());
+        let any: &dyn Any = op.as_ref();
+        assert!(find(any).unwrap().type_name.ends_with("Unary"));
+        // The box itself is another type: the lookup must see through to the operator.
+        assert!(find(&op).is_none());
+        assert!(find(&Outsider).is_none());
+    }
+
+    /// An operator defined outside `einsum-ops`.
+    #[derive(Debug)]
+    struct Outsider;
+
+    impl AbstractOperator for Outsider {
+        fn kind(&self) -> &str {
+            "outsider"
+        }
+        fn kernel_class(&self) -> KernelClass {
+            KernelClass::Elementwise
+        }
+        fn inputs(&self) -> &[TensorDesc] {
+            &[]
+        }
+        fn outputs(&self) -> &[TensorDesc] {
+            &[]
+        }
+        fn shardable(&self) -> Vec<ShardableIndex> {
+            Vec::new()
+        }
+        fn join_agg_spec(&self, _: &[Vec<Interval>]) -> einsum_joinagg::Result<JoinAggSpec> {
+            Ok(JoinAggSpec { functions: Vec::new() })
+        }
+        fn flops(&self, _: &FunctionSpec) -> f64 {
+            0.0
+        }
+        fn compute(&self, _: &FunctionSpec, _: &[HostTensor]) -> einsum_joinagg::Result<Vec<HostTensor>> {
+            Ok(Vec::new())
+        }
+    }
+}
