@@ -6,15 +6,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Every failure a user of the driver can hit; each message says what and where.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Building an operator of the graph failed (bad shape, unknown index, ...).
-    #[error("{node}: {source}")]
-    Build {
-        /// The graph node being added, e.g. `matmul #3`.
-        node: String,
-        /// What the operator said.
-        #[source]
-        source: einsum_joinagg::Error,
-    },
+    /// A graph that cannot be built (a bad shape or index naming its node, a tensor of
+    /// another graph).
+    #[error(transparent)]
+    Graph(#[from] einsum_graph::Error),
     /// A failure of the spec machinery or of a computation (no spec for p, ...).
     #[error(transparent)]
     JoinAgg(#[from] einsum_joinagg::Error),
@@ -50,9 +45,6 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
-    /// A tensor handle that does not belong to this graph.
-    #[error("tensor {0} does not belong to this graph")]
-    ForeignTensor(String),
     /// A workload description that cannot be parsed.
     #[error("workload `{spec}`: {reason}")]
     Workload {

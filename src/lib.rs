@@ -2,7 +2,8 @@
 //!
 //! Describe a computation with the PyTorch-like [`Graph`] builder; every operator is an
 //! abstract operator that exposes its decompositions as join-agg specs (Section 3 of the
-//! paper). This crate is the thin driver over the workspace's crates: `einsum-core`
+//! paper). This crate is the thin driver over the workspace's crates: `einsum-graph` (the
+//! graph builder), `einsum-core`
 //! (tensor types, tilings, host tensors, the task graph), `einsum-joinagg` (specs,
 //! enumeration, validation, reference semantics, the operator DAG), `einsum-ops` (the
 //! operator library), `einsum-logical` (the logical optimizer), `einsum-sim` (topologies
@@ -16,7 +17,6 @@ pub mod dump;
 mod error;
 mod executable;
 pub mod experiment;
-mod graph;
 pub mod memory_report;
 pub mod pipeline;
 pub mod workload;
@@ -24,11 +24,11 @@ pub mod workload;
 pub use backend::{Backend, BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::Schedule;
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
+pub use einsum_graph::{Graph, Tensor};
 pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
 pub use einsum_logical::{CostModel, LogicalOptimizer};
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
 pub use einsum_sim::Topology;
 pub use error::{Error, Result};
 pub use executable::{CompileOptions, Executable, RunReport, compile};
-pub use graph::{Graph, Tensor};
 pub use workload::Workload;
