@@ -31,6 +31,10 @@ pub enum Error {
     /// Physical compilation failed (placement, lowering, memory over capacity, ...).
     #[error(transparent)]
     Compile(#[from] einsum_compile::CompileError),
+    /// The plan-then-compile pipeline failed otherwise (a budget above the devices' HBM).
+    /// Its strategy and compile errors arrive as [`Error::Logical`] and [`Error::Compile`].
+    #[error(transparent)]
+    Pipeline(Box<einsum_compile::PipelineError>),
     /// A run failed on the backend (a kernel error, a panicking task, a bad input).
     #[error(transparent)]
     Backend(#[from] einsum_core::BackendError),
@@ -72,4 +76,16 @@ pub enum Error {
     /// A bad command-line argument.
     #[error("{0}")]
     Usage(String),
+}
+
+impl From<einsum_compile::PipelineError> for Error {
+    /// Flattens the pipeline's strategy and compile errors into [`Error::Logical`] and
+    /// [`Error::Compile`], so that `compile` fails with the same variants as each stage.
+    fn from(e: einsum_compile::PipelineError) -> Self {
+        match e {
+            einsum_compile::PipelineError::Logical(e) => Error::Logical(e),
+            einsum_compile::PipelineError::Compile(e) => Error::Compile(e),
+            other => Error::Pipeline(Box::new(other)),
+        }
+    }
 }

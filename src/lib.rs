@@ -17,12 +17,10 @@ pub mod dump;
 mod error;
 mod executable;
 pub mod experiment;
-pub mod memory_report;
-pub mod pipeline;
 pub mod workload;
 
 pub use backend::{Backend, BackendEntry, BackendParams, backend_by_name, backends};
-pub use einsum_compile::Schedule;
+pub use einsum_compile::{Schedule, memory_report, pipeline};
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
 pub use einsum_graph::{Graph, Tensor};
 pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
