@@ -49,17 +49,9 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
-    /// A workload description that cannot be parsed.
-    #[error("workload `{spec}`: {reason}")]
-    Workload {
-        /// The description as given.
-        spec: String,
-        /// What is wrong, with the valid choices.
-        reason: String,
-    },
-    /// A chart that cannot be drawn (its title and why).
-    #[error("{0}")]
-    Chart(String),
+    /// A workload that cannot be parsed or built, or an experiment that cannot run.
+    #[error(transparent)]
+    Experiment(#[from] einsum_experiments::Error),
     /// A run that needs more host memory than the machine has available, refused before
     /// anything is allocated.
     #[error(

@@ -16,12 +16,11 @@ pub mod check;
 pub mod dump;
 mod error;
 mod executable;
-pub mod experiment;
-pub mod workload;
 
 pub use backend::{Backend, BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::{Schedule, memory_report, pipeline};
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
+pub use einsum_experiments::{Workload, experiment, workload};
 pub use einsum_graph::{Graph, Tensor};
 pub use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, enumerate_specs};
 pub use einsum_logical::{CostModel, LogicalOptimizer};
@@ -29,4 +28,3 @@ pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, redu
 pub use einsum_sim::Topology;
 pub use error::{Error, Result};
 pub use executable::{CompileOptions, Executable, RunReport, compile};
-pub use workload::Workload;

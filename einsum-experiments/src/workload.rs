@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use einsum_core::DType;
 use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, unary::UnaryOp};
 
-use crate::{Error, Graph, Result, Tensor};
+use einsum_graph::{Graph, Tensor};
+
+use crate::{Error, Result};
 
 /// The workloads and the keys each accepts, with their defaults.
 const WORKLOADS: &[(&str, &[(&str, usize)])] = &[
