@@ -2,7 +2,7 @@
 """The `llama-block` workload of einsummable in PyTorch (bf16, cuBLAS matmuls, SDPA), timed
 on one GPU: median of N runs after W warm-ups, with torch.cuda.synchronize() around each.
 
-Same computation as src/workload.rs: RMSNorm, Q/K/V projections, RoPE (theta 500000,
+Same computation as einsum-experiments/src/workload.rs: RMSNorm, Q/K/V projections, RoPE (theta 500000,
 positions restarting at every packed sequence), causal grouped-query attention within each
 packed sequence, output projection and residual, RMSNorm, SwiGLU FFN, residual.
 Prints one JSON object: {"ms": median, "runs": N} or {"error": ...}.

@@ -6,15 +6,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Every failure a user of the driver can hit; each message says what and where.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Building an operator of the graph failed (bad shape, unknown index, ...).
-    #[error("{node}: {source}")]
-    Build {
-        /// The graph node being added, e.g. `matmul #3`.
-        node: String,
-        /// What the operator said.
-        #[source]
-        source: einsum_joinagg::Error,
-    },
+    /// A graph that cannot be built (a bad shape or index naming its node, a tensor of
+    /// another graph).
+    #[error(transparent)]
+    Graph(#[from] einsum_graph::Error),
     /// A failure of the spec machinery or of a computation (no spec for p, ...).
     #[error(transparent)]
     JoinAgg(#[from] einsum_joinagg::Error),
@@ -36,6 +31,10 @@ pub enum Error {
     /// Physical compilation failed (placement, lowering, memory over capacity, ...).
     #[error(transparent)]
     Compile(#[from] einsum_compile::CompileError),
+    /// The plan-then-compile pipeline failed otherwise (a budget above the devices' HBM).
+    /// Its strategy and compile errors arrive as [`Error::Logical`] and [`Error::Compile`].
+    #[error(transparent)]
+    Pipeline(Box<einsum_compile::PipelineError>),
     /// A run failed on the backend (a kernel error, a panicking task, a bad input).
     #[error(transparent)]
     Backend(#[from] einsum_core::BackendError),
@@ -50,20 +49,9 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
-    /// A tensor handle that does not belong to this graph.
-    #[error("tensor {0} does not belong to this graph")]
-    ForeignTensor(String),
-    /// A workload description that cannot be parsed.
-    #[error("workload `{spec}`: {reason}")]
-    Workload {
-        /// The description as given.
-        spec: String,
-        /// What is wrong, with the valid choices.
-        reason: String,
-    },
-    /// A chart that cannot be drawn (its title and why).
-    #[error("{0}")]
-    Chart(String),
+    /// A workload that cannot be parsed or built, or an experiment that cannot run.
+    #[error(transparent)]
+    Experiment(#[from] einsum_experiments::Error),
     /// A run that needs more host memory than the machine has available, refused before
     /// anything is allocated.
     #[error(
@@ -80,4 +68,16 @@ pub enum Error {
     /// A bad command-line argument.
     #[error("{0}")]
     Usage(String),
+}
+
+impl From<einsum_compile::PipelineError> for Error {
+    /// Flattens the pipeline's strategy and compile errors into [`Error::Logical`] and
+    /// [`Error::Compile`], so that `compile` fails with the same variants as each stage.
+    fn from(e: einsum_compile::PipelineError) -> Self {
+        match e {
+            einsum_compile::PipelineError::Logical(e) => Error::Logical(e),
+            einsum_compile::PipelineError::Compile(e) => Error::Compile(e),
+            other => Error::Pipeline(Box::new(other)),
+        }
+    }
 }

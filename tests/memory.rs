@@ -4,11 +4,11 @@
 
 use std::process::Command;
 
-use einsum_compile::{CompileError, Schedule};
+use einsum_compile::{CompileError, PipelineError, Schedule};
 use einsum_logical::{Error as PlanError, Machine, Problem, Random, Time, optimizer_by_name};
 use einsum_sim::Topology;
 use einsummable::pipeline::{Planned, Request, default_budget, plan_and_compile};
-use einsummable::{DType, Error, Workload};
+use einsummable::{DType, Workload};
 use proptest::prelude::*;
 
 const SMALL_LLAMA: &str = "llama-block:tokens=256,seqs=2,d_model=128,heads_q=8,heads_kv=4,d_head=16,d_ff=384";
@@ -58,7 +58,7 @@ fn llama3_70b_fits_eight_a100s_and_is_refused_where_it_cannot() {
 
     let data = optimizer_by_name("data", 0).unwrap();
     match plan_and_compile(&request(comp, 8, data.as_ref(), &model, &topology, None)) {
-        Err(Error::Logical(PlanError::OverBudget { strategy, need, budget, .. })) => {
+        Err(PipelineError::Logical(PlanError::OverBudget { strategy, need, budget, .. })) => {
             assert_eq!(strategy, "data");
             assert!(need > 139e9 && budget == 36e9, "{need} {budget}");
         }
@@ -67,7 +67,7 @@ fn llama3_70b_fits_eight_a100s_and_is_refused_where_it_cannot() {
 
     let err = plan_and_compile(&request(comp, 2, dp.as_ref(), &model, &topology, None)).err().unwrap();
     match &err {
-        Error::Logical(PlanError::DoesNotFit { need, devices: 2, min_devices: 4, .. }) => {
+        PipelineError::Logical(PlanError::DoesNotFit { need, devices: 2, min_devices: 4, .. }) => {
             assert!(*need > 69e9, "{err}")
         }
         other => panic!("2 devices must not fit: {other}"),
@@ -96,8 +96,8 @@ fn no_strategy_exceeds_a_tight_budget() {
                         assert!(peak as f64 <= budget, "{strategy} at {fraction}: {peak} > {budget}");
                     }
                 }
-                Err(Error::Logical(PlanError::DoesNotFit { .. } | PlanError::OverBudget { .. })) => {}
-                Err(Error::Compile(CompileError::OutOfMemory { .. })) => {}
+                Err(PipelineError::Logical(PlanError::DoesNotFit { .. } | PlanError::OverBudget { .. })) => {}
+                Err(PipelineError::Compile(CompileError::OutOfMemory { .. })) => {}
                 Err(e) => panic!("{strategy} at {fraction}: not a memory error: {e}"),
             }
         }
@@ -122,7 +122,10 @@ fn the_budget_changes_the_plan_only_when_it_binds() {
             assert_ne!(tight.plan.choice(), free.plan.choice());
             assert!(tight.plan.total >= free.plan.total);
         }
-        Err(Error::Logical(PlanError::DoesNotFit { .. }) | Error::Compile(CompileError::OutOfMemory { .. })) => {}
+        Err(
+            PipelineError::Logical(PlanError::DoesNotFit { .. })
+            | PipelineError::Compile(CompileError::OutOfMemory { .. }),
+        ) => {}
         Err(e) => panic!("not a memory error: {e}"),
     }
 }

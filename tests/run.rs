@@ -158,7 +158,7 @@ fn misuse_is_a_typed_error() {
             graph_input(&other, 0),
             HostTensor::random(einsum_core::TensorType::zero_bounded(&[8, 4]), DType::F32, 1)
         ),
-        Err(Error::ForeignTensor(_))
+        Err(Error::Graph(einsum_graph::Error::ForeignTensor(_)))
     ));
     // Then a proper run.
     exe.load_random(3).unwrap();

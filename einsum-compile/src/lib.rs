@@ -8,6 +8,14 @@
 //!   backends with their own kernels; [`check_operators`] asks a backend about every operator;
 //! - [`predict()`] simulates the whole compiled graph (roofline kernels, simulated exchanges,
 //!   overlapped) for [`Compiled::predicted_ms`].
+//! - [`pipeline`]: plan (with an `einsum-logical` strategy), then compile, within each
+//!   device's memory budget, planning again with less room while a compiled plan is over it
+//!   ([`plan_and_compile`]); [`memory_report`] describes what a compiled plan keeps in memory.
+//!
+//! The pipeline lives here, not in the driver or in `einsum-logical`, because it is the one
+//! place that needs both a logical strategy and this crate's memory check, and this crate
+//! already consumes a logical plan's specs: `einsum-compile` depends on `einsum-logical`,
+//! never the other way. The driver, the CLI and the experiments all plan through it.
 //!
 //! # Algorithm
 //! Operators are compiled one at a time in topological order ([`Computation::ops`]):
@@ -48,6 +56,8 @@
 
 mod kernels;
 mod lower_program;
+pub mod memory_report;
+pub mod pipeline;
 mod placement;
 mod predict;
 
@@ -60,6 +70,7 @@ use einsum_sim::{Precision, Roofline, Topology};
 
 pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
+pub use pipeline::{PipelineError, plan_and_compile};
 pub use predict::{PredictError, predict, simulator_tasks};
 
 use einsum_exprog::PreambleError;

@@ -29,7 +29,7 @@ pub struct ExchangeSources<'a> {
 }
 
 fn device(site: SiteId) -> DeviceId {
-    DeviceId(site.0)
+    DeviceId(site.0 as u32)
 }
 
 /// Lowers `program`'s `closure` (computed under a membership that puts the preamble's
@@ -138,7 +138,7 @@ pub fn lower_exchange(
     let mut blocks = Vec::with_capacity(preamble.consumers.len());
     for (i, consumer) in preamble.consumers.iter().enumerate() {
         let dev = *sources.placement.get(i).ok_or_else(|| internal(format!("no device for function spec {i}")))?;
-        let site = SiteId(dev.0);
+        let site = SiteId(dev.0 as usize);
         let mut parts = Vec::with_capacity(consumer.atoms.len());
         for &a in &consumer.atoms {
             let agg = preamble.aggregate(a).ok_or_else(|| internal(format!("atom {a} has no copy")))?;

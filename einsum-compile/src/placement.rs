@@ -51,14 +51,16 @@ pub(crate) fn synthesize(
     topology: &Topology,
 ) -> Result<Synthesized, CompileError> {
     let label = || req.label.clone();
-    let devices: Vec<SiteId> = (0..req.devices as u32).map(SiteId).collect();
-    let sites: Vec<SiteId> = req.producer_placement.iter().map(|d| SiteId(d.0)).collect();
+    let devices: Vec<SiteId> = (0..req.devices).map(SiteId).collect();
+    let sites: Vec<SiteId> = req.producer_placement.iter().map(|d| SiteId(d.0 as usize)).collect();
     let upstream = Upstream::Spec { spec: req.producer, output: req.output, placement: &sites };
     let mut pre = preamble(&upstream, req.consumer, req.input, req.dtype, &devices)
         .map_err(|source| CompileError::Preamble { label: label(), source })?;
     if let Some(fixed) = req.fixed {
         for (c, d) in pre.consumers.iter().zip(fixed) {
-            pre.program.partitions.insert(c.partition.clone(), PartitionSpec::Members(BTreeSet::from([SiteId(d.0)])));
+            pre.program
+                .partitions
+                .insert(c.partition.clone(), PartitionSpec::Members(BTreeSet::from([SiteId(d.0 as usize)])));
         }
     }
     let synth_err = |source| CompileError::Synth { label: label(), source };
@@ -96,7 +98,7 @@ fn read_placement(pre: &Preamble, membership: &Membership) -> Result<Vec<DeviceI
         if !seen.insert(site) {
             return Err(format!("site {site} holds two function specs"));
         }
-        placement.push(DeviceId(site.0));
+        placement.push(DeviceId(site.0 as u32));
     }
     Ok(placement)
 }

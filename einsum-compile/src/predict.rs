@@ -27,7 +27,7 @@
 use einsum_core::DType;
 use einsum_core::taskgraph::{BufferId, Task as GraphTask, TaskGraph};
 use einsum_joinagg::{AbstractOperator, Computation, Node};
-use einsum_sim::{Roofline, SimError, SiteId, Task, TaskId, TaskKind, Topology, Trace};
+use einsum_sim::{Roofline, SimError, SimTaskId, SiteId, Task, TaskKind, Topology, Trace};
 
 use super::{KernelCall, precision};
 
@@ -100,7 +100,7 @@ pub fn simulator_tasks(
                 TaskKind::Compute { site: at, seconds: kernel_seconds(op.as_ref(), call, topology, at, roofline) }
             }
         };
-        let deps = node.deps.iter().map(|d| TaskId(d.0 as usize)).collect();
+        let deps = node.deps.iter().map(|d| SimTaskId(d.0 as usize)).collect();
         tasks.push(Task { label: node.label.clone(), kind, deps });
     }
     Ok(tasks)

@@ -20,8 +20,8 @@ use crate::action::Action;
 use crate::ids::{PartitionId, SiteId};
 use crate::lower::{Lowering, lower};
 use crate::membership::Membership;
+use crate::membership_search::{MAX_EVALUATIONS, next_combination};
 use crate::program::Program;
-use crate::search::{MAX_EVALUATIONS, next_combination};
 use crate::target::Target;
 use crate::validity::{Validation, ValidityError};
 
@@ -159,7 +159,7 @@ pub(crate) fn check_sites(program: &Program, topology: &Topology) -> Result<(), 
     let n = topology.num_sites();
     let mut sites = program.sites();
     sites.extend(program.mentioned_sites());
-    match sites.into_iter().find(|s| s.0 as usize >= n) {
+    match sites.into_iter().find(|s| s.0 >= n) {
         Some(site) => Err(SimulateError::SiteOutOfRange {
             site,
             topology: topology.name().to_string(),
@@ -178,7 +178,7 @@ pub(crate) fn run(
 ) -> Result<Simulation, SimulateError> {
     let lowering = lower(program, &validation.closure);
     let trace = lowering.graph.simulate(topology)?;
-    let span = |t: Option<einsum_sim::TaskId>| {
+    let span = |t: Option<einsum_sim::SimTaskId>| {
         t.and_then(|id| trace.task(id)).map(|t| TimeSpan { start_ms: t.start * 1e3, end_ms: t.end * 1e3 })
     };
     let actions = validation

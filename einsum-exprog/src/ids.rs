@@ -2,15 +2,9 @@
 
 use std::fmt;
 
-/// A site (a GPU), written as a non-negative integer: `0`, `1`, ...
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SiteId(pub u32);
-
-impl fmt::Display for SiteId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+/// A site (a GPU), written as a non-negative integer: `0`, `1`, ... It is the simulator's
+/// site, re-exported: a program's sites are the topology's, with no conversion between them.
+pub use einsum_sim::SiteId;
 
 /// A name that is not an ExProg identifier (`[A-Za-z_][A-Za-z0-9_]*`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

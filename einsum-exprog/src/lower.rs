@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use einsum_sim::{GB, Task, TaskGraph, TaskId};
+use einsum_sim::{GB, SimTaskId, Task, TaskGraph};
 
 use crate::aggregate::Aggregate;
 use crate::closure::{Closure, Producer};
@@ -35,18 +35,18 @@ use crate::program::{DEFAULT_SIZE_GB, Program};
 pub struct FiringTasks {
     /// The aggregation that formed the aggregate at the firing's site, if it was not already
     /// materialised there.
-    pub aggregate: Option<TaskId>,
+    pub aggregate: Option<SimTaskId>,
     /// The task after which the aggregate is present at the firing's site: the aggregation,
     /// or the task that delivered it earlier (`None`: present from the start).
-    pub ready: Option<TaskId>,
+    pub ready: Option<SimTaskId>,
     /// The transfer to each destination, in destination order.
-    pub transfers: Vec<(SiteId, TaskId)>,
+    pub transfers: Vec<(SiteId, SimTaskId)>,
 }
 
 impl FiringTasks {
     /// The task after which the aggregate is present at `site` (a destination or the
     /// firing's own site).
-    pub fn arrival(&self, site: SiteId) -> Option<TaskId> {
+    pub fn arrival(&self, site: SiteId) -> Option<SimTaskId> {
         self.transfers.iter().find(|(d, _)| *d == site).map(|(_, t)| *t).or(self.ready)
     }
 }
@@ -58,11 +58,6 @@ pub struct Lowering {
     pub graph: TaskGraph,
     /// The tasks of every firing, indexed like [`Closure::firings`].
     pub firings: Vec<FiringTasks>,
-}
-
-/// Converts an ExProg site to a simulator site.
-pub(crate) fn sim_site(site: SiteId) -> einsum_sim::SiteId {
-    einsum_sim::SiteId(site.0 as usize)
 }
 
 impl Program {
@@ -86,10 +81,10 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
     let mut graph = TaskGraph::new();
     let mut tasks: Vec<FiringTasks> = Vec::with_capacity(firings.len());
     // Aggregates already formed at a site by an earlier firing, with the forming task.
-    let mut formed_at: HashMap<(SiteId, &Aggregate), TaskId> = HashMap::new();
+    let mut formed_at: HashMap<(SiteId, &Aggregate), SimTaskId> = HashMap::new();
     for f in firings {
         // The task after which each piece is present at the firing's site.
-        let mut deps: Vec<TaskId> = f
+        let mut deps: Vec<SimTaskId> = f
             .pieces
             .iter()
             .filter_map(|&m| {
@@ -113,7 +108,7 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
             let read: f64 =
                 f.pieces.iter().filter_map(|&m| mats.get(m)).map(|m| program.aggregate_bytes(&m.aggregate)).sum();
             let label = format!("{aggregate} @ {}", f.site);
-            let id = graph.push(Task::aggregate(label, sim_site(f.site), read, bytes).after(deps));
+            let id = graph.push(Task::aggregate(label, f.site, read, bytes).after(deps));
             formed_at.insert((f.site, aggregate), id);
             (Some(id), Some(id))
         };
@@ -124,7 +119,7 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
             .filter(|&&d| d != f.site)
             .map(|&d| {
                 let label = format!("{aggregate} @ {} -> {d}", f.site);
-                (d, graph.push(Task::transfer(label, sim_site(f.site), sim_site(d), bytes).after(ready)))
+                (d, graph.push(Task::transfer(label, f.site, d, bytes).after(ready)))
             })
             .collect();
         tasks.push(FiringTasks { aggregate: formed, ready, transfers });

@@ -188,7 +188,7 @@ impl Parser {
             Tok::Number(text) if text.bytes().all(|b| b.is_ascii_digit()) => {
                 self.bump();
                 text.parse::<u32>()
-                    .map(SiteId)
+                    .map(|n| SiteId(n as usize))
                     .map_err(|_| error(span, format!("site number {text} is too large (at most {})", u32::MAX)))
             }
             _ => Err(self.expected(what)),

@@ -541,7 +541,7 @@ mod tests {
         TensorType::new(lo, hi).unwrap()
     }
 
-    fn sites(s: &[u32]) -> Vec<SiteId> {
+    fn sites(s: &[usize]) -> Vec<SiteId> {
         s.iter().map(|&i| SiteId(i)).collect()
     }
 

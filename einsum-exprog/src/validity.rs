@@ -8,9 +8,9 @@ use crate::check::CheckError;
 use crate::closure::Closure;
 use crate::ids::SiteId;
 use crate::membership::Membership;
+use crate::membership_search::{Goal, search_membership};
 use crate::partition::PartitionSpec;
 use crate::program::{Program, Requirement};
-use crate::search::{Goal, search_membership};
 use crate::span::{Item, SourceMap, Span};
 
 /// Why a program is not valid under some membership.

@@ -11,7 +11,7 @@ fn example(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn sites(s: &[u32]) -> BTreeSet<SiteId> {
+fn sites(s: &[usize]) -> BTreeSet<SiteId> {
     s.iter().map(|&i| SiteId(i)).collect()
 }
 

@@ -15,7 +15,7 @@ use einsum_exprog::{
 use einsum_joinagg::{FunctionSpec, JoinAggSpec, combinations};
 use proptest::prelude::*;
 
-fn sites(s: &[u32]) -> Vec<SiteId> {
+fn sites(s: &[usize]) -> Vec<SiteId> {
     s.iter().map(|&i| SiteId(i)).collect()
 }
 
@@ -246,7 +246,7 @@ fn random_case(rng: &mut Rng) -> Case {
         reads.extend(std::iter::repeat_n(b.clone(), copies));
     }
     reads.truncate(8);
-    let n = reads.len() as u32;
+    let n = reads.len();
     let devices: Vec<SiteId> = (0..n).map(SiteId).collect();
 
     // Producer: every block listed by 1..=3 function specs, shuffled, at random devices.
@@ -258,7 +258,7 @@ fn random_case(rng: &mut Rng) -> Case {
     for i in (1..listed.len()).rev() {
         listed.swap(i, rng.below(i + 1));
     }
-    let placement: Vec<SiteId> = listed.iter().map(|_| SiteId(rng.below(n as usize) as u32)).collect();
+    let placement: Vec<SiteId> = listed.iter().map(|_| SiteId(rng.below(n))).collect();
     let producer = JoinAggSpec {
         functions: listed.into_iter().map(|b| FunctionSpec { inputs: vec![], outputs: vec![b] }).collect(),
     };

@@ -21,7 +21,7 @@ fn agg(src: &str) -> Aggregate {
     src.parse().unwrap()
 }
 
-fn sites(s: &[u32]) -> BTreeSet<SiteId> {
+fn sites(s: &[usize]) -> BTreeSet<SiteId> {
     s.iter().map(|&i| SiteId(i)).collect()
 }
 

@@ -21,7 +21,7 @@ fn name() -> impl Strategy<Value = String> {
 }
 
 fn site() -> impl Strategy<Value = SiteId> {
-    prop_oneof![0u32..8, Just(u32::MAX)].prop_map(SiteId)
+    prop_oneof![0usize..8, Just(u32::MAX as usize)].prop_map(SiteId)
 }
 
 fn size() -> impl Strategy<Value = f64> {

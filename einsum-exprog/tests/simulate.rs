@@ -33,7 +33,7 @@ fn assert_exact(what: &str, actual_ms: f64, expected_s: f64) {
     );
 }
 
-fn sites(s: &[u32]) -> BTreeSet<SiteId> {
+fn sites(s: &[usize]) -> BTreeSet<SiteId> {
     s.iter().map(|&i| SiteId(i)).collect()
 }
 
@@ -42,7 +42,7 @@ fn part(name: &str) -> PartitionId {
 }
 
 /// The firing of `action` (as printed, with its site) in `s`.
-fn firing<'a>(s: &'a Simulation, action: &str, site: u32) -> &'a einsum_exprog::ActionTime {
+fn firing<'a>(s: &'a Simulation, action: &str, site: usize) -> &'a einsum_exprog::ActionTime {
     s.actions
         .iter()
         .find(|a| a.action.to_string() == action && a.site == SiteId(site))

@@ -26,7 +26,7 @@ fn options(iterations: usize) -> SearchOptions {
     SearchOptions { seed: 1, iterations, ..SearchOptions::default() }
 }
 
-fn sites(s: &[u32]) -> BTreeSet<SiteId> {
+fn sites(s: &[usize]) -> BTreeSet<SiteId> {
     s.iter().map(|&i| SiteId(i)).collect()
 }
 

@@ -1,6 +1,6 @@
 //! Errors of topologies and of the simulator; every message says what and where.
 
-use crate::task::TaskId;
+use crate::task::SimTaskId;
 use crate::topology::SiteId;
 
 /// Why a topology could not be built, loaded or named.
@@ -74,11 +74,11 @@ pub enum SimError {
     #[error("task {task} (`{label}`): dependency {dep} does not exist ({count} tasks)")]
     UnknownDependency {
         /// The task with the bad dependency.
-        task: TaskId,
+        task: SimTaskId,
         /// Its label.
         label: String,
         /// The missing task.
-        dep: TaskId,
+        dep: SimTaskId,
         /// How many tasks the graph has.
         count: usize,
     },
@@ -86,7 +86,7 @@ pub enum SimError {
     #[error("task {task} (`{label}`): site {site} is out of range (the topology has {sites} sites)")]
     UnknownSite {
         /// The task.
-        task: TaskId,
+        task: SimTaskId,
         /// Its label.
         label: String,
         /// The bad site.
@@ -98,7 +98,7 @@ pub enum SimError {
     #[error("task {task} (`{label}`): sends from site {site} to itself")]
     SameSite {
         /// The task.
-        task: TaskId,
+        task: SimTaskId,
         /// Its label.
         label: String,
         /// The site.
@@ -108,7 +108,7 @@ pub enum SimError {
     #[error("task {task} (`{label}`): destination {site} is listed twice")]
     DuplicateDestination {
         /// The task.
-        task: TaskId,
+        task: SimTaskId,
         /// Its label.
         label: String,
         /// The repeated destination.
@@ -118,7 +118,7 @@ pub enum SimError {
     #[error("task {task} (`{label}`): {field} must be a finite number >= 0, got {value}")]
     InvalidBytes {
         /// The task.
-        task: TaskId,
+        task: SimTaskId,
         /// Its label.
         label: String,
         /// Which count (`bytes`, `read_bytes`, `write_bytes`, or a kernel's `seconds`).
@@ -140,13 +140,13 @@ pub enum SimError {
     #[error("dependency cycle: {}", cycle_text(.tasks, .labels))]
     Cycle {
         /// The tasks of one cycle, each depending on the next; the last depends on the first.
-        tasks: Vec<TaskId>,
+        tasks: Vec<SimTaskId>,
         /// Their labels, in the same order.
         labels: Vec<String>,
     },
 }
 
-fn cycle_text(tasks: &[TaskId], labels: &[String]) -> String {
+fn cycle_text(tasks: &[SimTaskId], labels: &[String]) -> String {
     let mut parts: Vec<String> = tasks.iter().zip(labels).map(|(t, l)| format!("{t} (`{l}`)")).collect();
     if let (Some(first), Some(label)) = (tasks.first(), labels.first()) {
         parts.push(format!("{first} (`{label}`)"));

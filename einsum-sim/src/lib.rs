@@ -94,7 +94,7 @@ pub use roofline::{
     MEMORY_EFFICIENCY, Roofline,
 };
 pub use simulate::simulate;
-pub use task::{Task, TaskGraph, TaskId, TaskKind};
+pub use task::{SimTaskId, Task, TaskGraph, TaskKind};
 pub use topology::{
     ComputeRates, Fallback, GB, Link, MAX_SITES, Precision, Resource, ResourceId, ResourceKind, Site, SiteId, TFLOP,
     Topology,

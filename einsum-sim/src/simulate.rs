@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::error::SimError;
 use crate::maxmin::max_min_rates;
-use crate::task::{Task, TaskId, TaskKind};
+use crate::task::{SimTaskId, Task, TaskKind};
 use crate::topology::{ResourceId, SiteId, Topology};
 use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
 
@@ -205,7 +205,7 @@ fn flows_of(topology: &Topology, i: usize, task: &Task) -> Vec<Flow> {
 fn check(topology: &Topology, tasks: &[Task]) -> Result<(), SimError> {
     let sites = topology.num_sites();
     for (i, task) in tasks.iter().enumerate() {
-        let id = TaskId(i);
+        let id = SimTaskId(i);
         let label = || task.label.clone();
         let site_ok = |site: SiteId| {
             if site.0 < sites { Ok(()) } else { Err(SimError::UnknownSite { task: id, label: label(), site, sites }) }
@@ -292,7 +292,7 @@ fn check_acyclic(tasks: &[Task]) -> Result<(), SimError> {
         if position[next] != usize::MAX {
             let cycle = &path[position[next]..];
             return Err(SimError::Cycle {
-                tasks: cycle.iter().map(|&i| TaskId(i)).collect(),
+                tasks: cycle.iter().map(|&i| SimTaskId(i)).collect(),
                 labels: cycle.iter().map(|&i| tasks[i].label.clone()).collect(),
             });
         }
@@ -301,7 +301,7 @@ fn check_acyclic(tasks: &[Task]) -> Result<(), SimError> {
         at = next;
     }
     // Unreachable in theory; report what was found rather than panic.
-    Err(SimError::Cycle { tasks: vec![TaskId(first)], labels: vec![tasks[first].label.clone()] })
+    Err(SimError::Cycle { tasks: vec![SimTaskId(first)], labels: vec![tasks[first].label.clone()] })
 }
 
 #[cfg(test)]
@@ -328,10 +328,10 @@ mod tests {
     fn zero_byte_tasks_finish_at_once_and_release_dependents() {
         let tasks = vec![
             Task::transfer("t", s(0), s(1), GB),
-            Task::transfer("empty", s(1), s(2), 0.0).after([TaskId(0)]),
-            Task::multicast("nobody", s(2), vec![], GB).after([TaskId(1)]),
-            Task::aggregate("noop", s(2), 0.0, 0.0).after([TaskId(2)]),
-            Task::transfer("last", s(2), s(3), GB).after([TaskId(3)]),
+            Task::transfer("empty", s(1), s(2), 0.0).after([SimTaskId(0)]),
+            Task::multicast("nobody", s(2), vec![], GB).after([SimTaskId(1)]),
+            Task::aggregate("noop", s(2), 0.0, 0.0).after([SimTaskId(2)]),
+            Task::transfer("last", s(2), s(3), GB).after([SimTaskId(3)]),
         ];
         let trace = simulate(&h100(), &tasks).expect("simulate");
         let one = GB / (450.0 * GB);
@@ -368,8 +368,8 @@ mod tests {
             Task::compute("a", s(0), 0.002),
             Task::compute("b", s(0), 0.001),
             Task::compute("c", s(1), 0.003),
-            Task::transfer("t", s(0), s(1), 0.45 * GB).after([TaskId(0)]),
-            Task::compute("d", s(1), 0.001).after([TaskId(2), TaskId(3)]),
+            Task::transfer("t", s(0), s(1), 0.45 * GB).after([SimTaskId(0)]),
+            Task::compute("d", s(1), 0.001).after([SimTaskId(2), SimTaskId(3)]),
         ];
         let trace = simulate(&t, &tasks).expect("simulate");
         // a and b share compute[0] at half rate each until b ends at 2 ms, then a runs alone
@@ -413,8 +413,8 @@ mod tests {
         let t = h100();
         let run = |tasks: Vec<Task>| simulate(&t, &tasks).unwrap_err();
         assert!(matches!(
-            run(vec![Task::transfer("x", s(0), s(1), GB).after([TaskId(5)])]),
-            SimError::UnknownDependency { dep: TaskId(5), count: 1, .. }
+            run(vec![Task::transfer("x", s(0), s(1), GB).after([SimTaskId(5)])]),
+            SimError::UnknownDependency { dep: SimTaskId(5), count: 1, .. }
         ));
         assert!(matches!(
             run(vec![Task::transfer("x", s(0), s(8), GB)]),
@@ -438,20 +438,20 @@ mod tests {
     #[test]
     fn cycles_are_reported_with_their_members() {
         let t = h100();
-        let self_loop = vec![Task::transfer("me", s(0), s(1), GB).after([TaskId(0)])];
+        let self_loop = vec![Task::transfer("me", s(0), s(1), GB).after([SimTaskId(0)])];
         let err = simulate(&t, &self_loop).unwrap_err();
-        assert_eq!(err, SimError::Cycle { tasks: vec![TaskId(0)], labels: vec!["me".into()] });
+        assert_eq!(err, SimError::Cycle { tasks: vec![SimTaskId(0)], labels: vec!["me".into()] });
         assert_eq!(err.to_string(), "dependency cycle: #0 (`me`) needs #0 (`me`)");
 
         let tasks = vec![
             Task::transfer("root", s(0), s(1), GB),
-            Task::transfer("a", s(0), s(1), GB).after([TaskId(0), TaskId(3)]),
-            Task::transfer("b", s(0), s(1), GB).after([TaskId(1)]),
-            Task::transfer("c", s(0), s(1), GB).after([TaskId(2)]),
-            Task::transfer("after", s(0), s(1), GB).after([TaskId(3)]),
+            Task::transfer("a", s(0), s(1), GB).after([SimTaskId(0), SimTaskId(3)]),
+            Task::transfer("b", s(0), s(1), GB).after([SimTaskId(1)]),
+            Task::transfer("c", s(0), s(1), GB).after([SimTaskId(2)]),
+            Task::transfer("after", s(0), s(1), GB).after([SimTaskId(3)]),
         ];
         let SimError::Cycle { mut tasks, .. } = simulate(&t, &tasks).unwrap_err() else { panic!("expected a cycle") };
         tasks.sort();
-        assert_eq!(tasks, [TaskId(1), TaskId(2), TaskId(3)]);
+        assert_eq!(tasks, [SimTaskId(1), SimTaskId(2), SimTaskId(3)]);
     }
 }

@@ -6,11 +6,13 @@ use crate::error::SimError;
 use crate::topology::{SiteId, Topology};
 use crate::trace::Trace;
 
-/// A task of a [`TaskGraph`], an index into its task list.
+/// A task of a simulator [`TaskGraph`], an index into its task list. (Not
+/// `einsum_core::taskgraph::TaskId`, a task of the executable task graph: the whole-plan
+/// prediction maps one to the other.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId(pub usize);
+pub struct SimTaskId(pub usize);
 
-impl fmt::Display for TaskId {
+impl fmt::Display for SimTaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "#{}", self.0)
     }
@@ -79,7 +81,7 @@ pub struct Task {
     /// What it moves.
     pub kind: TaskKind,
     /// The tasks that must end before it starts.
-    pub deps: Vec<TaskId>,
+    pub deps: Vec<SimTaskId>,
 }
 
 impl Task {
@@ -106,13 +108,13 @@ impl Task {
     }
 
     /// The same task, also waiting for `deps`.
-    pub fn after(mut self, deps: impl IntoIterator<Item = TaskId>) -> Self {
+    pub fn after(mut self, deps: impl IntoIterator<Item = SimTaskId>) -> Self {
         self.deps.extend(deps);
         self
     }
 }
 
-/// A list of tasks; a task's [`TaskId`] is its position. Dependencies may point anywhere:
+/// A list of tasks; a task's [`SimTaskId`] is its position. Dependencies may point anywhere:
 /// [`TaskGraph::simulate`] rejects dangling ones and cycles.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskGraph {
@@ -126,18 +128,18 @@ impl TaskGraph {
     }
 
     /// Appends `task` and returns its id.
-    pub fn push(&mut self, task: Task) -> TaskId {
+    pub fn push(&mut self, task: Task) -> SimTaskId {
         self.tasks.push(task);
-        TaskId(self.tasks.len() - 1)
+        SimTaskId(self.tasks.len() - 1)
     }
 
-    /// The tasks, indexed by [`TaskId`].
+    /// The tasks, indexed by [`SimTaskId`].
     pub fn tasks(&self) -> &[Task] {
         &self.tasks
     }
 
     /// One task, or `None` when out of range.
-    pub fn task(&self, id: TaskId) -> Option<&Task> {
+    pub fn task(&self, id: SimTaskId) -> Option<&Task> {
         self.tasks.get(id.0)
     }
 

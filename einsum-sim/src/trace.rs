@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::task::{TaskId, TaskKind};
+use crate::task::{SimTaskId, TaskKind};
 use crate::topology::{ResourceId, SiteId};
 
 /// When one task ran. Times in seconds from the start of the graph.
@@ -76,13 +76,13 @@ impl Trace {
         self.transfer_time * 1e3
     }
 
-    /// Every task's trace, indexed by [`TaskId`].
+    /// Every task's trace, indexed by [`SimTaskId`].
     pub fn tasks(&self) -> &[TaskTrace] {
         &self.tasks
     }
 
     /// One task's trace, or `None` when out of range.
-    pub fn task(&self, id: TaskId) -> Option<&TaskTrace> {
+    pub fn task(&self, id: SimTaskId) -> Option<&TaskTrace> {
         self.tasks.get(id.0)
     }
 

@@ -4,7 +4,7 @@
 //! least two pieces: read every piece, write the result) followed by its transfers; a
 //! local action `X @ s` is just the aggregation.
 
-use einsum_sim::{GB, PCIE_BRIDGE, SiteId, Task, TaskGraph, TaskId, Topology, Trace};
+use einsum_sim::{GB, PCIE_BRIDGE, SimTaskId, SiteId, Task, TaskGraph, Topology, Trace};
 use einsum_sim::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 
 fn s(i: usize) -> SiteId {
@@ -54,7 +54,7 @@ fn recursive_doubling(topology: &Topology) -> Trace {
     let mut g = TaskGraph::new();
     let atom = ["A", "B", "C", "D"];
     // round 1: swaps 0<->1 and 2<->3
-    let swap: Vec<TaskId> =
+    let swap: Vec<SimTaskId> =
         (0..4).map(|i| g.push(Task::transfer(format!("{} @ {i} -> {}", atom[i], i ^ 1), s(i), s(i ^ 1), GB))).collect();
     // round 2: every site aggregates its pair's two atoms and sends the partial to site i^2
     let pair = |i: usize| if i < 2 { "A+B" } else { "C+D" };
@@ -89,10 +89,10 @@ fn pairs_then_partners(topology: &Topology, partner: impl Fn(usize) -> usize) ->
     let pair = ["A+B", "A+B", "C+D", "C+D", "E+F", "E+F", "G+H", "G+H"];
     let total = ["A+B+E+F", "A+B+E+F", "C+D+G+H", "C+D+G+H", "A+B+E+F", "A+B+E+F", "C+D+G+H", "C+D+G+H"];
     let mut g = TaskGraph::new();
-    let swap: Vec<TaskId> =
+    let swap: Vec<SimTaskId> =
         (0..8).map(|i| g.push(Task::transfer(format!("{} @ {i} -> {}", atom[i], i ^ 1), s(i), s(i ^ 1), GB))).collect();
     let mut partial = Vec::new();
-    let mut send = [TaskId(usize::MAX); 8];
+    let mut send = [SimTaskId(usize::MAX); 8];
     for i in 0..8 {
         let agg = g.push(aggregate(&format!("{} @ {i}", pair[i]), i, 2).after([swap[i ^ 1]]));
         partial.push(agg);

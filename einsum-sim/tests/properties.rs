@@ -14,7 +14,7 @@
 //! - no resource carries more than its capacity times its busy time;
 //! - times scale linearly with bytes (and kernel seconds), and do not depend on the order tasks are listed in.
 
-use einsum_sim::{GB, PCIE_BRIDGE, PRESETS, SiteId, Task, TaskGraph, TaskId, TaskKind, Topology, Trace, simulate};
+use einsum_sim::{GB, PCIE_BRIDGE, PRESETS, SimTaskId, SiteId, Task, TaskGraph, TaskKind, Topology, Trace, simulate};
 use proptest::prelude::*;
 
 const TOL: f64 = 1e-9;
@@ -50,7 +50,7 @@ fn build(raw: &[Raw]) -> Vec<Task> {
                 // a kernel of `gb` ms
                 _ => Task::compute(format!("k{i}"), s(a), gb * 1e-3),
             };
-            task.after((0..i).filter(|&j| deps & (1 << j) != 0).map(TaskId))
+            task.after((0..i).filter(|&j| deps & (1 << j) != 0).map(SimTaskId))
         })
         .collect()
 }
@@ -160,7 +160,7 @@ fn reversed(tasks: &[Task]) -> Vec<Task> {
         .rev()
         .cloned()
         .map(|mut t| {
-            t.deps = t.deps.iter().map(|d| TaskId(n - 1 - d.0)).collect();
+            t.deps = t.deps.iter().map(|d| SimTaskId(n - 1 - d.0)).collect();
             t
         })
         .collect()

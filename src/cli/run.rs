@@ -63,7 +63,7 @@ pub struct CompileArgs {
 
 impl CompileArgs {
     fn graph(&self) -> Result<Graph> {
-        Workload::parse(&self.workload)?.build(parse_dtype(&self.dtype)?)
+        Ok(Workload::parse(&self.workload)?.build(parse_dtype(&self.dtype)?)?)
     }
 
     fn options(&self) -> Result<CompileOptions> {

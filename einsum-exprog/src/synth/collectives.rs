@@ -79,7 +79,7 @@ fn atom(name: String) -> AtomId {
 }
 
 fn base(sites: usize) -> Program {
-    Program { gpus: Some((0..sites as u32).map(SiteId).collect()), ..Program::default() }
+    Program { gpus: Some((0..sites).map(SiteId).collect()), ..Program::default() }
 }
 
 /// Chunk atoms `X{i}_{j}` of `total_gb / sites` GB each at site `i`.
@@ -88,7 +88,7 @@ fn chunked(sites: usize, total_gb: f64) -> Program {
     let size_gb = total_gb / sites.max(1) as f64;
     for i in 0..sites {
         for j in 0..sites {
-            p.inputs.insert(atom(format!("X{i}_{j}")), Input { site: SiteId(i as u32), size_gb });
+            p.inputs.insert(atom(format!("X{i}_{j}")), Input { site: SiteId(i), size_gb });
         }
     }
     p
@@ -104,7 +104,7 @@ pub fn all_reduce(sites: usize, total_gb: f64) -> Program {
     let mut p = chunked(sites, total_gb);
     for j in 0..sites {
         for t in 0..sites {
-            p.outputs.insert(Requirement::new(chunk_sum(sites, j), Target::Site(SiteId(t as u32))));
+            p.outputs.insert(Requirement::new(chunk_sum(sites, j), Target::Site(SiteId(t))));
         }
     }
     p
@@ -114,7 +114,7 @@ pub fn all_reduce(sites: usize, total_gb: f64) -> Program {
 pub fn reduce_scatter(sites: usize, total_gb: f64) -> Program {
     let mut p = chunked(sites, total_gb);
     for j in 0..sites {
-        p.outputs.insert(Requirement::new(chunk_sum(sites, j), Target::Site(SiteId(j as u32))));
+        p.outputs.insert(Requirement::new(chunk_sum(sites, j), Target::Site(SiteId(j))));
     }
     p
 }
@@ -123,10 +123,10 @@ pub fn reduce_scatter(sites: usize, total_gb: f64) -> Program {
 pub fn all_gather(sites: usize, total_gb: f64) -> Program {
     let mut p = base(sites);
     let size_gb = total_gb / sites.max(1) as f64;
-    let all: BTreeSet<u32> = (0..sites as u32).collect();
+    let all: BTreeSet<usize> = (0..sites).collect();
     for i in 0..sites {
         let x = atom(format!("X{i}"));
-        p.inputs.insert(x.clone(), Input { site: SiteId(i as u32), size_gb });
+        p.inputs.insert(x.clone(), Input { site: SiteId(i), size_gb });
         for &t in &all {
             p.outputs.insert(Requirement::new(Aggregate::atom(x.clone()), Target::Site(SiteId(t))));
         }

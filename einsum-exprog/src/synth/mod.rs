@@ -201,7 +201,7 @@ mod tests {
             .parse()
             .unwrap();
         let g = |m: &Membership, name: &str| m.sites(&PartitionId::new(name).unwrap()).cloned().unwrap();
-        let sites = |s: &[u32]| s.iter().map(|i| SiteId(*i)).collect::<BTreeSet<_>>();
+        let sites = |s: &[usize]| s.iter().map(|i| SiteId(*i)).collect::<BTreeSet<_>>();
         let canonical = canonical_membership(&p).unwrap();
         assert_eq!(g(&canonical, "G1"), sites(&[0, 1, 2, 3]));
         let affinity = affinity_membership(&p).unwrap();

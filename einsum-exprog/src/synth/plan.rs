@@ -29,7 +29,6 @@ use einsum_sim::Topology;
 use crate::action::Action;
 use crate::aggregate::Aggregate;
 use crate::ids::SiteId;
-use crate::lower::sim_site;
 use crate::membership::Membership;
 use crate::program::Program;
 use crate::target::Target;
@@ -152,7 +151,7 @@ impl Kind {
 pub(crate) struct Plan {
     /// The structure.
     pub kind: Kind,
-    /// Which of [`Machine::orders`] chains and trees follow.
+    /// Which of [`SiteRoutes::orders`] chains and trees follow.
     pub order: usize,
     /// Whether to route slow transfers through a relay.
     pub relay: bool,
@@ -191,7 +190,7 @@ struct Route {
 /// What the plans need to know about the machine: routes between the program's sites and
 /// ring orders over them.
 #[derive(Clone, Debug)]
-pub(crate) struct Machine {
+pub(crate) struct SiteRoutes {
     /// The program's sites, ascending.
     pub sites: Vec<SiteId>,
     /// Position of each site id in `sites` (`usize::MAX` for ids not in it).
@@ -204,14 +203,14 @@ pub(crate) struct Machine {
     pub uniform: bool,
 }
 
-impl Machine {
+impl SiteRoutes {
     /// The machine facts for `sites` on `topology` (sites out of its range get no routes).
-    pub fn new(sites: &BTreeSet<SiteId>, topology: &Topology) -> Machine {
+    pub fn new(sites: &BTreeSet<SiteId>, topology: &Topology) -> SiteRoutes {
         let sites: Vec<SiteId> = sites.iter().copied().collect();
-        let n = sites.iter().map(|s| s.0 as usize + 1).max().unwrap_or(0);
+        let n = sites.iter().map(|s| s.0 + 1).max().unwrap_or(0);
         let mut slot = vec![usize::MAX; n];
         for (i, s) in sites.iter().enumerate() {
-            slot[s.0 as usize] = i;
+            slot[s.0] = i;
         }
         let routes = sites
             .iter()
@@ -220,7 +219,7 @@ impl Machine {
                     .iter()
                     .map(|&b| {
                         let resources: Vec<(usize, f64)> = topology
-                            .route(sim_site(a), sim_site(b))
+                            .route(a, b)
                             .unwrap_or_default()
                             .into_iter()
                             .filter_map(|r| topology.resource(r).map(|res| (r.0, res.capacity)))
@@ -231,7 +230,7 @@ impl Machine {
                     .collect()
             })
             .collect();
-        let mut m = Machine { sites, slot, routes, orders: Vec::new(), uniform: true };
+        let mut m = SiteRoutes { sites, slot, routes, orders: Vec::new(), uniform: true };
         let first = m.pair_bandwidths().next();
         let uniform = m.pair_bandwidths().all(|b| Some(b) == first);
         m.uniform = uniform;
@@ -240,8 +239,8 @@ impl Machine {
     }
 
     fn route(&self, a: SiteId, b: SiteId) -> Option<&Route> {
-        let i = *self.slot.get(a.0 as usize)?;
-        let j = *self.slot.get(b.0 as usize)?;
+        let i = *self.slot.get(a.0)?;
+        let j = *self.slot.get(b.0)?;
         self.routes.get(i)?.get(j)
     }
 
@@ -443,7 +442,7 @@ pub(crate) fn reparent(tree: &Tree, root: SiteId, v: SiteId, p: SiteId) -> Optio
 
 /// Plans for `gs` rooted at `roots`, with explicit trees chosen one group at a time (in the
 /// order `sequence`) around the load the earlier groups put on the machine's resources.
-pub(crate) fn congestion_aware(gs: &[Group], roots: &[SiteId], sequence: &[usize], machine: &Machine) -> Vec<Plan> {
+pub(crate) fn congestion_aware(gs: &[Group], roots: &[SiteId], sequence: &[usize], machine: &SiteRoutes) -> Vec<Plan> {
     let mut load = Load::new();
     let mut plans: Vec<Option<Plan>> = vec![None; gs.len()];
     for &g in sequence {
@@ -525,7 +524,7 @@ fn reversed(order: &[SiteId]) -> Vec<SiteId> {
 }
 
 /// The actions that deliver `group` by `plan` on `machine`.
-pub(crate) fn build(group: &Group, plan: &Plan, machine: &Machine) -> Vec<Action> {
+pub(crate) fn build(group: &Group, plan: &Plan, machine: &SiteRoutes) -> Vec<Action> {
     if group.trivial() {
         return Vec::new();
     }
@@ -566,7 +565,13 @@ struct Phases {
 
 /// Reduce to the root, then spread from it. `rank` orders sites along the ring from the root
 /// (the root has rank 0).
-fn rooted(group: &Group, phases: &Phases, rank: &dyn Fn(SiteId) -> usize, machine: &Machine, acts: &mut Vec<Action>) {
+fn rooted(
+    group: &Group,
+    phases: &Phases,
+    rank: &dyn Fn(SiteId) -> usize,
+    machine: &SiteRoutes,
+    acts: &mut Vec<Action>,
+) {
     let Phases { root, reduce, spread, salt } = *phases;
     let x = &group.aggregate;
     // Reduce: partials of the holders other than the root flow to the root.
@@ -699,7 +704,7 @@ fn butterfly(group: &Group, pos: &BTreeMap<SiteId, usize>, acts: &mut Vec<Action
 
 /// Sends every transfer whose direct route is slower than a two-hop one through the best
 /// relay (forwarding from each relay fused into one multicast per aggregate).
-fn reroute(acts: Vec<Action>, machine: &Machine) -> Vec<Action> {
+fn reroute(acts: Vec<Action>, machine: &SiteRoutes) -> Vec<Action> {
     let mut out = Vec::new();
     let mut forwards: BTreeMap<(Aggregate, SiteId), BTreeSet<SiteId>> = BTreeMap::new();
     for a in acts {
@@ -731,18 +736,18 @@ fn reroute(acts: Vec<Action>, machine: &Machine) -> Vec<Action> {
 mod tests {
     use super::*;
 
-    fn s(i: u32) -> SiteId {
+    fn s(i: usize) -> SiteId {
         SiteId(i)
     }
 
-    fn all(n: u32) -> BTreeSet<SiteId> {
+    fn all(n: usize) -> BTreeSet<SiteId> {
         (0..n).map(SiteId).collect()
     }
 
     #[test]
     fn v100_rings_use_only_nvlink() {
         let v100 = Topology::preset("dgx-v100").unwrap();
-        let m = Machine::new(&all(8), &v100);
+        let m = SiteRoutes::new(&all(8), &v100);
         assert!(!m.uniform);
         assert_eq!(m.orders.len(), 5);
         let best = &m.orders[1];
@@ -755,9 +760,9 @@ mod tests {
         }
         // 0 and 5 are unlinked: relay through a site linked to both
         let w = m.relay(s(0), s(5)).unwrap();
-        assert!(v100.linked(sim_site(s(0)), sim_site(w)) && v100.linked(sim_site(w), sim_site(s(5))));
+        assert!(v100.linked(s(0), w) && v100.linked(w, s(5)));
         assert_eq!(m.relay(s(0), s(4)), None);
-        let a100 = Machine::new(&all(8), &Topology::preset("dgx-a100").unwrap());
+        let a100 = SiteRoutes::new(&all(8), &Topology::preset("dgx-a100").unwrap());
         assert!(a100.uniform);
         assert_eq!(a100.orders[0], all(8).into_iter().collect::<Vec<_>>());
         assert_eq!(a100.relay(s(0), s(5)), None);
@@ -779,7 +784,7 @@ mod tests {
     fn every_shape_builds_a_valid_program() {
         let (p, groups) =
             group("GPUS: 0, 1, 2, 3, 4\nIN: A @ 0; B @ 1; C @ 2; D @ 2; E @ 4\nOUT: A+B+C+D+E @ 0, 1, 3; E @ 0, 2, 3");
-        let m = Machine::new(&p.sites(), &Topology::preset("dgx-v100").unwrap());
+        let m = SiteRoutes::new(&p.sites(), &Topology::preset("dgx-v100").unwrap());
         for order in 0..m.orders.len() {
             for reduce in SHAPES {
                 for spread in SHAPES {
@@ -806,7 +811,7 @@ mod tests {
     fn butterfly_is_example_5_2() {
         let (p, groups) = group("IN: A @ 0; B @ 1; C @ 2; D @ 3\nOUT: A+B+C+D @ 0, 1, 2, 3");
         assert!(groups[0].butterfly_applies());
-        let m = Machine::new(&p.sites(), &Topology::preset("dgx-h100").unwrap());
+        let m = SiteRoutes::new(&p.sites(), &Topology::preset("dgx-h100").unwrap());
         let plan = Plan { kind: Kind::Butterfly, order: 0, relay: false, salt: 0 };
         let q = valid(&p, build(&groups[0], &plan, &m));
         let expected: Program = std::fs::read_to_string(concat!(
@@ -822,7 +827,7 @@ mod tests {
     #[test]
     fn chains_follow_the_ring() {
         let (p, groups) = group("IN: A @ 0; B @ 1; C @ 2; D @ 3\nOUT: A+B+C+D @ 0, 1, 2, 3");
-        let m = Machine::new(&p.sites(), &Topology::preset("dgx-h100").unwrap());
+        let m = SiteRoutes::new(&p.sites(), &Topology::preset("dgx-h100").unwrap());
         let plan = Plan {
             kind: Kind::Rooted { root: s(1), reduce: Shape::Chain, spread: Shape::Chain },
             order: 0,

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use einsum_sim::Topology;
 
-use super::plan::{Group, Kind, Load, Machine, Plan, SHAPES, Shape, build, congestion_aware, groups, pruned, reparent};
+use super::plan::{
+    Group, Kind, Load, Plan, SHAPES, Shape, SiteRoutes, build, congestion_aware, groups, pruned, reparent,
+};
 use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, naive};
 use crate::action::Action;
 use crate::aggregate::Aggregate;
@@ -101,7 +103,7 @@ impl Score {
 struct Search<'a> {
     preamble: Program,
     topology: &'a Topology,
-    machine: Machine,
+    machine: SiteRoutes,
     rng: Rng,
     cache: HashMap<(Membership, BTreeSet<Action>), Option<Score>>,
     evaluated: usize,
@@ -118,7 +120,7 @@ pub fn search(preamble: &Program, topology: &Topology, options: SearchOptions) -
     check_sites(&preamble, topology)?;
     let naive_program = naive(&preamble)?;
     let mut s = Search {
-        machine: Machine::new(&preamble.sites(), topology),
+        machine: SiteRoutes::new(&preamble.sites(), topology),
         preamble,
         topology,
         rng: Rng::new(options.seed),

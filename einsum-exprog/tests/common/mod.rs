@@ -52,7 +52,7 @@ pub enum Partitions {
 
 /// A random preamble and a membership under which its OUT is satisfiable.
 pub fn random_preamble(rng: &mut Rng, partitions: Partitions) -> (Program, Membership) {
-    let n_sites = 2 + rng.below(4) as u32;
+    let n_sites = 2 + rng.below(4);
     let sites: Vec<SiteId> = (0..n_sites).map(SiteId).collect();
     let mut p = Program::default();
     let declare_gpus = partitions == Partitions::Explicit || !rng.chance(1, 5);

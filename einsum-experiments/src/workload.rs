@@ -7,7 +7,9 @@ use einsum_core::DType;
 use einsum_joinagg::IndexRole;
 use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, unary::UnaryOp};
 
-use crate::{Error, Graph, Result, Tensor};
+use einsum_graph::{Graph, Tensor};
+
+use crate::{Error, Result};
 
 /// The workloads and the keys each accepts, with their defaults.
 const WORKLOADS: &[(&str, &[(&str, usize)])] = &[
@@ -209,7 +211,7 @@ impl Workload {
                             dtype,
                         )
                     })
-                    .collect::<Result<Vec<_>>>()?;
+                    .collect::<einsum_graph::Result<Vec<_>>>()?;
                 let product = build_chain(&mut g, &mats, order)?;
                 g.save(product)?;
             }
@@ -323,7 +325,7 @@ fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, dtype: DTy
     let gate = g.unary(gate, UnaryOp::Silu)?;
     let act = g.binary(gate, up, BinaryOp::Mul)?;
     let down = g.matmul(act, w_down)?;
-    g.binary(x, down, BinaryOp::Add)
+    Ok(g.binary(x, down, BinaryOp::Add)?)
 }
 
 /// The model's head after the last block: the final RMSNorm (eps 1e-5, with a weight) and
@@ -334,7 +336,7 @@ fn lm_head(g: &mut Graph, x: Tensor, d: &LlamaDims, vocab: usize, dtype: DType) 
     let norm = g.input("norm", &[("d_model", d.d_model)], dtype)?;
     let head = g.input("lm_head", &[("d_model", d.d_model), ("vocab", vocab)], dtype)?;
     let h = g.rmsnorm(x, norm, "d_model", 1e-5)?;
-    g.matmul(h, head)
+    Ok(g.matmul(h, head)?)
 }
 
 #[cfg(test)]

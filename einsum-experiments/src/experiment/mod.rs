@@ -221,7 +221,7 @@ pub struct Case {
     /// The topology preset or file.
     pub topology: String,
     /// The per-device memory budget in bytes; `None`: the topology's default
-    /// ([`default_budget`](crate::pipeline::default_budget)).
+    /// ([`default_budget`](einsum_compile::pipeline::default_budget)).
     pub memory_budget: Option<u64>,
 }
 
@@ -296,7 +296,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
     let strategy = optimizer_by_name(&case.strategy, case.seed)?;
     let model = cost_model_by_name("time", &case.topology)?;
     let topology = Topology::named(&case.topology)?;
-    let planned = crate::pipeline::plan_and_compile(&crate::pipeline::Request {
+    let planned = einsum_compile::plan_and_compile(&einsum_compile::pipeline::Request {
         comp,
         devices: case.devices,
         strategy: strategy.as_ref(),
@@ -315,7 +315,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
         compile_ms,
         resident_bytes: stats.resident_bytes.iter().copied().max().unwrap_or(0),
         peak_bytes: stats.peak_bytes.iter().copied().max().unwrap_or(0),
-        weights: crate::memory_report::weight_splits(comp, &planned.plan),
+        weights: einsum_compile::memory_report::weight_splits(comp, &planned.plan),
     })
 }
 

@@ -33,7 +33,7 @@ fn fit_budget(topology: &str, devices: usize, small: bool) -> Option<u64> {
         return None;
     }
     let t = einsum_sim::Topology::named(topology).ok()?;
-    Some((crate::pipeline::default_budget(&t, devices) / SMALL_DIVISOR as f64) as u64)
+    Some((einsum_compile::pipeline::default_budget(&t, devices) / SMALL_DIVISOR as f64) as u64)
 }
 
 fn memory_columns(row: &mut Vec<Cell>, result: &Result<super::Measurement, String>) {

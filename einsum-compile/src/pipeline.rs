@@ -1,5 +1,5 @@
-//! Plan, then compile, within each device's memory: the one pipeline that [`compile`],
-//! `einsummable plan` and the experiments share.
+//! Plan, then compile, within each device's memory: the one pipeline that the driver's
+//! `compile`, `einsummable plan` and the experiments share.
 //!
 //! # Memory
 //! A device's peak is its resident bytes (the blocks of the computation inputs its function
@@ -11,16 +11,49 @@
 //! the budget gives the planner less room (the budget less the transient peak it saw) and
 //! plans again, up to [`MAX_ROUNDS`] times. A plan over budget is never returned.
 //!
-//! [`compile`]: crate::compile
+//! # Why here
+//! The loop needs both sides: the logical strategy (`einsum-logical`) and this crate's
+//! physical compilation, whose memory check is what can send it back to the planner. The
+//! physical compiler already consumes a logical plan's specs, so it is the lowest crate that
+//! sees both (`einsum-logical` knows nothing of exchange programs or task graphs).
 
 use std::time::Instant;
 
-use einsum_compile::{CompileError, Compiled, Schedule};
+use crate::{CompileError, Compiled, Schedule};
 use einsum_joinagg::Computation;
 use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
 use einsum_sim::Topology;
 
-use crate::{Error, Result};
+/// Result alias for the pipeline.
+pub type Result<T, E = PipelineError> = std::result::Result<T, E>;
+
+/// Why [`plan_and_compile`] returns no plan.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The strategy found no plan (`DoesNotFit`, `OverBudget`, an unknown candidate, ...).
+    #[error(transparent)]
+    Logical(#[from] einsum_logical::Error),
+    /// Physical compilation failed, or the last plan compiled was over budget (`OutOfMemory`).
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// A budget above the smallest HBM capacity of the devices.
+    #[error(
+        "the memory budget of {} per device is more than the {} of HBM the devices of `{topology}` have",
+        einsum_logical::format_gb(*.budget),
+        einsum_logical::format_gb(*.capacity)
+    )]
+    BudgetOverCapacity {
+        /// The budget asked for, in bytes per device.
+        budget: f64,
+        /// The smallest HBM capacity among the devices, in bytes.
+        capacity: f64,
+        /// The topology's name.
+        topology: String,
+    },
+    /// No planning round ran (never while [`MAX_ROUNDS`] is at least 1).
+    #[error("no planning round ran")]
+    NoRound,
+}
 
 /// The share of each device's HBM the default budget leaves free, for what the task graph
 /// does not count: the CUDA context and cuBLAS workspaces (a few hundred MB per GPU),
@@ -92,18 +125,13 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     let capacity = capacity(req.topology, req.devices);
     let budget = req.memory_budget.unwrap_or_else(|| default_budget(req.topology, req.devices));
     if budget > capacity {
-        return Err(Error::Usage(format!(
-            "the memory budget of {} per device is more than the {} of HBM the devices of `{}` have",
-            einsum_logical::format_gb(budget),
-            einsum_logical::format_gb(capacity),
-            req.topology.name()
-        )));
+        return Err(PipelineError::BudgetOverCapacity { budget, capacity, topology: req.topology.name().to_string() });
     }
     let started = Instant::now();
     let problem = Problem::new(req.comp, req.devices, req.cost)?;
     let mut optimize_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut compile_ms = 0.0;
-    let options = einsum_compile::CompileOptions {
+    let options = crate::CompileOptions {
         devices: req.devices,
         schedule: req.schedule,
         topology: req.topology.clone(),
@@ -120,12 +148,14 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
             Ok(plan) => plan,
             // After the first round the room was cut for a transient peak: what did not fit
             // is the compiled plan, and its error says by how much.
-            Err(e @ einsum_logical::Error::DoesNotFit { .. }) => return Err(over.map_or_else(|| e.into(), Error::from)),
+            Err(e @ einsum_logical::Error::DoesNotFit { .. }) => {
+                return Err(over.map_or_else(|| e.into(), PipelineError::from));
+            }
             Err(e) => return Err(e.into()),
         };
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
         let started = Instant::now();
-        let result = einsum_compile::compile(req.comp, &plan.specs(), &options);
+        let result = crate::compile(req.comp, &plan.specs(), &options);
         compile_ms += started.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(compiled) => {
@@ -147,5 +177,5 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
         }
     }
     // Every round's plan was over budget: the last one's overshoot says by how much.
-    Err(over.map_or_else(|| Error::Usage("no planning round ran".into()), Error::from))
+    Err(over.map_or(PipelineError::NoRound, PipelineError::from))
 }

@@ -1,7 +1,9 @@
 //! The graph builder: shapes flow through, and bad inputs are typed errors that name the
 //! operator and the index.
 
-use einsummable::{AttentionConfig, BinaryOp, DType, Error, Graph, Packing, ReduceOp, UnaryOp};
+use einsum_core::DType;
+use einsum_graph::{Error, Graph};
+use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
 
 fn ffn() -> Graph {
     let mut g = Graph::new();

@@ -1,7 +1,9 @@
 //! The user-facing graph builder: the Rust counterpart of the paper's Section 2 example.
 //!
 //! ```
-//! use einsummable::{Graph, DType, UnaryOp};
+//! use einsum_core::DType;
+//! use einsum_graph::Graph;
+//! use einsum_ops::unary::UnaryOp;
 //! let mut g = Graph::new();
 //! let x = g.input("x", &[("tokens", 8), ("d_model", 4)], DType::F32)?;
 //! let w1 = g.input("w1", &[("d_model", 4), ("d_ff", 16)], DType::F32)?;
@@ -11,7 +13,7 @@
 //! let y = g.matmul(hidden, w2)?;
 //! g.save(y)?;
 //! assert_eq!(g.desc(y)?.shape(), vec![8, 4]);
-//! # Ok::<(), einsummable::Error>(())
+//! # Ok::<(), einsum_graph::Error>(())
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,15 +213,15 @@ impl Graph {
     /// are shorthands for this.
     ///
     /// ```
-    /// use einsummable::{DType, Graph};
-    /// use einsum_ops::unary::Unary;
-    /// use einsummable::UnaryOp;
+    /// use einsum_core::DType;
+    /// use einsum_graph::Graph;
+    /// use einsum_ops::unary::{Unary, UnaryOp};
     /// let mut g = Graph::new();
     /// let x = g.input("x", &[("tokens", 8), ("d_model", 4)], DType::F32)?;
     /// let relu = Unary::new(g.desc(x)?, UnaryOp::Relu)?;
     /// let outs = g.op(Box::new(relu), &[x])?;
     /// assert_eq!(g.desc(outs[0])?.shape(), vec![8, 4]);
-    /// # Ok::<(), einsummable::Error>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn op(&mut self, op: Box<dyn AbstractOperator>, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         self.ops_added += 1;
