@@ -6,6 +6,7 @@
 use std::{process::Command, sync::Arc};
 
 use einsum_core::scaled_error;
+use einsum_graph::Error as GraphError;
 use einsum_joinagg::validate_spec;
 use einsum_logical::{LogicalOptimizer, Problem, cost_model_by_name, optimizer_by_name};
 use einsummable::{
@@ -266,13 +267,13 @@ fn conflicting_roles_are_errors_of_the_graph() {
     g.role("tokens", IndexRole::FfnHidden).unwrap();
     g.role("tokens", IndexRole::FfnHidden).unwrap();
     let err = g.role("tokens", IndexRole::Tokens).unwrap_err();
-    assert!(matches!(err, Error::JoinAgg(einsum_joinagg::Error::RoleConflict { .. })), "{err}");
+    assert!(matches!(err, GraphError::Role(einsum_joinagg::Error::RoleConflict { .. })), "{err}");
     assert!(err.to_string().contains("`tokens`"), "{err}");
     let q = g.input("q", &[("heads_q", 4), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
     let k = g.input("k", &[("heads_kv", 2), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
     let err = g.attention(q, k, k, AttentionConfig::new(true, Packing::single(8))).unwrap_err();
     match &err {
-        Error::Build { node, source: einsum_joinagg::Error::RoleConflict { index, .. } } => {
+        GraphError::Build { node, source: einsum_joinagg::Error::RoleConflict { index, .. } } => {
             assert!(node.starts_with("attention") && index == "tokens", "{err}");
         }
         other => panic!("expected a role conflict, got {other}"),

@@ -150,14 +150,15 @@ impl Graph {
     /// its own. A name declared with another role than it already has is an error.
     ///
     /// ```
-    /// use einsummable::{DType, Graph, IndexRole};
+    /// use einsum_graph::Graph;
+    /// use einsum_joinagg::IndexRole;
     /// let mut g = Graph::new();
     /// g.role("hidden", IndexRole::FfnHidden)?;
     /// assert!(g.role("hidden", IndexRole::Tokens).is_err());
-    /// # Ok::<(), einsummable::Error>(())
+    /// # Ok::<(), einsum_graph::Error>(())
     /// ```
     pub fn role(&mut self, index: &str, role: IndexRole) -> Result<()> {
-        Ok(self.comp.declare_role(index, role)?)
+        self.comp.declare_role(index, role).map_err(Error::Role)
     }
 
     /// Marks a tensor as an output that must remain after execution.

@@ -29,6 +29,10 @@ pub enum Error {
         #[source]
         source: einsum_joinagg::Error,
     },
+    /// A role declared for an index name that already has another
+    /// ([`einsum_joinagg::Error::RoleConflict`]).
+    #[error(transparent)]
+    Role(einsum_joinagg::Error),
     /// A tensor handle that does not belong to this graph.
     #[error("tensor {0} does not belong to this graph")]
     ForeignTensor(String),
