@@ -16,7 +16,7 @@ use crate::lower::lower;
 use crate::membership::Membership;
 use crate::program::Program;
 use crate::rewrite::{self, Refusal};
-use einsum_core::SplitMix64 as Rng;
+use einsum_core::SeededRng as Rng;
 
 /// How [`search`] runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
