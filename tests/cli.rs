@@ -256,3 +256,21 @@ fn adversarial_inputs_fail_fast_with_typed_errors() {
     fails_with(&["exprog", "check", empty.to_str().unwrap()], "the program is empty");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn fixed_choices_are_checked_by_the_parser_and_listed() {
+    for (args, valid) in [
+        (&["plan", "matmul:n=64", "--dtype", "f64"][..], "f32, f16, bf16"),
+        (&["plan", "matmul:n=64", "--schedule", "greedy"][..], "naive, search"),
+        (&["plan", "matmul:n=64", "--cost", "flops"][..], "time, proxy"),
+        (&["run", "matmul:n=8", "--backend", "tpu"][..], "cpu, cuda"),
+        (&["exprog", "synthesize", "x.exprog", "--topology", "dgx-a100", "--mode", "fast"][..], "naive, search"),
+    ] {
+        let mut with_json = args.to_vec();
+        with_json.push("--json");
+        let out = einsummable(&with_json);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+        assert!(v["error"].as_str().unwrap().contains(valid), "{args:?}: {v}");
+    }
+}
