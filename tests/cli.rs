@@ -274,3 +274,15 @@ fn fixed_choices_are_checked_by_the_parser_and_listed() {
         assert!(v["error"].as_str().unwrap().contains(valid), "{args:?}: {v}");
     }
 }
+
+#[test]
+fn verbose_logs_go_to_stderr_and_leave_stdout_one_json_object() {
+    let out = einsummable(&["plan", "matmul:n=64", "--devices", "4", "-vv", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(v["optimizer"], "dp");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("chose a spec per operator") && err.contains("placed operator"), "{err}");
+    let quiet = einsummable(&["plan", "matmul:n=64", "--devices", "4", "--json"]);
+    assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
+}

@@ -198,6 +198,13 @@ pub fn search(preamble: &Program, topology: &Topology, options: SearchOptions) -
     let program = s.preamble.with_body(best.program.body.iter().cloned());
     let validation = program.validate_with(&best.membership).map_err(SynthError::Unsatisfiable)?;
     let simulation = run(&program, validation, topology, None)?;
+    tracing::debug!(
+        naive_ms,
+        completion_ms = simulation.completion_ms,
+        evaluated = s.evaluated,
+        origin = %best.origin,
+        "searched an exchange program"
+    );
     Ok(Synthesis {
         program,
         completion_ms: simulation.completion_ms,
