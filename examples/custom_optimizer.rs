@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use einsum_core::{SplitMix64, scaled_error};
+use einsum_core::{SeededRng, scaled_error};
 use einsum_logical::{Greedy, LogicalOptimizer, Problem, Result};
 use einsummable::{CompileOptions, DType, Workload, compile};
 
@@ -41,7 +41,7 @@ impl LogicalOptimizer for Annealing {
         let mut current = problem.repair(&Greedy.solve(problem)?);
         let mut cost = problem.total(&current)?;
         let (mut best, mut best_cost) = (current.clone(), cost);
-        let mut rng = SplitMix64::new(self.seed);
+        let mut rng = SeededRng::new(self.seed);
         // Geometric cooling from a tenth of the start's cost to a thousandth of that.
         let start = 0.1 * cost.max(f64::MIN_POSITIVE);
         let cooling = 1e-3f64.powf(1.0 / self.iterations.max(1) as f64);

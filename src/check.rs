@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use einsum_core::{DType, SplitMix64, scaled_error};
+use einsum_core::{DType, SeededRng, scaled_error};
 use einsum_joinagg::{Computation, OpId, decomposition_error, enumerate_specs};
 
 use crate::{Error, Result};
@@ -74,7 +74,7 @@ pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u
             "the computation holds {elements} elements, more than check runs ({MAX_CHECK_ELEMENTS}); give smaller dimensions, e.g. llama-block:tokens=64,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=128"
         )));
     }
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = SeededRng::new(seed);
     let mut ops = Vec::new();
     let mut chosen = HashMap::<OpId, _>::new();
     let mut dtype = DType::F32;

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, Parser, Subcommand};
 use serde_json::json;
 
 mod cli;
@@ -16,6 +16,10 @@ struct Cli {
     /// Print one JSON object on stdout instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// Log the pipeline's stages on stderr: -v for each stage's outcome, -vv for every
+    /// operator and exchange program, -vvv for everything.
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    init_logs(cli.verbose);
     let report = match cli.command {
         Command::Check(args) => cli::check::run(args),
         Command::Plan(args) => cli::plan::run(args),
@@ -85,4 +90,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Sends the libraries' `tracing` events to stderr (stdout stays the report's): warnings
+/// only by default, and each `-v` one level more.
+fn init_logs(verbose: u8) {
+    use tracing_subscriber::filter::LevelFilter;
+    let level = match verbose {
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::INFO,
+        2 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    };
+    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).without_time().init();
 }

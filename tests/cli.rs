@@ -256,3 +256,33 @@ fn adversarial_inputs_fail_fast_with_typed_errors() {
     fails_with(&["exprog", "check", empty.to_str().unwrap()], "the program is empty");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn fixed_choices_are_checked_by_the_parser_and_listed() {
+    for (args, valid) in [
+        (&["plan", "matmul:n=64", "--dtype", "f64"][..], "f32, f16, bf16"),
+        (&["plan", "matmul:n=64", "--schedule", "greedy"][..], "naive, search"),
+        (&["plan", "matmul:n=64", "--cost", "flops"][..], "time, proxy"),
+        (&["run", "matmul:n=8", "--backend", "tpu"][..], "cpu, cuda"),
+        (&["exprog", "synthesize", "x.exprog", "--topology", "dgx-a100", "--mode", "fast"][..], "naive, search"),
+    ] {
+        let mut with_json = args.to_vec();
+        with_json.push("--json");
+        let out = einsummable(&with_json);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+        assert!(v["error"].as_str().unwrap().contains(valid), "{args:?}: {v}");
+    }
+}
+
+#[test]
+fn verbose_logs_go_to_stderr_and_leave_stdout_one_json_object() {
+    let out = einsummable(&["plan", "matmul:n=64", "--devices", "4", "-vv", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(v["optimizer"], "dp");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("chose a spec per operator") && err.contains("placed operator"), "{err}");
+    let quiet = einsummable(&["plan", "matmul:n=64", "--devices", "4", "--json"]);
+    assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
+}

@@ -294,6 +294,7 @@ pub fn compile(
 ) -> Result<Compiled, CompileError> {
     let p = options.devices;
     let topology = &options.topology;
+    let _span = tracing::info_span!("physical", devices = p, topology = topology.name()).entered();
     if p == 0 {
         return Err(CompileError::NoDevices);
     }
@@ -377,9 +378,15 @@ pub fn compile(
                 label: &label,
             };
             blocks[k] = Some(lower_exchange(&mut graph, &s.preamble, &s.closure, &sources)?);
+            tracing::debug!(op = %op_name, input = k, simulated_ms = s.simulated_ms, "exchange program");
             programs.push(ExchangeProgram { op: id, input: k, program: s.program, simulated_ms: s.simulated_ms });
         }
         let placement = placement.unwrap_or_else(|| (0..p as u32).map(DeviceId).collect());
+        tracing::debug!(
+            op = %op_name,
+            devices = %placement.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(" "),
+            "placed operator"
+        );
 
         let out_descs = op.outputs();
         let mut outs: Vec<Vec<BufferId>> = vec![Vec::with_capacity(p); out_descs.len()];
@@ -477,5 +484,11 @@ pub fn compile(
         }
     }
     let predicted_ms = predict(comp, &graph, &kernels, topology, &Roofline::default())?.completion_ms();
+    tracing::info!(
+        tasks = graph.nodes().len(),
+        exchange_programs = programs.len(),
+        predicted_ms,
+        "compiled the task graph"
+    );
     Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms })
 }

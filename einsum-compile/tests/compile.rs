@@ -8,7 +8,7 @@ use einsum_compile::{
     CompileError, CompileOptions, Compiled, ComputationKernels, ExchangeSources, Schedule, compile, lower_exchange,
 };
 use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph, interpret};
-use einsum_core::{Aggregation, DType, HostTensor, SplitMix64, TensorDesc, TensorType, scaled_error};
+use einsum_core::{Aggregation, DType, HostTensor, SeededRng, TensorDesc, TensorType, scaled_error};
 use einsum_exprog::{DEFAULT_SIZE_GB, Membership, PartitionId, Program, SiteId, Upstream, parse, preamble};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId, TensorId, enumerate_specs};
 use einsum_ops::attention::{Attention, AttentionConfig};
@@ -34,7 +34,7 @@ fn switch(n: usize, hbm_gb: f64) -> Topology {
 }
 
 /// A random spec of `p` function specs per operator, or `None` when some operator has none.
-fn random_specs(comp: &Computation, p: usize, rng: &mut SplitMix64) -> Option<HashMap<OpId, JoinAggSpec>> {
+fn random_specs(comp: &Computation, p: usize, rng: &mut SeededRng) -> Option<HashMap<OpId, JoinAggSpec>> {
     let mut specs = HashMap::new();
     for (id, op, _) in comp.ops() {
         let choices = enumerate_specs(op, p).ok()?;
@@ -58,7 +58,7 @@ fn run(comp: &Computation, compiled: &Compiled, seed: u64) {
 /// Compiles with random specs for `p` devices and checks the result; false if some
 /// operator has no spec for `p`.
 fn check(comp: &Computation, p: usize, seed: u64, schedule: Schedule, topology: &Topology) -> bool {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = SeededRng::new(seed);
     let Some(specs) = random_specs(comp, p, &mut rng) else { return false };
     let options = CompileOptions { devices: p, schedule, topology: topology.clone(), memory_budget: None };
     let compiled = compile(comp, &specs, &options).unwrap_or_else(|e| panic!("p = {p}, seed {seed}: {e}"));
@@ -474,7 +474,7 @@ fn an_aggregate_mixing_atoms_is_refused() {
 /// A random DAG of `n` operators over [8, 8] tensors: matmuls, relus, adds and softmaxes
 /// reading random earlier tensors; the last and one random tensor are saved.
 fn random_dag(seed: u64, n: usize) -> Computation {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = SeededRng::new(seed);
     let xd = desc(&[("i", 8), ("j", 8)]);
     let mut c = Computation::new();
     let mut tensors: Vec<TensorId> = vec![c.add_input("x", xd.clone()), c.add_input("y", xd.clone())];

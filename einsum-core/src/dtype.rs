@@ -17,6 +17,9 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every dtype, in the order help texts list them.
+    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
     /// Bytes per element.
     pub fn size_bytes(self) -> usize {
         match self {
@@ -70,7 +73,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for d in [DType::F32, DType::F16, DType::BF16] {
+        for d in DType::ALL {
             assert_eq!(d.name().parse::<DType>().unwrap(), d);
         }
         assert!("f64".parse::<DType>().unwrap_err().to_string().contains("f64"));

@@ -2,7 +2,7 @@
 
 use half::{bf16, f16};
 
-use crate::{Aggregation, CoreError, DType, Result, SplitMix64, TensorType, check_tiling};
+use crate::{Aggregation, CoreError, DType, Result, SeededRng, TensorType, check_tiling};
 
 /// Row-major element storage in the tensor's dtype.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,7 +63,7 @@ impl HostTensor {
 
     /// A tensor of uniform random values in `[-1, 1)`, reproducible from `seed`.
     pub fn random(ty: TensorType, dtype: DType, seed: u64) -> Self {
-        let mut rng = SplitMix64::new(seed);
+        let mut rng = SeededRng::new(seed);
         let data = (0..ty.volume()).map(|_| rng.uniform(-1.0, 1.0)).collect();
         Self { data: Storage::from_f32(dtype, data), ty }
     }

@@ -37,7 +37,7 @@ pub use error::{CoreError, Result};
 pub use host_tensor::{HostTensor, relative_error, scaled_error};
 pub use interval::Interval;
 pub use kernel_class::KernelClass;
-pub use rng::SplitMix64;
+pub use rng::SeededRng;
 pub use taskgraph::{TaskGraph, TaskGraphError};
 pub use tensor_type::TensorType;
 pub use tiling::{Tiling, check_tiling};

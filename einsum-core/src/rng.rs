@@ -1,43 +1,66 @@
-//! A small seeded generator for reproducible random test data.
+//! The one seeded random generator of the project: reproducible test data, the `random`
+//! strategy's draws, and the exchange-program search.
 
-/// SplitMix64 (Steele, Lea and Flood): tiny, fast, and good enough to fill test tensors.
+use std::convert::Infallible;
+
+use rand::seq::IndexedRandom;
+use rand::{RngExt, SeedableRng, TryRng};
+use rand_pcg::Pcg64Mcg;
+
+/// A seeded generator whose stream is the same on every platform and build.
+///
+/// The bits come from PCG64 (`rand_pcg::Pcg64Mcg`, value-stable by that crate's policy) and
+/// the draws from `rand`'s unbiased samplers; this type only adds the few short names the
+/// project uses everywhere (`below`, `pick`, `unit`, `uniform`). It implements
+/// [`rand::Rng`], so every `rand` distribution, `shuffle` and `choose` also works on it.
 #[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
+pub struct SeededRng(Pcg64Mcg);
 
-impl SplitMix64 {
-    /// A generator started from `seed`.
+impl SeededRng {
+    /// A generator started from `seed`; equal seeds give equal streams.
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(Pcg64Mcg::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        rand::Rng::next_u64(&mut self.0)
     }
 
-    /// A uniform float in `[lo, hi)`.
+    /// A uniform float in `[lo, hi)`; `lo` when the range is empty.
     pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * unit
+        if lo < hi { self.0.random_range(lo..hi) } else { lo }
     }
 
     /// A uniform integer in `[0, n)`; 0 when `n` is 0.
     pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next_u64() % n as u64) as usize }
+        if n == 0 { 0 } else { self.0.random_range(0..n) }
     }
 
     /// A uniform `f64` in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.random()
     }
 
     /// A uniformly chosen element, `None` when `items` is empty.
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
-        if items.is_empty() { None } else { items.get(self.below(items.len())) }
+        items.choose(&mut self.0)
+    }
+}
+
+impl TryRng for SeededRng {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        self.0.try_next_u32()
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        self.0.try_next_u64()
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
+        self.0.try_fill_bytes(dst)
     }
 }
 
@@ -47,7 +70,7 @@ mod tests {
 
     #[test]
     fn deterministic_and_in_range() {
-        let (mut a, mut b) = (SplitMix64::new(7), SplitMix64::new(7));
+        let (mut a, mut b) = (SeededRng::new(7), SeededRng::new(7));
         for _ in 0..100 {
             assert_eq!(a.next_u64(), b.next_u64());
             let x = a.unit();
@@ -60,7 +83,24 @@ mod tests {
             b.uniform(-1.0, 1.0);
         }
         assert_eq!(a.below(0), 0);
+        assert_eq!(a.uniform(2.0, 2.0), 2.0);
         assert_eq!(a.pick::<u8>(&[]), None);
         assert_eq!(a.pick(&[3u8]), Some(&3));
+    }
+
+    #[test]
+    fn different_seeds_differ() {
+        let (mut a, mut b) = (SeededRng::new(1), SeededRng::new(2));
+        assert_ne!((a.next_u64(), a.next_u64()), (b.next_u64(), b.next_u64()));
+    }
+
+    #[test]
+    fn draws_cover_the_range() {
+        let mut rng = SeededRng::new(3);
+        let mut seen = [false; 6];
+        for _ in 0..200 {
+            seen[rng.below(6)] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
     }
 }

@@ -195,7 +195,7 @@ mod tests {
             let b = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
             prev.push((g.push(Task::Load { input, dst: b }, &[], "load").unwrap(), b));
         }
-        let mut rng = einsum_core::SplitMix64::new(9);
+        let mut rng = einsum_core::SeededRng::new(9);
         for _ in 0..layers {
             let mut next = Vec::new();
             for _ in 0..4 {

@@ -7,14 +7,14 @@ mod common;
 
 use common::{ADD, Arith, DOUBLE, assert_bits_eq};
 use einsum_core::{
-    Aggregation, DType, HostTensor, SplitMix64, TensorType, Tiling,
+    Aggregation, DType, HostTensor, SeededRng, TensorType, Tiling,
     taskgraph::{Boundary, BufferId, DeviceId, Task, TaskGraph, interpret},
 };
 use einsum_cpu::CpuBackend;
 use proptest::prelude::*;
 
 /// A random grid tiling of `whole`: up to two cuts per dimension.
-fn random_tiling(rng: &mut SplitMix64, whole: &TensorType) -> Tiling {
+fn random_tiling(rng: &mut SeededRng, whole: &TensorType) -> Tiling {
     let cuts: Vec<Vec<usize>> =
         whole.shape().iter().map(|&n| (0..rng.below(3)).map(|_| 1 + rng.below(n.max(2) - 1)).collect()).collect();
     Tiling::grid(whole, &cuts).unwrap()
@@ -22,7 +22,7 @@ fn random_tiling(rng: &mut SplitMix64, whole: &TensorType) -> Tiling {
 
 struct Builder {
     g: TaskGraph,
-    rng: SplitMix64,
+    rng: SeededRng,
     devices: usize,
     dtype: DType,
 }
@@ -73,7 +73,7 @@ fn random_graph(shape: &[usize], devices: usize, dtype: DType, seed: u64) -> Tas
     let whole = TensorType::zero_bounded(shape);
     let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype };
     let g = TaskGraph::new(devices, vec![io("x")], vec![io("y"), io("z")]);
-    let mut b = Builder { g, rng: SplitMix64::new(seed), devices, dtype };
+    let mut b = Builder { g, rng: SeededRng::new(seed), devices, dtype };
 
     // Load x in a random tiling, on random devices.
     let first = random_tiling(&mut b.rng, &whole);

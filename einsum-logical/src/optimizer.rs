@@ -78,10 +78,19 @@ pub trait LogicalOptimizer: Send + Sync {
     /// [`Error::DoesNotFit`](crate::Error::DoesNotFit) when no plan fits, and
     /// [`Error::OverBudget`](crate::Error::OverBudget) when this strategy's plan does not.
     fn plan(&self, problem: &Problem) -> Result<LogicalPlan> {
+        let _span = tracing::info_span!("logical", optimizer = self.name(), p = problem.p).entered();
         problem.check_min_fits()?;
         let choice = self.solve(problem)?;
         problem.check_budget(&choice, self.name())?;
-        problem.plan(&choice, self.name())
+        let plan = problem.plan(&choice, self.name())?;
+        tracing::info!(
+            ops = plan.ops.len(),
+            cost = plan.total,
+            unit = plan.unit,
+            resident_bytes = plan.resident_bytes,
+            "chose a spec per operator"
+        );
+        Ok(plan)
     }
 
     /// Enumerates the specs of every operator of `comp` on `p` devices, prices them with

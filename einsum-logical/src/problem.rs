@@ -214,6 +214,12 @@ impl Problem {
                 }
             }
         }
+        tracing::debug!(
+            ops = ops.len(),
+            candidates = ops.iter().map(|o| o.candidates.len()).sum::<usize>(),
+            cost_model = cost.name(),
+            "enumerated and priced the candidate specs"
+        );
         Ok(Problem { p, ops, cost_model: cost.name().to_string(), unit: cost.unit(), inputs, memory_budget: None })
     }
 

@@ -1,6 +1,6 @@
 //! The random strategy: a uniform candidate per operator.
 
-use einsum_core::SplitMix64;
+use einsum_core::SeededRng;
 
 use crate::{Error, LogicalOptimizer, Problem, Result};
 
@@ -8,7 +8,7 @@ use crate::{Error, LogicalOptimizer, Problem, Result};
 ///
 /// # Design
 /// The floor every other strategy must beat: it shows how much choosing matters at all.
-/// Operators draw from one [`SplitMix64`] stream in problem order, so the same seed and
+/// Operators draw from one [`SeededRng`] stream in problem order, so the same seed and
 /// problem give the same plan. Under a [memory budget](Problem::memory_budget) the draw is
 /// [repaired](Problem::repair) until it fits; a budget below
 /// [`Problem::min_resident_bytes`] is [`Error::DoesNotFit`].
@@ -25,7 +25,7 @@ impl LogicalOptimizer for Random {
 
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
         problem.check_min_fits()?;
-        let mut rng = SplitMix64::new(self.seed);
+        let mut rng = SeededRng::new(self.seed);
         let choice: Vec<usize> = problem
             .ops
             .iter()

@@ -44,6 +44,7 @@ impl Problem {
                 }
             }
             let Some((_, o, m)) = best else { break };
+            tracing::debug!(op = %self.ops[o].name, from = choice[o], to = m, "repair: a candidate with fewer resident bytes");
             choice[o] = m;
         }
         choice

@@ -2,7 +2,7 @@
 //! strategy within a budget on random problems (the DP near the ILP's exact optimum), the
 //! errors of budgets nothing meets, and a budget that forces the DP off its optimum.
 
-use einsum_core::{DType, SplitMix64, TensorDesc};
+use einsum_core::{DType, SeededRng, TensorDesc};
 use einsum_joinagg::Computation;
 use einsum_logical::{
     Data, Dp, Error, Greedy, Ilp, LogicalOptimizer, PaperProxy, Problem, Random, ResidentInput, format_gb,
@@ -292,7 +292,7 @@ fn an_ffn_stack_plans_within_a_budget() {
 #[test]
 #[ignore = "an experiment: prints the DP's gap to the ILP under a budget"]
 fn measure_the_dp_gap() {
-    let mut rng = SplitMix64::new(2026);
+    let mut rng = SeededRng::new(2026);
     // Per shape (trees, DAGs): worst ratio, problems worse, problems.
     let mut stats = [(1.0f64, 0, 0); 2];
     // Per shape: the worst ratio of the unconstrained DP to the unconstrained ILP.

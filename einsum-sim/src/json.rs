@@ -1,10 +1,13 @@
 //! The topology file format: a small JSON object in human units (GB/s, GB, TFLOP/s),
-//! documented in the crate docs. Parsing walks a `serde_json::Value` by hand so that every
-//! error can name its field (`links[3].gbps`), and unknown fields are rejected (they are
-//! usually typos).
+//! documented in the crate docs. The file's shape is a set of `serde` structs (unknown and
+//! duplicated fields are errors: they are usually typos); values are checked as they are
+//! read, and `serde_path_to_error` names the field of every error (`links[3].gbps`).
 
+use std::fmt;
 use std::path::Path;
 
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::TopologyError;
@@ -12,209 +15,302 @@ use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, SiteId,
 
 type Result<T> = std::result::Result<T, TopologyError>;
 
-/// An object's fields, with the path used in error messages.
-struct Fields<'a> {
-    path: String,
-    map: &'a Map<String, Value>,
-}
+/// A positive number in the file's unit, held in base units (bytes, FLOP): the file value
+/// times `SCALE`. Zero, negative, non-finite and overflowing values are refused where read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Scaled<const SCALE: u64>(f64);
 
-impl<'a> Fields<'a> {
-    /// `value` as an object whose keys are all in `allowed`.
-    fn new(value: &'a Value, path: String, allowed: &[&str]) -> Result<Self> {
-        let Some(map) = value.as_object() else {
-            return Err(TopologyError::field(or_root(&path), format!("expected an object, got {}", kind(value))));
-        };
-        for key in map.keys() {
-            if !allowed.contains(&key.as_str()) {
-                return Err(TopologyError::field(
-                    join(&path, key),
-                    format!("unknown field (expected one of: {})", allowed.join(", ")),
-                ));
+/// GB/s or GB in the file, bytes/s or bytes held.
+type Giga = Scaled<1_000_000_000>;
+/// TFLOP/s in the file, FLOP/s held.
+type Tera = Scaled<1_000_000_000_000>;
+
+const _: () = assert!(GB == 1e9 && TFLOP == 1e12);
+
+impl<'de, const SCALE: u64> Deserialize<'de> for Scaled<SCALE> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Positive<const SCALE: u64>;
+        impl<const SCALE: u64> Visitor<'_> for Positive<SCALE> {
+            type Value = Scaled<SCALE>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a positive number")
+            }
+            fn visit_f64<E: de::Error>(self, x: f64) -> std::result::Result<Self::Value, E> {
+                if !(x.is_finite() && x > 0.0) {
+                    return Err(E::custom(format!("expected a positive number, got {x}")));
+                }
+                let scaled = x * SCALE as f64;
+                if !scaled.is_finite() {
+                    return Err(E::custom(format!(
+                        "{x:e} is too large: times {SCALE:e} (to base units) it exceeds the largest finite number"
+                    )));
+                }
+                Ok(Scaled(scaled))
+            }
+            fn visit_i64<E: de::Error>(self, x: i64) -> std::result::Result<Self::Value, E> {
+                self.visit_f64(x as f64)
+            }
+            fn visit_u64<E: de::Error>(self, x: u64) -> std::result::Result<Self::Value, E> {
+                self.visit_f64(x as f64)
             }
         }
-        Ok(Fields { path, map })
-    }
-
-    fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key)
-    }
-
-    fn path(&self, key: &str) -> String {
-        join(&self.path, key)
-    }
-
-    fn required(&self, key: &str) -> Result<&'a Value> {
-        self.get(key).ok_or_else(|| TopologyError::field(self.path(key), "missing"))
-    }
-
-    fn positive(&self, key: &str) -> Result<Option<f64>> {
-        self.get(key).map(|v| positive(v, &self.path(key))).transpose()
+        deserializer.deserialize_f64(Positive::<SCALE>)
     }
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
-}
+/// A site index as written; its range is checked once the number of sites is known.
+#[derive(Clone, Copy, Debug)]
+struct SiteIndex(u64);
 
-fn or_root(path: &str) -> String {
-    if path.is_empty() { "(top level)".to_string() } else { path.to_string() }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn positive(value: &Value, path: &str) -> Result<f64> {
-    match value.as_f64() {
-        Some(x) if x.is_finite() && x > 0.0 => Ok(x),
-        Some(x) => Err(TopologyError::field(path, format!("expected a positive number, got {x}"))),
-        None => Err(TopologyError::field(path, format!("expected a positive number, got {}", kind(value)))),
-    }
-}
-
-fn site_index(value: &Value, path: &str, n: usize) -> Result<SiteId> {
-    match value.as_u64() {
-        Some(i) if i < n as u64 => Ok(SiteId(i as usize)),
-        Some(i) => Err(TopologyError::field(path, format!("site {i} is out of range (the topology has {n} sites)"))),
-        None => Err(TopologyError::field(path, format!("expected a site index 0..{n}, got {value}"))),
-    }
-}
-
-const SITE_FIELDS: &[&str] = &["hbm_gbps", "hbm_gb", "tflops", "egress_gbps", "ingress_gbps"];
-
-/// A site object with every field optional, in bytes and FLOP.
-#[derive(Default, Clone, Copy)]
-struct PartialSite {
-    hbm_bandwidth: Option<f64>,
-    hbm_capacity: Option<f64>,
-    compute: Option<ComputeRates>,
-    egress: Option<f64>,
-    ingress: Option<f64>,
-}
-
-fn parse_site(value: &Value, path: String) -> Result<PartialSite> {
-    let f = Fields::new(value, path, SITE_FIELDS)?;
-    let compute = match f.get("tflops") {
-        None => None,
-        Some(v) => {
-            let t = Fields::new(v, f.path("tflops"), &["f16", "bf16", "f32"])?;
-            let rate = |key: &str| -> Result<f64> { Ok(positive(t.required(key)?, &t.path(key))? * TFLOP) };
-            Some(ComputeRates { f16: rate("f16")?, bf16: rate("bf16")?, f32: rate("f32")? })
+impl<'de> Deserialize<'de> for SiteIndex {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Index;
+        impl Visitor<'_> for Index {
+            type Value = SiteIndex;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a site index (an integer from 0)")
+            }
+            fn visit_u64<E: de::Error>(self, i: u64) -> std::result::Result<SiteIndex, E> {
+                Ok(SiteIndex(i))
+            }
+            fn visit_i64<E: de::Error>(self, i: i64) -> std::result::Result<SiteIndex, E> {
+                u64::try_from(i).map(SiteIndex).map_err(|_| E::custom(format!("expected a site index, got {i}")))
+            }
         }
-    };
-    Ok(PartialSite {
-        hbm_bandwidth: f.positive("hbm_gbps")?.map(|x| x * GB),
-        hbm_capacity: f.positive("hbm_gb")?.map(|x| x * GB),
-        compute,
-        egress: f.positive("egress_gbps")?.map(|x| x * GB),
-        ingress: f.positive("ingress_gbps")?.map(|x| x * GB),
-    })
+        deserializer.deserialize_u64(Index)
+    }
+}
+
+/// A `T` read from a JSON object only: derived structs also take an array of their fields in
+/// order, which a topology file should not (`"tflops": [1, 2, 3]` hides which is which).
+#[derive(Clone, Copy, Default)]
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Map<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Map<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<Object<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        deserializer.deserialize_map(Map(std::marker::PhantomData))
+    }
+}
+
+/// `tflops`: dense peak rates per precision.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+struct TflopsFile {
+    f16: Tera,
+    bf16: Tera,
+    f32: Tera,
+}
+
+/// A site object with every field optional (a field of `sites[i]` overrides `site`).
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+struct SiteFile {
+    hbm_gbps: Option<Giga>,
+    hbm_gb: Option<Giga>,
+    tflops: Option<Object<TflopsFile>>,
+    egress_gbps: Option<Giga>,
+    ingress_gbps: Option<Giga>,
+}
+
+/// `sites`: a count of identical sites, or one object per site.
+enum SitesFile {
+    Count(usize),
+    List(Vec<Object<SiteFile>>),
+}
+
+impl<'de> Deserialize<'de> for SitesFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Sites;
+        impl<'de> Visitor<'de> for Sites {
+            type Value = SitesFile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a site count 1..={MAX_SITES} or an array of site objects")
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> std::result::Result<SitesFile, E> {
+                match usize::try_from(n) {
+                    Ok(n) if (1..=MAX_SITES).contains(&n) => Ok(SitesFile::Count(n)),
+                    _ => Err(E::custom(format!("expected {}, got {n}", Expecting(&self)))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> std::result::Result<SitesFile, E> {
+                Err(E::custom(format!("expected {}, got {n}", Expecting(&self))))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<SitesFile, A::Error> {
+                let mut sites = Vec::new();
+                while let Some(site) = seq.next_element::<Object<SiteFile>>()? {
+                    if sites.len() == MAX_SITES {
+                        return Err(de::Error::custom(format!("at most {MAX_SITES} sites are supported")));
+                    }
+                    sites.push(site);
+                }
+                Ok(SitesFile::List(sites))
+            }
+        }
+        deserializer.deserialize_any(Sites)
+    }
+}
+
+/// A visitor's `expecting` text, as a value to format.
+struct Expecting<'a, V>(&'a V);
+
+impl<'de, V: Visitor<'de>> fmt::Display for Expecting<'_, V> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.0.expecting(f)
+    }
+}
+
+/// A link object.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkFile {
+    a: SiteIndex,
+    b: SiteIndex,
+    gbps: Giga,
+}
+
+/// `{"shared": NAME, "gbps": G}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SharedFile {
+    shared: String,
+    gbps: Giga,
+}
+
+/// `fallback`: `"switch"` or a shared resource.
+struct FallbackFile(Fallback);
+
+impl<'de> Deserialize<'de> for FallbackFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Fb;
+        impl<'de> Visitor<'de> for Fb {
+            type Value = FallbackFile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(r#""switch" or {"shared": NAME, "gbps": G}"#)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<FallbackFile, E> {
+                if s == "switch" {
+                    Ok(FallbackFile(Fallback::Switch))
+                } else {
+                    Err(E::custom(format!("expected {}, got {}", Expecting(&self), Value::from(s))))
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<FallbackFile, A::Error> {
+                let SharedFile { shared, gbps } = SharedFile::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(FallbackFile(Fallback::Shared { name: shared, bandwidth: gbps.0 }))
+            }
+        }
+        deserializer.deserialize_any(Fb)
+    }
+}
+
+/// The whole file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    name: String,
+    sites: SitesFile,
+    site: Option<Object<SiteFile>>,
+    #[serde(default)]
+    links: Vec<Object<LinkFile>>,
+    fallback: Option<FallbackFile>,
 }
 
 /// `own` completed by `default`; a field missing from both is an error at `path`.
-fn complete(own: PartialSite, default: PartialSite, path: &str) -> Result<Site> {
-    let need = |v: Option<f64>, key: &str| {
-        v.ok_or_else(|| TopologyError::field(join(path, key), "missing (give it here or in `site`)"))
-    };
+fn complete(own: SiteFile, default: SiteFile, path: &str) -> Result<Site> {
+    let missing = |key: &str| TopologyError::field(format!("{path}.{key}"), "missing (give it here or in `site`)");
+    let giga = |own: Option<Giga>, default: Option<Giga>| own.or(default).map(|x| x.0);
+    let hbm_bandwidth = giga(own.hbm_gbps, default.hbm_gbps).ok_or_else(|| missing("hbm_gbps"))?;
+    let hbm_capacity = giga(own.hbm_gb, default.hbm_gb).ok_or_else(|| missing("hbm_gb"))?;
+    let Object(tflops) = own.tflops.or(default.tflops).ok_or_else(|| missing("tflops"))?;
     Ok(Site {
-        hbm_bandwidth: need(own.hbm_bandwidth.or(default.hbm_bandwidth), "hbm_gbps")?,
-        hbm_capacity: need(own.hbm_capacity.or(default.hbm_capacity), "hbm_gb")?,
-        compute: own
-            .compute
-            .or(default.compute)
-            .ok_or_else(|| TopologyError::field(join(path, "tflops"), "missing (give it here or in `site`)"))?,
-        egress: own.egress.or(default.egress),
-        ingress: own.ingress.or(default.ingress),
+        hbm_bandwidth,
+        hbm_capacity,
+        compute: ComputeRates { f16: tflops.f16.0, bf16: tflops.bf16.0, f32: tflops.f32.0 },
+        egress: giga(own.egress_gbps, default.egress_gbps),
+        ingress: giga(own.ingress_gbps, default.ingress_gbps),
     })
 }
 
-fn parse(value: &Value) -> Result<Topology> {
-    let top = Fields::new(value, String::new(), &["name", "sites", "site", "links", "fallback"])?;
-    let name = match top.required("name")? {
-        Value::String(s) => s.clone(),
-        other => return Err(TopologyError::field("name", format!("expected a string, got {}", kind(other)))),
-    };
-    let default = match top.get("site") {
-        Some(v) => Some(parse_site(v, "site".to_string())?),
-        None => None,
-    };
-    let sites: Vec<Site> = match top.required("sites")? {
-        Value::Array(items) => {
-            if items.len() > MAX_SITES {
-                return Err(TopologyError::field("sites", format!("at most {MAX_SITES} sites are supported")));
-            }
-            let mut sites = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                let path = format!("sites[{i}]");
-                sites.push(complete(parse_site(item, path.clone())?, default.unwrap_or_default(), &path)?);
-            }
-            sites
-        }
-        count => {
-            let n = match count.as_u64() {
-                Some(n) if (1..=MAX_SITES as u64).contains(&n) => n as usize,
-                _ => {
-                    return Err(TopologyError::field(
-                        "sites",
-                        format!("expected a site count 1..={MAX_SITES} or an array of site objects, got {count}"),
-                    ));
-                }
-            };
-            let Some(default) = default else {
+/// The checks the file's shape cannot express: site defaults and index ranges.
+fn build(file: TopologyFile) -> Result<Topology> {
+    let sites: Vec<Site> = match file.sites {
+        SitesFile::List(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, Object(own))| complete(own, file.site.unwrap_or_default().0, &format!("sites[{i}]")))
+            .collect::<Result<_>>()?,
+        SitesFile::Count(n) => {
+            let Some(Object(default)) = file.site else {
                 return Err(TopologyError::field("site", "missing (required when `sites` is a count)"));
             };
-            vec![complete(default, PartialSite::default(), "site")?; n]
+            vec![complete(default, SiteFile::default(), "site")?; n]
         }
     };
     let n = sites.len();
-
-    let mut links = Vec::new();
-    match top.get("links") {
-        None => {}
-        Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                let f = Fields::new(item, format!("links[{i}]"), &["a", "b", "gbps"])?;
-                let a = site_index(f.required("a")?, &f.path("a"), n)?;
-                let b = site_index(f.required("b")?, &f.path("b"), n)?;
-                let gbps = positive(f.required("gbps")?, &f.path("gbps"))?;
-                links.push(Link { a, b, bandwidth: gbps * GB });
-            }
-        }
-        Some(other) => return Err(TopologyError::field("links", format!("expected an array, got {}", kind(other)))),
-    }
-
-    let fallback = match top.get("fallback") {
-        None => None,
-        Some(Value::String(s)) if s == "switch" => Some(Fallback::Switch),
-        Some(v @ Value::Object(_)) => {
-            let f = Fields::new(v, "fallback".to_string(), &["shared", "gbps"])?;
-            let name = match f.required("shared")? {
-                Value::String(s) => s.clone(),
-                other => {
-                    return Err(TopologyError::field(
-                        "fallback.shared",
-                        format!("expected a name, got {}", kind(other)),
-                    ));
-                }
-            };
-            let gbps = positive(f.required("gbps")?, "fallback.gbps")?;
-            Some(Fallback::Shared { name, bandwidth: gbps * GB })
-        }
-        Some(other) => {
-            return Err(TopologyError::field(
-                "fallback",
-                format!("expected \"switch\" or {{\"shared\": NAME, \"gbps\": G}}, got {other}"),
-            ));
-        }
+    let site = |index: SiteIndex, path: String| match usize::try_from(index.0) {
+        Ok(i) if i < n => Ok(SiteId(i)),
+        _ => Err(TopologyError::field(path, format!("site {} is out of range (the topology has {n} sites)", index.0))),
     };
-    Topology::new(name, sites, links, fallback)
+    let links = file
+        .links
+        .into_iter()
+        .enumerate()
+        .map(|(i, Object(l))| {
+            Ok(Link {
+                a: site(l.a, format!("links[{i}].a"))?,
+                b: site(l.b, format!("links[{i}].b"))?,
+                bandwidth: l.gbps.0,
+            })
+        })
+        .collect::<Result<_>>()?;
+    Topology::new(file.name, sites, links, file.fallback.map(|f| f.0))
+}
+
+/// A data error from `serde_path_to_error` as a [`TopologyError::Field`], said the way the
+/// rest of the format's errors are: a missing, unknown or repeated field is named by its
+/// own path (`links[0].gbps: missing`), not its object's.
+fn field_error(path: &serde_path_to_error::Path, inner: &serde_json::Error) -> TopologyError {
+    let mut message = inner.to_string();
+    // serde_json appends the position; the path says where, and `Value` input has none.
+    let position = format!(" at line {} column {}", inner.line(), inner.column());
+    if let Some(stripped) = message.strip_suffix(&position) {
+        message = stripped.to_string();
+    }
+    let parent = match path.to_string().as_str() {
+        "." => String::new(),
+        p => p.to_string(),
+    };
+    // The path of an unknown field already ends with it; that of a missing or repeated one
+    // is its object's.
+    let child = |key: &str| match parent.as_str() {
+        "" => key.to_string(),
+        p if p == key || p.ends_with(&format!(".{key}")) => p.to_string(),
+        p => format!("{p}.{key}"),
+    };
+    let quoted = |rest: &str| {
+        rest.strip_prefix('`').and_then(|r| r.split_once('`')).map(|(k, tail)| (k.to_string(), tail.to_string()))
+    };
+    if let Some((key, _)) = message.strip_prefix("missing field ").and_then(quoted) {
+        return TopologyError::field(child(&key), "missing");
+    }
+    if let Some((key, _)) = message.strip_prefix("duplicate field ").and_then(quoted) {
+        return TopologyError::field(child(&key), "duplicate field (each field may appear once)");
+    }
+    if let Some((key, tail)) = message.strip_prefix("unknown field ").and_then(quoted) {
+        let expected = tail.trim_start_matches(", ").replace('`', "");
+        return TopologyError::field(child(&key), format!("unknown field ({expected})"));
+    }
+    TopologyError::field(if parent.is_empty() { "(top level)".to_string() } else { parent }, message)
 }
 
 /// A number as JSON, an integer where it is one (so files read `450`, not `450.0`).
@@ -265,12 +361,18 @@ impl Topology {
     /// crate docs). Errors name the offending field, or the line and column of a syntax
     /// error.
     pub fn from_json_str(text: &str) -> Result<Topology> {
-        let value: Value = serde_json::from_str(text).map_err(|e| TopologyError::Syntax {
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
+        let syntax =
+            |e: serde_json::Error| TopologyError::Syntax { line: e.line(), column: e.column(), message: e.to_string() };
+        let mut json = serde_json::Deserializer::from_str(text);
+        let Object(file): Object<TopologyFile> = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+            if e.inner().classify() == serde_json::error::Category::Data {
+                field_error(e.path(), e.inner())
+            } else {
+                syntax(e.into_inner())
+            }
         })?;
-        parse(&value)
+        json.end().map_err(syntax)?;
+        build(file)
     }
 
     /// The topology a command-line argument names: a preset (`dgx-a100`, ...) or, when
@@ -408,17 +510,24 @@ mod tests {
             "links[3].gbps: expected a positive number, got -1"
         );
         assert!(links(r#"[{"a": 0, "b": 9, "gbps": 1}]"#).starts_with("links[0].b: site 9 is out of range"));
-        assert!(links(r#"[{"a": 0.5, "b": 1, "gbps": 1}]"#).starts_with("links[0].a: expected a site index"));
+        assert!(
+            links(r#"[{"a": 0.5, "b": 1, "gbps": 1}]"#)
+                .starts_with("links[0].a: invalid type: floating point `0.5`, expected a site index")
+        );
         assert!(links(r#"[{"a": 0, "gbps": 1}]"#).starts_with("links[0].b: missing"));
         assert!(links(r#"[{"a": 0, "b": 1, "gpbs": 1}]"#).starts_with("links[0].gpbs: unknown field"));
-        assert!(links(r#"[{"a": 0, "b": 1, "gbps": "fast"}]"#).ends_with("got a string"));
-        assert!(links(r#"{}"#).starts_with("links: expected an array"));
+        assert!(
+            links(r#"[{"a": 0, "b": 1, "gbps": "fast"}]"#)
+                .starts_with(r#"links[0].gbps: invalid type: string "fast", expected a positive number"#)
+        );
+        assert!(links(r#"{}"#).starts_with("links: invalid type: map, expected a sequence"));
 
         assert!(err(r#"{"sites": 2}"#).starts_with("name: missing"));
         assert!(err(r#"{"name": "x", "sites": 2}"#).starts_with("site: missing"));
         assert!(err(r#"{"name": "x", "sites": 0}"#).starts_with("sites: expected a site count"));
         assert!(err(r#"{"name": "x", "sites": 99999999999}"#).starts_with("sites: expected a site count"));
-        assert!(err(r#"{"name": "x", "sites": [{"hbm_gbps": 1}]}"#).starts_with("sites[0].hbm_gb: missing"));
+        let e = err(r#"{"name": "x", "sites": [{"hbm_gbps": 1}]}"#);
+        assert!(e.starts_with("sites[0].hbm_gb: missing"), "{e}");
         assert!(
             err(r#"{"name": "x", "sites": 1, "site": {"hbm_gbps": 1, "hbm_gb": 1, "tflops": {"f16": 1, "f32": 1}}}"#)
                 .starts_with("site.tflops.bf16: missing")
@@ -437,8 +546,38 @@ mod tests {
             "no route from site 0 to site 1: no link joins them and the topology has no `fallback`"
         );
         assert!(err(r#"{"name": "x", "sitez": 2}"#).starts_with("sitez: unknown field"));
-        assert!(err("[1, 2]").starts_with("(top level): expected an object"));
+        let e = err("[1, 2]");
+        assert!(e.starts_with("(top level): invalid type: sequence, expected an object"), "{e}");
         assert!(err("{\n  \"name\": \"x\",\n  \"sites\": 2,,\n}").starts_with("line 3, column"));
+        assert!(
+            err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "fallback": "switch"}} 3"#))
+                .starts_with("line 1, column")
+        );
+    }
+
+    #[test]
+    fn repeated_fields_and_overflowing_numbers_are_named() {
+        assert_eq!(err(r#"{"name": "x", "name": "y"}"#), "name: duplicate field (each field may appear once)");
+        assert_eq!(
+            err(r#"{"name": "x", "sites": 4, "site": {"hbm_gbps": 900, "hbm_gbps": 1}}"#),
+            "site.hbm_gbps: duplicate field (each field may appear once)"
+        );
+        let huge =
+            err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "links": [{{"a": 0, "b": 1, "gbps": 1e308}}]}}"#));
+        assert!(huge.starts_with("links[0].gbps: 1e308 is too large"), "{huge}");
+        assert!(!huge.contains("inf"), "{huge}");
+        assert_eq!(
+            err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "fallback": {{"shared": "b", "gbps": 1, "x": 1}}}}"#)),
+            "fallback.x: unknown field (expected shared or gbps)"
+        );
+        assert!(err(r#"{"name": "x", "sites": -2}"#).starts_with("sites: expected a site count"));
+        let e = err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "links": [[0, 1, 5]]}}"#));
+        assert!(e.starts_with("links[0]: invalid type: sequence, expected an object"), "{e}");
+        assert!(err(r#"{"name": 3}"#).starts_with("name: invalid type: integer `3`, expected a string"));
+        assert!(
+            err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "links": [{{"a": -1, "b": 0, "gbps": 1}}]}}"#))
+                .starts_with("links[0].a: expected a site index, got -1")
+        );
     }
 
     #[test]

@@ -70,7 +70,8 @@
 //!   resource of `G` GB/s total shared by all such transfers). Without it every pair must be
 //!   linked, and an unlinked pair is an error.
 //!
-//! Numbers must be positive; unknown fields are errors; every error names its field, as
+//! Numbers must be positive (and finite in bytes or FLOP); unknown and repeated fields are
+//! errors; every error names its field, as
 //! in `links[3].gbps: expected a positive number, got -1`. [`Topology::to_json_string`]
 //! writes this format and loading it back gives an equal topology.
 #![warn(missing_docs)]

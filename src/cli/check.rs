@@ -1,9 +1,9 @@
 //! `einsummable check`: decomposed runs against the single-device reference.
 
-use einsummable::{Result, Workload, check::check_computation};
+use einsummable::{DType, Result, Workload, check::check_computation};
 use serde_json::{Value, json};
 
-use super::{Report, parse_dtype};
+use super::Report;
 
 /// Arguments of `check`.
 #[derive(clap::Args)]
@@ -19,14 +19,14 @@ pub struct Args {
     /// Seed of the random data and of the random specs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Storage dtype: f32, f16 or bf16.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    /// Storage dtype.
+    #[arg(long, default_value = "f32", value_parser = super::dtype_names())]
+    dtype: DType,
 }
 
 /// Runs `check`.
 pub fn run(a: Args) -> Result<Report> {
-    let graph = Workload::parse(&a.workload)?.build(parse_dtype(&a.dtype)?)?;
+    let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
     let report = check_computation(graph.computation(), a.devices, a.max_specs, a.seed)?;
     let mut text = format!("{} on {} devices ({}), tolerance {:e}\n", a.workload, a.devices, a.dtype, report.tolerance);
     text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12}\n", "operator", "kind", "specs", "checked", "max rel err");
@@ -41,7 +41,7 @@ pub fn run(a: Args) -> Result<Report> {
         .map(|o| json!({"name": o.name, "kind": o.kind, "specs": o.specs, "checked": o.checked, "max_error": o.max_error}))
         .collect();
     let json = json!({
-        "workload": a.workload, "devices": a.devices, "dtype": a.dtype, "tolerance": report.tolerance,
+        "workload": a.workload, "devices": a.devices, "dtype": a.dtype.name(), "tolerance": report.tolerance,
         "ops": ops, "graph_error": report.graph_error, "passed": report.passed(),
     });
     Ok(Report { json, text, ok: report.passed() })

@@ -8,7 +8,7 @@ use einsum_sim::{PCIE_BRIDGE, Topology};
 use einsummable::{Error, Result};
 use serde_json::{Value, json};
 
-use super::Report;
+use super::{Report, Synthesis};
 
 /// The `exprog` subcommands.
 #[derive(clap::Subcommand)]
@@ -34,9 +34,9 @@ pub enum Command {
         /// A preset (dgx-a100, dgx-h100, dgx-v100) or a topology file.
         #[arg(long)]
         topology: String,
-        /// naive (gather and aggregate at each target) or search (simulated annealing).
-        #[arg(long, default_value = "search")]
-        mode: String,
+        /// How the body is synthesized.
+        #[arg(long, value_enum, default_value_t = Synthesis::Search)]
+        mode: Synthesis,
         /// Seed of the search.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -87,19 +87,18 @@ pub fn run(command: Command) -> Result<Report> {
         Command::Synthesize { file, topology, mode, seed, iterations } => {
             let preamble = load(&read(&file)?)?;
             let topo = Topology::named(&topology)?;
-            let (program, completion_ms, membership, extra) = match mode.as_str() {
-                "naive" => {
+            let (program, completion_ms, membership, extra) = match mode {
+                Synthesis::Naive => {
                     let program = synth::naive(&preamble)?;
                     let sim = simulate(&program, &topo)?;
                     (program, sim.completion_ms, sim.membership, json!({}))
                 }
-                "search" => {
+                Synthesis::Search => {
                     let options = SearchOptions { seed, iterations, ..SearchOptions::default() };
                     let s = synth::search(&preamble, &topo, options)?;
                     let extra = json!({"naive_ms": s.naive_ms, "evaluated": s.evaluated, "origin": s.origin});
                     (s.program, s.completion_ms, s.membership, extra)
                 }
-                other => return Err(Error::Usage(format!("unknown mode `{other}`; valid: naive, search"))),
             };
             let text = format!(
                 "# {mode} synthesis on {topology}: {} ms, membership {}\n{program}\n",
@@ -107,7 +106,7 @@ pub fn run(command: Command) -> Result<Report> {
                 membership_text(&membership)
             );
             let mut json = json!({
-                "file": file, "topology": topology, "mode": mode, "completion_ms": completion_ms,
+                "file": file, "topology": topology, "mode": mode.name(), "completion_ms": completion_ms,
                 "membership": membership_json(&membership), "program": program.to_string(),
             });
             if let (Value::Object(out), Value::Object(more)) = (&mut json, extra) {

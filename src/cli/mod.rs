@@ -1,7 +1,9 @@
 //! One module per command: its arguments and what it prints.
 
+use std::fmt;
 use std::path::Path;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use einsummable::{DType, Error, Result, Schedule};
 use serde_json::Value;
 
@@ -22,24 +24,26 @@ pub struct Report {
     pub ok: bool,
 }
 
-/// `name: about; ...` for a table's entries.
-fn listed<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> String {
-    entries.map(|(name, about)| format!("{name}: {about}")).collect::<Vec<_>>().join("; ")
+/// A value parser that accepts the names of a registry table, each with its line of help,
+/// so the table stays the one source of the names, of `--help` and of the error that lists
+/// them.
+fn table(entries: impl Iterator<Item = (&'static str, &'static str)>) -> PossibleValuesParser {
+    PossibleValuesParser::new(entries.map(|(name, about)| PossibleValue::new(name).help(about)))
 }
 
-/// The help of `--optimizer`, from the [`einsum_logical::optimizers`] table.
-pub fn optimizer_help() -> String {
-    format!("The logical optimizer: {}", listed(einsum_logical::optimizers().iter().map(|e| (e.name, e.about))))
+/// `--optimizer`: a name of the [`einsum_logical::optimizers`] table.
+pub fn optimizer_names() -> PossibleValuesParser {
+    table(einsum_logical::optimizers().iter().map(|e| (e.name, e.about)))
 }
 
-/// The help of `--cost`, from the [`einsum_logical::cost_models`] table.
-pub fn cost_help() -> String {
-    format!("The cost model: {}", listed(einsum_logical::cost_models().iter().map(|e| (e.name, e.about))))
+/// `--cost`: a name of the [`einsum_logical::cost_models`] table.
+pub fn cost_names() -> PossibleValuesParser {
+    table(einsum_logical::cost_models().iter().map(|e| (e.name, e.about)))
 }
 
-/// The help of `--backend`, from the [`einsummable::backends`] table.
-pub fn backend_help() -> String {
-    format!("The backend: {}", listed(einsummable::backends().iter().map(|e| (e.name, e.about))))
+/// `--backend`: a name of the [`einsummable::backends`] table.
+pub fn backend_names() -> PossibleValuesParser {
+    table(einsummable::backends().iter().map(|e| (e.name, e.about)))
 }
 
 /// The help of `--topology`, from the [`einsum_sim::PRESETS`] table; `what` says what it is for.
@@ -47,18 +51,42 @@ pub fn topology_help(what: &str) -> String {
     format!("A topology preset ({}) or a topology file: {what}", einsum_sim::PRESETS.join(", "))
 }
 
-/// Parses a dtype argument.
-pub fn parse_dtype(s: &str) -> Result<DType> {
-    s.parse::<DType>().map_err(|e| Error::Usage(e.to_string()))
+/// `--dtype`: one of [`DType::ALL`], by its name.
+pub fn dtype_names() -> impl TypedValueParser<Value = DType> {
+    PossibleValuesParser::new(DType::ALL.map(DType::name)).try_map(|name| name.parse::<DType>())
 }
 
-/// Parses a `--schedule` argument: `naive`, or `search` with the seed and the iteration
-/// budget per exchange program.
-pub fn parse_schedule(name: &str, seed: u64, iterations: usize) -> Result<Schedule> {
-    match name {
-        "naive" => Ok(Schedule::Naive),
-        "search" => Ok(Schedule::Search { seed, iterations }),
-        other => Err(Error::Usage(format!("unknown schedule `{other}`; valid: naive, search"))),
+/// How exchange programs are synthesized (`--schedule`, and `exprog synthesize --mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Synthesis {
+    /// Gather and aggregate at each target.
+    Naive,
+    /// Simulated annealing from the naive program, timed by the simulator.
+    Search,
+}
+
+impl Synthesis {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Synthesis::Naive => "naive",
+            Synthesis::Search => "search",
+        }
+    }
+
+    /// The compile schedule: with `search`, the seed and the iteration budget per exchange
+    /// program.
+    pub fn schedule(self, seed: u64, iterations: usize) -> Schedule {
+        match self {
+            Synthesis::Naive => Schedule::Naive,
+            Synthesis::Search => Schedule::Search { seed, iterations },
+        }
+    }
+}
+
+impl fmt::Display for Synthesis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -10,7 +10,9 @@ use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile}
 use einsummable::{Result, Workload};
 use serde_json::{Value, json};
 
-use super::{Report, parse_budget, parse_dtype, parse_schedule};
+use einsummable::DType;
+
+use super::{Report, Synthesis, parse_budget};
 
 /// Arguments of `plan`.
 #[derive(clap::Args)]
@@ -20,24 +22,26 @@ pub struct Args {
     /// Number of devices p.
     #[arg(long, default_value_t = 8)]
     devices: usize,
-    #[arg(long, default_value = "dp", help = super::optimizer_help())]
+    /// The logical optimizer.
+    #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
     optimizer: String,
-    #[arg(long, default_value = "time", help = super::cost_help())]
+    /// The cost model the optimizer minimizes.
+    #[arg(long, default_value = "time", value_parser = super::cost_names())]
     cost: String,
     #[arg(long, default_value = "dgx-a100", help = super::topology_help("the machine the time model and the prediction target"))]
     topology: String,
-    /// Exchange programs of the physical compilation: naive or search.
-    #[arg(long, default_value = "naive")]
-    schedule: String,
+    /// Exchange programs of the physical compilation.
+    #[arg(long, value_enum, default_value_t = Synthesis::Naive)]
+    schedule: Synthesis,
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
     /// Seed of the random strategy and of the search.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Storage dtype: f32, f16 or bf16.
-    #[arg(long, default_value = "f16")]
-    dtype: String,
+    /// Storage dtype.
+    #[arg(long, default_value = "f16", value_parser = super::dtype_names())]
+    dtype: DType,
     /// Memory per device in GB (10^9 bytes) that the plan's peak must fit; default: the
     /// topology's HBM capacity less a 10% reserve.
     #[arg(long, value_name = "GB")]
@@ -56,12 +60,12 @@ enum Physical {
 
 /// Runs `plan`.
 pub fn run(a: Args) -> Result<Report> {
-    let graph = Workload::parse(&a.workload)?.build(parse_dtype(&a.dtype)?)?;
+    let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
     let strategy = optimizer_by_name(&a.optimizer, a.seed)?;
     // The topology first: a missing file is reported as such, not as an unknown preset.
     let topology = Topology::named(&a.topology)?;
     let model = cost_model_by_name(&a.cost, &a.topology)?;
-    let schedule = parse_schedule(&a.schedule, a.seed, a.iterations)?;
+    let schedule = a.schedule.schedule(a.seed, a.iterations);
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
@@ -155,7 +159,7 @@ pub fn run(a: Args) -> Result<Report> {
     let json = json!({
         "workload": a.workload, "devices": a.devices, "optimizer": a.optimizer, "cost_model": a.cost,
         "unit": plan.unit, "total_cost": plan.total, "total_bytes": plan.total_bytes,
-        "optimize_ms": optimize_ms, "ops": ops, "topology": a.topology, "schedule": a.schedule,
+        "optimize_ms": optimize_ms, "ops": ops, "topology": a.topology, "schedule": a.schedule.name(),
         "predicted_ms": predicted_ms, "bytes_moved": bytes_moved, "compile_ms": compile_ms,
         "compile_error": compile_error, "memory": memory,
     });

@@ -8,14 +8,14 @@ use einsum_core::taskgraph::Task;
 use einsum_logical::{cost_model_entry, optimizer_by_name};
 use einsummable::memory_report::{memory_json, memory_text};
 use einsummable::{
-    BackendParams, CompileOptions, Error, Executable, Graph, Result, Topology, Workload, backend_by_name,
+    BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Topology, Workload, backend_by_name,
     check::tolerance,
     compile,
     dump::{Dumped, dump},
 };
 use serde_json::json;
 
-use super::{Report, parse_budget, parse_dtype, parse_schedule};
+use super::{Report, Synthesis, parse_budget};
 
 /// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
 /// and runs it on 8 virtual devices in seconds.
@@ -31,19 +31,22 @@ pub struct CompileArgs {
     /// Number of (virtual) devices p.
     #[arg(long, default_value_t = 8)]
     devices: usize,
-    #[arg(long, default_value = "cpu", help = super::backend_help())]
+    /// The backend that runs the task graph.
+    #[arg(long, default_value = "cpu", value_parser = super::backend_names())]
     backend: String,
     /// On the cuda backend: issue every task stream-ordered on each run instead of replaying
     /// one captured CUDA graph (debugging).
     #[arg(long)]
     eager: bool,
-    #[arg(long, default_value = "dp", help = super::optimizer_help())]
+    /// The logical optimizer.
+    #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
     optimizer: String,
-    #[arg(long, default_value = "time", help = super::cost_help())]
+    /// The cost model the optimizer minimizes.
+    #[arg(long, default_value = "time", value_parser = super::cost_names())]
     cost: String,
-    /// Exchange programs: naive or search.
-    #[arg(long, default_value = "naive")]
-    schedule: String,
+    /// Exchange programs.
+    #[arg(long, value_enum, default_value_t = Synthesis::Naive)]
+    schedule: Synthesis,
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
@@ -52,9 +55,9 @@ pub struct CompileArgs {
     /// Seed of the random data, the random optimizer and the search.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Storage dtype: f32, f16 or bf16.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    /// Storage dtype.
+    #[arg(long, default_value = "f32", value_parser = super::dtype_names())]
+    dtype: DType,
     /// Memory per device in GB (10^9 bytes) that the plan's peak must fit; default: the
     /// topology's HBM capacity less a 10% reserve.
     #[arg(long, value_name = "GB")]
@@ -63,7 +66,7 @@ pub struct CompileArgs {
 
 impl CompileArgs {
     fn graph(&self) -> Result<Graph> {
-        Ok(Workload::parse(&self.workload)?.build(parse_dtype(&self.dtype)?)?)
+        Ok(Workload::parse(&self.workload)?.build(self.dtype)?)
     }
 
     fn options(&self) -> Result<CompileOptions> {
@@ -73,7 +76,7 @@ impl CompileArgs {
         // The topology first: a missing file is reported as such, not as an unknown preset.
         let topology = Topology::named(&self.topology)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
-        let schedule = parse_schedule(&self.schedule, self.seed, self.iterations)?;
+        let schedule = self.schedule.schedule(self.seed, self.iterations);
         Ok(CompileOptions {
             devices: self.devices,
             backend,
@@ -132,7 +135,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let (max_error, ok) = if a.check {
         let reference = comp.evaluate(&exe.loaded_inputs())?;
         let err = reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
-        (Some(err), err <= 10.0 * tolerance(parse_dtype(&a.compile.dtype)?))
+        (Some(err), err <= 10.0 * tolerance(a.compile.dtype))
     } else {
         (None, true)
     };

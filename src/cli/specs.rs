@@ -1,10 +1,10 @@
 //! `einsummable specs`: every join-agg spec each operator offers.
 
 use einsum_joinagg::enumerate_specs;
-use einsummable::{Result, Workload};
+use einsummable::{DType, Result, Workload};
 use serde_json::{Value, json};
 
-use super::{Report, parse_dtype};
+use super::Report;
 
 /// Arguments of `specs`.
 #[derive(clap::Args)]
@@ -14,14 +14,14 @@ pub struct Args {
     /// Number of devices p.
     #[arg(long, default_value_t = 8)]
     devices: usize,
-    /// Storage dtype: f32, f16 or bf16.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    /// Storage dtype.
+    #[arg(long, default_value = "f32", value_parser = super::dtype_names())]
+    dtype: DType,
 }
 
 /// Runs `specs`.
 pub fn run(a: Args) -> Result<Report> {
-    let graph = Workload::parse(&a.workload)?.build(parse_dtype(&a.dtype)?)?;
+    let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
     let comp = graph.computation();
     let mut text = String::new();
     let mut ops = Vec::new();

@@ -49,7 +49,7 @@
 //!    the temperature decays geometrically to 1% of [`SearchOptions::temperature`]; after a
 //!    stretch without improvement the walk restarts from the best. The best candidate by
 //!    completion time is returned, so the result is never slower than the naive seed.
-//! 3. **Determinism**: every choice comes from a SplitMix64 stream seeded with
+//! 3. **Determinism**: every choice comes from a `SeededRng` stream seeded with
 //!    [`SearchOptions::seed`], the budget is an iteration count, and iteration order is that of
 //!    ordered collections; the optional wall-clock cap is the only source of variation.
 //!

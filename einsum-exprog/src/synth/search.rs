@@ -18,7 +18,7 @@ use crate::lower::lower;
 use crate::membership::Membership;
 use crate::program::Program;
 use crate::rewrite::{self, Refusal};
-use einsum_core::SplitMix64 as Rng;
+use einsum_core::SeededRng as Rng;
 
 /// How [`search`] runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -200,6 +200,13 @@ pub fn search(preamble: &Program, topology: &Topology, options: SearchOptions) -
     let program = s.preamble.with_body(best.program.body.iter().cloned());
     let validation = program.validate_with(&best.membership).map_err(SynthError::Unsatisfiable)?;
     let simulation = run(&program, validation, topology, None)?;
+    tracing::debug!(
+        naive_ms,
+        completion_ms = simulation.completion_ms,
+        evaluated = s.evaluated,
+        origin = %best.origin,
+        "searched an exchange program"
+    );
     Ok(Synthesis {
         program,
         completion_ms: simulation.completion_ms,

@@ -11,7 +11,7 @@ use einsum_exprog::{
 };
 
 /// The seedable generator that drives the test choices.
-pub use einsum_core::SplitMix64 as Rng;
+pub use einsum_core::SeededRng as Rng;
 
 /// The generators' extra draws.
 pub trait Chance {
