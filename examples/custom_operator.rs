@@ -12,13 +12,15 @@
 //!
 //! `cargo run --release --example custom_operator`
 
+use std::sync::Arc;
+
 use einsum_core::BackendError;
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc, scaled_error};
 use einsum_joinagg::{
     AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, decomposition_error,
     enumerate_specs, grid_spec,
 };
-use einsummable::{Backend, CompileOptions, DType, Error as DriverError, Graph, compile};
+use einsummable::{CompileOptions, CudaBackend, CudaOptions, DType, Error as DriverError, Graph, compile};
 
 const KIND: &str = "swiglu";
 
@@ -136,7 +138,7 @@ fn main() -> einsummable::Result<()> {
 
     // The CUDA backend has no kernel for SwiGlu: compiling for it is refused before any
     // planning or CUDA call, naming the operator (with or without a GPU).
-    let cuda = CompileOptions::default().devices(4).backend(Backend::Cuda { eager: false });
+    let cuda = CompileOptions::default().devices(4).backend(Arc::new(CudaBackend::new(CudaOptions::default())));
     match compile(&g, &cuda) {
         Err(DriverError::Backend(BackendError::Unsupported { backend, operator, kind })) => {
             println!("on the {backend} backend: refused, no kernel for `{operator}` ({kind})");

@@ -1,47 +1,59 @@
-//! The backends an executable runs on, as values ([`Backend`]) and by name ([`backends`],
-//! the table the command line reads). A value builds the backend itself
-//! ([`Backend::build`]), which implements the core contract ([`einsum_core::Backend`]):
-//! `compile` holds only that `Box<dyn einsum_core::Backend>` and the executable it prepares.
+//! The backends an executable runs on, by name: [`backends`], the table the command line
+//! reads. An entry builds the backend value itself, an `Arc<dyn Backend>` (the core
+//! contract, [`einsum_core::Backend`]), which is what `CompileOptions::backend` holds: a
+//! backend of another crate is plugged in the same way, with no entry here.
+//!
+//! # Example
+//! A backend defined outside the workspace (here it wraps the CPU backend and counts the
+//! graphs it prepares), handed to `compile` as a value:
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//!
+//! use einsum_core::{KernelLibrary, taskgraph::TaskGraph};
+//! use einsummable::{Backend, BackendError, CompileOptions, CpuBackend, DType, Prepared, Workload, compile};
+//!
+//! struct Counting {
+//!     inner: CpuBackend,
+//!     prepared: AtomicUsize,
+//! }
+//!
+//! impl Backend for Counting {
+//!     fn name(&self) -> &str {
+//!         "counting-cpu"
+//!     }
+//!
+//!     fn host_bytes(&self, graph: &TaskGraph) -> usize {
+//!         self.inner.host_bytes(graph)
+//!     }
+//!
+//!     fn prepare<'k>(
+//!         &self,
+//!         graph: &TaskGraph,
+//!         kernels: Arc<dyn KernelLibrary + 'k>,
+//!     ) -> Result<Box<dyn Prepared + 'k>, BackendError> {
+//!         self.prepared.fetch_add(1, Ordering::Relaxed);
+//!         self.inner.prepare(graph, kernels)
+//!     }
+//! }
+//!
+//! let backend = Arc::new(Counting { inner: CpuBackend::new(), prepared: AtomicUsize::new(0) });
+//! let graph = Workload::parse("matmul:n=64")?.build(DType::F32)?;
+//! let mut exe = compile(&graph, &CompileOptions::new().devices(2).backend(backend.clone()))?;
+//! exe.load_random(7)?;
+//! exe.execute()?;
+//! assert_eq!(backend.prepared.load(Ordering::Relaxed), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+use std::sync::Arc;
+
+use einsum_core::Backend;
 use einsum_cpu::CpuBackend;
 use einsum_cuda::{CudaBackend, CudaOptions};
 
 use crate::{Error, Result};
-
-/// The backend that runs a compiled graph.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Backend {
-    /// Virtual devices in host memory, one thread pool (the default).
-    #[default]
-    Cpu,
-    /// NVIDIA GPUs through the CUDA driver (virtual devices share the GPUs when there are
-    /// fewer GPUs than devices).
-    Cuda {
-        /// Issue the tasks stream-ordered on every run instead of replaying one captured
-        /// CUDA graph (for debugging).
-        eager: bool,
-    },
-}
-
-impl Backend {
-    /// The backend's name in the [`backends`] table.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Backend::Cpu => "cpu",
-            Backend::Cuda { .. } => "cuda",
-        }
-    }
-
-    /// The backend itself, behind the core contract: the CPU backend on every core (it
-    /// runs every operator through its CPU kernel, so it refuses none), or the CUDA backend
-    /// on every GPU (it refuses, naming it, an operator with no CUDA kernel).
-    pub fn build(&self) -> Box<dyn einsum_core::Backend> {
-        match *self {
-            Backend::Cpu => Box::new(CpuBackend::new()),
-            Backend::Cuda { eager } => Box::new(CudaBackend::new(CudaOptions { eager, max_gpus: None })),
-        }
-    }
-}
 
 /// What a backend of the [`backends`] table may be built from (what the command line gives).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,15 +71,15 @@ pub struct BackendEntry {
     /// One line on where the backend runs.
     pub about: &'static str,
     /// Builds the backend value.
-    pub build: fn(&BackendParams) -> Backend,
+    pub build: fn(&BackendParams) -> Arc<dyn Backend>,
 }
 
 const BACKENDS: &[BackendEntry] = &[
-    BackendEntry { name: "cpu", about: "virtual devices in host memory", build: |_| Backend::Cpu },
+    BackendEntry { name: "cpu", about: "virtual devices in host memory", build: |_| Arc::new(CpuBackend::new()) },
     BackendEntry {
         name: "cuda",
         about: "NVIDIA GPUs through the CUDA driver",
-        build: |p| Backend::Cuda { eager: p.eager },
+        build: |p| Arc::new(CudaBackend::new(CudaOptions { eager: p.eager, max_gpus: None })),
     },
 ];
 
@@ -79,7 +91,7 @@ pub fn backends() -> &'static [BackendEntry] {
 
 /// The backend called `name` in the [`backends`] table; an unknown name is an error listing
 /// the table.
-pub fn backend_by_name(name: &str, params: &BackendParams) -> Result<Backend> {
+pub fn backend_by_name(name: &str, params: &BackendParams) -> Result<Arc<dyn Backend>> {
     let entry = BACKENDS.iter().find(|e| e.name == name).ok_or_else(|| {
         let valid: Vec<&str> = BACKENDS.iter().map(|e| e.name).collect();
         Error::Usage(format!("unknown backend `{name}`; valid: {}", valid.join(", ")))
@@ -94,11 +106,9 @@ mod tests {
     #[test]
     fn every_entry_builds_the_backend_of_its_name() {
         for e in backends() {
-            let value = (e.build)(&BackendParams::default());
-            assert_eq!(value.name(), e.name);
-            assert_eq!(value.build().name(), e.name, "the value builds the backend of its name");
+            assert_eq!((e.build)(&BackendParams::default()).name(), e.name, "the entry builds the backend of its name");
         }
-        let err = backend_by_name("tpu", &BackendParams::default()).unwrap_err().to_string();
+        let err = backend_by_name("tpu", &BackendParams::default()).err().expect("an unknown name").to_string();
         assert!(err.contains("`tpu`") && err.contains("cpu, cuda"), "{err}");
     }
 }

@@ -4,13 +4,16 @@
 use std::{collections::HashMap, fmt, sync::Arc, time::Instant};
 
 use einsum_compile::{Compiled, ComputationKernels, ExchangeProgram, Schedule, check_operators};
-use einsum_core::{DType, HostTensor, KernelInfo, KernelLibrary, Prepared, TensorType, taskgraph::MemoryStats};
+use einsum_core::{
+    Backend, DType, HostTensor, KernelInfo, KernelLibrary, Prepared, TensorType, taskgraph::MemoryStats,
+};
+use einsum_cpu::CpuBackend;
 use einsum_joinagg::{Computation, TensorId};
 use einsum_logical::{CostModel, Dp, LogicalOptimizer, LogicalPlan, Machine, Time};
 use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
-use crate::{Backend, Error, Graph, Result, Tensor};
+use crate::{Error, Graph, Result, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
 /// its cost model, the exchange-program schedule, and the topology that synthesis and
@@ -51,8 +54,9 @@ use crate::{Backend, Error, Graph, Result, Tensor};
 pub struct CompileOptions {
     /// Number of devices `p` (virtual devices on the CPU backend).
     pub devices: usize,
-    /// The backend that runs the executable.
-    pub backend: Backend,
+    /// The backend that runs the executable: one of [`backends`](crate::backends) or any
+    /// other implementation of the core contract ([`einsum_core::Backend`]).
+    pub backend: Arc<dyn Backend>,
     /// The logical optimizer: one of [`einsum_logical::optimizers`] or any other strategy.
     pub optimizer: Arc<dyn LogicalOptimizer>,
     /// The cost model the optimizer minimizes: one of [`einsum_logical::cost_models`] or any
@@ -74,7 +78,7 @@ impl Default for CompileOptions {
         let topology = Topology::preset("dgx-a100").expect("the dgx-a100 preset is valid");
         Self {
             devices: 8,
-            backend: Backend::Cpu,
+            backend: Arc::new(CpuBackend::new()),
             optimizer: Arc::new(Dp),
             cost: None,
             schedule: Schedule::Naive,
@@ -97,9 +101,10 @@ impl CompileOptions {
         self
     }
 
-    /// Runs the executable on `backend`.
+    /// Runs the executable on `backend` (any [`einsum_core::Backend`], e.g. one of another
+    /// crate).
     #[must_use]
-    pub fn backend(mut self, backend: Backend) -> Self {
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
         self.backend = backend;
         self
     }
@@ -146,7 +151,7 @@ impl fmt::Debug for CompileOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompileOptions")
             .field("devices", &self.devices)
-            .field("backend", &self.backend)
+            .field("backend", &self.backend.name())
             .field("optimizer", &self.optimizer.name())
             .field("cost", &self.cost)
             .field("schedule", &self.schedule)
@@ -181,7 +186,7 @@ pub struct Executable<'g> {
     prepared: Box<dyn Prepared + 'g>,
     /// The backend's name, and the host bytes it needs besides the input values
     /// ([`einsum_core::Backend::host_bytes`]).
-    backend: &'static str,
+    backend: String,
     backend_host_bytes: usize,
     inputs: Vec<TensorId>,
     /// The values loaded, kept for reference runs ([`Executable::loaded_inputs`]).
@@ -228,15 +233,15 @@ impl KernelLibrary for GraphKernels<'_> {
 /// # Errors
 /// Besides bad options and compile errors: `einsum_core::BackendError::Unsupported`, naming
 /// the operator, when the backend has no kernel for one of the graph's operators (the CPU
-/// backend runs them all; see [`Backend`]), `Unavailable` when the backend cannot run here
+/// backend runs them all), `Unavailable` when the backend cannot run here
 /// (no GPU), both before any planning; `einsum_logical::Error::DoesNotFit` when no plan fits
 /// the devices' memory, `OverBudget` for a baseline whose plan does not.
 pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executable<'g>> {
-    let backend = options.backend.build();
+    let backend = options.backend.as_ref();
     let comp = graph.computation();
     // Before any work, with no device involved: an operator the backend has no kernel for,
     // then a backend that cannot run here (a machine without a GPU says so at once).
-    check_operators(backend.as_ref(), comp)?;
+    check_operators(backend, comp)?;
     backend.check_available()?;
     if comp.saved().is_empty() {
         // Nothing would be computed, and `execute` would return no output at all.
@@ -274,7 +279,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         budget,
         capacity,
         prepared,
-        backend: options.backend.name(),
+        backend: backend.name().to_string(),
         backend_host_bytes,
         loaded: vec![None; inputs.len()],
         inputs,

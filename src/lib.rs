@@ -20,9 +20,12 @@ pub mod dump;
 mod error;
 mod executable;
 
-pub use backend::{Backend, BackendEntry, BackendParams, backend_by_name, backends};
+pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::{Schedule, memory_report, pipeline};
+pub use einsum_core::{Backend, BackendError, Prepared};
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
+pub use einsum_cpu::CpuBackend;
+pub use einsum_cuda::{CudaBackend, CudaOptions};
 pub use einsum_experiments::{Workload, experiment, workload};
 pub use einsum_graph::{Graph, Tensor};
 pub use einsum_joinagg::{AbstractOperator, Computation, IndexRole, JoinAggSpec, OpRole, enumerate_specs};

@@ -2,11 +2,12 @@
 //! with one a small LLaMA block at p = 1 and p = 8 (virtual devices sharing the GPUs)
 //! matches the single-device CPU reference in f32, f16 and bf16, replayed and eager.
 
-use std::process::Command;
+use std::{process::Command, sync::Arc};
 
 use einsum_core::scaled_error;
 use einsummable::{
-    Backend, BackendParams, CompileOptions, DType, Workload, backend_by_name, check::tolerance, compile,
+    BackendParams, CompileOptions, CudaBackend, CudaOptions, DType, Workload, backend_by_name, check::tolerance,
+    compile,
 };
 
 const SMALL_LLAMA: &str = "llama-block:tokens=64,seqs=2,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=96";
@@ -30,13 +31,17 @@ fn run_with_the_cuda_backend_says_whether_a_driver_is_found() {
 #[test]
 fn compile_refuses_cuda_without_a_driver_and_unknown_backends() {
     let graph = Workload::parse("matmul:n=8").unwrap().build(DType::F32).unwrap();
-    let options = CompileOptions { devices: 2, backend: Backend::Cuda { eager: false }, ..CompileOptions::default() };
+    let options = CompileOptions {
+        devices: 2,
+        backend: Arc::new(CudaBackend::new(CudaOptions::default())),
+        ..CompileOptions::default()
+    };
     if einsum_cuda::availability::check_cuda().is_err() {
         let err = compile(&graph, &options).err().expect("no driver: an error").to_string();
         assert!(err.contains("no CUDA driver found"), "{err}");
     }
     // A backend is a value now: an unknown name fails where names become backends.
-    let err = backend_by_name("tpu", &BackendParams::default()).expect_err("unknown backend").to_string();
+    let err = backend_by_name("tpu", &BackendParams::default()).err().expect("unknown backend").to_string();
     assert!(err.contains("cpu, cuda"), "{err}");
 }
 
@@ -47,7 +52,11 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
         let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
         for devices in [1, 8] {
             for eager in [false, true] {
-                let options = CompileOptions { devices, backend: Backend::Cuda { eager }, ..CompileOptions::default() };
+                let options = CompileOptions {
+                    devices,
+                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, max_gpus: None })),
+                    ..CompileOptions::default()
+                };
                 let mut exe = compile(&graph, &options).unwrap();
                 exe.load_random(devices as u64).unwrap();
                 // Twice: a replayed graph must give the same answer as its first launch.

@@ -195,7 +195,7 @@ pub trait Prepared {
 /// operator type. Which operators a backend can run is asked before any planning
 /// ([`Backend::check_operator`]), so a graph the backend cannot run is refused at compile
 /// time, naming the operator.
-pub trait Backend {
+pub trait Backend: Send + Sync {
     /// The backend's name (`cpu`, `cuda`).
     fn name(&self) -> &str;
 

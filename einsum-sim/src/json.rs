@@ -360,6 +360,26 @@ impl Topology {
     /// Parses the JSON topology format (see the module docs of `json.rs`, repeated in the
     /// crate docs). Errors name the offending field, or the line and column of a syntax
     /// error.
+    ///
+    /// ```
+    /// use einsum_sim::{SiteId, Topology};
+    ///
+    /// let text = r#"{
+    ///   "name": "my-box",
+    ///   "sites": 4,
+    ///   "site": {"hbm_gbps": 900, "hbm_gb": 32, "tflops": {"f16": 125, "bf16": 15.7, "f32": 15.7}},
+    ///   "links": [{"a": 0, "b": 1, "gbps": 50}, {"a": 2, "b": 3, "gbps": 25}],
+    ///   "fallback": {"shared": "pcie-bridge", "gbps": 15.75}
+    /// }"#;
+    /// let t = Topology::from_json_str(text)?;
+    /// assert_eq!((t.name(), t.num_sites()), ("my-box", 4));
+    /// assert!(t.linked(SiteId(0), SiteId(1)) && !t.linked(SiteId(0), SiteId(2)));
+    ///
+    /// // A typo is refused, naming the field.
+    /// let err = Topology::from_json_str(&text.replace("\"gbps\": 50", "\"gpbs\": 50")).unwrap_err();
+    /// assert!(err.to_string().contains("links[0].gpbs"), "{err}");
+    /// # Ok::<(), einsum_sim::TopologyError>(())
+    /// ```
     pub fn from_json_str(text: &str) -> Result<Topology> {
         let syntax =
             |e: serde_json::Error| TopologyError::Syntax { line: e.line(), column: e.column(), message: e.to_string() };
