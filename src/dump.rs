@@ -4,7 +4,7 @@
 use std::{fs, io::Write, path::Path};
 
 use einsum_core::{DType, HostTensor};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::{Error, Result};
 
@@ -53,18 +53,46 @@ pub fn npy_bytes(tensor: &HostTensor) -> Vec<u8> {
 pub fn dump(dir: &Path, tensors: &[Dumped<'_>]) -> Result<()> {
     let io = |e: std::io::Error| Error::Io { path: dir.display().to_string(), message: e.to_string() };
     fs::create_dir_all(dir).map_err(io)?;
-    let mut manifest = Vec::new();
+    let mut manifest = Manifest { tensors: Vec::new() };
     for t in tensors {
         let file: String =
             t.name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
         let file = format!("{file}.npy");
         fs::File::create(dir.join(&file)).and_then(|mut f| f.write_all(&npy_bytes(t.value))).map_err(io)?;
-        manifest.push(json!({
-            "name": t.name, "file": file, "shape": t.value.ty().shape(), "dtype": t.value.dtype().name(), "role": t.role,
-        }));
+        manifest.tensors.push(ManifestEntry {
+            name: t.name,
+            file,
+            shape: t.value.ty().shape(),
+            dtype: t.value.dtype().name(),
+            role: t.role,
+        });
     }
-    let text = serde_json::to_string_pretty(&json!({ "tensors": manifest })).expect("a JSON value serialises");
+    let text = serde_json::to_string_pretty(&manifest)
+        .map_err(|e| Error::Io { path: dir.display().to_string(), message: format!("manifest.json: {e}") })?;
     fs::write(dir.join("manifest.json"), text).map_err(io)
+}
+
+/// `DIR/manifest.json`: what [`dump`] wrote, so a reader finds each tensor's file, shape
+/// and dtype without parsing the `.npy` headers.
+#[derive(Serialize)]
+pub struct Manifest<'a> {
+    /// Every tensor dumped, inputs first.
+    pub tensors: Vec<ManifestEntry<'a>>,
+}
+
+/// One tensor of a [`Manifest`].
+#[derive(Serialize)]
+pub struct ManifestEntry<'a> {
+    /// The tensor's name.
+    pub name: &'a str,
+    /// Its file in the dump directory, `NAME.npy` with unsafe characters replaced by `_`.
+    pub file: String,
+    /// Its shape, outermost dimension first.
+    pub shape: Vec<usize>,
+    /// Its dtype's name as stored in the computation (`bf16` is written as `<f4`).
+    pub dtype: &'static str,
+    /// `input` or `output`.
+    pub role: &'a str,
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{ArgAction, Parser, Subcommand};
-use serde_json::json;
+use cli::{ErrorReport, to_json};
 
 mod cli;
 
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // Bad arguments: with --json, stdout still holds exactly one JSON object.
             if std::env::args().any(|a| a == "--json") {
-                println!("{}", json!({ "error": e.to_string().trim_end() }));
+                println!("{}", to_json(&ErrorReport { error: e.to_string().trim_end() }));
             }
             eprint!("{e}");
             return ExitCode::from(2);
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             if cli.json {
-                println!("{}", json!({ "error": e.to_string() }));
+                println!("{}", to_json(&ErrorReport { error: &e.to_string() }));
             }
             eprintln!("error: {e}");
             ExitCode::FAILURE

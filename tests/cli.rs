@@ -286,3 +286,124 @@ fn verbose_logs_go_to_stderr_and_leave_stdout_one_json_object() {
     let quiet = einsummable(&["plan", "matmul:n=64", "--devices", "4", "--json"]);
     assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
 }
+
+/// The keys of a JSON object in the order they were printed (`serde_json::Value` sorts
+/// them), so a test can hold a report to its documented struct field by field.
+struct Keys(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for Keys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Keys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+                let mut keys = Vec::new();
+                while let Some((key, _)) = map.next_entry::<String, serde::de::IgnoredAny>()? {
+                    keys.push(key);
+                }
+                Ok(Keys(keys))
+            }
+        }
+        d.deserialize_map(Visitor)
+    }
+}
+
+/// The top-level keys of the JSON object `out` printed, in order, and the object itself.
+fn report(out: &std::process::Output) -> (Vec<String>, serde_json::Value) {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let keys: Keys = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    (keys.0, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// `plan --json` prints `PlanReport`'s fields, in declaration order, with their types:
+/// renaming, dropping or reordering a field fails here.
+#[test]
+fn plan_json_has_the_documented_fields_and_types() {
+    const PLAN_KEYS: [&str; 16] = [
+        "workload",
+        "devices",
+        "optimizer",
+        "cost_model",
+        "unit",
+        "total_cost",
+        "total_bytes",
+        "optimize_ms",
+        "ops",
+        "topology",
+        "schedule",
+        "predicted_ms",
+        "bytes_moved",
+        "compile_ms",
+        "compile_error",
+        "memory",
+    ];
+    let (keys, v) = report(&einsummable(&["plan", "matmul:n=64", "--devices", "4", "--json"]));
+    assert_eq!(keys, PLAN_KEYS);
+    assert!(v["devices"].is_u64() && v["workload"].is_string() && v["unit"].is_string());
+    for key in ["total_cost", "total_bytes", "optimize_ms", "predicted_ms", "compile_ms"] {
+        assert!(v[key].is_f64(), "{key}: {}", v[key]);
+    }
+    assert!(v["bytes_moved"].is_u64() && v["compile_error"].is_null());
+    let op = &v["ops"][0];
+    let op_keys: Vec<&str> = op.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(op_keys, ["cost", "kind", "name", "splits"]);
+    assert!(op["splits"].as_object().unwrap().values().all(serde_json::Value::is_u64), "{op}");
+    let cost = op["cost"].as_object().unwrap();
+    let mut cost_keys: Vec<&str> = cost.keys().map(String::as_str).collect();
+    cost_keys.sort_unstable();
+    assert_eq!(cost_keys, ["aggregation", "bytes", "compute", "join", "repartition"]);
+    assert!(cost.values().all(serde_json::Value::is_f64), "{op}");
+    let memory = v["memory"].as_object().unwrap();
+    let memory_keys: Vec<&str> = memory.keys().map(String::as_str).collect();
+    assert_eq!(memory_keys, ["budget_bytes", "capacity_bytes", "peak_bytes", "resident_bytes"]);
+    assert!(memory["capacity_bytes"].is_f64() && memory["budget_bytes"].is_f64());
+    assert_eq!(memory["peak_bytes"].as_array().unwrap().len(), 4);
+    assert!(memory["resident_bytes"].as_array().unwrap().iter().all(serde_json::Value::is_u64));
+
+    // A plan the topology cannot hold keeps every key, its predictions null.
+    let (keys, v) = report(&einsummable(&["plan", "matmul:n=64", "--devices", "27", "--json"]));
+    assert_eq!(keys, PLAN_KEYS);
+    for key in ["predicted_ms", "bytes_moved", "compile_ms", "memory"] {
+        assert!(v[key].is_null(), "{key}: {}", v[key]);
+    }
+    assert!(v["compile_error"].is_string());
+}
+
+/// `run --json` prints `RunReport`'s fields, in declaration order, with their types.
+#[test]
+fn run_json_has_the_documented_fields_and_types() {
+    const RUN_KEYS: [&str; 12] = [
+        "workload",
+        "devices",
+        "ok",
+        "max_rel_error",
+        "wall_ms",
+        "runs",
+        "predicted_ms",
+        "bytes_moved",
+        "peak_bytes_per_device",
+        "resident_bytes_per_device",
+        "transient_peak_bytes_per_device",
+        "tasks",
+    ];
+    let (keys, v) = report(&einsummable(&["run", "matmul:n=16", "--devices", "2", "--check", "--json"]));
+    assert_eq!(keys, RUN_KEYS);
+    assert!(v["ok"].is_boolean() && v["devices"].is_u64() && v["runs"].is_u64() && v["bytes_moved"].is_u64());
+    for key in ["max_rel_error", "wall_ms", "predicted_ms"] {
+        assert!(v[key].is_f64(), "{key}: {}", v[key]);
+    }
+    for key in ["peak_bytes_per_device", "resident_bytes_per_device", "transient_peak_bytes_per_device"] {
+        let per_device = v[key].as_array().unwrap();
+        assert!(per_device.len() == 2 && per_device.iter().all(serde_json::Value::is_u64), "{key}: {}", v[key]);
+    }
+    let tasks = v["tasks"].as_object().unwrap();
+    assert!(tasks.contains_key("kernel") && tasks.values().all(serde_json::Value::is_u64), "{tasks:?}");
+
+    // Without --check, the error is null but present.
+    let (keys, v) = report(&einsummable(&["run", "matmul:n=16", "--devices", "2", "--json"]));
+    assert_eq!(keys, RUN_KEYS);
+    assert!(v["max_rel_error"].is_null());
+}

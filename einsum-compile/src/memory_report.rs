@@ -4,7 +4,7 @@
 use einsum_core::taskgraph::{DeviceId, MemoryStats, Task, TaskGraph};
 use einsum_joinagg::{Computation, Node};
 use einsum_logical::{LogicalPlan, format_gb};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 /// How the plan splits the computation inputs of the first layer (inputs named `l0.*`, the
 /// prefix dropped) and those outside the layers (inputs without an `l<N>.` prefix), grouped
@@ -75,13 +75,31 @@ pub fn fullest_device(stats: &MemoryStats) -> DeviceId {
     DeviceId(best.map_or(0, |(d, _)| d as u32))
 }
 
-/// `plan --json`'s `"memory"`: the smallest HBM capacity of the devices, the budget, and
-/// per device the resident and peak bytes of the compiled task graph.
-pub fn memory_json(stats: &MemoryStats, capacity: f64, budget: f64) -> Value {
-    json!({
-        "capacity_bytes": capacity, "budget_bytes": budget,
-        "resident_bytes": stats.resident_bytes, "peak_bytes": stats.peak_bytes,
-    })
+/// The `"memory"` object of `plan --json` and `explain --json`: what each device of the
+/// compiled task graph holds against the capacity and the budget it was planned for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemoryReport {
+    /// The smallest HBM capacity among the devices, in bytes (a float: topology files give
+    /// it in GB).
+    pub capacity_bytes: f64,
+    /// The memory budget per device the plan had to fit, in bytes.
+    pub budget_bytes: f64,
+    /// Per device, the bytes of computation inputs resident for the executable's lifetime.
+    pub resident_bytes: Vec<usize>,
+    /// Per device, the peak bytes: resident plus the transient peak.
+    pub peak_bytes: Vec<usize>,
+}
+
+impl MemoryReport {
+    /// The report of a task graph's memory `stats` under `capacity` and `budget` (bytes).
+    pub fn new(stats: &MemoryStats, capacity: f64, budget: f64) -> Self {
+        MemoryReport {
+            capacity_bytes: capacity,
+            budget_bytes: budget,
+            resident_bytes: stats.resident_bytes.clone(),
+            peak_bytes: stats.peak_bytes.clone(),
+        }
+    }
 }
 
 /// The text report: the budget, every device's peak, and the fullest device's resident and

@@ -1,7 +1,7 @@
 //! `einsummable check`: decomposed runs against the single-device reference.
 
-use einsummable::{DType, Result, Workload, check::check_computation};
-use serde_json::{Value, json};
+use einsummable::{DType, Result, Workload, check::OpCheck, check::check_computation};
+use serde::Serialize;
 
 use super::Report;
 
@@ -35,14 +35,55 @@ pub fn run(a: Args) -> Result<Report> {
     }
     text += &format!("whole graph, random spec per operator: rel err {:.3e}\n", report.graph_error);
     text += if report.passed() { "PASS\n" } else { "FAIL\n" };
-    let ops: Vec<Value> = report
-        .ops
-        .iter()
-        .map(|o| json!({"name": o.name, "kind": o.kind, "specs": o.specs, "checked": o.checked, "max_error": o.max_error}))
-        .collect();
-    let json = json!({
-        "workload": a.workload, "devices": a.devices, "dtype": a.dtype.name(), "tolerance": report.tolerance,
-        "ops": ops, "graph_error": report.graph_error, "passed": report.passed(),
-    });
-    Ok(Report { json, text, ok: report.passed() })
+    let json = CheckReport {
+        workload: &a.workload,
+        devices: a.devices,
+        dtype: a.dtype.name(),
+        tolerance: report.tolerance.into(),
+        ops: report.ops.iter().map(CheckedOp::new).collect(),
+        graph_error: report.graph_error.into(),
+        passed: report.passed(),
+    };
+    Ok(Report::new(&json, text, report.passed()))
+}
+
+/// The `--json` object of `check`: per operator, the largest error of its decomposed runs
+/// against the single-device reference, and the error of the whole graph.
+#[derive(Serialize)]
+pub struct CheckReport<'a> {
+    /// The workload as given, `name:key=value,...`.
+    pub workload: &'a str,
+    /// The number of devices p.
+    pub devices: usize,
+    /// The storage dtype's name.
+    pub dtype: &'static str,
+    /// The largest error that passes at this dtype (an f32 widened to f64, as are the errors).
+    pub tolerance: f64,
+    /// Every operator's checks, in the computation's order.
+    pub ops: Vec<CheckedOp<'a>>,
+    /// The error of the whole graph under a random spec per operator.
+    pub graph_error: f64,
+    /// Whether every error is within the tolerance (the exit code is 1 otherwise).
+    pub passed: bool,
+}
+
+/// One operator of [`CheckReport::ops`].
+#[derive(Serialize)]
+pub struct CheckedOp<'a> {
+    /// The operator's name in the graph.
+    pub name: &'a str,
+    /// Its kind (`matmul`, `attention`, ...).
+    pub kind: &'a str,
+    /// How many join-agg specs it offers on p devices.
+    pub specs: usize,
+    /// How many of them were run (at most `--max-specs`).
+    pub checked: usize,
+    /// The largest error of the runs against the reference.
+    pub max_error: f64,
+}
+
+impl<'a> CheckedOp<'a> {
+    fn new(o: &'a OpCheck) -> Self {
+        CheckedOp { name: &o.name, kind: &o.kind, specs: o.specs, checked: o.checked, max_error: o.max_error.into() }
+    }
 }

@@ -4,9 +4,9 @@
 
 use std::{fmt::Write as _, path::PathBuf};
 
-use einsummable::experiment::{Experiment, Runner, Setup};
+use einsummable::experiment::{Experiment, Runner, Setup, TableReport};
 use einsummable::{Error, Result};
-use serde_json::json;
+use serde::Serialize;
 
 use super::Report;
 
@@ -50,17 +50,39 @@ pub fn run(a: Args) -> Result<Report> {
     let setup = Setup { topology: a.topology, devices, out_dir: a.out, small: a.small };
     let mut runner = Runner::new();
     let mut text = String::new();
-    let mut results = Vec::new();
+    let mut outcomes = Vec::new();
     for e in experiments {
         let outcome = e.run(&setup, &mut runner)?;
         text += &outcome.table.to_markdown();
         let files: Vec<String> = outcome.files.iter().map(|f| f.display().to_string()).collect();
         let _ = writeln!(text, "\n({:.1} s; wrote {})\n", outcome.wall_s, files.join(", "));
-        let mut table = outcome.table.to_json();
-        table["files"] = json!(files);
-        table["wall_s"] = json!(outcome.wall_s);
-        results.push(table);
+        outcomes.push((outcome, files));
     }
     let _ = writeln!(text, "planning and compiling took {:.1} s in all", runner.compile_s());
-    Ok(Report { json: json!({ "experiments": results }), text, ok: true })
+    let experiments = outcomes
+        .iter()
+        .map(|(outcome, files)| ExperimentResult { table: outcome.table.report(), files, wall_s: outcome.wall_s })
+        .collect();
+    Ok(Report::new(&ExperimentReport { experiments }, text, true))
+}
+
+/// The `--json` object of `experiment`: one result per experiment run.
+#[derive(Serialize)]
+pub struct ExperimentReport<'a> {
+    /// The experiments, in the order they ran.
+    pub experiments: Vec<ExperimentResult<'a>>,
+}
+
+/// One experiment of [`ExperimentReport::experiments`]: its table, followed by the files
+/// it wrote and its wall time.
+#[derive(Serialize)]
+pub struct ExperimentResult<'a> {
+    /// The result table (`name`, `caption`, `columns`, `rows`, `notes`), flattened into
+    /// this object.
+    #[serde(flatten)]
+    pub table: TableReport<'a>,
+    /// The CSV, Markdown and SVG files written.
+    pub files: &'a [String],
+    /// The experiment's wall time, in seconds.
+    pub wall_s: f64,
 }

@@ -1,12 +1,14 @@
 //! `einsummable exprog`: check, simulate and synthesize exchange programs (Section 5).
 
+use std::collections::BTreeMap;
+
 use einsum_exprog::{
     Membership, load, load_valid, simulate,
     synth::{self, SearchOptions},
 };
 use einsum_sim::{PCIE_BRIDGE, Topology};
 use einsummable::{Error, Result};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::{Report, Synthesis};
 
@@ -56,11 +58,13 @@ pub fn run(command: Command) -> Result<Report> {
                 program.body.len(),
                 membership_text(&validation.membership)
             );
-            let json = json!({
-                "file": file, "valid": true, "actions": program.body.len(),
-                "membership": membership_json(&validation.membership),
-            });
-            Ok(Report { json, text, ok: true })
+            let json = CheckReport {
+                file: &file,
+                valid: true,
+                actions: program.body.len(),
+                membership: membership_json(&validation.membership),
+            };
+            Ok(Report::new(&json, text, true))
         }
         Command::Simulate { file, topology } => {
             let program = load(&read(&file)?)?;
@@ -76,28 +80,32 @@ pub fn run(command: Command) -> Result<Report> {
             if let Some(reason) = &sim.invalid {
                 text += &format!("INVALID: {reason}\n");
             }
-            let json = json!({
-                "file": file, "topology": topology, "valid": sim.valid,
-                "invalid": sim.invalid.as_ref().map(|e| e.to_string()),
-                "completion_ms": sim.completion_ms, "transfer_ms": sim.transfer_ms,
-                "membership": membership_json(&sim.membership), "bridge_bytes": bridge,
-            });
-            Ok(Report { json, text, ok: sim.valid })
+            let json = SimulateReport {
+                file: &file,
+                topology: &topology,
+                valid: sim.valid,
+                invalid: sim.invalid.as_ref().map(|e| e.to_string()),
+                completion_ms: sim.completion_ms,
+                transfer_ms: sim.transfer_ms,
+                membership: membership_json(&sim.membership),
+                bridge_bytes: bridge,
+            };
+            Ok(Report::new(&json, text, sim.valid))
         }
         Command::Synthesize { file, topology, mode, seed, iterations } => {
             let preamble = load(&read(&file)?)?;
             let topo = Topology::named(&topology)?;
-            let (program, completion_ms, membership, extra) = match mode {
+            let (program, completion_ms, membership, search) = match mode {
                 Synthesis::Naive => {
                     let program = synth::naive(&preamble)?;
                     let sim = simulate(&program, &topo)?;
-                    (program, sim.completion_ms, sim.membership, json!({}))
+                    (program, sim.completion_ms, sim.membership, None)
                 }
                 Synthesis::Search => {
                     let options = SearchOptions { seed, iterations, ..SearchOptions::default() };
                     let s = synth::search(&preamble, &topo, options)?;
-                    let extra = json!({"naive_ms": s.naive_ms, "evaluated": s.evaluated, "origin": s.origin});
-                    (s.program, s.completion_ms, s.membership, extra)
+                    let search = SearchReport { naive_ms: s.naive_ms, evaluated: s.evaluated, origin: s.origin };
+                    (s.program, s.completion_ms, s.membership, Some(search))
                 }
             };
             let text = format!(
@@ -105,14 +113,16 @@ pub fn run(command: Command) -> Result<Report> {
                 round(completion_ms),
                 membership_text(&membership)
             );
-            let mut json = json!({
-                "file": file, "topology": topology, "mode": mode.name(), "completion_ms": completion_ms,
-                "membership": membership_json(&membership), "program": program.to_string(),
-            });
-            if let (Value::Object(out), Value::Object(more)) = (&mut json, extra) {
-                out.extend(more);
-            }
-            Ok(Report { json, text, ok: true })
+            let json = SynthesizeReport {
+                file: &file,
+                topology: &topology,
+                mode: mode.name(),
+                completion_ms,
+                membership: membership_json(&membership),
+                program: program.to_string(),
+                search,
+            };
+            Ok(Report::new(&json, text, true))
         }
     }
 }
@@ -125,13 +135,78 @@ fn round(ms: f64) -> String {
     format!("{ms:.3}")
 }
 
-fn membership_json(m: &Membership) -> Value {
-    m.0.iter()
-        .map(|(name, sites)| (name.as_str().to_string(), json!(sites.iter().map(|s| s.0).collect::<Vec<_>>())))
-        .collect::<serde_json::Map<_, _>>()
-        .into()
+/// A membership as JSON: each partition's name and its sites, in ascending order.
+fn membership_json(m: &Membership) -> BTreeMap<String, Vec<usize>> {
+    m.0.iter().map(|(name, sites)| (name.as_str().to_string(), sites.iter().map(|s| s.0).collect())).collect()
 }
 
 fn membership_text(m: &Membership) -> String {
     if m.0.is_empty() { "(no partitions)".to_string() } else { m.to_string() }
+}
+
+/// The `--json` object of `exprog check`.
+#[derive(Serialize)]
+pub struct CheckReport<'a> {
+    /// The `.exprog` file.
+    pub file: &'a str,
+    /// Always true: an invalid program is an error instead.
+    pub valid: bool,
+    /// The number of actions in the program's body.
+    pub actions: usize,
+    /// The sites of each partition, by partition name, as the check chose them.
+    pub membership: BTreeMap<String, Vec<usize>>,
+}
+
+/// The `--json` object of `exprog simulate`.
+#[derive(Serialize)]
+pub struct SimulateReport<'a> {
+    /// The `.exprog` file.
+    pub file: &'a str,
+    /// The topology (a preset's name or a file) it was simulated on.
+    pub topology: &'a str,
+    /// Whether the program is valid (Definition 5.5; the exit code is 1 otherwise).
+    pub valid: bool,
+    /// Why it is invalid; `null` when valid.
+    pub invalid: Option<String>,
+    /// The simulated completion time, in ms.
+    pub completion_ms: f64,
+    /// The time spent in transfers, in ms.
+    pub transfer_ms: f64,
+    /// The sites of each partition, by partition name.
+    pub membership: BTreeMap<String, Vec<usize>>,
+    /// Bytes through the PCIe bridge (a float, as the simulator counts them).
+    pub bridge_bytes: f64,
+}
+
+/// The `--json` object of `exprog synthesize`; with `--mode search`, the search's
+/// statistics follow as `naive_ms`, `evaluated` and `origin` (absent with `naive`).
+#[derive(Serialize)]
+pub struct SynthesizeReport<'a> {
+    /// The `.exprog` file with the preamble.
+    pub file: &'a str,
+    /// The topology (a preset's name or a file) the program was synthesised for.
+    pub topology: &'a str,
+    /// `naive` or `search`.
+    pub mode: &'static str,
+    /// The synthesised program's simulated completion time, in ms.
+    pub completion_ms: f64,
+    /// The sites of each partition, by partition name.
+    pub membership: BTreeMap<String, Vec<usize>>,
+    /// The synthesised program in ExProg syntax.
+    pub program: String,
+    /// The search's statistics, flattened into this object; absent with `--mode naive`.
+    #[serde(flatten)]
+    pub search: Option<SearchReport>,
+}
+
+/// What the search of `exprog synthesize --mode search` did.
+#[derive(Serialize)]
+pub struct SearchReport {
+    /// The naive program's simulated completion time, in ms (a seed of the search, so
+    /// never beaten by `completion_ms`).
+    pub naive_ms: f64,
+    /// Candidates validated and simulated (seeds and annealing; duplicates count once).
+    pub evaluated: usize,
+    /// How the best candidate was reached (the seed, or the last move that improved it).
+    pub origin: String,
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use einsummable::{DType, Error, Result, Schedule};
-use serde_json::Value;
+use serde::Serialize;
 
 pub mod check;
 pub mod experiment;
@@ -16,12 +16,37 @@ pub mod specs;
 
 /// What a command produced: its JSON object, its text, and whether it succeeded.
 pub struct Report {
-    /// The object printed with `--json`.
-    pub json: Value,
+    /// The object printed with `--json`, serialised from the command's report struct (its
+    /// keys in the struct's declaration order).
+    pub json: String,
     /// The text printed otherwise.
     pub text: String,
     /// False when the command ran but its check failed (exit code 1).
     pub ok: bool,
+}
+
+impl Report {
+    /// A report whose `--json` object is `json` serialised.
+    pub fn new(json: &impl Serialize, text: String, ok: bool) -> Self {
+        Report { json: to_json(json), text, ok }
+    }
+}
+
+/// The `--json` object of a failure: stdout still holds exactly one JSON object.
+#[derive(Serialize)]
+pub struct ErrorReport<'a> {
+    /// The error message, as printed on stderr.
+    pub error: &'a str,
+}
+
+/// `value` as one line of JSON. The report structs serialise only strings, numbers, lists
+/// and string-keyed maps, which cannot fail; were one to fail, the line is an
+/// [`ErrorReport`] saying so rather than a panic.
+pub fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| {
+        let error = format!("internal error: the JSON report could not be serialised: {e}");
+        serde_json::to_string(&ErrorReport { error: &error }).unwrap_or_default()
+    })
 }
 
 /// A value parser that accepts the names of a registry table, each with its line of help,

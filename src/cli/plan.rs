@@ -1,14 +1,14 @@
 //! `einsummable plan`: the logical plan of a workload, compiled physically (exchange
 //! programs and task graph, nothing executed) for its predicted time and bytes moved.
 
-use std::time::Instant;
+use std::{collections::BTreeMap, time::Instant};
 
-use einsum_logical::{Problem, cost_model_by_name, optimizer_by_name};
+use einsum_logical::{PlannedOp, Problem, cost_model_by_name, optimizer_by_name};
 use einsum_sim::Topology;
-use einsummable::memory_report::{memory_json, memory_text};
+use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::{Result, Workload};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use einsummable::DType;
 
@@ -53,7 +53,7 @@ pub struct Args {
 enum Physical {
     /// Predicted ms, bytes moved between devices, compile wall time in ms, the memory
     /// report (text and JSON).
-    Predicted { predicted_ms: f64, bytes_moved: usize, compile_ms: f64, memory: (String, Value) },
+    Predicted { predicted_ms: f64, bytes_moved: usize, compile_ms: f64, memory: (String, MemoryReport) },
     /// The plan is valid but the topology has too few sites to compile it: the reason.
     Refused(String),
 }
@@ -101,7 +101,7 @@ pub fn run(a: Args) -> Result<Report> {
             compile_ms: planned.compile_ms,
             memory: (
                 memory_text(&planned.compiled.graph, capacity, planned.budget),
-                memory_json(&stats, capacity, planned.budget),
+                MemoryReport::new(&stats, capacity, planned.budget),
             ),
         };
         (planned.plan, physical, planned.optimize_ms)
@@ -137,31 +137,115 @@ pub fn run(a: Args) -> Result<Report> {
         Physical::Refused(why) => format!("not compiled: {why}\n"),
     };
 
-    let ops: Vec<Value> = plan
-        .ops
-        .iter()
-        .map(|o| {
-            let splits: serde_json::Map<String, Value> = o.splits.iter().map(|(n, c)| (n.clone(), json!(c))).collect();
-            let c = &o.cost;
-            json!({
-                "name": o.name, "kind": o.kind, "splits": splits,
-                "cost": {"repartition": c.repartition, "join": c.join, "aggregation": c.aggregation,
-                         "compute": c.compute, "bytes": c.bytes},
-            })
-        })
-        .collect();
     let (predicted_ms, bytes_moved, compile_ms, compile_error, memory) = match physical {
         Physical::Predicted { predicted_ms, bytes_moved, compile_ms, memory } => {
-            (json!(predicted_ms), json!(bytes_moved), json!(compile_ms), Value::Null, memory.1)
+            (Some(predicted_ms), Some(bytes_moved), Some(compile_ms), None, Some(memory.1))
         }
-        Physical::Refused(why) => (Value::Null, Value::Null, Value::Null, json!(why), Value::Null),
+        Physical::Refused(why) => (None, None, None, Some(why), None),
     };
-    let json = json!({
-        "workload": a.workload, "devices": a.devices, "optimizer": a.optimizer, "cost_model": a.cost,
-        "unit": plan.unit, "total_cost": plan.total, "total_bytes": plan.total_bytes,
-        "optimize_ms": optimize_ms, "ops": ops, "topology": a.topology, "schedule": a.schedule.name(),
-        "predicted_ms": predicted_ms, "bytes_moved": bytes_moved, "compile_ms": compile_ms,
-        "compile_error": compile_error, "memory": memory,
-    });
-    Ok(Report { json, text, ok: true })
+    let json = PlanReport {
+        workload: &a.workload,
+        devices: a.devices,
+        optimizer: &a.optimizer,
+        cost_model: &a.cost,
+        unit: plan.unit,
+        total_cost: plan.total,
+        total_bytes: plan.total_bytes,
+        optimize_ms,
+        ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
+        topology: &a.topology,
+        schedule: a.schedule.name(),
+        predicted_ms,
+        bytes_moved,
+        compile_ms,
+        compile_error,
+        memory,
+    };
+    Ok(Report::new(&json, text, true))
+}
+
+/// The `--json` object of `plan`: the logical plan with its cost under the cost model, and
+/// what physical compilation of it predicts (every prediction `null` when the plan could
+/// not be compiled on the topology, `compile_error` saying why).
+#[derive(Serialize)]
+pub struct PlanReport<'a> {
+    /// The workload as given, `name:key=value,...`.
+    pub workload: &'a str,
+    /// The number of devices p the plan is for.
+    pub devices: usize,
+    /// The logical optimizer's name.
+    pub optimizer: &'a str,
+    /// The cost model's name.
+    pub cost_model: &'a str,
+    /// The unit of the costs (`total_cost` and every operator's `cost`).
+    pub unit: &'static str,
+    /// The plan's total cost under the cost model, in `unit`.
+    pub total_cost: f64,
+    /// The bytes the plan moves between devices, by the cost model's count.
+    pub total_bytes: f64,
+    /// Wall time of the logical optimizer (and of any replanning under the budget), in ms.
+    pub optimize_ms: f64,
+    /// Every operator's split and cost, in the plan's order.
+    pub ops: Vec<PlannedOpReport<'a>>,
+    /// The topology (a preset's name or a file) the plan is compiled for.
+    pub topology: &'a str,
+    /// How exchange programs were synthesised: `naive` or `search`.
+    pub schedule: &'static str,
+    /// The compiled plan's predicted time on the topology in ms; `null` if not compiled.
+    pub predicted_ms: Option<f64>,
+    /// The bytes the compiled task graph moves between devices; `null` if not compiled.
+    pub bytes_moved: Option<usize>,
+    /// Wall time of the physical compilation in ms; `null` if not compiled.
+    pub compile_ms: Option<f64>,
+    /// Why the plan was not compiled (the topology has too few sites); `null` if compiled.
+    pub compile_error: Option<String>,
+    /// What each device keeps in memory; `null` if not compiled.
+    pub memory: Option<MemoryReport>,
+}
+
+/// One operator of [`PlanReport::ops`].
+#[derive(Serialize)]
+pub struct PlannedOpReport<'a> {
+    /// The operator's name in the graph.
+    pub name: &'a str,
+    /// Its kind (`matmul`, `attention`, ...).
+    pub kind: &'a str,
+    /// How many ways each of its shardable indices is split, by index name.
+    pub splits: BTreeMap<&'a str, usize>,
+    /// Its cost under the plan, in the plan's unit.
+    pub cost: OpCostReport,
+}
+
+impl<'a> PlannedOpReport<'a> {
+    fn new(o: &'a PlannedOp) -> Self {
+        let c = &o.cost;
+        PlannedOpReport {
+            name: &o.name,
+            kind: &o.kind,
+            splits: o.splits.iter().map(|(n, c)| (n.as_str(), *c)).collect(),
+            cost: OpCostReport {
+                repartition: c.repartition,
+                join: c.join,
+                aggregation: c.aggregation,
+                compute: c.compute,
+                bytes: c.bytes,
+            },
+        }
+    }
+}
+
+/// The cost of one operator in the plan's unit, split as in Section 4.3, and the bytes it
+/// moves.
+#[derive(Serialize)]
+pub struct OpCostReport {
+    /// Sub-cost (1): inputs whose producer's tiling differs from what the spec needs.
+    pub repartition: f64,
+    /// Sub-cost (2): shipping input blocks to the function specs.
+    pub join: f64,
+    /// Sub-cost (3): combining partial outputs with the operator's ⊕.
+    pub aggregation: f64,
+    /// The slowest device's compute (zero under the proxy).
+    pub compute: f64,
+    /// Bytes the three communication sub-costs move (independent of the model).
+    pub bytes: f64,
 }

@@ -1,19 +1,24 @@
 //! `einsummable run` and `einsummable explain`: compile a workload and run it, or show how
 //! it would run.
 
-use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+    path::PathBuf,
+    sync::Arc,
+};
 
 use einsum_core::scaled_error;
 use einsum_core::taskgraph::Task;
 use einsum_logical::{cost_model_entry, optimizer_by_name};
-use einsummable::memory_report::{memory_json, memory_text};
+use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::{
     BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Topology, Workload, backend_by_name,
     check::tolerance,
     compile,
     dump::{Dumped, dump},
 };
-use serde_json::json;
+use serde::Serialize;
 
 use super::{Report, Synthesis, parse_budget};
 
@@ -165,13 +170,21 @@ pub fn run(a: RunArgs) -> Result<Report> {
             if ok { "PASS" } else { "FAIL" }
         );
     }
-    let json = json!({
-        "workload": a.compile.workload, "devices": a.compile.devices, "ok": ok, "max_rel_error": max_error,
-        "wall_ms": wall_ms, "runs": times.len(), "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved,
-        "peak_bytes_per_device": stats.peak_bytes, "resident_bytes_per_device": stats.resident_bytes,
-        "transient_peak_bytes_per_device": stats.transient_peak_bytes, "tasks": stats.tasks,
-    });
-    Ok(Report { json, text, ok })
+    let json = RunReport {
+        workload: &a.compile.workload,
+        devices: a.compile.devices,
+        ok,
+        max_rel_error: max_error.map(f64::from),
+        wall_ms,
+        runs: times.len(),
+        predicted_ms: exe.predicted_ms(),
+        bytes_moved: stats.bytes_moved,
+        peak_bytes_per_device: stats.peak_bytes,
+        resident_bytes_per_device: stats.resident_bytes,
+        transient_peak_bytes_per_device: stats.transient_peak_bytes,
+        tasks: stats.tasks,
+    };
+    Ok(Report::new(&json, text, ok))
 }
 
 /// Arguments of `explain`.
@@ -227,22 +240,36 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
             .map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
         let _ = writeln!(text, "task graph written to {}", path.display());
     }
-    let programs: Vec<_> = exe
-        .programs()
-        .iter()
-        .map(|p| json!({"op": names.get(&p.op), "input": p.input, "simulated_ms": p.simulated_ms, "program": p.program.to_string()}))
-        .collect();
-    let ops: Vec<_> =
-        exe.plan().ops.iter().map(|o| json!({"name": o.name, "kind": o.kind, "split": o.splits_label()})).collect();
-    let json = json!({
-        "workload": a.compile.workload, "devices": a.compile.devices, "ops": ops, "programs": programs,
-        "predicted_ms": exe.predicted_ms(), "bytes_moved": stats.bytes_moved, "peak_bytes_per_device": stats.peak_bytes,
-        "resident_bytes_per_device": stats.resident_bytes,
-        "transient_peak_bytes_per_device": stats.transient_peak_bytes,
-        "tasks": stats.tasks, "operators": comp.ops().count(),
-        "memory": memory_json(&stats, exe.memory_capacity(), exe.memory_budget()),
-    });
-    Ok(Report { json, text, ok: true })
+    let memory = MemoryReport::new(&stats, exe.memory_capacity(), exe.memory_budget());
+    let json = ExplainReport {
+        workload: &a.compile.workload,
+        devices: a.compile.devices,
+        ops: exe
+            .plan()
+            .ops
+            .iter()
+            .map(|o| ExplainedOp { name: &o.name, kind: &o.kind, split: o.splits_label() })
+            .collect(),
+        programs: exe
+            .programs()
+            .iter()
+            .map(|p| ProgramReport {
+                op: names.get(&p.op).cloned(),
+                input: p.input,
+                simulated_ms: p.simulated_ms,
+                program: p.program.to_string(),
+            })
+            .collect(),
+        predicted_ms: exe.predicted_ms(),
+        bytes_moved: stats.bytes_moved,
+        peak_bytes_per_device: stats.peak_bytes,
+        resident_bytes_per_device: stats.resident_bytes,
+        transient_peak_bytes_per_device: stats.transient_peak_bytes,
+        tasks: stats.tasks,
+        operators: comp.ops().count(),
+        memory,
+    };
+    Ok(Report::new(&json, text, true))
 }
 
 fn summary(args: &CompileArgs, exe: &Executable<'_>) -> String {
@@ -278,4 +305,90 @@ fn dot(exe: &Executable<'_>) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+/// The `--json` object of `run`: whether the run passed, its time, and the compiled task
+/// graph's traffic, memory and tasks.
+#[derive(Serialize)]
+pub struct RunReport<'a> {
+    /// The workload as given, `name:key=value,...`.
+    pub workload: &'a str,
+    /// The number of (virtual) devices p.
+    pub devices: usize,
+    /// False only when `--check` found an error above the dtype's tolerance.
+    pub ok: bool,
+    /// With `--check`, the largest error of an output against the single-device reference
+    /// (scaled by the reference's magnitude; an f32 widened to f64); `null` without it.
+    pub max_rel_error: Option<f64>,
+    /// The median wall time of the timed runs, in ms.
+    pub wall_ms: f64,
+    /// The number of timed runs (`--repeat`).
+    pub runs: usize,
+    /// The simulator's predicted time on the topology, in ms.
+    pub predicted_ms: f64,
+    /// Bytes the task graph moves between devices.
+    pub bytes_moved: usize,
+    /// Per device, the peak bytes: resident plus transient peak.
+    pub peak_bytes_per_device: Vec<usize>,
+    /// Per device, the bytes of computation inputs resident for the executable's lifetime.
+    pub resident_bytes_per_device: Vec<usize>,
+    /// Per device, the peak of the buffers freed after their last reader.
+    pub transient_peak_bytes_per_device: Vec<usize>,
+    /// The number of tasks of each kind (`load`, `transfer`, `kernel`, ...).
+    pub tasks: BTreeMap<&'static str, usize>,
+}
+
+/// The `--json` object of `explain`: the plan, the exchange programs and the task graph's
+/// statistics.
+#[derive(Serialize)]
+pub struct ExplainReport<'a> {
+    /// The workload as given, `name:key=value,...`.
+    pub workload: &'a str,
+    /// The number of (virtual) devices p.
+    pub devices: usize,
+    /// Every operator's split, in the plan's order.
+    pub ops: Vec<ExplainedOp<'a>>,
+    /// Every exchange program of the compiled plan.
+    pub programs: Vec<ProgramReport>,
+    /// The simulator's predicted time on the topology, in ms.
+    pub predicted_ms: f64,
+    /// Bytes the task graph moves between devices.
+    pub bytes_moved: usize,
+    /// Per device, the peak bytes: resident plus transient peak.
+    pub peak_bytes_per_device: Vec<usize>,
+    /// Per device, the bytes of computation inputs resident for the executable's lifetime.
+    pub resident_bytes_per_device: Vec<usize>,
+    /// Per device, the peak of the buffers freed after their last reader.
+    pub transient_peak_bytes_per_device: Vec<usize>,
+    /// The number of tasks of each kind (`load`, `transfer`, `kernel`, ...).
+    pub tasks: BTreeMap<&'static str, usize>,
+    /// The number of operators in the computation.
+    pub operators: usize,
+    /// What each device keeps in memory against the capacity and the budget.
+    pub memory: MemoryReport,
+}
+
+/// One operator of [`ExplainReport::ops`].
+#[derive(Serialize)]
+pub struct ExplainedOp<'a> {
+    /// The operator's name in the graph.
+    pub name: &'a str,
+    /// Its kind (`matmul`, `attention`, ...).
+    pub kind: &'a str,
+    /// Its split as `index=count ...`, or `replicated`.
+    pub split: String,
+}
+
+/// One exchange program of [`ExplainReport::programs`].
+#[derive(Serialize)]
+pub struct ProgramReport {
+    /// The name of the operator whose input it brings into place (`null` if the plan does
+    /// not name it).
+    pub op: Option<String>,
+    /// Which input of the operator, by position.
+    pub input: usize,
+    /// Its simulated time on the topology, in ms.
+    pub simulated_ms: f64,
+    /// The program in ExProg syntax.
+    pub program: String,
 }

@@ -1,8 +1,10 @@
 //! `einsummable specs`: every join-agg spec each operator offers.
 
+use std::collections::BTreeMap;
+
 use einsum_joinagg::enumerate_specs;
 use einsummable::{DType, Result, Workload};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::Report;
 
@@ -43,11 +45,45 @@ pub fn run(a: Args) -> Result<Report> {
             let blocks = choice.spec.output_blocks(0).len();
             let splits = if splits.is_empty() { "replicated".to_string() } else { splits.join(" ") };
             text += &format!("  {splits:<32} output blocks {blocks:>3}  flops/device {lo:.3e}..{hi:.3e}\n");
-            let counts: serde_json::Map<String, Value> =
-                shardable.iter().zip(&choice.counts).map(|(s, c)| (s.name.clone(), json!(c))).collect();
-            listed.push(json!({"splits": counts, "output_blocks": blocks, "min_flops": lo, "max_flops": hi}));
+            let counts = shardable.iter().zip(&choice.counts).map(|(s, c)| (s.name.clone(), *c)).collect();
+            listed.push(SpecReport { splits: counts, output_blocks: blocks, min_flops: lo, max_flops: hi });
         }
-        ops.push(json!({"name": name, "kind": op.kind(), "specs": listed}));
+        ops.push(OperatorSpecs { name: name.to_string(), kind: op.kind().to_string(), specs: listed });
     }
-    Ok(Report { json: json!({"workload": a.workload, "devices": a.devices, "ops": ops}), text, ok: true })
+    Ok(Report::new(&SpecsReport { workload: &a.workload, devices: a.devices, ops }, text, true))
+}
+
+/// The `--json` object of `specs`: every join-agg spec each operator offers on p devices.
+#[derive(Serialize)]
+pub struct SpecsReport<'a> {
+    /// The workload as given, `name:key=value,...`.
+    pub workload: &'a str,
+    /// The number of devices p.
+    pub devices: usize,
+    /// Every operator, in the computation's order.
+    pub ops: Vec<OperatorSpecs>,
+}
+
+/// One operator of [`SpecsReport::ops`] and its specs.
+#[derive(Serialize)]
+pub struct OperatorSpecs {
+    /// The operator's name in the graph.
+    pub name: String,
+    /// Its kind (`matmul`, `attention`, ...).
+    pub kind: String,
+    /// Every spec it offers, in enumeration order.
+    pub specs: Vec<SpecReport>,
+}
+
+/// One join-agg spec of [`OperatorSpecs::specs`].
+#[derive(Serialize)]
+pub struct SpecReport {
+    /// How many ways each shardable index is split (1 included), by index name.
+    pub splits: BTreeMap<String, usize>,
+    /// How many distinct output blocks the devices write.
+    pub output_blocks: usize,
+    /// The fewest flops one device computes.
+    pub min_flops: f64,
+    /// The most flops one device computes.
+    pub max_flops: f64,
 }

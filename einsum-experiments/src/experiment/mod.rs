@@ -38,7 +38,7 @@ mod transformer;
 pub use chart::BarChart;
 pub use progress::Progress;
 pub use proxy::pearson;
-pub use table::{Cell, Table, geometric_mean};
+pub use table::{Cell, CellReport, RowReport, Table, TableReport, geometric_mean};
 
 /// Annealing iterations per exchange program of the searched schedule at full size.
 pub const SEARCH_ITERATIONS: usize = 100;

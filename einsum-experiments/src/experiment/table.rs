@@ -1,9 +1,9 @@
 //! One result table, written as CSV, as a Markdown table (missing cells shown as `n/a`,
 //! their reasons listed under it) and as JSON rows.
 
-use std::fmt::Write as _;
+use std::{collections::BTreeMap, fmt::Write as _};
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 
 /// One cell of a table.
 #[derive(Clone, Debug, PartialEq)]
@@ -144,34 +144,70 @@ impl Table {
         parts.join(" ")
     }
 
-    /// The rows as JSON objects keyed by column (missing cells are `null`, with their
-    /// reasons under `"missing"`).
-    pub fn to_json(&self) -> Value {
-        let rows: Vec<Value> = self
+    /// The table as JSON: its name, caption, columns and notes, and the rows as objects
+    /// keyed by column (missing cells are `null`, with their reasons under `"missing"`).
+    pub fn report(&self) -> TableReport<'_> {
+        let rows = self
             .rows
             .iter()
             .map(|row| {
-                let mut obj = Map::new();
-                let mut missing = Map::new();
+                let mut cells = BTreeMap::new();
+                let mut missing = BTreeMap::new();
                 for (column, cell) in self.columns.iter().zip(row) {
-                    let v = match cell {
-                        Cell::Text(s) => json!(s),
-                        Cell::Value(v) => json!(v),
+                    let value = match cell {
+                        Cell::Text(s) => CellReport::Text(s),
+                        Cell::Value(v) => CellReport::Value(*v),
                         Cell::Missing(reason) => {
-                            missing.insert(column.clone(), json!(reason));
-                            Value::Null
+                            missing.insert(column.as_str(), reason.as_str());
+                            CellReport::Missing
                         }
                     };
-                    obj.insert(column.clone(), v);
+                    cells.insert(column.as_str(), value);
                 }
-                if !missing.is_empty() {
-                    obj.insert("missing".into(), Value::Object(missing));
-                }
-                Value::Object(obj)
+                RowReport { cells, missing }
             })
             .collect();
-        json!({ "name": self.name, "caption": self.caption, "columns": self.columns, "rows": rows, "notes": self.notes })
+        TableReport { name: &self.name, caption: &self.caption, columns: &self.columns, rows, notes: &self.notes }
     }
+}
+
+/// A [`Table`] as JSON (`experiment --json` prints one per experiment).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TableReport<'a> {
+    /// The experiment's name.
+    pub name: &'a str,
+    /// What the table shows and how it was produced.
+    pub caption: &'a str,
+    /// The column names, in the table's order; the leading ones are labels, the rest values.
+    pub columns: &'a [String],
+    /// The rows, each an object keyed by column.
+    pub rows: Vec<RowReport<'a>>,
+    /// Remarks printed under the Markdown table.
+    pub notes: &'a [String],
+}
+
+/// One row of a [`TableReport`]: the columns are the table's, so the cells are a map from
+/// column name (in name order) to value rather than fields; `"missing"` follows them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RowReport<'a> {
+    /// Every cell, by column name.
+    #[serde(flatten)]
+    pub cells: BTreeMap<&'a str, CellReport<'a>>,
+    /// Why each missing cell is missing, by column name; absent when no cell is missing.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub missing: BTreeMap<&'a str, &'a str>,
+}
+
+/// One cell of a [`RowReport`]: a string, a number, or `null` when missing.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CellReport<'a> {
+    /// A label.
+    Text(&'a str),
+    /// A number.
+    Value(f64),
+    /// A missing cell (its reason is under the row's `"missing"`).
+    Missing,
 }
 
 fn text_label(column: &str, cell: &Cell) -> Option<String> {
@@ -257,8 +293,8 @@ mod tests {
             row.push(Cell::Missing("no plan".into()));
         }
         assert!(t.to_markdown().contains("- megatron, ulysses (a,b p=4; c p=4): no plan"), "{}", t.to_markdown());
-        let json = t.to_json();
-        assert_eq!(json["rows"][0]["megatron"], Value::Null);
+        let json = serde_json::to_value(t.report()).unwrap();
+        assert_eq!(json["rows"][0]["megatron"], serde_json::Value::Null);
         assert_eq!(json["rows"][0]["missing"]["megatron"], "no plan");
         let g = geomean_cell(&[&Cell::Value(2.0), &Cell::Missing("x".into()), &Cell::Value(8.0)]);
         assert_eq!(g, Cell::Value(4.0));
