@@ -159,7 +159,6 @@ pub fn run(a: RunArgs) -> Result<Report> {
         let dumped: Vec<Dumped<'_>> = tensors.iter().map(|(n, role, v)| Dumped { name: n, role, value: v }).collect();
         dump(dir, &dumped)?;
     }
-    let stats = exe.stats();
     let mut text = summary(&a.compile, &exe);
     let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
     let _ = writeln!(text, "ran in {wall_ms:.3} ms{runs} on the {} backend", a.compile.backend);
@@ -177,12 +176,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
         max_rel_error: max_error.map(f64::from),
         wall_ms,
         runs: times.len(),
-        predicted_ms: exe.predicted_ms(),
-        bytes_moved: stats.bytes_moved,
-        peak_bytes_per_device: stats.peak_bytes,
-        resident_bytes_per_device: stats.resident_bytes,
-        transient_peak_bytes_per_device: stats.transient_peak_bytes,
-        tasks: stats.tasks,
+        graph: GraphReport::new(&exe),
     };
     Ok(Report::new(&json, text, ok))
 }
@@ -260,12 +254,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
                 program: p.program.to_string(),
             })
             .collect(),
-        predicted_ms: exe.predicted_ms(),
-        bytes_moved: stats.bytes_moved,
-        peak_bytes_per_device: stats.peak_bytes,
-        resident_bytes_per_device: stats.resident_bytes,
-        transient_peak_bytes_per_device: stats.transient_peak_bytes,
-        tasks: stats.tasks,
+        graph: GraphReport::new(&exe),
         operators: comp.ops().count(),
         memory,
     };
@@ -307,6 +296,38 @@ fn dot(exe: &Executable<'_>) -> String {
     out
 }
 
+/// The fields `run` and `explain` share (flattened into their objects): the compiled task
+/// graph's predicted time, traffic, memory and tasks.
+#[derive(Serialize)]
+pub struct GraphReport {
+    /// The simulator's predicted time on the topology, in ms.
+    pub predicted_ms: f64,
+    /// Bytes the task graph moves between devices.
+    pub bytes_moved: usize,
+    /// Per device, the peak bytes: resident plus transient peak.
+    pub peak_bytes_per_device: Vec<usize>,
+    /// Per device, the bytes of computation inputs resident for the executable's lifetime.
+    pub resident_bytes_per_device: Vec<usize>,
+    /// Per device, the peak of the buffers freed after their last reader.
+    pub transient_peak_bytes_per_device: Vec<usize>,
+    /// The number of tasks of each kind (`load`, `transfer`, `kernel`, ...).
+    pub tasks: BTreeMap<&'static str, usize>,
+}
+
+impl GraphReport {
+    fn new(exe: &Executable<'_>) -> Self {
+        let stats = exe.stats();
+        GraphReport {
+            predicted_ms: exe.predicted_ms(),
+            bytes_moved: stats.bytes_moved,
+            peak_bytes_per_device: stats.peak_bytes,
+            resident_bytes_per_device: stats.resident_bytes,
+            transient_peak_bytes_per_device: stats.transient_peak_bytes,
+            tasks: stats.tasks,
+        }
+    }
+}
+
 /// The `--json` object of `run`: whether the run passed, its time, and the compiled task
 /// graph's traffic, memory and tasks.
 #[derive(Serialize)]
@@ -324,18 +345,9 @@ pub struct RunReport<'a> {
     pub wall_ms: f64,
     /// The number of timed runs (`--repeat`).
     pub runs: usize,
-    /// The simulator's predicted time on the topology, in ms.
-    pub predicted_ms: f64,
-    /// Bytes the task graph moves between devices.
-    pub bytes_moved: usize,
-    /// Per device, the peak bytes: resident plus transient peak.
-    pub peak_bytes_per_device: Vec<usize>,
-    /// Per device, the bytes of computation inputs resident for the executable's lifetime.
-    pub resident_bytes_per_device: Vec<usize>,
-    /// Per device, the peak of the buffers freed after their last reader.
-    pub transient_peak_bytes_per_device: Vec<usize>,
-    /// The number of tasks of each kind (`load`, `transfer`, `kernel`, ...).
-    pub tasks: BTreeMap<&'static str, usize>,
+    /// The compiled task graph's prediction, traffic, memory and tasks.
+    #[serde(flatten)]
+    pub graph: GraphReport,
 }
 
 /// The `--json` object of `explain`: the plan, the exchange programs and the task graph's
@@ -350,18 +362,9 @@ pub struct ExplainReport<'a> {
     pub ops: Vec<ExplainedOp<'a>>,
     /// Every exchange program of the compiled plan.
     pub programs: Vec<ProgramReport>,
-    /// The simulator's predicted time on the topology, in ms.
-    pub predicted_ms: f64,
-    /// Bytes the task graph moves between devices.
-    pub bytes_moved: usize,
-    /// Per device, the peak bytes: resident plus transient peak.
-    pub peak_bytes_per_device: Vec<usize>,
-    /// Per device, the bytes of computation inputs resident for the executable's lifetime.
-    pub resident_bytes_per_device: Vec<usize>,
-    /// Per device, the peak of the buffers freed after their last reader.
-    pub transient_peak_bytes_per_device: Vec<usize>,
-    /// The number of tasks of each kind (`load`, `transfer`, `kernel`, ...).
-    pub tasks: BTreeMap<&'static str, usize>,
+    /// The compiled task graph's prediction, traffic, memory and tasks.
+    #[serde(flatten)]
+    pub graph: GraphReport,
     /// The number of operators in the computation.
     pub operators: usize,
     /// What each device keeps in memory against the capacity and the budget.
