@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use einsum_exprog::synth::collectives::{Collective, all_reduce};
-use einsum_exprog::synth::{SearchOptions, SynthError, canonical_membership, naive, search};
+use einsum_exprog::synth::{SearchOptions, SynthError, canonical_membership, naive, search, search_observed};
 use einsum_exprog::{PartitionId, Program, SimulateError, SiteId, load, simulate};
 use einsum_sim::{PCIE_BRIDGE, Topology};
 
@@ -145,6 +145,18 @@ fn search_is_deterministic_for_a_seed() {
     assert_eq!(a.iterations, 40);
     assert!(a.evaluated > 0);
     assert!(a.completion_ms <= a.naive_ms);
+}
+
+/// The observer hears every annealing iteration, in order, and changes nothing.
+#[test]
+fn an_observed_search_reports_each_iteration_and_finds_the_same() {
+    let p = all_reduce(4, 1.0);
+    let v100 = topology("dgx-v100");
+    let mut heard = Vec::new();
+    let observed = search_observed(&p, &v100, options(40), &mut |n| heard.push(n)).unwrap();
+    let plain = search(&p, &v100, options(40)).unwrap();
+    assert_eq!(heard, (1..=40).collect::<Vec<_>>());
+    assert_eq!((observed.program, observed.completion_ms), (plain.program, plain.completion_ms));
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! `einsummable exprog`: check, simulate and synthesize exchange programs (Section 5).
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 
 use einsum_exprog::{
     Membership, load, load_valid, simulate,
     synth::{self, SearchOptions},
 };
 use einsum_sim::{PCIE_BRIDGE, Topology};
+use einsummable::experiment::Progress;
 use einsummable::{Error, Result};
 use serde::Serialize;
 
@@ -103,7 +105,11 @@ pub fn run(command: Command) -> Result<Report> {
                 }
                 Synthesis::Search => {
                     let options = SearchOptions { seed, iterations, ..SearchOptions::default() };
-                    let s = synth::search(&preamble, &topo, options)?;
+                    // A bar on a terminal only: logs and pipes get the result alone.
+                    let mut bar = Progress::new("search", iterations, std::io::stderr().is_terminal());
+                    bar.start(&file);
+                    let s = synth::search_observed(&preamble, &topo, options, &mut |_| bar.done())?;
+                    bar.finish();
                     let search = SearchReport { naive_ms: s.naive_ms, evaluated: s.evaluated, origin: s.origin };
                     (s.program, s.completion_ms, s.membership, Some(search))
                 }

@@ -103,7 +103,7 @@ mod search;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use naive::naive;
-pub use search::{SearchOptions, Synthesis, search};
+pub use search::{SearchOptions, Synthesis, search, search_observed};
 
 use crate::check::CheckError;
 use crate::cost::SimulateError;

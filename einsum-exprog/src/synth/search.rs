@@ -115,6 +115,18 @@ struct Search<'a> {
 /// not an e-graph, are in [`crate::synth`]). The preamble's body, if valid, is one of the
 /// seeds; otherwise it is ignored. Deterministic for a given seed and iteration budget.
 pub fn search(preamble: &Program, topology: &Topology, options: SearchOptions) -> Result<Synthesis, SynthError> {
+    search_observed(preamble, topology, options, &mut |_| {})
+}
+
+/// [`search`], calling `progress(n)` after each annealing iteration with the number run so
+/// far (out of [`SearchOptions::iterations`]), for a caller that shows how far a long
+/// search got. The observer sees nothing of the search's state, so the result is the same.
+pub fn search_observed(
+    preamble: &Program,
+    topology: &Topology,
+    options: SearchOptions,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Synthesis, SynthError> {
     let given = preamble;
     let preamble = checked_preamble(given)?;
     check_sites(&preamble, topology)?;
@@ -175,6 +187,7 @@ pub fn search(preamble: &Program, topology: &Topology, options: SearchOptions) -
             break;
         }
         iterations += 1;
+        progress(iterations);
         let temperature = options.temperature * 0.01f64.powf(it as f64 / options.iterations as f64);
         match s.propose(&cur) {
             None => s.refused += 1,
