@@ -106,6 +106,36 @@ impl HostTensor {
         }
     }
 
+    /// The storage bytes, row-major and native-endian, in the tensor's own dtype (f16 and
+    /// bf16 as their bit patterns): what a device buffer of this tensor holds. No element
+    /// passes through f32, so every bit pattern (NaN payloads included) is kept.
+    pub fn to_ne_bytes(&self) -> Vec<u8> {
+        match &self.data {
+            Storage::F32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+            Storage::F16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
+            Storage::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
+        }
+    }
+
+    /// The tensor of type `ty` and dtype `dtype` whose storage bytes are `bytes` (the inverse
+    /// of [`to_ne_bytes`](Self::to_ne_bytes)); `bytes` must hold exactly the type's volume of
+    /// elements ([`CoreError::DataLength`] otherwise, counting whole and partial elements).
+    pub fn from_ne_bytes(ty: TensorType, dtype: DType, bytes: &[u8]) -> Result<Self> {
+        let size = dtype.size_bytes();
+        if bytes.len() != ty.volume() * size {
+            return Err(CoreError::DataLength { expected: ty.volume(), got: bytes.len().div_ceil(size), ty });
+        }
+        let u16s = || bytes.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]]));
+        let data = match dtype {
+            DType::F32 => {
+                Storage::F32(bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect())
+            }
+            DType::F16 => Storage::F16(u16s().map(f16::from_bits).collect()),
+            DType::BF16 => Storage::BF16(u16s().map(bf16::from_bits).collect()),
+        };
+        Ok(Self { ty, data })
+    }
+
     /// The f32 elements without a copy, when the storage is f32.
     pub fn as_f32(&self) -> Option<&[f32]> {
         match &self.data {
@@ -286,6 +316,28 @@ mod tests {
             assert_eq!(HostTensor::stitch(&whole, &parts).unwrap(), t);
             assert!(HostTensor::stitch(&whole, &parts[1..]).is_err());
         }
+    }
+
+    /// Storage bytes round-trip every bit pattern in every dtype (a pass through f32 would
+    /// quiet a signalling NaN), and a wrong length is a typed error.
+    #[test]
+    fn storage_bytes_round_trip_bit_exactly() {
+        let ty = tt(&[2, 0], &[4, 3]);
+        for dtype in DType::ALL {
+            let x = HostTensor::random(ty.clone(), dtype, 9);
+            let bytes = x.to_ne_bytes();
+            assert_eq!(bytes.len(), x.size_bytes());
+            assert_eq!(HostTensor::from_ne_bytes(ty.clone(), dtype, &bytes).unwrap(), x);
+            let short = HostTensor::from_ne_bytes(ty.clone(), dtype, &bytes[1..]).unwrap_err();
+            assert!(matches!(short, CoreError::DataLength { expected: 6, got: 6, .. }), "{short}");
+        }
+        let snan = 0x7c01u16; // f16 signalling NaN with payload 1
+        let mut bytes = Vec::new();
+        for _ in 0..6 {
+            bytes.extend_from_slice(&snan.to_ne_bytes());
+        }
+        let x = HostTensor::from_ne_bytes(ty, DType::F16, &bytes).unwrap();
+        assert_eq!(x.to_ne_bytes(), bytes);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaGraph;
 use einsum_core::taskgraph::{Boundary, TaskGraph, TaskId};
-use einsum_core::{BackendError, DType, HostTensor, KernelLibrary, Prepared};
+use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared};
 
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
@@ -236,45 +236,25 @@ impl Prepared for CudaExecutable {
     }
 }
 
-/// The raw storage bytes of a host tensor (f16/bf16 as their bit patterns). `HostTensor`
-/// does not expose its storage, so the elements pass through f32 on the way, which is exact
-/// for every dtype: f16 and bf16 widen to f32 and narrow back to the same bits.
-pub fn to_bytes(x: &HostTensor) -> Vec<u8> {
-    let v = x.to_f32();
-    match x.dtype() {
-        DType::F32 => v.iter().flat_map(|f| f.to_ne_bytes()).collect(),
-        DType::F16 => v.iter().flat_map(|f| half::f16::from_f32(*f).to_bits().to_ne_bytes()).collect(),
-        DType::BF16 => v.iter().flat_map(|f| half::bf16::from_f32(*f).to_bits().to_ne_bytes()).collect(),
-    }
-}
-
-/// A whole tensor of `b`'s type from its raw storage bytes.
+/// A whole tensor of `b`'s type from its raw storage bytes (in its own dtype, as a device
+/// buffer holds it; uploads are [`HostTensor::to_ne_bytes`]).
 pub fn from_bytes(b: &Boundary, bytes: &[u8]) -> Result<HostTensor, String> {
-    let v: Vec<f32> = match b.dtype {
-        DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        DType::F16 => {
-            bytes.chunks_exact(2).map(|c| half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32()).collect()
-        }
-        DType::BF16 => {
-            bytes.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32()).collect()
-        }
-    };
-    HostTensor::from_f32(b.ty.clone(), b.dtype, v).map_err(|e| e.to_string())
+    HostTensor::from_ne_bytes(b.ty.clone(), b.dtype, bytes).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
-    use einsum_core::TensorType;
+    use einsum_core::{DType, TensorType};
 
     use super::*;
 
     #[test]
-    fn storage_bytes_round_trip_in_every_dtype() {
+    fn a_boundary_reads_back_its_uploaded_bytes_in_every_dtype() {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             let ty = TensorType::zero_bounded(&[3, 5]);
             let x = HostTensor::random(ty.clone(), dtype, 7);
             let b = Boundary { name: "x".into(), ty, dtype };
-            let bytes = to_bytes(&x);
+            let bytes = x.to_ne_bytes();
             assert_eq!(bytes.len(), 15 * dtype.size_bytes());
             assert_eq!(from_bytes(&b, &bytes).unwrap(), x);
         }

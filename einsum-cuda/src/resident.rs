@@ -17,7 +17,6 @@
 use einsum_core::taskgraph::{Task, TaskGraph};
 use einsum_core::{DType, HostTensor, TensorType};
 
-use crate::executable::to_bytes;
 use crate::pool::ALIGN;
 
 /// One block of a computation input held on one GPU.
@@ -104,7 +103,7 @@ impl ResidentPlan {
         self.input_blocks[input].iter().map(move |&k| {
             let b = &self.blocks[k];
             let part = value.slice(&b.ty).map_err(|e| format!("slicing block {}: {e}", b.ty))?;
-            Ok((b.gpu, b.offset, to_bytes(&part)))
+            Ok((b.gpu, b.offset, part.to_ne_bytes()))
         })
     }
 }
