@@ -25,9 +25,9 @@
 //! devices overlap, kernels on one device share its compute, and transfers overlap kernels.
 
 use einsum_core::DType;
-use einsum_core::taskgraph::{BufferId, Task as GraphTask, TaskGraph};
+use einsum_core::taskgraph::{BufferId, Task, TaskGraph};
 use einsum_joinagg::{AbstractOperator, Computation, Node};
-use einsum_sim::{Roofline, SimError, SimTaskId, SiteId, Task, TaskKind, Topology, Trace};
+use einsum_sim::{Roofline, SimError, SimTask, SimTaskId, SiteId, TaskKind, Topology, Trace};
 
 use super::{KernelCall, precision};
 
@@ -65,7 +65,7 @@ pub fn simulator_tasks(
     kernels: &[KernelCall],
     topology: &Topology,
     roofline: &Roofline,
-) -> Result<Vec<Task>, PredictError> {
+) -> Result<Vec<SimTask>, PredictError> {
     let site = |b: BufferId| SiteId(graph.buffer(b).device.0 as usize);
     let bytes = |b: BufferId| graph.buffer(b).bytes() as f64;
     let copy = |at: SiteId, read: f64, write: f64| TaskKind::Aggregate {
@@ -76,18 +76,16 @@ pub fn simulator_tasks(
     let mut tasks = Vec::with_capacity(graph.nodes().len());
     for node in graph.nodes() {
         let kind = match &node.task {
-            GraphTask::Load { dst: b, .. } | GraphTask::Store { src: b, .. } => {
+            Task::Load { dst: b, .. } | Task::Store { src: b, .. } => {
                 TaskKind::Compute { site: site(*b), seconds: 0.0 }
             }
-            GraphTask::Slice { dst, .. } => copy(site(*dst), bytes(*dst), bytes(*dst)),
-            GraphTask::Transfer { src, dst } if site(*src) == site(*dst) => copy(site(*dst), bytes(*src), bytes(*dst)),
-            GraphTask::Transfer { src, dst } => {
-                TaskKind::Transfer { src: site(*src), dst: site(*dst), bytes: bytes(*src) }
-            }
-            GraphTask::Aggregate { srcs, dst, .. } | GraphTask::Stitch { srcs, dst } => {
+            Task::Slice { dst, .. } => copy(site(*dst), bytes(*dst), bytes(*dst)),
+            Task::Transfer { src, dst } if site(*src) == site(*dst) => copy(site(*dst), bytes(*src), bytes(*dst)),
+            Task::Transfer { src, dst } => TaskKind::Transfer { src: site(*src), dst: site(*dst), bytes: bytes(*src) },
+            Task::Aggregate { srcs, dst, .. } | Task::Stitch { srcs, dst } => {
                 copy(site(*dst), srcs.iter().map(|&b| bytes(b)).sum(), bytes(*dst))
             }
-            GraphTask::Kernel { kernel, outputs, inputs } => {
+            Task::Kernel { kernel, outputs, inputs } => {
                 let call = kernels.get(*kernel).ok_or_else(|| PredictError::UnknownKernel {
                     label: node.label.clone(),
                     kernel: *kernel,
@@ -101,7 +99,7 @@ pub fn simulator_tasks(
             }
         };
         let deps = node.deps.iter().map(|d| SimTaskId(d.0 as usize)).collect();
-        tasks.push(Task { label: node.label.clone(), kind, deps });
+        tasks.push(SimTask { label: node.label.clone(), kind, deps });
     }
     Ok(tasks)
 }

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use einsum_sim::{GB, SimTaskId, Task, TaskGraph};
+use einsum_sim::{GB, SimGraph, SimTask, SimTaskId};
 
 use crate::aggregate::Aggregate;
 use crate::closure::{Closure, Producer};
@@ -55,7 +55,7 @@ impl FiringTasks {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Lowering {
     /// The tasks, ready for [`einsum_sim::simulate`].
-    pub graph: TaskGraph,
+    pub graph: SimGraph,
     /// The tasks of every firing, indexed like [`Closure::firings`].
     pub firings: Vec<FiringTasks>,
 }
@@ -78,7 +78,7 @@ impl Program {
 pub fn lower(program: &Program, closure: &Closure) -> Lowering {
     let mats = closure.materializations();
     let firings = closure.firings();
-    let mut graph = TaskGraph::new();
+    let mut graph = SimGraph::new();
     let mut tasks: Vec<FiringTasks> = Vec::with_capacity(firings.len());
     // Aggregates already formed at a site by an earlier firing, with the forming task.
     let mut formed_at: HashMap<(SiteId, &Aggregate), SimTaskId> = HashMap::new();
@@ -108,7 +108,7 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
             let read: f64 =
                 f.pieces.iter().filter_map(|&m| mats.get(m)).map(|m| program.aggregate_bytes(&m.aggregate)).sum();
             let label = format!("{aggregate} @ {}", f.site);
-            let id = graph.push(Task::aggregate(label, f.site, read, bytes).after(deps));
+            let id = graph.push(SimTask::aggregate(label, f.site, read, bytes).after(deps));
             formed_at.insert((f.site, aggregate), id);
             (Some(id), Some(id))
         };
@@ -119,7 +119,7 @@ pub fn lower(program: &Program, closure: &Closure) -> Lowering {
             .filter(|&&d| d != f.site)
             .map(|&d| {
                 let label = format!("{aggregate} @ {} -> {d}", f.site);
-                (d, graph.push(Task::transfer(label, f.site, d, bytes).after(ready)))
+                (d, graph.push(SimTask::transfer(label, f.site, d, bytes).after(ready)))
             })
             .collect();
         tasks.push(FiringTasks { aggregate: formed, ready, transfers });

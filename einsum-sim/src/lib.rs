@@ -6,7 +6,7 @@
 //!   one shared resource such as the DGX-V100's PCIe bridge); and a route (the list of
 //!   resources crossed) for every ordered pair of distinct sites. Presets by name
 //!   ([`Topology::preset`], [`PRESETS`]) or JSON files ([`Topology::load`]).
-//! - [`simulate`]: runs a DAG of [`Task`]s (transfers, multicasts, local aggregations,
+//! - [`simulate`]: runs a DAG of [`SimTask`]s (transfers, multicasts, local aggregations,
 //!   kernels) as fluid flows that share every resource they cross max-min fairly,
 //!   recomputing rates at each start and finish, and returns a [`Trace`]. Kernels are flows
 //!   through a per-site compute resource, so kernels on one site share it.
@@ -24,14 +24,14 @@
 //! # Example: the paper's Example 5.1 on a DGX-H100
 //!
 //! ```
-//! use einsum_sim::{GB, SiteId, Task, TaskGraph, Topology};
+//! use einsum_sim::{GB, SiteId, SimTask, SimGraph, Topology};
 //!
 //! let h100 = Topology::preset("dgx-h100")?;
-//! let mut g = TaskGraph::new();
-//! let a = g.push(Task::transfer("A @ 0 -> 1", SiteId(0), SiteId(1), GB));
-//! let b = g.push(Task::transfer("B @ 1 -> 0", SiteId(1), SiteId(0), GB));
-//! g.push(Task::aggregate("A+B @ 0", SiteId(0), 2.0 * GB, GB).after([b]));
-//! g.push(Task::aggregate("A+B @ 1", SiteId(1), 2.0 * GB, GB).after([a]));
+//! let mut g = SimGraph::new();
+//! let a = g.push(SimTask::transfer("A @ 0 -> 1", SiteId(0), SiteId(1), GB));
+//! let b = g.push(SimTask::transfer("B @ 1 -> 0", SiteId(1), SiteId(0), GB));
+//! g.push(SimTask::aggregate("A+B @ 0", SiteId(0), 2.0 * GB, GB).after([b]));
+//! g.push(SimTask::aggregate("A+B @ 1", SiteId(1), 2.0 * GB, GB).after([a]));
 //! let trace = g.simulate(&h100)?;
 //! assert!((trace.completion_ms() - 3.1).abs() < 0.03 * 3.1);
 //! assert!((trace.transfer_time_ms() - 2.2).abs() < 0.03 * 2.2);
@@ -95,7 +95,7 @@ pub use roofline::{
     MEMORY_EFFICIENCY, Roofline,
 };
 pub use simulate::simulate;
-pub use task::{SimTaskId, Task, TaskGraph, TaskKind};
+pub use task::{SimGraph, SimTask, SimTaskId, TaskKind};
 pub use topology::{
     ComputeRates, Fallback, GB, Link, MAX_SITES, Precision, Resource, ResourceId, ResourceKind, Site, SiteId, TFLOP,
     Topology,

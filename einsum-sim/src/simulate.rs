@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use crate::error::SimError;
 use crate::maxmin::max_min_rates;
-use crate::task::{SimTaskId, Task, TaskKind};
+use crate::task::{SimTask, SimTaskId, TaskKind};
 use crate::topology::{ResourceId, SiteId, Topology};
 use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
 
@@ -38,7 +38,7 @@ struct Flow {
 /// running anything, on a dangling dependency, a dependency cycle, a site the topology lacks,
 /// a transfer to its own source, a repeated multicast destination, or a negative, NaN or
 /// infinite byte count.
-pub fn simulate(topology: &Topology, tasks: &[Task]) -> Result<Trace, SimError> {
+pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimError> {
     check(topology, tasks)?;
     let n = tasks.len();
     let mut dependents = vec![Vec::new(); n];
@@ -170,7 +170,7 @@ pub fn simulate(topology: &Topology, tasks: &[Task]) -> Result<Trace, SimError> 
 }
 
 /// The flows of task `i`, in the order of its trace's deliveries.
-fn flows_of(topology: &Topology, i: usize, task: &Task) -> Vec<Flow> {
+fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<Flow> {
     let route = |src: SiteId, dst: SiteId| -> Vec<usize> {
         topology.route(src, dst).unwrap_or_default().into_iter().map(|r| r.0).collect()
     };
@@ -202,7 +202,7 @@ fn flows_of(topology: &Topology, i: usize, task: &Task) -> Vec<Flow> {
 }
 
 /// Validates sites, byte counts and dependencies, and rejects cycles.
-fn check(topology: &Topology, tasks: &[Task]) -> Result<(), SimError> {
+fn check(topology: &Topology, tasks: &[SimTask]) -> Result<(), SimError> {
     let sites = topology.num_sites();
     for (i, task) in tasks.iter().enumerate() {
         let id = SimTaskId(i);
@@ -260,7 +260,7 @@ fn check(topology: &Topology, tasks: &[Task]) -> Result<(), SimError> {
 
 /// Kahn's algorithm; on failure, walks unfinished dependencies from an unfinished task
 /// until one repeats, and reports that cycle.
-fn check_acyclic(tasks: &[Task]) -> Result<(), SimError> {
+fn check_acyclic(tasks: &[SimTask]) -> Result<(), SimError> {
     let n = tasks.len();
     let mut pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
     let mut dependents = vec![Vec::new(); n];
@@ -327,11 +327,11 @@ mod tests {
     #[test]
     fn zero_byte_tasks_finish_at_once_and_release_dependents() {
         let tasks = vec![
-            Task::transfer("t", s(0), s(1), GB),
-            Task::transfer("empty", s(1), s(2), 0.0).after([SimTaskId(0)]),
-            Task::multicast("nobody", s(2), vec![], GB).after([SimTaskId(1)]),
-            Task::aggregate("noop", s(2), 0.0, 0.0).after([SimTaskId(2)]),
-            Task::transfer("last", s(2), s(3), GB).after([SimTaskId(3)]),
+            SimTask::transfer("t", s(0), s(1), GB),
+            SimTask::transfer("empty", s(1), s(2), 0.0).after([SimTaskId(0)]),
+            SimTask::multicast("nobody", s(2), vec![], GB).after([SimTaskId(1)]),
+            SimTask::aggregate("noop", s(2), 0.0, 0.0).after([SimTaskId(2)]),
+            SimTask::transfer("last", s(2), s(3), GB).after([SimTaskId(3)]),
         ];
         let trace = simulate(&h100(), &tasks).expect("simulate");
         let one = GB / (450.0 * GB);
@@ -346,9 +346,9 @@ mod tests {
     #[test]
     fn concurrent_aggregations_share_hbm() {
         let tasks = vec![
-            Task::aggregate("x", s(0), 2.0 * GB, GB),
-            Task::aggregate("y", s(0), 2.0 * GB, GB),
-            Task::aggregate("z", s(1), 2.0 * GB, GB),
+            SimTask::aggregate("x", s(0), 2.0 * GB, GB),
+            SimTask::aggregate("y", s(0), 2.0 * GB, GB),
+            SimTask::aggregate("z", s(1), 2.0 * GB, GB),
         ];
         let trace = simulate(&h100(), &tasks).expect("simulate");
         let alone = 3.0 * GB / (3350.0 * GB);
@@ -365,11 +365,11 @@ mod tests {
     fn kernels_share_their_site_and_overlap_across_sites() {
         let t = h100();
         let tasks = vec![
-            Task::compute("a", s(0), 0.002),
-            Task::compute("b", s(0), 0.001),
-            Task::compute("c", s(1), 0.003),
-            Task::transfer("t", s(0), s(1), 0.45 * GB).after([SimTaskId(0)]),
-            Task::compute("d", s(1), 0.001).after([SimTaskId(2), SimTaskId(3)]),
+            SimTask::compute("a", s(0), 0.002),
+            SimTask::compute("b", s(0), 0.001),
+            SimTask::compute("c", s(1), 0.003),
+            SimTask::transfer("t", s(0), s(1), 0.45 * GB).after([SimTaskId(0)]),
+            SimTask::compute("d", s(1), 0.001).after([SimTaskId(2), SimTaskId(3)]),
         ];
         let trace = simulate(&t, &tasks).expect("simulate");
         // a and b share compute[0] at half rate each until b ends at 2 ms, then a runs alone
@@ -386,10 +386,10 @@ mod tests {
         assert_eq!(trace.tasks()[0].resources, [ResourceId(n)]);
         assert!(trace.to_string().contains("compute[1]"));
         assert!(matches!(
-            simulate(&t, &[Task::compute("bad", s(0), f64::INFINITY)]),
+            simulate(&t, &[SimTask::compute("bad", s(0), f64::INFINITY)]),
             Err(SimError::InvalidBytes { field: "seconds", .. })
         ));
-        assert!(matches!(simulate(&t, &[Task::compute("far", s(8), 1.0)]), Err(SimError::UnknownSite { .. })));
+        assert!(matches!(simulate(&t, &[SimTask::compute("far", s(8), 1.0)]), Err(SimError::UnknownSite { .. })));
     }
 
     #[test]
@@ -397,9 +397,9 @@ mod tests {
         // 0->1 and 2->1 share ingress[1]; 2->3 shares egress[2] with 2->1. Max-min: all three
         // at 225 GB/s until the 0.5 GB flows end, then 2->3 alone at 450.
         let tasks = vec![
-            Task::transfer("a", s(0), s(1), 0.5 * GB),
-            Task::transfer("b", s(2), s(1), 0.5 * GB),
-            Task::transfer("c", s(2), s(3), GB),
+            SimTask::transfer("a", s(0), s(1), 0.5 * GB),
+            SimTask::transfer("b", s(2), s(1), 0.5 * GB),
+            SimTask::transfer("c", s(2), s(3), GB),
         ];
         let trace = simulate(&h100(), &tasks).expect("simulate");
         let half = 0.5 * GB / (225.0 * GB);
@@ -411,44 +411,44 @@ mod tests {
     #[test]
     fn bad_graphs_are_typed_errors() {
         let t = h100();
-        let run = |tasks: Vec<Task>| simulate(&t, &tasks).unwrap_err();
+        let run = |tasks: Vec<SimTask>| simulate(&t, &tasks).unwrap_err();
         assert!(matches!(
-            run(vec![Task::transfer("x", s(0), s(1), GB).after([SimTaskId(5)])]),
+            run(vec![SimTask::transfer("x", s(0), s(1), GB).after([SimTaskId(5)])]),
             SimError::UnknownDependency { dep: SimTaskId(5), count: 1, .. }
         ));
         assert!(matches!(
-            run(vec![Task::transfer("x", s(0), s(8), GB)]),
+            run(vec![SimTask::transfer("x", s(0), s(8), GB)]),
             SimError::UnknownSite { site: SiteId(8), .. }
         ));
-        assert!(matches!(run(vec![Task::aggregate("x", s(9), 1.0, 1.0)]), SimError::UnknownSite { .. }));
-        assert!(matches!(run(vec![Task::transfer("x", s(3), s(3), GB)]), SimError::SameSite { .. }));
-        assert!(matches!(run(vec![Task::multicast("x", s(3), vec![s(1), s(3)], GB)]), SimError::SameSite { .. }));
+        assert!(matches!(run(vec![SimTask::aggregate("x", s(9), 1.0, 1.0)]), SimError::UnknownSite { .. }));
+        assert!(matches!(run(vec![SimTask::transfer("x", s(3), s(3), GB)]), SimError::SameSite { .. }));
+        assert!(matches!(run(vec![SimTask::multicast("x", s(3), vec![s(1), s(3)], GB)]), SimError::SameSite { .. }));
         assert!(matches!(
-            run(vec![Task::multicast("x", s(0), vec![s(1), s(2), s(1)], GB)]),
+            run(vec![SimTask::multicast("x", s(0), vec![s(1), s(2), s(1)], GB)]),
             SimError::DuplicateDestination { site: SiteId(1), .. }
         ));
         assert!(matches!(
-            run(vec![Task::aggregate("x", s(0), 1.0, f64::NAN)]),
+            run(vec![SimTask::aggregate("x", s(0), 1.0, f64::NAN)]),
             SimError::InvalidBytes { field: "write_bytes", .. }
         ));
-        assert!(matches!(run(vec![Task::transfer("x", s(0), s(1), -1.0)]), SimError::InvalidBytes { .. }));
-        assert!(matches!(run(vec![Task::transfer("x", s(0), s(1), f64::INFINITY)]), SimError::InvalidBytes { .. }));
+        assert!(matches!(run(vec![SimTask::transfer("x", s(0), s(1), -1.0)]), SimError::InvalidBytes { .. }));
+        assert!(matches!(run(vec![SimTask::transfer("x", s(0), s(1), f64::INFINITY)]), SimError::InvalidBytes { .. }));
     }
 
     #[test]
     fn cycles_are_reported_with_their_members() {
         let t = h100();
-        let self_loop = vec![Task::transfer("me", s(0), s(1), GB).after([SimTaskId(0)])];
+        let self_loop = vec![SimTask::transfer("me", s(0), s(1), GB).after([SimTaskId(0)])];
         let err = simulate(&t, &self_loop).unwrap_err();
         assert_eq!(err, SimError::Cycle { tasks: vec![SimTaskId(0)], labels: vec!["me".into()] });
         assert_eq!(err.to_string(), "dependency cycle: #0 (`me`) needs #0 (`me`)");
 
         let tasks = vec![
-            Task::transfer("root", s(0), s(1), GB),
-            Task::transfer("a", s(0), s(1), GB).after([SimTaskId(0), SimTaskId(3)]),
-            Task::transfer("b", s(0), s(1), GB).after([SimTaskId(1)]),
-            Task::transfer("c", s(0), s(1), GB).after([SimTaskId(2)]),
-            Task::transfer("after", s(0), s(1), GB).after([SimTaskId(3)]),
+            SimTask::transfer("root", s(0), s(1), GB),
+            SimTask::transfer("a", s(0), s(1), GB).after([SimTaskId(0), SimTaskId(3)]),
+            SimTask::transfer("b", s(0), s(1), GB).after([SimTaskId(1)]),
+            SimTask::transfer("c", s(0), s(1), GB).after([SimTaskId(2)]),
+            SimTask::transfer("after", s(0), s(1), GB).after([SimTaskId(3)]),
         ];
         let SimError::Cycle { mut tasks, .. } = simulate(&t, &tasks).unwrap_err() else { panic!("expected a cycle") };
         tasks.sort();

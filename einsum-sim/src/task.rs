@@ -6,7 +6,7 @@ use crate::error::SimError;
 use crate::topology::{SiteId, Topology};
 use crate::trace::Trace;
 
-/// A task of a simulator [`TaskGraph`], an index into its task list. (Not
+/// A task of a simulator [`SimGraph`], an index into its task list. (Not
 /// `einsum_core::taskgraph::TaskId`, a task of the executable task graph: the whole-plan
 /// prediction maps one to the other.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -75,7 +75,7 @@ impl TaskKind {
 
 /// A labelled task and the tasks it waits for. It starts the moment the last of them ends.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Task {
+pub struct SimTask {
     /// A name for traces and error messages (e.g. the ExProg action it came from).
     pub label: String,
     /// What it moves.
@@ -84,27 +84,27 @@ pub struct Task {
     pub deps: Vec<SimTaskId>,
 }
 
-impl Task {
+impl SimTask {
     /// A transfer of `bytes` from `src` to `dst`, with no dependencies.
     pub fn transfer(label: impl Into<String>, src: SiteId, dst: SiteId, bytes: f64) -> Self {
-        Task { label: label.into(), kind: TaskKind::Transfer { src, dst, bytes }, deps: Vec::new() }
+        SimTask { label: label.into(), kind: TaskKind::Transfer { src, dst, bytes }, deps: Vec::new() }
     }
 
     /// A multicast of `bytes` from `src` to every site of `dsts`, with no dependencies.
     pub fn multicast(label: impl Into<String>, src: SiteId, dsts: Vec<SiteId>, bytes: f64) -> Self {
-        Task { label: label.into(), kind: TaskKind::Multicast { src, dsts, bytes }, deps: Vec::new() }
+        SimTask { label: label.into(), kind: TaskKind::Multicast { src, dsts, bytes }, deps: Vec::new() }
     }
 
     /// An aggregation at `site` reading `read_bytes` and writing `write_bytes`, with no
     /// dependencies.
     pub fn aggregate(label: impl Into<String>, site: SiteId, read_bytes: f64, write_bytes: f64) -> Self {
-        Task { label: label.into(), kind: TaskKind::Aggregate { site, read_bytes, write_bytes }, deps: Vec::new() }
+        SimTask { label: label.into(), kind: TaskKind::Aggregate { site, read_bytes, write_bytes }, deps: Vec::new() }
     }
 
     /// A kernel at `site` taking `seconds` at full rate (see [`TaskKind::Compute`]), with no
     /// dependencies. Zero seconds makes a marker that ends the instant it starts.
     pub fn compute(label: impl Into<String>, site: SiteId, seconds: f64) -> Self {
-        Task { label: label.into(), kind: TaskKind::Compute { site, seconds }, deps: Vec::new() }
+        SimTask { label: label.into(), kind: TaskKind::Compute { site, seconds }, deps: Vec::new() }
     }
 
     /// The same task, also waiting for `deps`.
@@ -115,31 +115,31 @@ impl Task {
 }
 
 /// A list of tasks; a task's [`SimTaskId`] is its position. Dependencies may point anywhere:
-/// [`TaskGraph::simulate`] rejects dangling ones and cycles.
+/// [`SimGraph::simulate`] rejects dangling ones and cycles.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TaskGraph {
-    tasks: Vec<Task>,
+pub struct SimGraph {
+    tasks: Vec<SimTask>,
 }
 
-impl TaskGraph {
+impl SimGraph {
     /// An empty graph.
     pub fn new() -> Self {
-        TaskGraph::default()
+        SimGraph::default()
     }
 
     /// Appends `task` and returns its id.
-    pub fn push(&mut self, task: Task) -> SimTaskId {
+    pub fn push(&mut self, task: SimTask) -> SimTaskId {
         self.tasks.push(task);
         SimTaskId(self.tasks.len() - 1)
     }
 
     /// The tasks, indexed by [`SimTaskId`].
-    pub fn tasks(&self) -> &[Task] {
+    pub fn tasks(&self) -> &[SimTask] {
         &self.tasks
     }
 
     /// One task, or `None` when out of range.
-    pub fn task(&self, id: SimTaskId) -> Option<&Task> {
+    pub fn task(&self, id: SimTaskId) -> Option<&SimTask> {
         self.tasks.get(id.0)
     }
 
@@ -159,8 +159,8 @@ impl TaskGraph {
     }
 }
 
-impl From<Vec<Task>> for TaskGraph {
-    fn from(tasks: Vec<Task>) -> Self {
-        TaskGraph { tasks }
+impl From<Vec<SimTask>> for SimGraph {
+    fn from(tasks: Vec<SimTask>) -> Self {
+        SimGraph { tasks }
     }
 }

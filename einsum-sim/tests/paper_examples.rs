@@ -4,7 +4,7 @@
 //! least two pieces: read every piece, write the result) followed by its transfers; a
 //! local action `X @ s` is just the aggregation.
 
-use einsum_sim::{GB, PCIE_BRIDGE, SimTaskId, SiteId, Task, TaskGraph, Topology, Trace};
+use einsum_sim::{GB, PCIE_BRIDGE, SimGraph, SimTask, SimTaskId, SiteId, Topology, Trace};
 use einsum_sim::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 
 fn s(i: usize) -> SiteId {
@@ -12,8 +12,8 @@ fn s(i: usize) -> SiteId {
 }
 
 /// An aggregation of `pieces` 1 GB pieces into a 1 GB result at `site`.
-fn aggregate(label: &str, site: usize, pieces: usize) -> Task {
-    Task::aggregate(label, s(site), pieces as f64 * GB, GB)
+fn aggregate(label: &str, site: usize, pieces: usize) -> SimTask {
+    SimTask::aggregate(label, s(site), pieces as f64 * GB, GB)
 }
 
 fn within(actual: f64, expected: f64, tolerance: f64) -> bool {
@@ -28,9 +28,9 @@ fn assert_ms(what: &str, actual_s: f64, expected_ms: f64) {
 #[test]
 fn example_5_1_peer_to_peer_swap_on_dgx_h100() {
     let h100 = Topology::preset("dgx-h100").expect("preset");
-    let mut g = TaskGraph::new();
-    let a = g.push(Task::transfer("A @ 0 -> 1", s(0), s(1), GB));
-    let b = g.push(Task::transfer("B @ 1 -> 0", s(1), s(0), GB));
+    let mut g = SimGraph::new();
+    let a = g.push(SimTask::transfer("A @ 0 -> 1", s(0), s(1), GB));
+    let b = g.push(SimTask::transfer("B @ 1 -> 0", s(1), s(0), GB));
     let at0 = g.push(aggregate("A+B @ 0", 0, 2).after([b]));
     let at1 = g.push(aggregate("A+B @ 1", 1, 2).after([a]));
     let trace = g.simulate(&h100).expect("simulate");
@@ -51,11 +51,12 @@ fn example_5_1_peer_to_peer_swap_on_dgx_h100() {
 
 /// Example 5.2: recursive doubling over four GPUs of `topology`; returns the trace.
 fn recursive_doubling(topology: &Topology) -> Trace {
-    let mut g = TaskGraph::new();
+    let mut g = SimGraph::new();
     let atom = ["A", "B", "C", "D"];
     // round 1: swaps 0<->1 and 2<->3
-    let swap: Vec<SimTaskId> =
-        (0..4).map(|i| g.push(Task::transfer(format!("{} @ {i} -> {}", atom[i], i ^ 1), s(i), s(i ^ 1), GB))).collect();
+    let swap: Vec<SimTaskId> = (0..4)
+        .map(|i| g.push(SimTask::transfer(format!("{} @ {i} -> {}", atom[i], i ^ 1), s(i), s(i ^ 1), GB)))
+        .collect();
     // round 2: every site aggregates its pair's two atoms and sends the partial to site i^2
     let pair = |i: usize| if i < 2 { "A+B" } else { "C+D" };
     let mut partial = Vec::new();
@@ -63,7 +64,9 @@ fn recursive_doubling(topology: &Topology) -> Trace {
     for i in 0..4 {
         let agg = g.push(aggregate(&format!("{} @ {i}", pair(i)), i, 2).after([swap[i ^ 1]]));
         partial.push(agg);
-        send.push(g.push(Task::transfer(format!("{} @ {i} -> {}", pair(i), i ^ 2), s(i), s(i ^ 2), GB).after([agg])));
+        send.push(
+            g.push(SimTask::transfer(format!("{} @ {i} -> {}", pair(i), i ^ 2), s(i), s(i ^ 2), GB).after([agg])),
+        );
     }
     // the final aggregation combines the local partial and the one received
     for i in 0..4 {
@@ -88,16 +91,17 @@ fn pairs_then_partners(topology: &Topology, partner: impl Fn(usize) -> usize) ->
     let atom = ["A", "B", "C", "D", "E", "F", "G", "H"];
     let pair = ["A+B", "A+B", "C+D", "C+D", "E+F", "E+F", "G+H", "G+H"];
     let total = ["A+B+E+F", "A+B+E+F", "C+D+G+H", "C+D+G+H", "A+B+E+F", "A+B+E+F", "C+D+G+H", "C+D+G+H"];
-    let mut g = TaskGraph::new();
-    let swap: Vec<SimTaskId> =
-        (0..8).map(|i| g.push(Task::transfer(format!("{} @ {i} -> {}", atom[i], i ^ 1), s(i), s(i ^ 1), GB))).collect();
+    let mut g = SimGraph::new();
+    let swap: Vec<SimTaskId> = (0..8)
+        .map(|i| g.push(SimTask::transfer(format!("{} @ {i} -> {}", atom[i], i ^ 1), s(i), s(i ^ 1), GB)))
+        .collect();
     let mut partial = Vec::new();
     let mut send = [SimTaskId(usize::MAX); 8];
     for i in 0..8 {
         let agg = g.push(aggregate(&format!("{} @ {i}", pair[i]), i, 2).after([swap[i ^ 1]]));
         partial.push(agg);
         let p = partner(i);
-        send[p] = g.push(Task::transfer(format!("{} @ {i} -> {p}", pair[i]), s(i), s(p), GB).after([agg]));
+        send[p] = g.push(SimTask::transfer(format!("{} @ {i} -> {p}", pair[i]), s(i), s(p), GB).after([agg]));
     }
     for i in 0..8 {
         g.push(aggregate(&format!("{} @ {i}", total[i]), i, 2).after([partial[i], send[i]]));
@@ -149,8 +153,8 @@ fn example_5_3_placement_through_the_bridge_is_slower() {
 #[test]
 fn multicast_divides_the_source_egress_on_nvswitch() {
     let h100 = Topology::preset("dgx-h100").expect("preset");
-    let mut g = TaskGraph::new();
-    let m = g.push(Task::multicast("A @ 0 -> 1, 2, 3", s(0), vec![s(1), s(2), s(3)], GB));
+    let mut g = SimGraph::new();
+    let m = g.push(SimTask::multicast("A @ 0 -> 1, 2, 3", s(0), vec![s(1), s(2), s(3)], GB));
     let trace = g.simulate(&h100).expect("simulate");
     let t = trace.task(m).expect("task");
     assert!(within(t.end, 3.0 * GB / (450.0 * GB), 1e-12));
@@ -158,8 +162,8 @@ fn multicast_divides_the_source_egress_on_nvswitch() {
     assert!(t.deliveries.iter().all(|&(_, at)| at == t.end));
     // on the V100 the sub-flows use separate links: 0->3 and 0->4 double, 0->1 single
     let v100 = Topology::preset("dgx-v100").expect("preset");
-    let mut g = TaskGraph::new();
-    g.push(Task::multicast("A @ 0 -> 1, 3, 4", s(0), vec![s(1), s(3), s(4)], GB));
+    let mut g = SimGraph::new();
+    g.push(SimTask::multicast("A @ 0 -> 1, 3, 4", s(0), vec![s(1), s(3), s(4)], GB));
     let trace = g.simulate(&v100).expect("simulate");
     let t = &trace.tasks()[0];
     assert_eq!(t.deliveries, [(s(1), 0.04), (s(3), 0.02), (s(4), 0.02)]);
@@ -176,8 +180,8 @@ fn lower_bounds_from_design() {
     // a ring-free broadcast by multicast from one source meets neither more nor less than
     // its egress allows: n-1 copies through one 450 GB/s port
     let h100 = Topology::preset("dgx-h100").expect("preset");
-    let mut g = TaskGraph::new();
-    g.push(Task::multicast("bcast", s(0), (1..8).map(s).collect(), GB));
+    let mut g = SimGraph::new();
+    g.push(SimTask::multicast("bcast", s(0), (1..8).map(s).collect(), GB));
     let trace = g.simulate(&h100).expect("simulate");
     assert!(trace.completion() >= broadcast_bound(GB, 8, 450.0 * GB));
     assert!(within(trace.completion(), 7.0 * GB / (450.0 * GB), 1e-12));

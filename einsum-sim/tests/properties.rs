@@ -14,7 +14,7 @@
 //! - no resource carries more than its capacity times its busy time;
 //! - times scale linearly with bytes (and kernel seconds), and do not depend on the order tasks are listed in.
 
-use einsum_sim::{GB, PCIE_BRIDGE, PRESETS, SimTaskId, SiteId, Task, TaskGraph, TaskKind, Topology, Trace, simulate};
+use einsum_sim::{GB, PCIE_BRIDGE, PRESETS, SimGraph, SimTask, SimTaskId, SiteId, TaskKind, Topology, Trace, simulate};
 use proptest::prelude::*;
 
 const TOL: f64 = 1e-9;
@@ -35,20 +35,20 @@ fn raw_task() -> impl Strategy<Value = Raw> {
     (0u8..4, 0usize..8, 0usize..8, any::<u8>(), bytes, any::<u16>())
 }
 
-fn build(raw: &[Raw]) -> Vec<Task> {
+fn build(raw: &[Raw]) -> Vec<SimTask> {
     raw.iter()
         .enumerate()
         .map(|(i, &(kind, a, b, mask, gb, deps))| {
             let bytes = gb * GB;
             let task = match kind {
-                0 => Task::transfer(format!("t{i}"), s(a), s(if a == b { (a + 1) % 8 } else { b }), bytes),
+                0 => SimTask::transfer(format!("t{i}"), s(a), s(if a == b { (a + 1) % 8 } else { b }), bytes),
                 1 => {
                     let dsts = (0..8).filter(|&d| d != a && mask & (1 << d) != 0).map(s).collect();
-                    Task::multicast(format!("m{i}"), s(a), dsts, bytes)
+                    SimTask::multicast(format!("m{i}"), s(a), dsts, bytes)
                 }
-                2 => Task::aggregate(format!("g{i}"), s(a), 2.0 * bytes, bytes),
+                2 => SimTask::aggregate(format!("g{i}"), s(a), 2.0 * bytes, bytes),
                 // a kernel of `gb` ms
-                _ => Task::compute(format!("k{i}"), s(a), gb * 1e-3),
+                _ => SimTask::compute(format!("k{i}"), s(a), gb * 1e-3),
             };
             task.after((0..i).filter(|&j| deps & (1 << j) != 0).map(SimTaskId))
         })
@@ -56,7 +56,7 @@ fn build(raw: &[Raw]) -> Vec<Task> {
 }
 
 /// Each flow of a task as (bytes, standalone bandwidth).
-fn flows(topology: &Topology, task: &Task) -> Vec<(f64, f64)> {
+fn flows(topology: &Topology, task: &SimTask) -> Vec<(f64, f64)> {
     match &task.kind {
         TaskKind::Transfer { src, dst, bytes } => vec![(*bytes, topology.route_bandwidth(*src, *dst).expect("route"))],
         TaskKind::Multicast { src, dsts, bytes } => {
@@ -70,11 +70,11 @@ fn flows(topology: &Topology, task: &Task) -> Vec<(f64, f64)> {
 }
 
 /// The least time a task can take: its slowest flow alone at its route's bottleneck.
-fn standalone(topology: &Topology, task: &Task) -> f64 {
+fn standalone(topology: &Topology, task: &SimTask) -> f64 {
     flows(topology, task).iter().map(|(b, bw)| b / bw).fold(0.0, f64::max)
 }
 
-fn check_invariants(topology: &Topology, tasks: &[Task], trace: &Trace) -> Result<(), TestCaseError> {
+fn check_invariants(topology: &Topology, tasks: &[SimTask], trace: &Trace) -> Result<(), TestCaseError> {
     let ends: Vec<f64> = trace.tasks().iter().map(|t| t.end).collect();
     let last = ends.iter().copied().fold(0.0, f64::max);
     prop_assert_eq!(trace.completion(), last);
@@ -135,7 +135,7 @@ fn check_invariants(topology: &Topology, tasks: &[Task], trace: &Trace) -> Resul
     Ok(())
 }
 
-fn scaled(tasks: &[Task], k: f64) -> Vec<Task> {
+fn scaled(tasks: &[SimTask], k: f64) -> Vec<SimTask> {
     tasks
         .iter()
         .cloned()
@@ -153,7 +153,7 @@ fn scaled(tasks: &[Task], k: f64) -> Vec<Task> {
         .collect()
 }
 
-fn reversed(tasks: &[Task]) -> Vec<Task> {
+fn reversed(tasks: &[SimTask]) -> Vec<SimTask> {
     let n = tasks.len();
     tasks
         .iter()
@@ -203,7 +203,7 @@ proptest! {
     ) {
         let topology = Topology::preset(PRESETS[preset]).expect("preset");
         let dst = (src + hop) % 8;
-        let trace = simulate(&topology, &[Task::transfer("x", s(src), s(dst), gb * GB)]).expect("simulate");
+        let trace = simulate(&topology, &[SimTask::transfer("x", s(src), s(dst), gb * GB)]).expect("simulate");
         let bottleneck = topology.route_bandwidth(s(src), s(dst)).expect("route");
         prop_assert_eq!(trace.completion(), gb * GB / bottleneck);
         prop_assert_eq!(trace.transfer_time(), trace.completion());
@@ -215,13 +215,13 @@ proptest! {
         // NVSwitch: n transfers out of site 0 share its egress.
         let topology = Topology::preset(["dgx-a100", "dgx-h100"][switched]).expect("preset");
         let cap = topology.sites()[0].egress.expect("egress cap");
-        let tasks: Vec<Task> = (1..=n).map(|d| Task::transfer(format!("0->{d}"), s(0), s(d), bytes)).collect();
+        let tasks: Vec<SimTask> = (1..=n).map(|d| SimTask::transfer(format!("0->{d}"), s(0), s(d), bytes)).collect();
         let trace = simulate(&topology, &tasks).expect("simulate");
         for t in trace.tasks() {
             prop_assert!(close(t.end, n as f64 * bytes / cap, 1e-12));
         }
         // ... and a multicast to the same n sites is the same n flows.
-        let multicast = Task::multicast("0->*", s(0), (1..=n).map(s).collect(), bytes);
+        let multicast = SimTask::multicast("0->*", s(0), (1..=n).map(s).collect(), bytes);
         let trace = simulate(&topology, &[multicast]).expect("simulate");
         prop_assert!(close(trace.completion(), n as f64 * bytes / cap, 1e-12));
         // V100: n transfers between unlinked pairs share the PCIe bridge.
@@ -231,14 +231,14 @@ proptest! {
             .filter(|&(a, b)| a != b && !v100.linked(s(a), s(b)))
             .take(n)
             .collect();
-        let tasks: Vec<Task> = unlinked.iter().map(|&(a, b)| Task::transfer("bridged", s(a), s(b), bytes)).collect();
+        let tasks: Vec<SimTask> = unlinked.iter().map(|&(a, b)| SimTask::transfer("bridged", s(a), s(b), bytes)).collect();
         let trace = simulate(&v100, &tasks).expect("simulate");
         for t in trace.tasks() {
             prop_assert!(close(t.end, n as f64 * bytes / (15.75 * GB), 1e-12));
         }
         prop_assert!(close(trace.bytes_through(PCIE_BRIDGE), n as f64 * bytes, 1e-12));
         // n aggregations at one site share its HBM.
-        let tasks: Vec<Task> = (0..n).map(|_| Task::aggregate("agg", s(3), 2.0 * bytes, bytes)).collect();
+        let tasks: Vec<SimTask> = (0..n).map(|_| SimTask::aggregate("agg", s(3), 2.0 * bytes, bytes)).collect();
         let trace = simulate(&v100, &tasks).expect("simulate");
         for t in trace.tasks() {
             prop_assert!(close(t.end, n as f64 * 3.0 * bytes / (900.0 * GB), 1e-12));
@@ -255,7 +255,7 @@ proptest! {
         let tasks = build(&raw);
         let before = simulate(&topology, &tasks).expect("simulate");
         let mut more = tasks.clone();
-        more.push(Task::aggregate("extra", s(7), 2.0 * gb * GB, gb * GB));
+        more.push(SimTask::aggregate("extra", s(7), 2.0 * gb * GB, gb * GB));
         let after = simulate(&topology, &more).expect("simulate");
         for (a, b) in before.tasks().iter().zip(after.tasks()) {
             prop_assert!(close(a.start, b.start, 1e-9) && close(a.end, b.end, 1e-9));
@@ -272,12 +272,12 @@ proptest! {
 #[test]
 fn adding_a_task_can_make_completion_earlier() {
     let h100 = Topology::preset("dgx-h100").expect("preset");
-    let mut g = TaskGraph::new();
-    g.push(Task::transfer("a", s(0), s(1), GB));
-    let b = g.push(Task::transfer("b", s(5), s(1), GB));
-    g.push(Task::transfer("long", s(6), s(7), 10.0 * GB).after([b]));
+    let mut g = SimGraph::new();
+    g.push(SimTask::transfer("a", s(0), s(1), GB));
+    let b = g.push(SimTask::transfer("b", s(5), s(1), GB));
+    g.push(SimTask::transfer("long", s(6), s(7), 10.0 * GB).after([b]));
     let without = g.simulate(&h100).expect("simulate");
-    g.push(Task::multicast("x", s(0), vec![s(2), s(3), s(4)], 0.25 * GB));
+    g.push(SimTask::multicast("x", s(0), vec![s(2), s(3), s(4)], 0.25 * GB));
     let with = g.simulate(&h100).expect("simulate");
     let unit = GB / (450.0 * GB);
     assert!(close(without.completion(), 12.0 * unit, 1e-12), "{without}");
