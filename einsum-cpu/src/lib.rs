@@ -165,9 +165,7 @@ impl CpuBackend {
     ) -> Result<(Vec<HostTensor>, RunStats), BackendError> {
         check_inputs(graph, inputs)?;
         let mut exe = self.executable(graph, Arc::new(kernels))?;
-        for (i, value) in inputs.iter().enumerate() {
-            exe.load(i, value)?;
-        }
+        exe.load_all(inputs)?;
         exe.run_with_stats()
     }
 }
@@ -328,15 +326,6 @@ impl Backend for CpuBackend {
         kernels: Arc<dyn KernelLibrary + 'k>,
     ) -> Result<Box<dyn Prepared + 'k>, BackendError> {
         Ok(Box::new(self.executable(graph, kernels)?))
-    }
-
-    fn execute(
-        &self,
-        graph: &TaskGraph,
-        kernels: &dyn KernelLibrary,
-        inputs: &[HostTensor],
-    ) -> Result<Vec<HostTensor>, BackendError> {
-        self.execute_with_stats(graph, kernels, inputs).map(|(outputs, _)| outputs)
     }
 }
 

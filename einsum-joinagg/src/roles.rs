@@ -46,10 +46,6 @@ pub enum IndexRole {
 }
 
 impl IndexRole {
-    /// Every role, in declaration order.
-    pub const ALL: [IndexRole; 5] =
-        [IndexRole::Tokens, IndexRole::QueryBlocks, IndexRole::HeadsKv, IndexRole::HeadsQ, IndexRole::FfnHidden];
-
     /// The role's name in messages: `tokens`, `query_blocks`, `heads_kv`, `heads_q`,
     /// `ffn_hidden`.
     pub fn name(self) -> &'static str {
