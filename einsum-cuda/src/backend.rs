@@ -30,9 +30,15 @@ impl CudaBackend {
     }
 }
 
-/// The error for an operator with no CUDA kernel.
-fn unsupported(op: OperatorRef<'_>) -> BackendError {
-    BackendError::Unsupported { backend: "cuda".into(), operator: op.name.into(), kind: op.kind.into() }
+/// Refuses, with [`BackendError::Unsupported`], an operator whose concrete type has no
+/// entry in [`crate::kernels::registry`].
+fn require_kernel(op: OperatorRef<'_>) -> Result<(), BackendError> {
+    match registry::find(op.value) {
+        Some(_) => Ok(()),
+        None => {
+            Err(BackendError::Unsupported { backend: "cuda".into(), operator: op.name.into(), kind: op.kind.into() })
+        }
+    }
 }
 
 /// Refuses, with [`BackendError::Unsupported`], the first kernel task of `graph` whose
@@ -51,9 +57,7 @@ pub fn check_kernels(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<(
                     ),
                 });
             };
-            if registry::find(info.operator.value).is_none() {
-                return Err(unsupported(info.operator));
-            }
+            require_kernel(info.operator)?;
         }
     }
     Ok(())
@@ -72,10 +76,7 @@ impl Backend for CudaBackend {
     /// Refuses an operator whose concrete type has no entry in
     /// [`crate::kernels::registry`].
     fn check_operator(&self, operator: OperatorRef<'_>) -> Result<(), BackendError> {
-        match registry::find(operator.value) {
-            Some(_) => Ok(()),
-            None => Err(unsupported(operator)),
-        }
+        require_kernel(operator)
     }
 
     /// The host copy of an input's blocks staged on its way to the GPUs: every input's
