@@ -95,6 +95,7 @@ fn every_kernel_assembles_without_spills() {
             let ptx = compile(&sources::ATTENTION, &[("HEAD_DIM", d.to_string())], Some(compute))
                 .unwrap_or_else(|e| panic!("{e}"));
             let bytes: usize = assemble(&format!("attention-{d}"), &ptx.to_src(), sm).values().sum();
+            println!("attention, head dim {d:>3}, {sm}: {bytes} bytes of spill stores and loads");
             match (KNOWN_SPILLS.contains(&("attention", d)), bytes > 0) {
                 (false, true) => failures.push(format!("attention at head dim {d} on {sm}: {bytes} bytes of spills")),
                 (true, false) => failures
