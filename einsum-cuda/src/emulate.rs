@@ -13,6 +13,7 @@ use einsum_ops::reduce::ReduceOp;
 
 use crate::executable::from_bytes;
 use crate::inputs::InputSlots;
+use crate::kernels::attention::{self, AttentionShape};
 use crate::lower::{Dims, Lowered, Op, Ptr, RowKernel, Space};
 use crate::stream_plan::StreamPlan;
 
@@ -274,6 +275,7 @@ fn apply(m: &mut Memory, op: &Op) {
             }
         }
         Op::Attention {
+            kernel,
             q,
             k,
             v,
@@ -287,33 +289,29 @@ fn apply(m: &mut Memory, op: &Op) {
             kv_lo,
             keys_lo,
             group,
-            scale,
+            scale_log2,
             head_dim,
         } => {
             let d = *head_dim;
-            for h in 0..*heads {
-                let kvh = (heads_lo + h) / group - kv_lo;
-                for r in 0..*nq {
-                    let (lo, hi) = (m.ld_i32(*bounds, 2 * r) as usize, m.ld_i32(*bounds, 2 * r + 1) as usize);
-                    let qr: Vec<f32> = (0..d).map(|c| m.ld(*q, (h * nq + r) * d + c, *dtype) * scale).collect();
-                    let (mut mx, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; d]);
-                    for key in lo.max(*keys_lo)..hi.min(keys_lo + nk) {
-                        let row = (kvh * nk + key - keys_lo) * d;
-                        let s: f32 = (0..d).map(|c| qr[c] * m.ld(*k, row + c, *dtype)).sum();
-                        let nm = mx.max(s);
-                        let corr = if mx == f32::NEG_INFINITY { 0.0 } else { (mx - nm).exp() };
-                        let p = (s - nm).exp();
-                        l = l * corr + p;
-                        for (c, a) in acc.iter_mut().enumerate() {
-                            *a = *a * corr + p * m.ld(*v, row + c, *dtype);
-                        }
-                        mx = nm;
-                    }
-                    let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
-                    for (c, a) in acc.iter().enumerate() {
-                        m.st(*o, (h * nq + r) * d + c, *dtype, a * inv);
-                    }
-                }
+            let kv_heads = (heads_lo + heads - 1) / group - kv_lo + 1;
+            let mut read = |p: Ptr, n: usize| (0..n).map(|i| m.ld(p, i, *dtype)).collect::<Vec<f32>>();
+            let (qv, kv, vv) = (read(*q, heads * nq * d), read(*k, kv_heads * nk * d), read(*v, kv_heads * nk * d));
+            let rows: Vec<(usize, usize)> =
+                (0..*nq).map(|r| (m.ld_i32(*bounds, 2 * r) as usize, m.ld_i32(*bounds, 2 * r + 1) as usize)).collect();
+            let shape = AttentionShape {
+                heads: *heads,
+                nq: *nq,
+                nk: *nk,
+                head_dim: d,
+                heads_lo: *heads_lo,
+                kv_lo: *kv_lo,
+                keys_lo: *keys_lo,
+                group: *group,
+                scale_log2: *scale_log2,
+                bounds: &rows,
+            };
+            for (i, x) in attention::emulate(*kernel, *dtype, &shape, &qv, &kv, &vv).into_iter().enumerate() {
+                m.st(*o, i, *dtype, x);
             }
         }
         Op::Gemm { a, b, c, dtype, gemm: g } => {

@@ -10,6 +10,7 @@ use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKern
 use einsum_core::DType;
 
 use crate::device::{DeviceMemory, Gpu, HostMemory};
+use crate::kernels::attention::AttentionKernel;
 use crate::kernels::codes::{OpCode, unary_scalar};
 use crate::kernels::gemm_plan::Gemm;
 use crate::lower::{Lowered, Op, Ptr, RowKernel, Space};
@@ -304,6 +305,7 @@ impl Runtime {
                 unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
             }
             Op::Attention {
+                kernel,
                 q,
                 k,
                 v,
@@ -317,35 +319,48 @@ impl Runtime {
                 kv_lo,
                 keys_lo,
                 group,
-                scale,
+                scale_log2,
                 head_dim,
             } => {
                 if *nq == 0 || *heads == 0 {
                     return Ok(());
                 }
-                let f = self
-                    .gpu_of(s)
-                    .attention
-                    .get(head_dim)
-                    .ok_or_else(|| format!("no attention kernel for head dimension {head_dim}"))?;
+                let entry = kernel.entry(*dtype);
+                let f = self.gpu_of(s).attention.get(&(entry, *head_dim)).ok_or_else(|| {
+                    format!(
+                        "no `{entry}` kernel for head dimension {head_dim} on this GPU (the tensor-core \
+                         attention kernel needs compute capability 8.0 or later)"
+                    )
+                })?;
                 let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dtype.code());
                 let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
+                let hpb = kernel.heads_per_block() as i64;
                 let mut b = stream.launch_builder(f);
-                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);
+                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_);
+                // The CUDA-core kernel takes the dtype; each tensor-core entry is one dtype's.
+                if matches!(kernel, AttentionKernel::Simt) {
+                    b.arg(&dt);
+                }
+                b.arg(&bp);
                 for x in &ints {
                     b.arg(x);
                 }
-                b.arg(scale);
+                if !matches!(kernel, AttentionKernel::Simt) {
+                    b.arg(&hpb);
+                }
+                b.arg(scale_log2);
                 let cfg = LaunchConfig {
                     grid_dim: (
-                        grid(nq.div_ceil(64), MAX_GRID_X, "attention query tiles")?,
-                        grid(*heads, MAX_GRID_YZ, "attention heads")?,
+                        grid(nq.div_ceil(kernel.positions_per_block(*head_dim)), MAX_GRID_X, "attention query tiles")?,
+                        grid(heads / kernel.heads_per_block(), MAX_GRID_YZ, "attention heads")?,
                         1,
                     ),
-                    block_dim: (64, 1, 1),
+                    block_dim: (kernel.threads() as u32, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: matches `attention`'s signature; blocks were checked when lowering.
+                // SAFETY: matches the signature of `attention_simt` (with `dt`) or of the
+                // `attention_mma_*` entries (with heads per block); blocks were checked and the
+                // kernel chosen (alignment, head dim, dtype) when lowering.
                 unsafe { b.launch(cfg) }.map_err(launch_err)?;
             }
             Op::Gemm { a: x, b: y, c, dtype, gemm } => self.gemm(s, a(x), a(y), a(c), *dtype, gemm)?,

@@ -11,6 +11,7 @@ use einsum_ops::binary::BinaryOp;
 use einsum_ops::reduce::ReduceOp;
 use einsum_ops::unary::UnaryOp;
 
+use crate::kernels::attention::{AttentionKernel, AttentionModule};
 use crate::kernels::gemm_plan::{Gemm, Permute};
 use crate::kernels::registry::{self, KernelArgs};
 
@@ -241,8 +242,10 @@ pub enum Op {
         /// Reduced space (s0: strides in x).
         over: Dims,
     },
-    /// FlashAttention-style attention on one block.
+    /// Attention on one block, FlashAttention-2's tiling (see [`crate::kernels::attention`]).
     Attention {
+        /// Which kernel (tensor cores or not) and its blocking.
+        kernel: AttentionKernel,
         /// Queries `[heads, nq, d]`.
         q: Ptr,
         /// Keys `[kv_heads, nk, d]`.
@@ -269,8 +272,8 @@ pub enum Op {
         keys_lo: usize,
         /// Query heads per key/value head.
         group: usize,
-        /// The score scale.
-        scale: f32,
+        /// The score scale times log2(e) (the kernels work in the log2 domain).
+        scale_log2: f32,
         /// The head dimension (selects the compiled module).
         head_dim: usize,
     },
@@ -317,8 +320,8 @@ pub struct Lowered {
     pub scratch: Vec<Vec<usize>>,
     /// Constant tables and the virtual device each belongs to.
     pub consts: Vec<(usize, ConstData)>,
-    /// Head dimensions of the attention kernels used.
-    pub head_dims: Vec<usize>,
+    /// The attention modules used (compiled per GPU at prepare).
+    pub attention: Vec<AttentionModule>,
 }
 
 /// Row-major strides of `shape`.
@@ -486,10 +489,10 @@ impl KernelCtx<'_> {
         Ptr::at(Space::Const(self.lowered.consts.len() - 1))
     }
 
-    /// Records that the attention module for head dimension `d` must be compiled.
-    pub fn use_head_dim(&mut self, d: usize) {
-        if !self.lowered.head_dims.contains(&d) {
-            self.lowered.head_dims.push(d);
+    /// Records that attention module `m` must be compiled.
+    pub fn use_attention(&mut self, m: AttentionModule) {
+        if !self.lowered.attention.contains(&m) {
+            self.lowered.attention.push(m);
         }
     }
 }

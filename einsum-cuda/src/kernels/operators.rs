@@ -15,6 +15,7 @@ use einsum_ops::rope::Rope;
 use einsum_ops::softmax::Softmax;
 use einsum_ops::unary::Unary;
 
+use super::attention::{AttentionKernel, MAX_HEAD_DIM};
 use super::gemm_plan::{self, ContractionPlan, Permute};
 use super::registry::{Call, CudaKernel};
 use crate::lower::{ConstData, Dims, KernelCtx, Op, Ptr, RowKernel, permute_op, strides};
@@ -195,15 +196,16 @@ impl CudaKernel for Reduce {
 }
 
 impl CudaKernel for Attention {
-    /// One `attention` launch per block (compiled per head dimension, at most 256), with
-    /// each query row's visible key range as a constant table.
+    /// One attention launch per block (tensor cores where they apply, see
+    /// [`AttentionKernel::choose`]; compiled per head dimension, at most
+    /// [`MAX_HEAD_DIM`]), with each query row's visible key range as a constant table.
     fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
         let (ins, y) = (call.ins, call.y);
         let (qd, kd) = (&self.inputs()[0], &self.inputs()[1]);
         let (qb, kb) = (&call.inputs[0], &call.inputs[1]);
         let head_dim = qd.dims[2].extent;
-        if head_dim > 256 {
-            return Err(format!("head dimension {head_dim} exceeds the CUDA attention kernel's 256"));
+        if head_dim > MAX_HEAD_DIM {
+            return Err(format!("head dimension {head_dim} exceeds the CUDA attention kernels' {MAX_HEAD_DIM}"));
         }
         if qb.dim(2).len() != head_dim || kb.dim(2).len() != head_dim || call.inputs[2] != *kb || *y != *qb {
             return Err(format!("blocks q {qb}, k {kb}, v {}, out {y} are not attention blocks", call.inputs[2]));
@@ -235,8 +237,11 @@ impl CudaKernel for Attention {
             ));
         }
         let bounds = ctx.constant(ConstData::I32(bounds));
-        ctx.use_head_dim(head_dim);
+        let offsets = [ins[0].offset, ins[1].offset, ins[2].offset, call.outs[0].offset];
+        let kernel = AttentionKernel::choose(call.dtype, head_dim, offsets, group, heads.lo, heads.len());
+        ctx.use_attention(kernel.module(head_dim));
         Ok(vec![Op::Attention {
+            kernel,
             q: ins[0],
             k: ins[1],
             v: ins[2],
@@ -250,7 +255,7 @@ impl CudaKernel for Attention {
             kv_lo: kb.dim(0).lo,
             keys_lo: keys.lo,
             group,
-            scale: self.scale(),
+            scale_log2: self.scale() * std::f32::consts::LOG2_E,
             head_dim,
         }])
     }

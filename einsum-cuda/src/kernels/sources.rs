@@ -33,9 +33,20 @@ pub const ROWS: Module =
 pub const ROPE: Module = Module { name: "rope", kernels: &["rope"], source: include_str!("cuda/rope.cu") };
 /// Sum and max reductions.
 pub const REDUCE: Module = Module { name: "reduce", kernels: &["reduce"], source: include_str!("cuda/reduce.cu") };
-/// FlashAttention-style attention; compiled once per head dimension (`-DHEAD_DIM=d`).
-pub const ATTENTION: Module =
-    Module { name: "attention", kernels: &["attention"], source: include_str!("cuda/attention.cu") };
+/// Attention on CUDA cores; compiled per head dimension with its tile sizes
+/// ([`super::attention::AttentionModule::source`]).
+pub const ATTENTION_SIMT: Module =
+    Module { name: "attention_simt", kernels: &["attention_simt"], source: include_str!("cuda/attention_simt.cu") };
+/// FlashAttention-2 on tensor cores (sm_80+, f16 and bf16); compiled per head dimension
+/// with its tile sizes ([`super::attention::AttentionModule::source`]).
+pub const ATTENTION_MMA: Module = Module {
+    name: "attention_mma",
+    kernels: &["attention_mma_f16", "attention_mma_bf16"],
+    source: include_str!("cuda/attention_mma.cu"),
+};
+
+/// Both attention modules.
+pub const ATTENTION: [Module; 2] = [ATTENTION_SIMT, ATTENTION_MMA];
 
 /// Every module whose source does not depend on the operator (attention is compiled per
 /// head dimension).
