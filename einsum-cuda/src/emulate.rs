@@ -5,7 +5,9 @@
 //! at the stream plan's offsets, pinned outputs, constant tables), with each operation computing
 //! what its CUDA kernel computes. It checks the lowering, the pool and resident plans and the
 //! GEMM mapping against the reference on machines without a GPU; the CUDA C itself is
-//! checked by the GPU tests.
+//! checked by the GPU tests. It also checks the kernel variants [`crate::addressing`] chose
+//! against the layout: a vector-path pointer must be 16-byte aligned, a 32-bit kernel must
+//! never compute an offset past 2³¹ − 1 (it panics otherwise, as for a resident write).
 
 use einsum_core::taskgraph::TaskGraph;
 use einsum_core::{BackendError, DType, HostTensor};

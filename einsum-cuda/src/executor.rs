@@ -167,6 +167,13 @@ impl Runtime {
         base + p.offset as u64
     }
 
+    /// The kernel a memory-bound operation launches ([`Op::kernel_name`]: the variant the
+    /// lowering chose).
+    fn kernel_of(&self, stream: usize, op: &Op) -> Result<&CudaFunction, String> {
+        let name = op.kernel_name().ok_or_else(|| format!("no NVRTC kernel launches {op:?}"))?;
+        self.function(stream, name)
+    }
+
     fn function(&self, stream: usize, name: &str) -> Result<&CudaFunction, String> {
         self.gpu_of(stream).functions.get(name).ok_or_else(|| format!("kernel `{name}` is not loaded"))
     }
@@ -203,7 +210,7 @@ impl Runtime {
                     return Ok(());
                 }
                 let (sp, dp, dt) = (a(src), a(dst), dtype.code());
-                let f = self.function(s, op.kernel_name().expect("a copy has a kernel"))?;
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 match access {
                     Access::Vector => {
@@ -258,7 +265,7 @@ impl Runtime {
                 let sources = AggSources::new(srcs.iter().map(&a))?;
                 let (k, acc) = (srcs.len() as i32, i32::from(*accumulate));
                 let (outp, dt, code, nn) = (a(out), dtype.code(), agg.code(), *n as i64);
-                let f = self.function(s, op.kernel_name().expect("an aggregation has a kernel"))?;
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&sources).arg(&k).arg(&acc).arg(&outp).arg(&dt).arg(&code).arg(&nn);
                 let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
@@ -273,7 +280,7 @@ impl Runtime {
                 }
                 let (code, scale) = (unary.code(), unary_scalar(*unary));
                 let (xp, yp, dt, nn) = (a(x), a(y), dtype.code(), *n as i64);
-                let f = self.function(s, op.kernel_name().expect("a unary has a kernel"))?;
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
                 let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
@@ -286,7 +293,7 @@ impl Runtime {
                     return Ok(());
                 }
                 let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dtype.code(), binary.code());
-                let f = self.function(s, op.kernel_name().expect("a binary has a kernel"))?;
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code);
                 match access {
@@ -360,7 +367,7 @@ impl Runtime {
                 }
                 let code = reduce.code();
                 let (xp, yp, dt) = (a(x), a(y), dtype.code());
-                let f = self.function(s, op.kernel_name().expect("a reduction has a kernel"))?;
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(keep).arg(over);
                 // SAFETY: matches `reduce`'s and `reduce32`'s signature.
