@@ -12,8 +12,8 @@
 //!   pointers are 16-byte aligned moves 16 bytes per thread (4 f32 or 8 16-bit values), with
 //!   a scalar tail.
 //!
-//! Alignment is decided from [`Ptr::offset`] alone: every space's base is aligned to more
-//! than 16 bytes (pool and resident allocations to [`crate::pool::ALIGN`], constant tables
+//! Alignment is decided from [`Ptr::offset`] alone: every space's base is aligned to at least
+//! 16 bytes (pool and resident allocations to [`crate::pool::ALIGN`], constant tables
 //! by `cuMemAlloc`, pinned outputs by `cuMemHostAlloc`, both to at least 256 bytes). The
 //! emulator ([`crate::emulate`]) checks every decision against the memory layout it emulates.
 

@@ -516,6 +516,15 @@ mod tests {
         assert!(blocks as usize <= MAX_GRID_X && blocks > 0);
     }
 
+    /// The 32-bit kernels' grid-stride index stays below 2³² (see `addressing::NARROW_LIMIT`):
+    /// a grid has at most 2³² − 1 − NARROW_LIMIT threads.
+    #[test]
+    fn a_grid_stride_cannot_wrap_a_32_bit_index() {
+        let c = linear(usize::MAX / 2);
+        let threads = c.grid_dim.0 as u64 * c.block_dim.0 as u64;
+        assert!(threads <= u32::MAX as u64 - crate::addressing::NARROW_LIMIT, "{threads} threads");
+    }
+
     #[test]
     fn aggregate_sources_fill_the_struct_in_order_and_refuse_too_many() {
         let s = AggSources::new([10u64, 20, 30].into_iter()).unwrap();
