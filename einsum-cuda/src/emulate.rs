@@ -91,10 +91,22 @@ fn check_vector(m: &mut Memory, ptrs: &[Ptr]) {
     }
 }
 
-/// Checks a space on the vector path: rank 1 with unit strides in its first `tensors` vectors.
-fn check_unit(d: &Dims, tensors: usize) {
-    let strides = [d.s0[0], d.s1[0], d.s2[0]];
-    assert!(d.rank == 1 && strides[..tensors].iter().all(|&s| s == 1), "a vector-path space is not contiguous: {d:?}");
+/// The index width of a copy or binary operation over the tensors at `ptrs`, after checking a
+/// vector-path choice: rank 1, unit strides in every tensor, aligned pointers. (The vector
+/// kernels' index arithmetic is 64-bit.)
+fn checked_index(m: &mut Memory, access: Access, d: &Dims, ptrs: &[Ptr]) -> Index {
+    match access {
+        Access::Vector => {
+            let strides = [d.s0[0], d.s1[0], d.s2[0]];
+            assert!(
+                d.rank == 1 && strides[..ptrs.len()].iter().all(|&s| s == 1),
+                "a vector-path space is not contiguous: {d:?}"
+            );
+            check_vector(m, ptrs);
+            Index::I64
+        }
+        Access::Strided(index) => index,
+    }
 }
 
 /// The offsets of element `i` of `d`, checked against the index width the lowering chose: a
@@ -183,14 +195,7 @@ pub fn run(graph: &TaskGraph, lowered: &Lowered, gpus: usize, inputs: &[HostTens
 fn apply(m: &mut Memory, op: &Op) {
     match op {
         Op::Copy { src, dst, dtype, dims, access } => {
-            let index = match access {
-                Access::Vector => {
-                    check_unit(dims, 2);
-                    check_vector(m, &[*src, *dst]);
-                    Index::I64
-                }
-                Access::Strided(index) => *index,
-            };
+            let index = checked_index(m, *access, dims, &[*src, *dst]);
             for i in 0..dims.volume() {
                 let [a, b, _] = offsets_of(dims, i, index);
                 let es = dtype.size_bytes();
@@ -233,14 +238,7 @@ fn apply(m: &mut Memory, op: &Op) {
             }
         }
         Op::Binary { a, b, y, dtype, op, dims, access } => {
-            let index = match access {
-                Access::Vector => {
-                    check_unit(dims, 3);
-                    check_vector(m, &[*a, *b, *y]);
-                    Index::I64
-                }
-                Access::Strided(index) => *index,
-            };
+            let index = checked_index(m, *access, dims, &[*a, *b, *y]);
             for i in 0..dims.volume() {
                 let [oa, ob, oy] = offsets_of(dims, i, index);
                 let v = op.apply(m.ld(*a, oa, *dtype), m.ld(*b, ob, *dtype));
