@@ -18,6 +18,7 @@ use einsum_ops::unary::Unary;
 use super::attention::{AttentionKernel, MAX_HEAD_DIM};
 use super::gemm_plan::{self, ContractionPlan, Permute};
 use super::registry::{Call, CudaKernel};
+use crate::addressing::{Access, Index};
 use crate::lower::{ConstData, Dims, KernelCtx, Op, Ptr, RowKernel, permute_op, strides};
 
 /// Position of every dimension of `desc` along the dimensions of `of` (by index name).
@@ -51,7 +52,7 @@ impl CudaKernel for Einsum {
                 };
                 let keep = Dims::new(&[s.rows], [&[s.row], &[1], &[]])?;
                 let over = Dims::new(&[s.row], [&[1], &[], &[]])?;
-                ops.push(Op::Reduce { x: src, y: outs[0], dtype, op: ReduceOp::Sum, keep, over });
+                ops.push(Op::Reduce { x: src, y: outs[0], dtype, op: ReduceOp::Sum, keep, over, index: Index::I64 });
                 ops
             }
             ContractionPlan::Gemm(p) => {
@@ -90,7 +91,8 @@ impl CudaKernel for Unary {
         if call.inputs[0] != *y {
             return Err(format!("input block {} and output block {y} differ", call.inputs[0]));
         }
-        Ok(vec![Op::Unary { x: call.ins[0], y: call.outs[0], dtype: call.dtype, op: self.op(), n: y.volume() }])
+        let (x, dtype, op, n) = (call.ins[0], call.dtype, self.op(), y.volume());
+        Ok(vec![Op::Unary { x, y: call.outs[0], dtype, op, n, vector: false }])
     }
 }
 
@@ -102,7 +104,8 @@ impl CudaKernel for Binary {
         let sa = strides_along(&call.inputs[0], da, dy);
         let sb = strides_along(&call.inputs[1], db, dy);
         let dims = Dims::new(&y.shape(), [&sa, &sb, &y.strides()])?;
-        Ok(vec![Op::Binary { a: call.ins[0], b: call.ins[1], y: call.outs[0], dtype: call.dtype, op: self.op(), dims }])
+        let (a, b, out, dtype, op) = (call.ins[0], call.ins[1], call.outs[0], call.dtype, self.op());
+        Ok(vec![Op::Binary { a, b, y: out, dtype, op, dims, access: Access::GENERAL }])
     }
 }
 
@@ -191,7 +194,7 @@ impl CudaKernel for Reduce {
         let keep_dims = Dims::new(&kshape, [&pick(&keep, &bs), &strides(&kshape), &[]])?;
         let over_dims = Dims::new(&pick(&over, &shape), [&pick(&over, &bs), &[], &[]])?;
         let (x, y, dtype) = (call.ins[0], call.outs[0], call.dtype);
-        Ok(vec![Op::Reduce { x, y, dtype, op: self.op(), keep: keep_dims, over: over_dims }])
+        Ok(vec![Op::Reduce { x, y, dtype, op: self.op(), keep: keep_dims, over: over_dims, index: Index::I64 }])
     }
 }
 
