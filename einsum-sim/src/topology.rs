@@ -310,6 +310,8 @@ impl Topology {
             Some(nodes) => check_nodes(nodes, n)?,
             None => None,
         };
+        // Each site's NIC, on a machine of several nodes.
+        let mut nics = Vec::new();
         for (i, site) in sites.iter().enumerate() {
             check_positive(site.hbm_bandwidth, || format!("sites[{i}].hbm_gbps"))?;
             check_positive(site.hbm_capacity, || format!("sites[{i}].hbm_gb"))?;
@@ -323,7 +325,10 @@ impl Topology {
                 check_positive(e, || format!("sites[{i}].ingress_gbps"))?;
             }
             match (site.nic, &nodes) {
-                (Some(nic), Some(_)) => check_positive(nic, || format!("sites[{i}].nic_gbps"))?,
+                (Some(nic), Some(_)) => {
+                    check_positive(nic, || format!("sites[{i}].nic_gbps"))?;
+                    nics.push(nic);
+                }
                 (None, Some(_)) => {
                     return Err(TopologyError::field(
                         format!("sites[{i}].nic_gbps"),
@@ -412,10 +417,8 @@ impl Topology {
 
         let (mut nic_out, mut nic_in, mut fabric) = (Vec::new(), Vec::new(), None);
         if let Some(nodes) = &nodes {
-            // Checked above: every site of a machine of several nodes has a NIC.
-            let nic = |i: usize| sites[i].nic.unwrap_or(f64::NAN);
-            nic_out = (0..n).map(|i| push(ResourceKind::NicEgress(SiteId(i)), nic(i))).collect();
-            nic_in = (0..n).map(|i| push(ResourceKind::NicIngress(SiteId(i)), nic(i))).collect();
+            nic_out = nics.iter().enumerate().map(|(i, &c)| push(ResourceKind::NicEgress(SiteId(i)), c)).collect();
+            nic_in = nics.iter().enumerate().map(|(i, &c)| push(ResourceKind::NicIngress(SiteId(i)), c)).collect();
             if let Fabric::Shared { name, bandwidth } = nodes.fabric() {
                 if name.is_empty() {
                     return Err(TopologyError::field("fabric.name", "expected a non-empty name"));
