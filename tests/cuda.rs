@@ -54,7 +54,7 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
             for eager in [false, true] {
                 let options = CompileOptions {
                     devices,
-                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, max_gpus: None })),
+                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, ..CudaOptions::default() })),
                     ..CompileOptions::default()
                 };
                 let mut exe = compile(&graph, &options).unwrap();

@@ -5,21 +5,43 @@
 //! synthesized.)
 //!
 //! # Design
-//! Virtual device `v` runs on GPU `v mod gpus` (an 8-device plan runs on one GPU) and has a
-//! stream of its own, so the virtual devices sharing a GPU still overlap. Tasks are issued
-//! in schedule order, each to its device's stream (a transfer to its destination's), so a
-//! dependency on the same stream is implied by issue order; a dependency on another stream
-//! becomes an event recorded after the producer and waited for before the consumer. Memory
-//! reuse adds dependencies too (see [`crate::pool`]).
+//! Virtual device `v` runs on GPU `v mod gpus` (an 8-device plan runs on one GPU). Every
+//! virtual device owns one or more streams of its GPU: a GPU's stream budget
+//! (`streams_per_gpu`, [`DEFAULT_STREAMS_PER_GPU`]) is shared among the virtual devices it
+//! hosts, with at least one stream each (so 8 virtual devices on one GPU keep their 8
+//! streams, and one virtual device alone gets all of them; a budget of 1 gives every virtual
+//! device exactly one stream). The streams of device `v` are consecutive and stream 0
+//! (device 0's first) is the origin that captures and launches start on.
+//!
+//! Tasks are issued in schedule order. A task goes to one of its device's streams (a
+//! transfer to its destination's), chosen from the task graph's dependencies
+//! ([`assign_streams`]): it continues the stream whose last issued task is one of its direct
+//! predecessors (the latest such, so a chain stays on one stream), else takes a stream not
+//! used yet, else the stream whose last task was issued earliest (the one estimated to
+//! become free first). So tasks that do not depend on each other, such as the Q, K and V
+//! projections of an attention block, land on different streams and overlap, while a chain
+//! costs no event.
+//!
+//! A dependency on the same stream is implied by issue order; one on another stream becomes
+//! an event recorded after the producer and waited for before the consumer. Waits already
+//! implied transitively are dropped ([`events`]): every task carries a vector clock (for
+//! every stream, the last task on it known to be complete when the task starts), and a
+//! dependency the clock already covers needs no wait. Memory reuse adds dependencies too: a
+//! task writing bytes the pool planner reused waits for every earlier user of those bytes
+//! (see [`crate::pool`]), whichever stream they ran on, so reuse stays race-free however
+//! the streams interleave. [`crate::race_check`] proves that for a given plan.
 //!
 //! Load destinations are not in the pools: they live in the resident regions
 //! ([`crate::resident`]), filled before any run, so a Load task issues nothing and nobody
 //! waits for it.
 
-use einsum_core::taskgraph::{Task, TaskGraph, TaskId};
+use einsum_core::taskgraph::{BufferId, Task, TaskGraph, TaskId};
 
 use crate::pool::{self, Alloc};
 use crate::resident::ResidentPlan;
+
+/// The default stream budget of one GPU (shared by the virtual devices it hosts).
+pub const DEFAULT_STREAMS_PER_GPU: usize = 4;
 
 /// Streams, events and memory of a task graph on `gpus` GPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,9 +50,12 @@ pub struct StreamPlan {
     pub gpus: usize,
     /// GPU of every virtual device.
     pub gpu_of_device: Vec<usize>,
-    /// Stream (= virtual device) every task is issued to.
+    /// Virtual device every stream belongs to (a device's streams are consecutive; stream 0
+    /// is the origin).
+    pub stream_device: Vec<usize>,
+    /// Stream every task is issued to (an index into `stream_device`).
     pub stream: Vec<usize>,
-    /// Tasks on other streams every task waits for (through their events).
+    /// Tasks on other streams every task waits for (through their events), ascending.
     pub waits: Vec<Vec<TaskId>>,
     /// Whether an event must be recorded after each task (some task on another stream
     /// waits for it).
@@ -53,15 +78,108 @@ pub fn task_device(graph: &TaskGraph, task: &Task) -> usize {
     b.map_or(0, |b| graph.buffer(b).device.0 as usize)
 }
 
+/// How many streams every virtual device gets: GPU `g`'s budget `per_gpu` split evenly
+/// among the devices it hosts (the first ones get the remainder), at least one each.
+pub fn streams_per_device(gpu_of_device: &[usize], gpus: usize, per_gpu: usize) -> Vec<usize> {
+    let mut hosted = vec![0usize; gpus];
+    for &g in gpu_of_device {
+        hosted[g] += 1;
+    }
+    let mut rank = vec![0usize; gpus];
+    gpu_of_device
+        .iter()
+        .map(|&g| {
+            let (n, r) = (hosted[g], rank[g]);
+            rank[g] += 1;
+            (per_gpu / n + usize::from(r < per_gpu % n)).max(1)
+        })
+        .collect()
+}
+
+/// Assigns every task a stream of its device (`lanes[v]`, the range of device `v`'s
+/// streams), in schedule order, from `deps[t]` (its dependencies, descending, Load tasks
+/// excluded): the stream whose last issued task is the latest direct predecessor, else an
+/// unused stream, else the stream whose last task was issued earliest. Load tasks issue
+/// nothing; they get their device's first stream and leave the streams' histories alone.
+pub fn assign_streams(
+    device: &[usize],
+    lanes: &[std::ops::Range<usize>],
+    deps: &[Vec<usize>],
+    is_load: &[bool],
+) -> Vec<usize> {
+    let streams = lanes.iter().map(|l| l.end).max().unwrap_or(0);
+    let mut last: Vec<Option<usize>> = vec![None; streams];
+    let mut stream = vec![0; device.len()];
+    for t in 0..device.len() {
+        let lane = lanes[device[t]].clone();
+        if is_load[t] {
+            stream[t] = lane.start;
+            continue;
+        }
+        let s = deps[t]
+            .iter()
+            .find_map(|&d| lane.clone().find(|&s| last[s] == Some(d)))
+            .or_else(|| lane.clone().find(|&s| last[s].is_none()))
+            .or_else(|| lane.clone().min_by_key(|&s| last[s]))
+            .expect("every device has a stream");
+        stream[t] = s;
+        last[s] = Some(t);
+    }
+    stream
+}
+
+/// The events: for every task the tasks on other streams it must wait for, and whether an
+/// event is recorded after each task. A dependency is waited for unless the task's vector
+/// clock (its stream's, joined with the clocks of the tasks it has waited for so far)
+/// already covers it; dependencies are taken latest first, so one wait covers the earlier
+/// work it implies.
+pub fn events(stream: &[usize], streams: usize, deps: &[Vec<usize>], is_load: &[bool]) -> (Vec<Vec<TaskId>>, Vec<bool>) {
+    // Clock entries are schedule positions plus one (0: nothing on that stream is known).
+    let mut tail: Vec<Vec<usize>> = vec![vec![0; streams]; streams];
+    let mut clock: Vec<Vec<usize>> = Vec::with_capacity(stream.len());
+    let mut waits = vec![Vec::new(); stream.len()];
+    let mut record = vec![false; stream.len()];
+    for t in 0..stream.len() {
+        if is_load[t] {
+            clock.push(Vec::new());
+            continue;
+        }
+        let s = stream[t];
+        let mut c = tail[s].clone();
+        for &d in &deps[t] {
+            if c[stream[d]] > d {
+                continue;
+            }
+            waits[t].push(TaskId(d as u32));
+            record[d] = true;
+            for (x, &y) in c.iter_mut().zip(&clock[d]) {
+                *x = (*x).max(y);
+            }
+        }
+        waits[t].sort_unstable();
+        c[s] = t + 1;
+        tail[s].clone_from(&c);
+        clock.push(c);
+    }
+    (waits, record)
+}
+
 impl StreamPlan {
-    /// Plans `graph` on `gpus` GPUs (at least 1); `scratch[t]` lists the scratch bytes
-    /// task `t` needs during its run (empty for most tasks; shorter than the task list is
-    /// fine).
-    pub fn new(graph: &TaskGraph, gpus: usize, scratch: &[Vec<usize>]) -> StreamPlan {
+    /// Plans `graph` on `gpus` GPUs (at least 1) with a budget of `streams_per_gpu`
+    /// streams per GPU (at least one per virtual device); `scratch[t]` lists the scratch
+    /// bytes task `t` needs during its run (empty for most tasks; shorter than the task list
+    /// is fine).
+    pub fn new(graph: &TaskGraph, gpus: usize, streams_per_gpu: usize, scratch: &[Vec<usize>]) -> StreamPlan {
         let gpus = gpus.max(1);
         let nodes = graph.nodes();
-        let gpu_of_device: Vec<usize> = (0..graph.devices()).map(|v| v % gpus).collect();
-        let stream: Vec<usize> = nodes.iter().map(|n| task_device(graph, &n.task)).collect();
+        let gpu_of_device: Vec<usize> = (0..graph.devices().max(1)).map(|v| v % gpus).collect();
+        let mut stream_device = Vec::new();
+        let mut lanes = Vec::new();
+        for (v, k) in streams_per_device(&gpu_of_device, gpus, streams_per_gpu).into_iter().enumerate() {
+            lanes.push(stream_device.len()..stream_device.len() + k);
+            stream_device.extend(std::iter::repeat_n(v, k));
+        }
+        let device: Vec<usize> = nodes.iter().map(|n| task_device(graph, &n.task)).collect();
         let last = graph.last_readers();
         let resident = ResidentPlan::new(graph, &gpu_of_device, gpus);
         let is_load: Vec<bool> = nodes.iter().map(|n| matches!(n.task, Task::Load { .. })).collect();
@@ -80,7 +198,7 @@ impl StreamPlan {
             if resident.buffer_block[b].is_some() {
                 continue;
             }
-            let first = graph.writer(einsum_core::taskgraph::BufferId(b as u32)).map_or(0, |t| t.0 as usize);
+            let first = graph.writer(BufferId(b as u32)).map_or(0, |t| t.0 as usize);
             let last = last[b].map_or(first, |t| (t.0 as usize).max(first));
             buffer_alloc[b] = Some(allocs.len());
             allocs.push(Alloc { gpu: gpu_of_device[buf.device.0 as usize], bytes: buf.bytes(), first, last });
@@ -92,37 +210,36 @@ impl StreamPlan {
         for (t, sizes) in scratch.iter().enumerate().take(nodes.len()) {
             for &bytes in sizes {
                 scratch_alloc[t].push(allocs.len());
-                allocs.push(Alloc { gpu: gpu_of_device[stream[t]], bytes, first: t, last: t });
+                allocs.push(Alloc { gpu: gpu_of_device[device[t]], bytes, first: t, last: t });
                 users.push(vec![t]);
             }
         }
         let plan = pool::plan(&allocs, gpus);
         // Dependencies: the graph's, plus every user of the bytes a task's allocations reuse,
-        // less the Load tasks (their data is resident before the run starts).
-        let mut waits = vec![Vec::new(); nodes.len()];
-        let mut record = vec![false; nodes.len()];
-        for (t, n) in nodes.iter().enumerate() {
-            let mut deps: Vec<usize> = n.deps.iter().map(|d| d.0 as usize).collect();
-            let written = n.task.writes().into_iter().filter_map(|b| buffer_alloc[b.0 as usize]);
-            let mine = written.chain(scratch_alloc[t].iter().copied());
-            for a in mine {
-                for &j in &plan.reuses[a] {
-                    deps.extend(users[j].iter().copied().filter(|&u| u < t));
+        // less the Load tasks (their data is resident before the run starts); latest first.
+        let deps: Vec<Vec<usize>> = nodes
+            .iter()
+            .enumerate()
+            .map(|(t, n)| {
+                let mut deps: Vec<usize> = n.deps.iter().map(|d| d.0 as usize).collect();
+                let written = n.task.writes().into_iter().filter_map(|b| buffer_alloc[b.0 as usize]);
+                for a in written.chain(scratch_alloc[t].iter().copied()) {
+                    for &j in &plan.reuses[a] {
+                        deps.extend(users[j].iter().copied().filter(|&u| u < t));
+                    }
                 }
-            }
-            deps.retain(|&d| !is_load[d]);
-            deps.sort_unstable();
-            deps.dedup();
-            for d in deps {
-                if stream[d] != stream[t] {
-                    record[d] = true;
-                    waits[t].push(TaskId(d as u32));
-                }
-            }
-        }
+                deps.retain(|&d| !is_load[d]);
+                deps.sort_unstable_by(|a, b| b.cmp(a));
+                deps.dedup();
+                deps
+            })
+            .collect();
+        let stream = assign_streams(&device, &lanes, &deps, &is_load);
+        let (waits, record) = events(&stream, stream_device.len(), &deps, &is_load);
         StreamPlan {
             gpus,
             gpu_of_device,
+            stream_device,
             stream,
             waits,
             record,
@@ -131,6 +248,16 @@ impl StreamPlan {
             pool_bytes: plan.sizes,
             resident,
         }
+    }
+
+    /// Number of streams (over every GPU).
+    pub fn streams(&self) -> usize {
+        self.stream_device.len()
+    }
+
+    /// The GPU stream `s` belongs to.
+    pub fn gpu_of_stream(&self, s: usize) -> usize {
+        self.gpu_of_device[self.stream_device[s]]
     }
 }
 
@@ -171,16 +298,16 @@ mod tests {
 
     #[test]
     fn virtual_devices_share_gpus_round_robin() {
-        let s = StreamPlan::new(&two_device_gather(), 1, &[]);
+        let s = StreamPlan::new(&two_device_gather(), 1, 1, &[]);
         assert_eq!(s.gpu_of_device, vec![0, 0]);
         assert_eq!(s.pool_bytes.len(), 1);
-        let s = StreamPlan::new(&two_device_gather(), 2, &[]);
+        let s = StreamPlan::new(&two_device_gather(), 2, 1, &[]);
         assert_eq!(s.gpu_of_device, vec![0, 1]);
     }
 
     #[test]
     fn loads_are_resident_and_nobody_waits_for_them() {
-        let s = StreamPlan::new(&two_device_gather(), 1, &[]);
+        let s = StreamPlan::new(&two_device_gather(), 1, 1, &[]);
         assert_eq!(s.stream, vec![0, 1, 0, 0, 0]);
         // a and b live in the resident region; b0 and y (live together) in the pool.
         assert_eq!(s.resident.buffer_block, vec![Some(0), Some(1), None, None]);
@@ -193,20 +320,21 @@ mod tests {
 
     #[test]
     fn cross_stream_dependencies_become_events() {
-        let s = StreamPlan::new(&gather_after_a_slice(), 1, &[]);
+        let s = StreamPlan::new(&gather_after_a_slice(), 1, 1, &[]);
         assert_eq!(s.stream, vec![0, 1, 1, 0, 0, 0]);
         // The transfer (stream 0) waits for the slice on stream 1; the stitch's output reuses
-        // the bytes of c (dead after the transfer), so it waits for c's writer too.
+        // the bytes of c (dead after the transfer), so it depends on c's writer too, a
+        // dependency the transfer's wait already covers (same stream, issued before).
         assert_eq!(s.waits[3], vec![TaskId(2)]);
         assert_eq!(s.buffer_offset[4], s.buffer_offset[2]);
-        assert_eq!(s.waits[4], vec![TaskId(2)]);
+        assert!(s.waits[4].is_empty());
         assert_eq!(s.record, vec![false, false, true, false, false, false]);
     }
 
     #[test]
     fn buffers_live_together_do_not_overlap() {
         let g = gather_after_a_slice();
-        let s = StreamPlan::new(&g, 1, &[vec![], vec![], vec![], vec![], vec![100], vec![]]);
+        let s = StreamPlan::new(&g, 1, 4, &[vec![], vec![], vec![], vec![], vec![100], vec![]]);
         let mut spans: Vec<(usize, usize)> =
             s.buffer_offset.iter().zip(g.buffers()).map(|(&o, b)| (o, o + b.bytes())).collect();
         spans.push((s.scratch_offset[4][0], s.scratch_offset[4][0] + 100));
@@ -218,5 +346,76 @@ mod tests {
             }
         }
         assert!(spans.iter().skip(2).all(|&(_, end)| end <= s.pool_bytes[0]));
+    }
+
+    /// One device's fan-out: `x` loaded, four independent slices of it (tasks 1-4), then a
+    /// stitch of the first three (task 5) and a stitch of that with the fourth (task 6).
+    fn fan_out() -> TaskGraph {
+        let whole = TensorType::zero_bounded(&[8]);
+        let part = |lo: usize| TensorType::from_intervals(vec![Interval { lo, hi: lo + 2 }]);
+        let io = |n: &str, ty: &TensorType| Boundary { name: n.into(), ty: ty.clone(), dtype: DType::F32 };
+        let six = TensorType::zero_bounded(&[6]);
+        let mut g = TaskGraph::new(1, vec![io("x", &whole)], vec![io("y", &whole)]);
+        let x = g.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+        g.push(Task::Load { input: 0, dst: x }, &[], "load").unwrap();
+        let parts: Vec<_> = (0..4).map(|i| g.add_buffer(DeviceId(0), part(2 * i), DType::F32)).collect();
+        for &p in &parts {
+            g.push(Task::Slice { src: x, dst: p }, &[], "slice").unwrap();
+        }
+        let first = g.add_buffer(DeviceId(0), six, DType::F32);
+        g.push(Task::Stitch { srcs: parts[..3].to_vec(), dst: first }, &[], "stitch3").unwrap();
+        let y = g.add_buffer(DeviceId(0), whole, DType::F32);
+        g.push(Task::Stitch { srcs: vec![first, parts[3]], dst: y }, &[], "stitch").unwrap();
+        g.push(Task::Store { output: 0, src: y }, &[], "store").unwrap();
+        g
+    }
+
+    #[test]
+    fn a_gpu_budget_is_shared_by_its_devices_with_one_stream_at_least() {
+        assert_eq!(streams_per_device(&[0], 1, 4), vec![4]);
+        assert_eq!(streams_per_device(&[0, 0, 0], 1, 4), vec![2, 1, 1]);
+        assert_eq!(streams_per_device(&[0; 8], 1, 4), vec![1; 8]);
+        assert_eq!(streams_per_device(&[0, 1, 0, 1], 2, 4), vec![2, 2, 2, 2]);
+        assert_eq!(streams_per_device(&[0, 0], 1, 1), vec![1, 1]);
+    }
+
+    #[test]
+    fn independent_tasks_take_their_own_streams_and_a_chain_stays_on_one() {
+        let s = StreamPlan::new(&fan_out(), 1, 4, &[]);
+        assert_eq!(s.stream_device, vec![0; 4]);
+        // The slices fan out over the four streams; the first stitch continues the stream of
+        // its latest input (slice 3's) and waits for slices 1 and 2; the second continues the
+        // first stitch's stream and waits for slice 4; the store follows on the same stream.
+        assert_eq!(s.stream[1..], [0, 1, 2, 3, 2, 2, 2]);
+        assert_eq!(s.waits[5], vec![TaskId(1), TaskId(2)]);
+        assert_eq!(s.waits[6], vec![TaskId(4)]);
+        assert!(s.waits[7].is_empty());
+        // One stream: today's behaviour, everything in issue order, no event.
+        let one = StreamPlan::new(&fan_out(), 1, 1, &[]);
+        assert!(one.stream.iter().all(|&s| s == 0));
+        assert!(one.waits.iter().all(Vec::is_empty) && one.record.iter().all(|r| !r));
+    }
+
+    #[test]
+    fn a_full_budget_reuses_the_stream_free_earliest() {
+        let s = StreamPlan::new(&fan_out(), 1, 3, &[]);
+        // Three streams for four slices: the fourth takes the stream of the first (issued
+        // earliest).
+        assert_eq!(s.stream[1..5], [0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn waits_implied_by_an_earlier_wait_are_dropped() {
+        // Stream 1 runs 0 then 1; task 2 (stream 0) depends on both: waiting for 1 covers 0.
+        let (waits, record) = events(&[1, 1, 0], 2, &[vec![], vec![0], vec![1, 0]], &[false; 3]);
+        assert_eq!(waits, vec![vec![], vec![], vec![TaskId(1)]]);
+        assert_eq!(record, vec![false, true, false]);
+        // Task 3 on stream 0 depends on 0 on stream 2, which task 1 (stream 1) waited for;
+        // task 2 (stream 0) waited for task 1, so task 3 needs no wait of its own.
+        let (waits, _) =
+            events(&[2, 1, 0, 0], 3, &[vec![], vec![0], vec![1], vec![2, 0]], &[false; 4]);
+        assert_eq!(waits[1], vec![TaskId(0)]);
+        assert_eq!(waits[2], vec![TaskId(1)]);
+        assert!(waits[3].is_empty(), "{waits:?}");
     }
 }

@@ -131,11 +131,15 @@ pub fn run(a: RunArgs) -> Result<Report> {
         exe.execute()?;
     }
     let mut times = Vec::new();
+    let mut device_times = Vec::new();
     for _ in 0..a.repeat {
-        times.push(exe.execute()?.wall_ms);
+        let report = exe.execute()?;
+        times.push(report.wall_ms);
+        device_times.extend(report.device_ms);
     }
-    times.sort_by(f64::total_cmp);
-    let wall_ms = times[times.len() / 2];
+    let wall_ms = median(&mut times);
+    // The device time only where the backend measured every timed run.
+    let device_ms = (device_times.len() == times.len()).then(|| median(&mut device_times));
     let comp = graph.computation();
     let (max_error, ok) = if a.check {
         let reference = comp.evaluate(&exe.loaded_inputs())?;
@@ -161,7 +165,8 @@ pub fn run(a: RunArgs) -> Result<Report> {
     }
     let mut text = summary(&a.compile, &exe);
     let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
-    let _ = writeln!(text, "ran in {wall_ms:.3} ms{runs} on the {} backend", a.compile.backend);
+    let device = device_ms.map_or_else(String::new, |d| format!(" ({d:.3} ms on the device)"));
+    let _ = writeln!(text, "ran in {wall_ms:.3} ms{device}{runs} on the {} backend", a.compile.backend);
     if let Some(err) = max_error {
         let _ = writeln!(
             text,
@@ -175,10 +180,17 @@ pub fn run(a: RunArgs) -> Result<Report> {
         ok,
         max_rel_error: max_error.map(f64::from),
         wall_ms,
+        device_ms,
         runs: times.len(),
         graph: GraphReport::new(&exe),
     };
     Ok(Report::new(&json, text, ok))
+}
+
+/// The median of `times` (not empty; sorts them).
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
 
 /// Arguments of `explain`.
@@ -343,6 +355,9 @@ pub struct RunReport<'a> {
     pub max_rel_error: Option<f64>,
     /// The median wall time of the timed runs, in ms.
     pub wall_ms: f64,
+    /// The median device time of the timed runs, in ms, where the backend measures it
+    /// (CUDA: events around the launch); `null` otherwise.
+    pub device_ms: Option<f64>,
     /// The number of timed runs (`--repeat`).
     pub runs: usize,
     /// The compiled task graph's prediction, traffic, memory and tasks.
