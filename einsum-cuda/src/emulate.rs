@@ -176,10 +176,8 @@ impl<'a> Emulator<'a> {
     pub fn run_interleaved(&mut self, seed: u64) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
         let counts: Vec<usize> = self.lowered.ops.iter().map(Vec::len).collect();
-        let order = interleaving(&self.memory.plan, &counts, seed).map_err(|reason| BackendError::Device {
-            operation: "an emulated interleaved run".into(),
-            reason,
-        })?;
+        let order = interleaving(&self.memory.plan, &counts, seed)
+            .map_err(|reason| BackendError::Device { operation: "an emulated interleaved run".into(), reason })?;
         for (t, i) in order {
             apply(&mut self.memory, &self.lowered.ops[t][i]);
         }

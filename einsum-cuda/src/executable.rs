@@ -108,8 +108,7 @@ impl CudaExecutable {
         let available = check_cuda()?;
         let lowered = lower(graph, kernels).map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
-        let plan =
-            StreamPlan::new(graph, gpus.min(graph.devices().max(1)), options.streams_per_gpu, &lowered.scratch);
+        let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), options.streams_per_gpu, &lowered.scratch);
         let gpus: Vec<Gpu> = (0..plan.gpus)
             .map(|g| Gpu::open(g, &lowered.attention, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()

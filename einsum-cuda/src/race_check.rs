@@ -102,7 +102,8 @@ pub fn accesses(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) ->
                 out.push(Access { task: t, region, lo, hi: lo + bytes, write });
             }
         };
-        let touched = n.task.reads().into_iter().map(|b| (b, false)).chain(n.task.writes().into_iter().map(|b| (b, true)));
+        let touched =
+            n.task.reads().into_iter().map(|b| (b, false)).chain(n.task.writes().into_iter().map(|b| (b, true)));
         for (b, write) in touched {
             let (i, buf) = (b.0 as usize, graph.buffer(b));
             match plan.resident.location(i) {
@@ -266,10 +267,7 @@ mod tests {
         let err = check(&g, &plan, &[]).unwrap_err();
         // The transfer reads c while the slice may still write it; and nothing else orders
         // the stitch (whose output reuses c's bytes) after the slice either.
-        assert!(
-            matches!(err, RaceError::Race { first: TaskId(2), second: TaskId(3) | TaskId(4), .. }),
-            "{err}"
-        );
+        assert!(matches!(err, RaceError::Race { first: TaskId(2), second: TaskId(3) | TaskId(4), .. }), "{err}");
     }
 
     #[test]
@@ -320,7 +318,8 @@ mod tests {
                     let Interval { lo, hi } = ty.dim(0);
                     let a = lo + rng.below(hi - lo);
                     let b = a + 1 + rng.below(hi - a);
-                    let dst = g.add_buffer(device, TensorType::from_intervals(vec![Interval { lo: a, hi: b }]), DType::F32);
+                    let dst =
+                        g.add_buffer(device, TensorType::from_intervals(vec![Interval { lo: a, hi: b }]), DType::F32);
                     g.push(Task::Slice { src, dst }, &[], "slice").unwrap();
                     dst
                 }

@@ -133,7 +133,12 @@ pub fn assign_streams(
 /// clock (its stream's, joined with the clocks of the tasks it has waited for so far)
 /// already covers it; dependencies are taken latest first, so one wait covers the earlier
 /// work it implies.
-pub fn events(stream: &[usize], streams: usize, deps: &[Vec<usize>], is_load: &[bool]) -> (Vec<Vec<TaskId>>, Vec<bool>) {
+pub fn events(
+    stream: &[usize],
+    streams: usize,
+    deps: &[Vec<usize>],
+    is_load: &[bool],
+) -> (Vec<Vec<TaskId>>, Vec<bool>) {
     // Clock entries are schedule positions plus one (0: nothing on that stream is known).
     let mut tail: Vec<Vec<usize>> = vec![vec![0; streams]; streams];
     let mut clock: Vec<Vec<usize>> = Vec::with_capacity(stream.len());
@@ -412,8 +417,7 @@ mod tests {
         assert_eq!(record, vec![false, true, false]);
         // Task 3 on stream 0 depends on 0 on stream 2, which task 1 (stream 1) waited for;
         // task 2 (stream 0) waited for task 1, so task 3 needs no wait of its own.
-        let (waits, _) =
-            events(&[2, 1, 0, 0], 3, &[vec![], vec![0], vec![1], vec![2, 0]], &[false; 4]);
+        let (waits, _) = events(&[2, 1, 0, 0], 3, &[vec![], vec![0], vec![1], vec![2, 0]], &[false; 4]);
         assert_eq!(waits[1], vec![TaskId(0)]);
         assert_eq!(waits[2], vec![TaskId(1)]);
         assert!(waits[3].is_empty(), "{waits:?}");
