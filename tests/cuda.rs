@@ -149,6 +149,52 @@ fn llama_block_stream_plans_are_race_free_and_interleaved_runs_match_the_referen
     }
 }
 
+/// Without a GPU: with p = 8 virtual devices on one GPU, transfers between them share the
+/// source's memory instead of copying: fewer copies are issued, the pool is no larger, the
+/// plan is race-free and the emulated run (which lays memory out as the GPU does) matches
+/// the reference.
+#[test]
+fn virtual_devices_on_one_gpu_share_buffers_instead_of_copying() {
+    use einsum_cuda::lower::Op;
+    use einsum_cuda::stream_plan::{PlanOptions, StreamPlan};
+    let dtype = DType::F32;
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+    let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    exe.load_random(9).unwrap();
+    let comp = graph.computation();
+    let compiled = exe.compiled();
+    let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
+    let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+    let g = &compiled.graph;
+    let shared = StreamPlan::new(g, 1, 4, &lowered.scratch);
+    let copying =
+        StreamPlan::with_options(g, 1, &PlanOptions { streams_per_gpu: 4, alias_transfers: false }, &lowered.scratch);
+    let copies = |plan: &StreamPlan| {
+        let issued = lowered.ops.iter().zip(&plan.elided).filter(|(_, e)| !**e).flat_map(|(ops, _)| ops);
+        issued.filter(|op| matches!(op, Op::Memcpy { .. })).count()
+    };
+    eprintln!(
+        "copies issued: {} shared, {} copying; pool bytes: {} shared, {} copying",
+        copies(&shared),
+        copies(&copying),
+        shared.pool_bytes[0],
+        copying.pool_bytes[0]
+    );
+    assert!(copies(&shared) < copies(&copying), "{} vs {}", copies(&shared), copies(&copying));
+    assert!(shared.pool_bytes[0] <= copying.pool_bytes[0], "{:?} vs {:?}", shared.pool_bytes, copying.pool_bytes);
+    for plan in [&shared, &copying] {
+        einsum_cuda::race_check::check(g, plan, &lowered.scratch).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let values = exe.loaded_inputs();
+    let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
+    let reference = comp.evaluate(&values).unwrap();
+    let outs = einsum_cuda::emulate::run(g, &lowered, 1, &ordered);
+    for (t, out) in comp.saved().iter().zip(&outs) {
+        let err = scaled_error(out, &reference[t], 1.0);
+        assert!(err <= 10.0 * tolerance(dtype), "error {err}");
+    }
+}
+
 /// `--warmup W --repeat N` runs W + N times and reports the median of the N timed runs.
 #[test]
 fn repeat_reports_the_median_of_the_timed_runs() {

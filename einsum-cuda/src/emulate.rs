@@ -3,7 +3,8 @@
 //! any number of times ([`Emulator::run`]). It runs [`Lowered`] operations in schedule order,
 //! or ([`Emulator::run_interleaved`]) in a random order that respects only what a GPU
 //! guarantees (each stream's issue order and the event waits), on byte arrays laid out exactly as on the GPUs (one pool and one resident region per GPU
-//! at the stream plan's offsets, pinned outputs, constant tables), with each operation computing
+//! at the stream plan's offsets, an aliased transfer's destination sharing its source's bytes
+//! and issuing nothing, pinned outputs, constant tables), with each operation computing
 //! what its CUDA kernel computes. It checks the lowering, the pool and resident plans and the
 //! GEMM mapping against the reference on machines without a GPU; the CUDA C itself is
 //! checked by the GPU tests.
@@ -160,9 +161,11 @@ impl<'a> Emulator<'a> {
     /// first input not loaded.
     pub fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
-        for ops in &self.lowered.ops {
-            for op in ops {
-                apply(&mut self.memory, op);
+        for (t, ops) in self.lowered.ops.iter().enumerate() {
+            if !self.memory.plan.elided[t] {
+                for op in ops {
+                    apply(&mut self.memory, op);
+                }
             }
         }
         Ok(self.outputs())
@@ -175,8 +178,10 @@ impl<'a> Emulator<'a> {
     /// an error naming the tasks stuck.
     pub fn run_interleaved(&mut self, seed: u64) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
-        let counts: Vec<usize> = self.lowered.ops.iter().map(Vec::len).collect();
-        let order = interleaving(&self.memory.plan, &counts, seed)
+        let plan = &self.memory.plan;
+        let counts: Vec<usize> =
+            self.lowered.ops.iter().zip(&plan.elided).map(|(ops, &e)| if e { 0 } else { ops.len() }).collect();
+        let order = interleaving(plan, &counts, seed)
             .map_err(|reason| BackendError::Device { operation: "an emulated interleaved run".into(), reason })?;
         for (t, i) in order {
             apply(&mut self.memory, &self.lowered.ops[t][i]);

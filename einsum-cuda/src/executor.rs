@@ -145,9 +145,13 @@ impl Runtime {
         self.gpu_of(stream).functions.get(name).ok_or_else(|| format!("kernel `{name}` is not loaded"))
     }
 
-    /// Issues every task, in schedule order.
+    /// Issues every task, in schedule order (an aliased transfer, [`StreamPlan::elided`],
+    /// issues nothing: its destination already is its source's memory).
     pub fn issue(&self) -> Result<(), IssueError> {
         for t in 0..self.lowered.ops.len() {
+            if self.plan.elided[t] {
+                continue;
+            }
             let s = self.plan.stream[t];
             let stream = &self.streams[s];
             let fail = |reason: String| IssueError { task: t, reason };

@@ -6,8 +6,9 @@
 //! The memory model is the one the executor issues against: every task reads and writes
 //! the byte ranges of its buffers (a pool buffer at its plan offset in its GPU's pool, a
 //! Load destination in its GPU's resident region) and writes and reads its scratch areas
-//! ([`accesses`]). Load tasks issue nothing (their data is resident before the run), so they
-//! are no accesses; a run writing a resident buffer is an error of its own. Host outputs are
+//! ([`accesses`]). Load tasks issue nothing (their data is resident before the run), nor do
+//! aliased transfers ([`StreamPlan::elided`]: their destination is their source's memory), so
+//! they are no accesses; a run writing a resident buffer is an error of its own. Host outputs are
 //! left out: the Store tasks of one output write the disjoint blocks that tile it and no task
 //! reads them during a run. Constant tables are only read.
 //!
@@ -94,7 +95,7 @@ pub enum RaceError {
 pub fn accesses(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) -> Result<Vec<Access>, RaceError> {
     let mut out = Vec::new();
     for (t, n) in graph.nodes().iter().enumerate() {
-        if matches!(n.task, Task::Load { .. }) {
+        if plan.elided[t] || matches!(n.task, Task::Load { .. }) {
             continue;
         }
         let mut push = |region, lo: usize, bytes: usize, write| {
@@ -132,15 +133,15 @@ pub struct HappensBefore {
 }
 
 impl HappensBefore {
-    /// The happens-before relation of `plan`'s issue (Load tasks, `is_load`, issue nothing).
-    /// Fails on a wait for an event that is never recorded, recorded by a Load task, or
-    /// recorded after the waiting task is issued.
-    pub fn new(plan: &StreamPlan, is_load: &[bool]) -> Result<HappensBefore, RaceError> {
+    /// The happens-before relation of `plan`'s issue (`silent` tasks, Loads and aliased
+    /// transfers, issue nothing). Fails on a wait for an event that is never recorded,
+    /// recorded by a silent task, or recorded after the waiting task is issued.
+    pub fn new(plan: &StreamPlan, silent: &[bool]) -> Result<HappensBefore, RaceError> {
         let streams = plan.streams();
         let mut tail: Vec<Vec<usize>> = vec![vec![0; streams]; streams];
         let mut clock: Vec<Vec<usize>> = Vec::with_capacity(plan.stream.len());
         for (t, &s) in plan.stream.iter().enumerate() {
-            if is_load[t] {
+            if silent[t] {
                 clock.push(Vec::new());
                 continue;
             }
@@ -151,8 +152,8 @@ impl HappensBefore {
                 if on >= t {
                     return bad("which is not issued before it");
                 }
-                if is_load[on] {
-                    return bad("a Load task, which issues nothing");
+                if silent[on] {
+                    return bad("which issues nothing");
                 }
                 if !plan.record[on] {
                     return bad("which records no event");
@@ -179,8 +180,9 @@ impl HappensBefore {
 /// every wait must be issuable; no run may write a resident buffer. Returns the first
 /// violation found.
 pub fn check(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) -> Result<(), RaceError> {
-    let is_load: Vec<bool> = graph.nodes().iter().map(|n| matches!(n.task, Task::Load { .. })).collect();
-    let hb = HappensBefore::new(plan, &is_load)?;
+    let silent: Vec<bool> =
+        graph.nodes().iter().zip(&plan.elided).map(|(n, &e)| e || matches!(n.task, Task::Load { .. })).collect();
+    let hb = HappensBefore::new(plan, &silent)?;
     let mut all = accesses(graph, plan, scratch)?;
     all.sort_by_key(|a| (a.region, a.lo, a.task));
     // Sweep every region by start: `active` holds the ranges started so far that still
@@ -258,25 +260,37 @@ mod tests {
         }
     }
 
+    /// The plan with transfers copying even within a GPU.
+    fn copying(g: &TaskGraph, scratch: &[Vec<usize>]) -> StreamPlan {
+        use crate::stream_plan::PlanOptions;
+        StreamPlan::with_options(g, 1, &PlanOptions { streams_per_gpu: 1, alias_transfers: false }, scratch)
+    }
+
     #[test]
     fn a_dropped_wait_is_a_race() {
         let g = gather_after_a_slice();
-        let mut plan = StreamPlan::new(&g, 1, 1, &[]);
+        let mut plan = copying(&g, &[]);
         assert_eq!(plan.waits[3], vec![TaskId(2)]);
         plan.waits[3].clear();
         let err = check(&g, &plan, &[]).unwrap_err();
         // The transfer reads c while the slice may still write it; and nothing else orders
         // the stitch (whose output reuses c's bytes) after the slice either.
         assert!(matches!(err, RaceError::Race { first: TaskId(2), second: TaskId(3) | TaskId(4), .. }), "{err}");
+        // With the transfer aliased, the stitch reads c's bytes itself.
+        let mut plan = StreamPlan::new(&g, 1, 1, &[]);
+        assert_eq!(plan.waits[4], vec![TaskId(2)]);
+        plan.waits[4].clear();
+        let err = check(&g, &plan, &[]).unwrap_err();
+        assert!(matches!(err, RaceError::Race { first: TaskId(2), second: TaskId(4), .. }), "{err}");
     }
 
     #[test]
     fn waits_for_unrecorded_or_later_events_are_refused() {
         let g = gather_after_a_slice();
-        let mut plan = StreamPlan::new(&g, 1, 1, &[]);
+        let mut plan = copying(&g, &[]);
         plan.record[2] = false;
         assert!(matches!(check(&g, &plan, &[]), Err(RaceError::BadWait { on: TaskId(2), .. })));
-        let mut plan = StreamPlan::new(&g, 1, 1, &[]);
+        let mut plan = copying(&g, &[]);
         plan.waits[2].push(TaskId(3));
         plan.record[3] = true;
         assert!(matches!(check(&g, &plan, &[]), Err(RaceError::BadWait { task: TaskId(2), .. })));
@@ -287,7 +301,7 @@ mod tests {
         // Two slices on different streams with scratch at the same offset.
         let g = gather_after_a_slice();
         let scratch = vec![vec![], vec![], vec![64], vec![64], vec![], vec![]];
-        let mut plan = StreamPlan::new(&g, 1, 1, &scratch);
+        let mut plan = copying(&g, &scratch);
         check(&g, &plan, &scratch).unwrap();
         plan.scratch_offset[3] = plan.scratch_offset[2].clone();
         plan.waits[3].clear();
@@ -347,23 +361,24 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
-        /// On random graphs, on 1 and 2 GPUs with 1, 2 and 4 streams per GPU, the plan is
-        /// race-free, and every one of its waits is needed: dropping any single one is flagged
+        /// On random graphs, on 1 GPU (transfers aliased or copied) and 2 GPUs with 1, 2 and 4
+        /// streams per GPU, the plan is race-free, and every one of its waits is needed: dropping any single one is flagged
         /// as a race (each wait stands for a read of what its task wrote, or for a reuse of
         /// bytes it touched, and no other wait implies it).
         #[test]
         fn random_plans_are_race_free_and_every_wait_is_needed(seed in 0u64..1_000_000) {
             let (g, scratch) = random_graph(seed);
-            for gpus in [1, 2] {
-                for streams in [1, 2, 4] {
-                    let plan = StreamPlan::new(&g, gpus, streams, &scratch);
+            for (gpus, alias_transfers) in [(1, true), (1, false), (2, true)] {
+                for streams_per_gpu in [1, 2, 4] {
+                    let options = crate::stream_plan::PlanOptions { streams_per_gpu, alias_transfers };
+                    let plan = StreamPlan::with_options(&g, gpus, &options, &scratch);
                     proptest::prop_assert_eq!(check(&g, &plan, &scratch), Ok(()));
                     for t in 0..plan.waits.len() {
                         for i in 0..plan.waits[t].len() {
                             let mut dropped = plan.clone();
                             dropped.waits[t].remove(i);
                             let flagged = matches!(check(&g, &dropped, &scratch), Err(RaceError::Race { .. }));
-                            proptest::prop_assert!(flagged, "{gpus} GPUs, {streams} streams: dropping task {t}'s wait {i} went unnoticed");
+                            proptest::prop_assert!(flagged, "{gpus} GPUs, {options:?}: dropping task {t}'s wait {i} went unnoticed");
                         }
                     }
                 }

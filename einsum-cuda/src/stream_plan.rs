@@ -60,8 +60,13 @@ pub struct StreamPlan {
     /// Whether an event must be recorded after each task (some task on another stream
     /// waits for it).
     pub record: Vec<bool>,
-    /// Pool offset of every buffer (in its device's GPU pool); unused for the resident
-    /// buffers (Load destinations), which `resident` places.
+    /// For every task, whether it is a transfer between two virtual devices on one GPU
+    /// whose destination shares its source's memory: it issues nothing, and its readers
+    /// depend on what it depended on.
+    pub elided: Vec<bool>,
+    /// Pool offset of every buffer (in its device's GPU pool; an aliased transfer's
+    /// destination has its source's); unused for the resident buffers (Load destinations,
+    /// and destinations aliasing them), which `resident` places.
     pub buffer_offset: Vec<usize>,
     /// Pool offsets of every task's scratch areas.
     pub scratch_offset: Vec<Vec<usize>>,
@@ -97,22 +102,23 @@ pub fn streams_per_device(gpu_of_device: &[usize], gpus: usize, per_gpu: usize) 
 }
 
 /// Assigns every task a stream of its device (`lanes[v]`, the range of device `v`'s
-/// streams), in schedule order, from `deps[t]` (its dependencies, descending, Load tasks
+/// streams), in schedule order, from `deps[t]` (its dependencies, descending, silent tasks
 /// excluded): the stream whose last issued task is the latest direct predecessor, else an
-/// unused stream, else the stream whose last task was issued earliest. Load tasks issue
-/// nothing; they get their device's first stream and leave the streams' histories alone.
+/// unused stream, else the stream whose last task was issued earliest. Silent tasks
+/// (`silent`: Loads and aliased transfers) issue nothing; they get their device's first
+/// stream and leave the streams' histories alone.
 pub fn assign_streams(
     device: &[usize],
     lanes: &[std::ops::Range<usize>],
     deps: &[Vec<usize>],
-    is_load: &[bool],
+    silent: &[bool],
 ) -> Vec<usize> {
     let streams = lanes.iter().map(|l| l.end).max().unwrap_or(0);
     let mut last: Vec<Option<usize>> = vec![None; streams];
     let mut stream = vec![0; device.len()];
     for t in 0..device.len() {
         let lane = lanes[device[t]].clone();
-        if is_load[t] {
+        if silent[t] {
             stream[t] = lane.start;
             continue;
         }
@@ -132,20 +138,15 @@ pub fn assign_streams(
 /// event is recorded after each task. A dependency is waited for unless the task's vector
 /// clock (its stream's, joined with the clocks of the tasks it has waited for so far)
 /// already covers it; dependencies are taken latest first, so one wait covers the earlier
-/// work it implies.
-pub fn events(
-    stream: &[usize],
-    streams: usize,
-    deps: &[Vec<usize>],
-    is_load: &[bool],
-) -> (Vec<Vec<TaskId>>, Vec<bool>) {
+/// work it implies. Silent tasks (`silent`) issue nothing and wait for nothing.
+pub fn events(stream: &[usize], streams: usize, deps: &[Vec<usize>], silent: &[bool]) -> (Vec<Vec<TaskId>>, Vec<bool>) {
     // Clock entries are schedule positions plus one (0: nothing on that stream is known).
     let mut tail: Vec<Vec<usize>> = vec![vec![0; streams]; streams];
     let mut clock: Vec<Vec<usize>> = Vec::with_capacity(stream.len());
     let mut waits = vec![Vec::new(); stream.len()];
     let mut record = vec![false; stream.len()];
     for t in 0..stream.len() {
-        if is_load[t] {
+        if silent[t] {
             clock.push(Vec::new());
             continue;
         }
@@ -169,47 +170,101 @@ pub fn events(
     (waits, record)
 }
 
+/// How to plan streams and memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// The stream budget of every GPU (at least one stream per virtual device).
+    pub streams_per_gpu: usize,
+    /// Whether a transfer between two virtual devices on the same GPU shares its source's
+    /// memory instead of copying (see [`StreamPlan::elided`]).
+    pub alias_transfers: bool,
+}
+
+impl Default for PlanOptions {
+    /// [`DEFAULT_STREAMS_PER_GPU`] streams per GPU, transfers within a GPU aliased.
+    fn default() -> Self {
+        PlanOptions { streams_per_gpu: DEFAULT_STREAMS_PER_GPU, alias_transfers: true }
+    }
+}
+
 impl StreamPlan {
     /// Plans `graph` on `gpus` GPUs (at least 1) with a budget of `streams_per_gpu`
-    /// streams per GPU (at least one per virtual device); `scratch[t]` lists the scratch
-    /// bytes task `t` needs during its run (empty for most tasks; shorter than the task list
-    /// is fine).
+    /// streams per GPU (at least one per virtual device) and transfers within a GPU aliased;
+    /// `scratch[t]` lists the scratch bytes task `t` needs during its run (empty for most
+    /// tasks; shorter than the task list is fine).
     pub fn new(graph: &TaskGraph, gpus: usize, streams_per_gpu: usize, scratch: &[Vec<usize>]) -> StreamPlan {
+        StreamPlan::with_options(graph, gpus, &PlanOptions { streams_per_gpu, ..PlanOptions::default() }, scratch)
+    }
+
+    /// Plans `graph` on `gpus` GPUs with `options`; see [`StreamPlan::new`].
+    pub fn with_options(graph: &TaskGraph, gpus: usize, options: &PlanOptions, scratch: &[Vec<usize>]) -> StreamPlan {
         let gpus = gpus.max(1);
         let nodes = graph.nodes();
         let gpu_of_device: Vec<usize> = (0..graph.devices().max(1)).map(|v| v % gpus).collect();
         let mut stream_device = Vec::new();
         let mut lanes = Vec::new();
-        for (v, k) in streams_per_device(&gpu_of_device, gpus, streams_per_gpu).into_iter().enumerate() {
+        for (v, k) in streams_per_device(&gpu_of_device, gpus, options.streams_per_gpu).into_iter().enumerate() {
             lanes.push(stream_device.len()..stream_device.len() + k);
             stream_device.extend(std::iter::repeat_n(v, k));
         }
         let device: Vec<usize> = nodes.iter().map(|n| task_device(graph, &n.task)).collect();
-        let last = graph.last_readers();
-        let resident = ResidentPlan::new(graph, &gpu_of_device, gpus);
-        let is_load: Vec<bool> = nodes.iter().map(|n| matches!(n.task, Task::Load { .. })).collect();
-        // Allocations: the pool buffers first, then scratch areas; `users` lists the tasks
-        // touching each. Resident buffers get none.
+        let gpu_of_buffer = |b: BufferId| gpu_of_device[graph.buffer(b).device.0 as usize];
+        // Transfers within one GPU: the destination shares the memory of its source's alias
+        // root (the buffer at the start of a chain of such transfers), and the transfer issues
+        // nothing. Safe because a task-graph buffer is written once, by one task
+        // (`TaskGraph::push` refuses a second writer), before the transfer reads it, and the
+        // lowering writes only a task's own outputs and scratch: neither buffer changes while
+        // the other is read.
+        let mut root: Vec<usize> = (0..graph.buffers().len()).collect();
+        let mut elided = vec![false; nodes.len()];
+        if options.alias_transfers {
+            for (t, n) in nodes.iter().enumerate() {
+                if let Task::Transfer { src, dst } = n.task
+                    && gpu_of_buffer(src) == gpu_of_buffer(dst)
+                {
+                    root[dst.0 as usize] = root[src.0 as usize];
+                    elided[t] = true;
+                }
+            }
+        }
+        let mut resident = ResidentPlan::new(graph, &gpu_of_device, gpus);
+        for b in 0..root.len() {
+            if root[b] != b {
+                resident.buffer_block[b] = resident.buffer_block[root[b]];
+            }
+        }
+        // Tasks that issue nothing: Loads (their data is resident before the run) and
+        // aliased transfers.
+        let silent: Vec<bool> =
+            nodes.iter().zip(&elided).map(|(n, &e)| e || matches!(n.task, Task::Load { .. })).collect();
+        // Allocations: the pool buffers first (one per alias group, held until the last
+        // read of any of its buffers), then scratch areas; `users` lists the tasks touching
+        // each. Resident buffers get none.
         let mut allocs = Vec::new();
         let mut users: Vec<Vec<usize>> = Vec::new();
         let mut buffer_alloc: Vec<Option<usize>> = vec![None; graph.buffers().len()];
         let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.buffers().len()];
         for (t, n) in nodes.iter().enumerate() {
             for b in n.task.reads() {
-                readers[b.0 as usize].push(t);
+                if !silent[t] {
+                    readers[root[b.0 as usize]].push(t);
+                }
             }
         }
         for (b, buf) in graph.buffers().iter().enumerate() {
-            if resident.buffer_block[b].is_some() {
+            if resident.buffer_block[b].is_some() || root[b] != b {
                 continue;
             }
             let first = graph.writer(BufferId(b as u32)).map_or(0, |t| t.0 as usize);
-            let last = last[b].map_or(first, |t| (t.0 as usize).max(first));
+            let last = readers[b].iter().copied().max().map_or(first, |t| t.max(first));
             buffer_alloc[b] = Some(allocs.len());
             allocs.push(Alloc { gpu: gpu_of_device[buf.device.0 as usize], bytes: buf.bytes(), first, last });
             let mut u = vec![first];
             u.extend(&readers[b]);
             users.push(u);
+        }
+        for b in 0..root.len() {
+            buffer_alloc[b] = buffer_alloc[root[b]];
         }
         let mut scratch_alloc: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
         for (t, sizes) in scratch.iter().enumerate().take(nodes.len()) {
@@ -220,27 +275,33 @@ impl StreamPlan {
             }
         }
         let plan = pool::plan(&allocs, gpus);
-        // Dependencies: the graph's, plus every user of the bytes a task's allocations reuse,
-        // less the Load tasks (their data is resident before the run starts); latest first.
-        let deps: Vec<Vec<usize>> = nodes
-            .iter()
-            .enumerate()
-            .map(|(t, n)| {
-                let mut deps: Vec<usize> = n.deps.iter().map(|d| d.0 as usize).collect();
+        // Dependencies: the graph's, plus every user of the bytes a task's allocations reuse;
+        // a silent task stands for its own dependencies (an aliased transfer's readers wait
+        // for what the transfer would have), and Load tasks drop out. Latest first.
+        let mut deps: Vec<Vec<usize>> = Vec::with_capacity(nodes.len());
+        for (t, n) in nodes.iter().enumerate() {
+            let mut mine = Vec::new();
+            for d in n.deps.iter().map(|d| d.0 as usize) {
+                if elided[d] {
+                    mine.extend(&deps[d]);
+                } else if !silent[d] {
+                    mine.push(d);
+                }
+            }
+            if !silent[t] {
                 let written = n.task.writes().into_iter().filter_map(|b| buffer_alloc[b.0 as usize]);
                 for a in written.chain(scratch_alloc[t].iter().copied()) {
                     for &j in &plan.reuses[a] {
-                        deps.extend(users[j].iter().copied().filter(|&u| u < t));
+                        mine.extend(users[j].iter().copied().filter(|&u| u < t && !silent[u]));
                     }
                 }
-                deps.retain(|&d| !is_load[d]);
-                deps.sort_unstable_by(|a, b| b.cmp(a));
-                deps.dedup();
-                deps
-            })
-            .collect();
-        let stream = assign_streams(&device, &lanes, &deps, &is_load);
-        let (waits, record) = events(&stream, stream_device.len(), &deps, &is_load);
+            }
+            mine.sort_unstable_by(|a, b| b.cmp(a));
+            mine.dedup();
+            deps.push(mine);
+        }
+        let stream = assign_streams(&device, &lanes, &deps, &silent);
+        let (waits, record) = events(&stream, stream_device.len(), &deps, &silent);
         StreamPlan {
             gpus,
             gpu_of_device,
@@ -248,6 +309,7 @@ impl StreamPlan {
             stream,
             waits,
             record,
+            elided,
             buffer_offset: buffer_alloc.iter().map(|a| a.map_or(0, |a| plan.offsets[a])).collect(),
             scratch_offset: scratch_alloc.iter().map(|v| v.iter().map(|&a| plan.offsets[a]).collect()).collect(),
             pool_bytes: plan.sizes,
@@ -310,9 +372,14 @@ mod tests {
         assert_eq!(s.gpu_of_device, vec![0, 1]);
     }
 
+    /// The plan with transfers copying even within a GPU (the behaviour before aliasing).
+    fn copying(g: &TaskGraph, gpus: usize, streams_per_gpu: usize, scratch: &[Vec<usize>]) -> StreamPlan {
+        StreamPlan::with_options(g, gpus, &PlanOptions { streams_per_gpu, alias_transfers: false }, scratch)
+    }
+
     #[test]
     fn loads_are_resident_and_nobody_waits_for_them() {
-        let s = StreamPlan::new(&two_device_gather(), 1, 1, &[]);
+        let s = copying(&two_device_gather(), 1, 1, &[]);
         assert_eq!(s.stream, vec![0, 1, 0, 0, 0]);
         // a and b live in the resident region; b0 and y (live together) in the pool.
         assert_eq!(s.resident.buffer_block, vec![Some(0), Some(1), None, None]);
@@ -325,7 +392,7 @@ mod tests {
 
     #[test]
     fn cross_stream_dependencies_become_events() {
-        let s = StreamPlan::new(&gather_after_a_slice(), 1, 1, &[]);
+        let s = copying(&gather_after_a_slice(), 1, 1, &[]);
         assert_eq!(s.stream, vec![0, 1, 1, 0, 0, 0]);
         // The transfer (stream 0) waits for the slice on stream 1; the stitch's output reuses
         // the bytes of c (dead after the transfer), so it depends on c's writer too, a
@@ -334,6 +401,28 @@ mod tests {
         assert_eq!(s.buffer_offset[4], s.buffer_offset[2]);
         assert!(s.waits[4].is_empty());
         assert_eq!(s.record, vec![false, false, true, false, false, false]);
+    }
+
+    #[test]
+    fn a_transfer_within_a_gpu_aliases_its_source_and_issues_nothing() {
+        let g = gather_after_a_slice();
+        let s = StreamPlan::new(&g, 1, 1, &[]);
+        assert_eq!(s.elided, vec![false, false, false, true, false, false]);
+        // b0 is c's memory, which now lives until the stitch reads b0: y cannot reuse it.
+        assert_eq!(s.buffer_offset[3], s.buffer_offset[2]);
+        assert_ne!(s.buffer_offset[4], s.buffer_offset[2]);
+        // The stitch depends on the transfer, which stands for the slice it depended on.
+        assert_eq!(s.waits[4], vec![TaskId(2)]);
+        assert!(s.waits[3].is_empty());
+        assert_eq!(s.record, vec![false, false, true, false, false, false]);
+        // The same pool as copying: c's bytes were y's before; now b0 needs none.
+        assert_eq!(s.pool_bytes, copying(&g, 1, 1, &[]).pool_bytes);
+        // A transfer from a resident block aliases the block.
+        let s = StreamPlan::new(&two_device_gather(), 1, 1, &[]);
+        assert_eq!(s.resident.buffer_block, vec![Some(0), Some(1), Some(1), None]);
+        assert_eq!(s.pool_bytes, vec![crate::pool::ALIGN]);
+        // Across GPUs a transfer copies.
+        assert!(StreamPlan::new(&g, 2, 1, &[]).elided.iter().all(|e| !e));
     }
 
     #[test]
