@@ -150,9 +150,10 @@ fn llama_block_stream_plans_are_race_free_and_interleaved_runs_match_the_referen
 }
 
 /// Without a GPU: with p = 8 virtual devices on one GPU, transfers between them share the
-/// source's memory instead of copying: fewer copies are issued, the pool is no larger, the
-/// plan is race-free and the emulated run (which lays memory out as the GPU does) matches
-/// the reference.
+/// source's memory instead of copying: fewer copies are issued (none: all 224 transfers of
+/// this block are between virtual devices of the one GPU), the pool is no larger (equal on
+/// this block: the copies never set the pool's high-water mark), the plan is race-free and
+/// the emulated run (which lays memory out as the GPU does) matches the reference.
 #[test]
 fn virtual_devices_on_one_gpu_share_buffers_instead_of_copying() {
     use einsum_cuda::lower::Op;

@@ -9,7 +9,8 @@
 //! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
 //! transfers. [`stream_plan`] maps virtual devices onto GPUs round-robin, spreads each
 //! device's independent tasks over several streams (a per-GPU budget,
-//! [`CudaOptions::streams_per_gpu`]) and plans one allocation pool per GPU ([`pool`]) for the per-run activations, and one
+//! [`CudaOptions::streams_per_gpu`]), lets a transfer between virtual devices of one GPU
+//! share its source's memory instead of copying, and plans one allocation pool per GPU ([`pool`]) for the per-run activations, and one
 //! resident region per GPU ([`resident`]) for the blocks of the computation inputs that the
 //! Load tasks select. [`CudaExecutable::load`] checks an input against its slot ([`inputs`])
 //! and uploads its blocks once, in their storage dtype; they stay on the GPUs, so a Load task

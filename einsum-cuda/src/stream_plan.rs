@@ -34,6 +34,16 @@
 //! Load destinations are not in the pools: they live in the resident regions
 //! ([`crate::resident`]), filled before any run, so a Load task issues nothing and nobody
 //! waits for it.
+//!
+//! A transfer between two virtual devices on the same GPU copies nothing
+//! ([`StreamPlan::elided`]): its destination aliases its source's memory (a pool allocation,
+//! or a resident block). That is safe because a task-graph buffer is written once, by one
+//! task, before any task reads it, so neither buffer of the pair changes while the other is
+//! read. The pool planner sees an alias group (a buffer and every destination transferred
+//! from it within its GPU, transitively) as one allocation, written by the source's writer and
+//! held until the last read of any buffer of the group. An aliased transfer issues nothing and
+//! waits for nothing: a task depending on it depends on what it depended on instead. With
+//! [`PlanOptions::alias_transfers`] off, transfers within a GPU are device copies.
 
 use einsum_core::taskgraph::{BufferId, Task, TaskGraph, TaskId};
 
@@ -228,10 +238,8 @@ impl StreamPlan {
             }
         }
         let mut resident = ResidentPlan::new(graph, &gpu_of_device, gpus);
-        for b in 0..root.len() {
-            if root[b] != b {
-                resident.buffer_block[b] = resident.buffer_block[root[b]];
-            }
+        for (b, &r) in root.iter().enumerate() {
+            resident.buffer_block[b] = resident.buffer_block[r];
         }
         // Tasks that issue nothing: Loads (their data is resident before the run) and
         // aliased transfers.
@@ -263,8 +271,8 @@ impl StreamPlan {
             u.extend(&readers[b]);
             users.push(u);
         }
-        for b in 0..root.len() {
-            buffer_alloc[b] = buffer_alloc[root[b]];
+        for (b, &r) in root.iter().enumerate() {
+            buffer_alloc[b] = buffer_alloc[r];
         }
         let mut scratch_alloc: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
         for (t, sizes) in scratch.iter().enumerate().take(nodes.len()) {
