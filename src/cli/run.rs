@@ -43,6 +43,10 @@ pub struct CompileArgs {
     /// one captured CUDA graph (debugging).
     #[arg(long)]
     eager: bool,
+    /// On the cuda backend: the stream budget of every GPU, shared by the virtual devices it
+    /// hosts (at least one stream each); 1 gives every virtual device a single stream.
+    #[arg(long, default_value_t = einsum_cuda::stream_plan::DEFAULT_STREAMS_PER_GPU as u16, value_parser = clap::value_parser!(u16).range(1..))]
+    streams_per_gpu: u16,
     /// The logical optimizer.
     #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
     optimizer: String,
@@ -76,7 +80,10 @@ impl CompileArgs {
 
     fn options(&self) -> Result<CompileOptions> {
         // Every name through its table, in the order `compile` used to check them.
-        let backend = backend_by_name(&self.backend, &BackendParams { eager: self.eager })?;
+        let backend = backend_by_name(
+            &self.backend,
+            &BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) },
+        )?;
         let optimizer = Arc::from(optimizer_by_name(&self.optimizer, self.seed)?);
         // The topology first: a missing file is reported as such, not as an unknown preset.
         let topology = Topology::named(&self.topology)?;
