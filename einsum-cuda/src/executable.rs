@@ -254,13 +254,15 @@ impl CudaExecutable {
         self.timing[1].record(origin).map_err(|e| device("recording the end event")(e.to_string()))?;
         self.rt.synchronize().map_err(device("CUDA run"))?;
         let ms = self.timing[0].elapsed_ms(&self.timing[1]).map_err(|e| device("timing the run")(e.to_string()))?;
-        self.last_device_seconds = Some(f64::from(ms) / 1e3);
-        self.outputs
+        let outputs = self
+            .outputs
             .iter()
             .zip(&self.rt.host_outputs)
             .map(|(b, m)| from_bytes(b, &m.read()))
             .collect::<Result<_, _>>()
-            .map_err(device("reading an output back"))
+            .map_err(device("reading an output back"))?;
+        self.last_device_seconds = Some(f64::from(ms) / 1e3);
+        Ok(outputs)
     }
 
     /// The device time of the last successful run in seconds (between the events recorded
