@@ -36,6 +36,10 @@ pub struct Args {
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
+    /// Wall time in seconds each exchange program's search may take (with --schedule
+    /// search), on top of the iteration cap; results then depend on the machine's speed.
+    #[arg(long, value_name = "SECONDS")]
+    synthesis_budget: Option<f64>,
     /// Seed of the random strategy and of the search.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -65,7 +69,7 @@ pub fn run(a: Args) -> Result<Report> {
     // The topology first: a missing file is reported as such, not as an unknown preset.
     let topology = Topology::named(&a.topology)?;
     let model = cost_model_by_name(&a.cost, &a.topology)?;
-    let schedule = a.schedule.schedule(a.seed, a.iterations);
+    let schedule = a.schedule.schedule(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {

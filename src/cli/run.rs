@@ -55,6 +55,10 @@ pub struct CompileArgs {
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
+    /// Wall time in seconds each exchange program's search may take (with --schedule
+    /// search), on top of the iteration cap; results then depend on the machine's speed.
+    #[arg(long, value_name = "SECONDS")]
+    synthesis_budget: Option<f64>,
     #[arg(long, default_value = "dgx-a100", help = super::topology_help("at least as many sites as devices"))]
     topology: String,
     /// Seed of the random data, the random optimizer and the search.
@@ -81,7 +85,7 @@ impl CompileArgs {
         // The topology first: a missing file is reported as such, not as an unknown preset.
         let topology = Topology::named(&self.topology)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
-        let schedule = self.schedule.schedule(self.seed, self.iterations);
+        let schedule = self.schedule.schedule(self.seed, self.iterations, self.synthesis_budget)?;
         Ok(CompileOptions {
             devices: self.devices,
             backend,

@@ -70,7 +70,7 @@ impl Setup {
 
     /// The searched schedule at this setup's budget.
     pub fn search(&self) -> Schedule {
-        Schedule::Search { seed: 0, iterations: self.iterations() }
+        Schedule::Search { seed: 0, iterations: self.iterations(), budget: None }
     }
 
     /// Annealing iterations per exchange program.
