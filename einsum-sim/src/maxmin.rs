@@ -24,6 +24,9 @@
 //! tolerance of each other but not equal: the global filling freezes both at the lower level,
 //! the component filling each at its own (a difference below `1e-12` relative).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 /// Relative slack for deciding that two resources fill at the same level.
 const TIE: f64 = 1e-12;
 
@@ -172,27 +175,63 @@ impl FairShare {
                     }
                 }
             }
-            resources.sort_unstable();
-            self.fill(&mut resources);
+            self.fill(&resources);
         }
     }
 
-    /// Progressive filling of one component, given its resources in ascending order.
-    fn fill(&mut self, active: &mut Vec<usize>) {
-        for &r in active.iter() {
+    /// Progressive filling of one component, given its resources in any order.
+    ///
+    /// The resources wait in a heap by fill level (`remaining / unfrozen flows`), and a
+    /// resource is pushed again whenever a frozen flow changes its level (entries that no
+    /// longer match are skipped), so a round costs the resources it fills and the flows it
+    /// freezes, not a pass over the component: `O((F + R) log R)` in all for `F` flows over
+    /// `R` resources. Each round takes the lowest level as the share, fills every resource
+    /// within the tie tolerance of it in ascending index order, and freezes their flows in the
+    /// order they were added: the operations, and so the rates, of a plain pass.
+    fn fill(&mut self, resources: &[usize]) {
+        for &r in resources {
             self.remaining[r] = self.capacity[r];
             self.unfrozen_on[r] = self.flows_on[r].len();
             for &f in &self.flows_on[r] {
                 self.frozen[f] = false;
             }
         }
+        let level = |remaining: &[f64], unfrozen_on: &[usize], r: usize| {
+            // `+ 0.0` turns a negative zero into a positive one, so the bits order as the values.
+            remaining[r].max(0.0) / unfrozen_on[r] as f64 + 0.0
+        };
+        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = resources
+            .iter()
+            .filter(|&&r| self.unfrozen_on[r] > 0)
+            .map(|&r| Reverse((level(&self.remaining, &self.unfrozen_on, r).to_bits(), r)))
+            .collect();
+        let current = |s: &FairShare, bits: u64, r: usize| {
+            s.unfrozen_on[r] > 0 && level(&s.remaining, &s.unfrozen_on, r).to_bits() == bits
+        };
         let mut full: Vec<usize> = Vec::new();
-        while !active.is_empty() {
-            let (remaining, unfrozen_on) = (&self.remaining, &self.unfrozen_on);
-            let level = |r: usize| remaining[r].max(0.0) / unfrozen_on[r] as f64;
-            let share = active.iter().map(|&r| level(r)).fold(f64::INFINITY, f64::min);
+        let mut changed: Vec<usize> = Vec::new();
+        loop {
+            while let Some(&Reverse((bits, r))) = heap.peek() {
+                if current(self, bits, r) {
+                    break;
+                }
+                heap.pop();
+            }
+            let Some(&Reverse((bits, _))) = heap.peek() else { break };
+            let share = f64::from_bits(bits);
             full.clear();
-            full.extend(active.iter().copied().filter(|&r| level(r) <= share * (1.0 + TIE)));
+            while let Some(&Reverse((bits, r))) = heap.peek() {
+                if f64::from_bits(bits) > share * (1.0 + TIE) {
+                    break;
+                }
+                heap.pop();
+                if current(self, bits, r) {
+                    full.push(r);
+                }
+            }
+            full.sort_unstable();
+            full.dedup();
+            changed.clear();
             for &r in &full {
                 for &f in &self.flows_on[r] {
                     if self.frozen[f] {
@@ -203,19 +242,26 @@ impl FairShare {
                     for &q in &self.routes[f] {
                         self.remaining[q] -= share;
                         self.unfrozen_on[q] -= 1;
+                        changed.push(q);
                     }
                 }
             }
-            active.retain(|&r| self.unfrozen_on[r] > 0);
+            changed.sort_unstable();
+            changed.dedup();
+            for &q in &changed {
+                if self.unfrozen_on[q] > 0 {
+                    heap.push(Reverse((level(&self.remaining, &self.unfrozen_on, q).to_bits(), q)));
+                }
+            }
         }
     }
 }
 
-/// The max-min fair rate of each flow, computed from scratch. `routes[f]` lists the
-/// resources flow `f` crosses (indices into `capacity`, each at most once per flow); a flow
-/// that crosses nothing gets `f64::INFINITY`. Capacities must be positive.
+/// The max-min fair rate of each flow through [`FairShare`], all added at once. `routes[f]`
+/// lists the resources flow `f` crosses (indices into `capacity`, each at most once per flow);
+/// a flow that crosses nothing gets `f64::INFINITY`. Capacities must be positive.
 #[cfg(test)]
-pub(crate) fn max_min_rates(capacity: &[f64], routes: &[&[usize]]) -> Vec<f64> {
+fn max_min_rates(capacity: &[f64], routes: &[&[usize]]) -> Vec<f64> {
     let mut share = FairShare::new(capacity.to_vec());
     let ids: Vec<usize> = routes.iter().map(|r| share.add(r.to_vec())).collect();
     share.update();
