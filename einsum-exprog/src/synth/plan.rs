@@ -307,15 +307,31 @@ impl SiteRoutes {
         };
         let better =
             |x: (f64, usize), y: (f64, usize)| x.0 < y.0 * (1.0 - 1e-9) || (x.0 <= y.0 * (1.0 + 1e-9) && x.1 < y.1);
-        let mut dist: BTreeMap<SiteId, (f64, usize)> = BTreeMap::from([(root, (0.0, 0))]);
+        // Dijkstra over the complete graph of the sites, with flat arrays by slot (sites are
+        // ascending, so slot order is site order): O(k²) for k sites.
+        let k = self.sites.len();
+        let mut dist: Vec<Option<(f64, usize)>> = vec![None; k];
+        let mut done = vec![false; k];
         let mut parent = Tree::new();
-        let mut done: BTreeSet<SiteId> = BTreeSet::new();
-        while let Some((&u, &du)) =
-            dist.iter().filter(|(s, _)| !done.contains(*s)).reduce(|a, b| if better(*b.1, *a.1) { b } else { a })
-        {
-            done.insert(u);
-            for &v in &self.sites {
-                if v == u || done.contains(&v) {
+        let Some(&root_slot) = self.slot.get(root.0).filter(|&&i| i != usize::MAX) else {
+            return parent;
+        };
+        dist[root_slot] = Some((0.0, 0));
+        loop {
+            // The first unsettled site, in site order, that no later one beats.
+            let mut pick: Option<(usize, (f64, usize))> = None;
+            for (i, d) in dist.iter().enumerate() {
+                if let (Some(d), false) = (d, done[i])
+                    && pick.is_none_or(|(_, best)| better(*d, best))
+                {
+                    pick = Some((i, *d));
+                }
+            }
+            let Some((ui, du)) = pick else { break };
+            done[ui] = true;
+            let u = self.sites[ui];
+            for (vi, &v) in self.sites.iter().enumerate() {
+                if vi == ui || done[vi] {
                     continue;
                 }
                 let c = cost(u, v);
@@ -323,8 +339,8 @@ impl SiteRoutes {
                     continue;
                 }
                 let cand = (du.0 + c, du.1 + 1);
-                if dist.get(&v).is_none_or(|dv| better(cand, *dv)) {
-                    dist.insert(v, cand);
+                if dist[vi].is_none_or(|dv| better(cand, dv)) {
+                    dist[vi] = Some(cand);
                     parent.insert(v, u);
                 }
             }
