@@ -54,6 +54,7 @@
 //! stays the program's own simulated time, as synthesis costed it.
 #![warn(missing_docs)]
 
+pub mod footprint;
 mod kernels;
 mod lower_program;
 pub mod memory_report;

@@ -98,7 +98,10 @@ pub(crate) fn synthesize(
     let closure = match closure {
         Some(c) => c,
         None => {
-            program.validate_with(&membership).map_err(|source| CompileError::Invalid { label: label(), source })?.closure
+            program
+                .validate_with(&membership)
+                .map_err(|source| CompileError::Invalid { label: label(), source })?
+                .closure
         }
     };
     let placement =

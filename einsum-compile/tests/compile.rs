@@ -80,7 +80,8 @@ fn check_all(comp: &Computation, seed: u64) {
     let mut ran = 0;
     for p in 1..=8 {
         let naive = check(comp, p, seed + p as u64, Schedule::Naive, &topology);
-        let search = check(comp, p, seed + 100 + p as u64, Schedule::Search { seed, iterations: 10, budget: None }, &topology);
+        let search =
+            check(comp, p, seed + 100 + p as u64, Schedule::Search { seed, iterations: 10, budget: None }, &topology);
         ran += naive as usize + search as usize;
     }
     assert!(ran >= 8, "only {ran} runs had specs");

@@ -140,7 +140,8 @@ impl Relabelling {
         let mut forward: HashMap<usize, usize> = HashMap::new();
         let mut backward: HashMap<usize, usize> = HashMap::new();
         let mut pair = |a: usize, b: usize| -> bool {
-            let same = topology.resources().get(a).map(|r| r.capacity) == topology.resources().get(b).map(|r| r.capacity);
+            let same =
+                topology.resources().get(a).map(|r| r.capacity) == topology.resources().get(b).map(|r| r.capacity);
             same && *forward.entry(a).or_insert(b) == b && *backward.entry(b).or_insert(a) == a
         };
         for (&a, &b) in &self.map {
@@ -208,7 +209,8 @@ mod tests {
     #[test]
     fn memberships_and_actions_are_renamed() {
         let r = Relabelling { map: BTreeMap::from([(SiteId(1), SiteId(2)), (SiteId(2), SiteId(1))]) };
-        let m = Membership(BTreeMap::from([(crate::ids::PartitionId::new("S1").unwrap(), BTreeSet::from([SiteId(1)]))]));
+        let m =
+            Membership(BTreeMap::from([(crate::ids::PartitionId::new("S1").unwrap(), BTreeSet::from([SiteId(1)]))]));
         assert_eq!(r.membership(&m).0.values().next().unwrap(), &BTreeSet::from([SiteId(2)]));
         assert_eq!(r.inverse().membership(&r.membership(&m)), m);
     }

@@ -95,6 +95,7 @@ pub fn run(a: Args) -> Result<Report> {
             topology: &topology,
             schedule,
             memory_budget: budget,
+            host_memory: None,
         };
         let planned = plan_and_compile(&request)?;
         let stats = planned.compiled.graph.stats();

@@ -304,6 +304,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
         topology: &topology,
         schedule: case.schedule,
         memory_budget: case.memory_budget.map(|b| b as f64),
+        host_memory: None,
     })?;
     let compile_ms = started.elapsed().as_secs_f64() * 1e3;
     let stats = planned.compiled.graph.stats();
