@@ -55,6 +55,9 @@ pub(crate) struct FairShare {
     mark: Vec<u64>,
     flow_mark: Vec<u64>,
     epoch: u64,
+    /// Per resource, the last filling round that changed its level.
+    changed_in: Vec<u64>,
+    round: u64,
     remaining: Vec<f64>,
     unfrozen_on: Vec<usize>,
     frozen: Vec<bool>,
@@ -76,6 +79,8 @@ impl FairShare {
             mark: vec![0; n],
             flow_mark: Vec::new(),
             epoch: 0,
+            changed_in: vec![0; n],
+            round: 0,
             remaining: vec![0.0; n],
             unfrozen_on: vec![0; n],
             frozen: Vec::new(),
@@ -232,6 +237,7 @@ impl FairShare {
             full.sort_unstable();
             full.dedup();
             changed.clear();
+            self.round += 1;
             for &r in &full {
                 for &f in &self.flows_on[r] {
                     if self.frozen[f] {
@@ -242,12 +248,13 @@ impl FairShare {
                     for &q in &self.routes[f] {
                         self.remaining[q] -= share;
                         self.unfrozen_on[q] -= 1;
-                        changed.push(q);
+                        if self.changed_in[q] != self.round {
+                            self.changed_in[q] = self.round;
+                            changed.push(q);
+                        }
                     }
                 }
             }
-            changed.sort_unstable();
-            changed.dedup();
             for &q in &changed {
                 if self.unfrozen_on[q] > 0 {
                     heap.push(Reverse((level(&self.remaining, &self.unfrozen_on, q).to_bits(), q)));
