@@ -22,7 +22,7 @@
 //! shares no link with it, and its reverse (on the DGX-V100 the double-link ring
 //! 0-3-2-1-5-6-7-4 and the single-link ring).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use einsum_sim::Topology;
 
@@ -172,8 +172,31 @@ impl Plan {
     }
 }
 
-/// Bytes queued on each topology resource (by resource index), for congestion-aware trees.
-pub(crate) type Load = HashMap<usize, f64>;
+/// Bytes queued on each topology resource (by resource index), for congestion-aware trees:
+/// a dense table (resources are numbered from 0), read once per resource of every edge a
+/// tree considers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Load(Vec<f64>);
+
+impl Load {
+    /// No load anywhere.
+    pub fn new() -> Load {
+        Load::default()
+    }
+
+    /// The bytes queued on resource `id`.
+    fn get(&self, id: usize) -> f64 {
+        self.0.get(id).copied().unwrap_or(0.0)
+    }
+
+    /// Queues `bytes` more on resource `id`.
+    fn add(&mut self, id: usize, bytes: f64) {
+        if self.0.len() <= id {
+            self.0.resize(id + 1, 0.0);
+        }
+        self.0[id] += bytes;
+    }
+}
 
 /// A spanning tree as each site's parent. For a reduction a site sends to its parent; for a
 /// spread a site receives from its parent.
@@ -262,7 +285,7 @@ impl SiteRoutes {
             Some(r) if !r.resources.is_empty() => r
                 .resources
                 .iter()
-                .map(|(id, cap)| (load.get(id).copied().unwrap_or(0.0) + bytes) / cap)
+                .map(|(id, cap)| (load.get(*id) + bytes) / cap)
                 .fold(0.0, f64::max),
             _ => f64::INFINITY,
         }
@@ -272,7 +295,7 @@ impl SiteRoutes {
     pub fn add_load(&self, load: &mut Load, a: SiteId, b: SiteId, bytes: f64) {
         if let Some(r) = self.route(a, b) {
             for (id, _) in &r.resources {
-                *load.entry(*id).or_default() += bytes;
+                load.add(*id, bytes);
             }
         }
     }
