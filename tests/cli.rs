@@ -207,9 +207,79 @@ fn explain_prints_plan_programs_and_a_dot_graph() {
     let graph = std::fs::read_to_string(&dot).unwrap();
     assert!(graph.starts_with("digraph tasks") && graph.contains("->"));
     std::fs::remove_file(&dot).ok();
-    let out = einsummable(&["run", "ffn:tokens=16,d_model=8,d_ff=16", "--devices", "16"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("16"));
+    // A named topology too small for the devices is not scaled: the typed error says so.
+    let out = einsummable(&["run", "ffn:tokens=16,d_model=8,d_ff=16", "--devices", "16", "--topology", "dgx-a100"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("topology `dgx-a100` has 8 sites, fewer than the 16 devices"), "{err}");
+}
+
+/// A LLaMA block (the default workload's operators, smaller) on 16 virtual devices.
+const SMALL_BLOCK: &str = "llama-block:tokens=64,seqs=2,d_model=64,heads_q=8,heads_kv=4,d_head=8,d_ff=128";
+
+/// Without `--topology`, 16 devices get the default machine scaled to two nodes: the text
+/// says so, the JSON names it, and the CPU backend runs and checks all 16 devices.
+#[test]
+fn run_on_16_devices_scales_the_default_machine_to_two_nodes() {
+    let out = einsummable(&["run", SMALL_BLOCK, "--devices", "16", "--check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.starts_with("topology dgx-a100x2: no --topology given, so the default dgx-a100 scaled to 2 nodes"),
+        "{text}"
+    );
+    assert!(text.contains("on 16 devices") && text.contains("on dgx-a100x2") && text.contains("(PASS)"), "{text}");
+
+    let (_, v) = report(&einsummable(&["run", SMALL_BLOCK, "--devices", "16", "--check", "--json"]));
+    assert_eq!(
+        (v["topology"].as_str(), v["devices"].as_u64(), v["ok"].as_bool()),
+        (Some("dgx-a100x2"), Some(16), Some(true))
+    );
+    assert_eq!(v["peak_bytes_per_device"].as_array().map(Vec::len), Some(16));
+    assert!(v["tasks"]["transfer"].as_u64() > Some(0), "{v}");
+    // Up to 8 devices the default is the single node, and the text has no note.
+    let (_, v) = report(&einsummable(&["run", "matmul:n=16", "--devices", "8", "--json"]));
+    assert_eq!(v["topology"], "dgx-a100");
+    let text = String::from_utf8_lossy(&einsummable(&["run", "matmul:n=16", "--devices", "8"]).stdout).to_string();
+    assert!(!text.contains("no --topology given") && text.contains("on dgx-a100\n"), "{text}");
+}
+
+/// `plan` and `explain` choose the same way; a named multi-node preset is kept as given;
+/// bad node counts and unknown names are typed errors that list the forms.
+#[test]
+fn plan_and_explain_scale_the_default_and_accept_node_presets() {
+    let (_, v) = report(&einsummable(&["plan", "matmul:n=64", "--devices", "24", "--json"]));
+    assert_eq!(v["topology"], "dgx-a100x3");
+    assert!(v["compile_error"].is_null() && v["predicted_ms"].is_f64(), "{v}");
+    let text = String::from_utf8_lossy(&einsummable(&["plan", "matmul:n=64", "--devices", "24"]).stdout).to_string();
+    assert!(text.starts_with("topology dgx-a100x3: no --topology given") && text.contains("on dgx-a100x3"), "{text}");
+    let (_, v) = report(&einsummable(&["explain", "ffn:tokens=16,d_model=8,d_ff=16", "--devices", "12", "--json"]));
+    assert_eq!(v["topology"], "dgx-a100x2");
+    let (_, v) =
+        report(&einsummable(&["plan", "matmul:n=64", "--devices", "16", "--topology", "dgx-h100x4", "--json"]));
+    assert_eq!(v["topology"], "dgx-h100x4");
+    assert!(v["compile_error"].is_null(), "{v}");
+    let (_, v) = report(&einsummable(&["plan", "matmul:n=64", "--devices", "64", "--topology", "nvl72", "--json"]));
+    assert_eq!(v["topology"], "nvl72");
+    assert!(v["compile_error"].is_null(), "{v}");
+    fails_with(&["plan", "matmul:n=64", "--topology", "dgx-a100x0"], "a machine needs at least one node");
+    fails_with(&["run", "matmul:n=8", "--topology", "dgx-b200"], "dgx-a100xN, dgx-h100xN (N nodes of 8 GPUs)");
+}
+
+/// `--help` lists every preset and form of `--topology`, and the scaled default.
+#[test]
+fn help_lists_the_presets_and_the_default() {
+    for command in ["run", "plan", "explain"] {
+        let out = einsummable(&[command, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout).replace(char::is_whitespace, "");
+        for name in ["dgx-a100", "dgx-h100", "dgx-v100", "nvl72", "dgx-a100xN", "dgx-h100xN"] {
+            assert!(help.contains(name), "{command}: {name} missing from\n{help}");
+        }
+        assert!(
+            help.contains("[default:dgx-a100,ordgx-a100xNwiththefewestnodesNthathold--devices]"),
+            "{command}: {help}"
+        );
+    }
 }
 
 /// Runs a command that must fail: non-zero exit, no panic, stdout holding only the `--json`
@@ -364,7 +434,8 @@ fn plan_json_has_the_documented_fields_and_types() {
     assert!(memory["resident_bytes"].as_array().unwrap().iter().all(serde_json::Value::is_u64));
 
     // A plan the topology cannot hold keeps every key, its predictions null.
-    let (keys, v) = report(&einsummable(&["plan", "matmul:n=64", "--devices", "27", "--json"]));
+    let (keys, v) =
+        report(&einsummable(&["plan", "matmul:n=64", "--devices", "27", "--topology", "dgx-a100", "--json"]));
     assert_eq!(keys, PLAN_KEYS);
     for key in ["predicted_ms", "bytes_moved", "compile_ms", "memory"] {
         assert!(v[key].is_null(), "{key}: {}", v[key]);
@@ -375,9 +446,10 @@ fn plan_json_has_the_documented_fields_and_types() {
 /// `run --json` prints `RunReport`'s fields, in declaration order, with their types.
 #[test]
 fn run_json_has_the_documented_fields_and_types() {
-    const RUN_KEYS: [&str; 12] = [
+    const RUN_KEYS: [&str; 13] = [
         "workload",
         "devices",
+        "topology",
         "ok",
         "max_rel_error",
         "wall_ms",

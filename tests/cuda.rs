@@ -99,6 +99,36 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
     }
 }
 
+/// The memory-bound kernels' variants engage on a real graph: the small LLaMA block at p = 8
+/// in bf16 (every offset within 31 bits) launches no 64-bit strided kernel, some 16-byte
+/// vector ones, and one `aggregate` launch per aggregation task (none has over 8 sources).
+#[test]
+fn llama_block_lowering_picks_the_fast_memory_bound_kernels() {
+    use einsum_core::taskgraph::Task;
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::BF16).unwrap();
+    let exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    let compiled = exe.compiled();
+    let kernels = einsum_compile::ComputationKernels(graph.computation(), &compiled.kernels);
+    let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+    let mut launches = std::collections::BTreeMap::<&str, usize>::new();
+    for op in lowered.ops.iter().flatten() {
+        if let Some(name) = op.kernel_name() {
+            *launches.entry(name).or_default() += 1;
+        }
+    }
+    println!("{launches:?}");
+    for wide in ["box_copy", "binary", "reduce"] {
+        assert!(!launches.contains_key(wide), "a 64-bit `{wide}` launch in {launches:?}");
+    }
+    assert!(launches.keys().any(|k| k.ends_with("_vec")), "no vector launch in {launches:?}");
+    for (node, ops) in compiled.graph.nodes().iter().zip(&lowered.ops) {
+        if let Task::Aggregate { srcs, .. } = &node.task {
+            assert!(srcs.len() <= einsum_cuda::lower::MAX_AGG_SOURCES);
+            assert_eq!(ops.len(), 1, "{}: {} sources in {} launches", node.label, srcs.len(), ops.len());
+        }
+    }
+}
+
 /// `--warmup W --repeat N` runs W + N times and reports the median of the N timed runs.
 #[test]
 fn repeat_reports_the_median_of_the_timed_runs() {

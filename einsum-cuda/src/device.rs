@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, DriverError, result, sys};
 
+use crate::kernels::attention::AttentionModule;
 use crate::kernels::compile::{arch_name, compile};
-use crate::kernels::sources::{ATTENTION, FIXED};
+use crate::kernels::sources::FIXED;
 
 /// Turns a driver error during setup into a message naming what was being done.
 pub fn setup_error(what: &str) -> impl Fn(DriverError) -> String + '_ {
@@ -125,23 +126,26 @@ impl Drop for HostMemory {
     }
 }
 
-/// One GPU: its context, its kernels (by name; attention by head dimension) and its pool.
+/// One GPU: its context, its kernels (by name; attention by name and head dimension) and
+/// its pool.
 #[derive(Debug)]
 pub struct Gpu {
     /// The context.
     pub ctx: Arc<CudaContext>,
     /// The kernels of the fixed modules, by kernel name.
     pub functions: HashMap<&'static str, CudaFunction>,
-    /// The attention kernel per head dimension.
-    pub attention: HashMap<usize, CudaFunction>,
+    /// The attention kernels, by entry point and head dimension.
+    pub attention: HashMap<(&'static str, usize), CudaFunction>,
     /// The allocation pool.
     pub pool: DeviceMemory,
 }
 
 impl Gpu {
-    /// Opens GPU `ordinal`, compiles and loads every kernel module (attention for each of
-    /// `head_dims`), and allocates a pool of `pool_bytes`.
-    pub fn open(ordinal: usize, head_dims: &[usize], pool_bytes: usize) -> Result<Gpu, String> {
+    /// Opens GPU `ordinal`, compiles and loads every kernel module (and the `attention`
+    /// modules; the tensor-core ones only on sm_80 and later, where `mma.sync` exists, so
+    /// that issuing one elsewhere fails naming the capability), and allocates a pool of
+    /// `pool_bytes`.
+    pub fn open(ordinal: usize, attention_modules: &[AttentionModule], pool_bytes: usize) -> Result<Gpu, String> {
         let ctx = CudaContext::new(ordinal).map_err(|e| format!("opening GPU {ordinal}: {e}"))?;
         // The backend orders work with its own events; cudarc's per-slice tracking would add
         // waits of its own (and it never sees our raw pointers anyway).
@@ -159,10 +163,14 @@ impl Gpu {
             }
         }
         let mut attention = HashMap::new();
-        for &d in head_dims {
-            let ptx = compile(&ATTENTION, &[("HEAD_DIM", d.to_string())], arch)?;
-            let m = ctx.load_module(ptx).map_err(|e| format!("loading the attention kernel (d = {d}): {e}"))?;
-            attention.insert(d, m.load_function("attention").map_err(|e| format!("loading `attention`: {e}"))?);
+        for am in attention_modules.iter().filter(|m| !m.tensor_cores || major >= 8) {
+            let (module, defines) = am.source();
+            let d = am.head_dim;
+            let ptx = compile(module, &defines, arch)?;
+            let m = ctx.load_module(ptx).map_err(|e| format!("loading `{}` (head dim {d}): {e}", module.name))?;
+            for k in module.kernels {
+                attention.insert((*k, d), m.load_function(k).map_err(|e| format!("loading `{k}`: {e}"))?);
+            }
         }
         let pool = DeviceMemory::new(&ctx, pool_bytes)?;
         Ok(Gpu { ctx, functions, attention, pool })

@@ -5,15 +5,19 @@
 //! at the stream plan's offsets, pinned outputs, constant tables), with each operation computing
 //! what its CUDA kernel computes. It checks the lowering, the pool and resident plans and the
 //! GEMM mapping against the reference on machines without a GPU; the CUDA C itself is
-//! checked by the GPU tests.
+//! checked by the GPU tests. It also checks the kernel variants [`crate::addressing`] chose
+//! against the layout: a vector-path pointer must be 16-byte aligned, a 32-bit kernel must
+//! never compute an offset past 2³¹ − 1 (it panics otherwise, as for a resident write).
 
 use einsum_core::taskgraph::TaskGraph;
 use einsum_core::{BackendError, DType, HostTensor};
 use einsum_ops::reduce::ReduceOp;
 
+use crate::addressing::{Access, Index, NARROW_LIMIT, VECTOR_BYTES, offsets};
 use crate::executable::from_bytes;
 use crate::inputs::InputSlots;
-use crate::lower::{Dims, Lowered, Op, Ptr, RowKernel, Space};
+use crate::kernels::attention::{self, AttentionShape};
+use crate::lower::{Dims, Lowered, MAX_AGG_SOURCES, Op, Ptr, RowKernel, Space};
 use crate::stream_plan::StreamPlan;
 
 /// Emulated memory: every space as bytes.
@@ -78,16 +82,41 @@ impl Memory {
     }
 }
 
-/// The offsets of linear index `i` of `d`'s space in its three stride vectors.
-fn offsets(d: &Dims, mut i: usize) -> [usize; 3] {
-    let mut o = [0usize; 3];
-    for k in (0..d.rank as usize).rev() {
-        let n = d.shape[k] as usize;
-        let x = i % n;
-        i /= n;
-        o[0] += x * d.s0[k] as usize;
-        o[1] += x * d.s1[k] as usize;
-        o[2] += x * d.s2[k] as usize;
+/// Checks a vector-path decision against the emulated layout: every pointer 16-byte aligned
+/// (pool, resident and output bases are aligned on the device, so the emulated byte offset is
+/// the device address modulo 16).
+fn check_vector(m: &mut Memory, ptrs: &[Ptr]) {
+    for p in ptrs {
+        let (_, at) = m.locate(*p, false);
+        assert_eq!(at % VECTOR_BYTES, 0, "a vector-path pointer {p:?} is not {VECTOR_BYTES}-byte aligned");
+    }
+}
+
+/// The index width of a copy or binary operation over the tensors at `ptrs`, after checking a
+/// vector-path choice: rank 1, unit strides in every tensor, aligned pointers. (The vector
+/// kernels' index arithmetic is 64-bit.)
+fn checked_index(m: &mut Memory, access: Access, d: &Dims, ptrs: &[Ptr]) -> Index {
+    match access {
+        Access::Vector => {
+            let strides = [d.s0[0], d.s1[0], d.s2[0]];
+            assert!(
+                d.rank == 1 && strides[..ptrs.len()].iter().all(|&s| s == 1),
+                "a vector-path space is not contiguous: {d:?}"
+            );
+            check_vector(m, ptrs);
+            Index::I64
+        }
+        Access::Strided(index) => index,
+    }
+}
+
+/// The offsets of element `i` of `d`, checked against the index width the lowering chose: a
+/// 32-bit kernel must never compute an index or offset past [`NARROW_LIMIT`].
+fn offsets_of(d: &Dims, i: usize, index: Index) -> [usize; 3] {
+    let o = offsets(d, i);
+    if index == Index::I32 {
+        let limit = NARROW_LIMIT as usize;
+        assert!(i <= limit && o.iter().all(|&x| x <= limit), "a 32-bit kernel reaches {o:?} at {i} in {d:?}");
     }
     o
 }
@@ -166,9 +195,10 @@ pub fn run(graph: &TaskGraph, lowered: &Lowered, gpus: usize, inputs: &[HostTens
 
 fn apply(m: &mut Memory, op: &Op) {
     match op {
-        Op::Copy { src, dst, dtype, dims } => {
+        Op::Copy { src, dst, dtype, dims, access } => {
+            let index = checked_index(m, *access, dims, &[*src, *dst]);
             for i in 0..dims.volume() {
-                let [a, b, _] = offsets(dims, i);
+                let [a, b, _] = offsets_of(dims, i, index);
                 let es = dtype.size_bytes();
                 let (v, base) = m.locate(*src, false);
                 let bytes: Vec<u8> = v[base + a * es..base + (a + 1) * es].to_vec();
@@ -182,21 +212,36 @@ fn apply(m: &mut Memory, op: &Op) {
             let (w, base) = m.locate(*dst, true);
             w[base..base + bytes].copy_from_slice(&data);
         }
-        Op::Aggregate { a, b, out, dtype, agg, n } => {
+        Op::Aggregate { srcs, accumulate, out, dtype, agg, n, vector } => {
+            assert!(!srcs.is_empty() && srcs.len() <= MAX_AGG_SOURCES, "{} aggregation sources", srcs.len());
+            if *vector {
+                check_vector(m, srcs);
+                check_vector(m, &[*out]);
+            }
+            // The order of aggregate.cu: a left fold from the first source (or from `out`),
+            // in f32, rounded to the element type once.
+            let (start, rest) = if *accumulate { (*out, &srcs[..]) } else { (srcs[0], &srcs[1..]) };
             for i in 0..*n {
-                let x = agg.apply(m.ld(*a, i, *dtype), m.ld(*b, i, *dtype));
-                m.st(*out, i, *dtype, x);
+                let mut acc = m.ld(start, i, *dtype);
+                for s in rest {
+                    acc = agg.apply(acc, m.ld(*s, i, *dtype));
+                }
+                m.st(*out, i, *dtype, acc);
             }
         }
-        Op::Unary { x, y, dtype, op, n } => {
+        Op::Unary { x, y, dtype, op, n, vector } => {
+            if *vector {
+                check_vector(m, &[*x, *y]);
+            }
             for i in 0..*n {
                 let v = op.apply(m.ld(*x, i, *dtype));
                 m.st(*y, i, *dtype, v);
             }
         }
-        Op::Binary { a, b, y, dtype, op, dims } => {
+        Op::Binary { a, b, y, dtype, op, dims, access } => {
+            let index = checked_index(m, *access, dims, &[*a, *b, *y]);
             for i in 0..dims.volume() {
-                let [oa, ob, oy] = offsets(dims, i);
+                let [oa, ob, oy] = offsets_of(dims, i, index);
                 let v = op.apply(m.ld(*a, oa, *dtype), m.ld(*b, ob, *dtype));
                 m.st(*y, oy, *dtype, v);
             }
@@ -257,12 +302,16 @@ fn apply(m: &mut Memory, op: &Op) {
                 m.st(*y, b, *dtype, vb * c + va * s);
             }
         }
-        Op::Reduce { x, y, dtype, op, keep, over } => {
+        Op::Reduce { x, y, dtype, op, keep, over, index } => {
             for i in 0..keep.volume() {
-                let [bx, by, _] = offsets(keep, i);
+                let [bx, by, _] = offsets_of(keep, i, *index);
                 let (mut sum, mut mx) = (0.0f64, f32::NEG_INFINITY);
                 for j in 0..over.volume() {
-                    let v = m.ld(*x, bx + offsets(over, j)[0], *dtype);
+                    let ox = offsets_of(over, j, *index)[0];
+                    if *index == Index::I32 {
+                        assert!(bx + ox <= NARROW_LIMIT as usize, "a 32-bit reduction reaches {}", bx + ox);
+                    }
+                    let v = m.ld(*x, bx + ox, *dtype);
                     sum += v as f64;
                     mx = mx.max(v);
                 }
@@ -274,6 +323,7 @@ fn apply(m: &mut Memory, op: &Op) {
             }
         }
         Op::Attention {
+            kernel,
             q,
             k,
             v,
@@ -287,33 +337,29 @@ fn apply(m: &mut Memory, op: &Op) {
             kv_lo,
             keys_lo,
             group,
-            scale,
+            scale_log2,
             head_dim,
         } => {
             let d = *head_dim;
-            for h in 0..*heads {
-                let kvh = (heads_lo + h) / group - kv_lo;
-                for r in 0..*nq {
-                    let (lo, hi) = (m.ld_i32(*bounds, 2 * r) as usize, m.ld_i32(*bounds, 2 * r + 1) as usize);
-                    let qr: Vec<f32> = (0..d).map(|c| m.ld(*q, (h * nq + r) * d + c, *dtype) * scale).collect();
-                    let (mut mx, mut l, mut acc) = (f32::NEG_INFINITY, 0.0f32, vec![0.0f32; d]);
-                    for key in lo.max(*keys_lo)..hi.min(keys_lo + nk) {
-                        let row = (kvh * nk + key - keys_lo) * d;
-                        let s: f32 = (0..d).map(|c| qr[c] * m.ld(*k, row + c, *dtype)).sum();
-                        let nm = mx.max(s);
-                        let corr = if mx == f32::NEG_INFINITY { 0.0 } else { (mx - nm).exp() };
-                        let p = (s - nm).exp();
-                        l = l * corr + p;
-                        for (c, a) in acc.iter_mut().enumerate() {
-                            *a = *a * corr + p * m.ld(*v, row + c, *dtype);
-                        }
-                        mx = nm;
-                    }
-                    let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
-                    for (c, a) in acc.iter().enumerate() {
-                        m.st(*o, (h * nq + r) * d + c, *dtype, a * inv);
-                    }
-                }
+            let kv_heads = (heads_lo + heads - 1) / group - kv_lo + 1;
+            let mut read = |p: Ptr, n: usize| (0..n).map(|i| m.ld(p, i, *dtype)).collect::<Vec<f32>>();
+            let (qv, kv, vv) = (read(*q, heads * nq * d), read(*k, kv_heads * nk * d), read(*v, kv_heads * nk * d));
+            let rows: Vec<(usize, usize)> =
+                (0..*nq).map(|r| (m.ld_i32(*bounds, 2 * r) as usize, m.ld_i32(*bounds, 2 * r + 1) as usize)).collect();
+            let shape = AttentionShape {
+                heads: *heads,
+                nq: *nq,
+                nk: *nk,
+                head_dim: d,
+                heads_lo: *heads_lo,
+                kv_lo: *kv_lo,
+                keys_lo: *keys_lo,
+                group: *group,
+                scale_log2: *scale_log2,
+                bounds: &rows,
+            };
+            for (i, x) in attention::emulate(*kernel, *dtype, &shape, &qv, &kv, &vv).into_iter().enumerate() {
+                m.st(*o, i, *dtype, x);
             }
         }
         Op::Gemm { a, b, c, dtype, gemm: g } => {

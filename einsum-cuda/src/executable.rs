@@ -93,7 +93,7 @@ impl CudaExecutable {
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
         let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);
         let gpus: Vec<Gpu> = (0..plan.gpus)
-            .map(|g| Gpu::open(g, &lowered.head_dims, plan.pool_bytes[g]))
+            .map(|g| Gpu::open(g, &lowered.attention, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         enable_peer_access(&gpus);

@@ -6,13 +6,15 @@
 use std::sync::Arc;
 
 use cudarc::cublas::{self, CudaBlas};
-use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
 use einsum_core::DType;
 
+use crate::addressing::{Access, VECTOR_BYTES};
 use crate::device::{DeviceMemory, Gpu, HostMemory};
+use crate::kernels::attention::AttentionKernel;
 use crate::kernels::codes::{OpCode, unary_scalar};
 use crate::kernels::gemm_plan::Gemm;
-use crate::lower::{Lowered, Op, Ptr, RowKernel, Space};
+use crate::lower::{Lowered, MAX_AGG_SOURCES, Op, Ptr, RowKernel, Space};
 use crate::stream_plan::StreamPlan;
 
 /// Everything the issue needs: GPUs, one stream and cuBLAS handle per virtual device, the
@@ -88,6 +90,37 @@ fn linear(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
+/// Elements in one 16-byte vector of `dtype` (`lanes` of `common.cuh`).
+fn vector_lanes(dtype: DType) -> usize {
+    VECTOR_BYTES / dtype.size_bytes()
+}
+
+/// The `Sources` argument of the `aggregate` kernels (`aggregate.cu`): the source addresses by
+/// value, unused entries null.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AggSources {
+    p: [u64; MAX_AGG_SOURCES],
+}
+
+// SAFETY: `AggSources` is `repr(C)`, plain old data, and matches `struct Sources` in
+// aggregate.cu (an array of MAX_AGG_SOURCES device pointers).
+unsafe impl DeviceRepr for AggSources {}
+
+impl AggSources {
+    /// The struct of up to [`MAX_AGG_SOURCES`] addresses.
+    fn new(addrs: impl ExactSizeIterator<Item = u64>) -> Result<AggSources, String> {
+        if addrs.len() == 0 || addrs.len() > MAX_AGG_SOURCES {
+            return Err(format!("an aggregate launch of {} sources (1 to {MAX_AGG_SOURCES})", addrs.len()));
+        }
+        let mut p = [0u64; MAX_AGG_SOURCES];
+        for (slot, a) in p.iter_mut().zip(addrs) {
+            *slot = a;
+        }
+        Ok(AggSources { p })
+    }
+}
+
 /// Largest `gridDim.x`.
 const MAX_GRID_X: usize = (1 << 31) - 1;
 /// Largest `gridDim.y` and `gridDim.z`.
@@ -135,6 +168,13 @@ impl Runtime {
         base + p.offset as u64
     }
 
+    /// The kernel a memory-bound operation launches ([`Op::kernel_name`]: the variant the
+    /// lowering chose).
+    fn kernel_of(&self, stream: usize, op: &Op) -> Result<&CudaFunction, String> {
+        let name = op.kernel_name().ok_or_else(|| format!("no NVRTC kernel launches {op:?}"))?;
+        self.function(stream, name)
+    }
+
     fn function(&self, stream: usize, name: &str) -> Result<&CudaFunction, String> {
         self.gpu_of(stream).functions.get(name).ok_or_else(|| format!("kernel `{name}` is not loaded"))
     }
@@ -165,18 +205,31 @@ impl Runtime {
         let a = |p: &Ptr| self.addr(*p);
         let launch_err = |e: cudarc::driver::DriverError| format!("kernel launch: {e}");
         match op {
-            Op::Copy { src, dst, dtype, dims } => {
+            Op::Copy { src, dst, dtype, dims, access } => {
                 let n = dims.volume();
                 if n == 0 {
                     return Ok(());
                 }
-                let (sp, dp, zero, dt) = (a(src), a(dst), 0i64, dtype.code());
-                let f = self.function(s, "box_copy")?;
+                let (sp, dp, dt) = (a(src), a(dst), dtype.code());
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
-                b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
-                // SAFETY: the arguments match `box_copy`'s signature; the pointers address
-                // pool, resident, host or constant memory sized by the plan.
-                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+                match access {
+                    Access::Vector => {
+                        let bytes = (n * dtype.size_bytes()) as i64;
+                        b.arg(&sp).arg(&dp).arg(&bytes);
+                        // SAFETY: matches `copy_vec(src, dst, bytes)`; both pointers are 16-byte
+                        // aligned (addressing.rs) and address `bytes` bytes the plan sized.
+                        unsafe { b.launch(linear(n.div_ceil(vector_lanes(*dtype)))) }.map_err(launch_err)?;
+                    }
+                    Access::Strided(_) => {
+                        let zero = 0i64;
+                        b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
+                        // SAFETY: the arguments match `box_copy`'s and `box_copy32`'s signature;
+                        // the pointers address pool, resident, host or constant memory sized by
+                        // the plan (and every offset fits 31 bits for `box_copy32`).
+                        unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+                    }
+                }
             }
             Op::Memcpy { src, dst, bytes } => {
                 if *bytes == 0 {
@@ -206,40 +259,58 @@ impl Runtime {
                 };
                 r.map_err(|e| format!("copying {bytes} bytes between GPUs: {e}"))?;
             }
-            Op::Aggregate { a: x, b: y, out, dtype, agg, n } => {
+            Op::Aggregate { srcs, accumulate, out, dtype, agg, n, vector } => {
                 if *n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, op, dt, code, nn) = (a(x), a(y), a(out), dtype.code(), agg.code(), *n as i64);
-                let f = self.function(s, "aggregate")?;
+                let sources = AggSources::new(srcs.iter().map(&a))?;
+                let (k, acc) = (srcs.len() as i32, i32::from(*accumulate));
+                let (outp, dt, code, nn) = (a(out), dtype.code(), agg.code(), *n as i64);
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
-                b.arg(&xp).arg(&yp).arg(&op).arg(&dt).arg(&code).arg(&nn);
-                // SAFETY: matches `aggregate`'s signature; n elements in each buffer.
-                unsafe { b.launch(linear(*n)) }.map_err(launch_err)?;
+                b.arg(&sources).arg(&k).arg(&acc).arg(&outp).arg(&dt).arg(&code).arg(&nn);
+                let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
+                // SAFETY: matches `aggregate`'s and `aggregate_vec`'s signature (`Sources` by
+                // value, as `AggSources`); k sources and `out` of n elements each, 16-byte
+                // aligned on the vector path.
+                unsafe { b.launch(linear(threads)) }.map_err(launch_err)?;
             }
-            Op::Unary { x, y, dtype, op, n } => {
+            Op::Unary { x, y, dtype, op: unary, n, vector } => {
                 if *n == 0 {
                     return Ok(());
                 }
-                let (code, scale) = (op.code(), unary_scalar(*op));
+                let (code, scale) = (unary.code(), unary_scalar(*unary));
                 let (xp, yp, dt, nn) = (a(x), a(y), dtype.code(), *n as i64);
-                let f = self.function(s, "unary")?;
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
-                // SAFETY: matches `unary`'s signature.
-                unsafe { b.launch(linear(*n)) }.map_err(launch_err)?;
+                let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
+                // SAFETY: matches the signature shared by `unary` and `unary_vec`.
+                unsafe { b.launch(linear(threads)) }.map_err(launch_err)?;
             }
-            Op::Binary { a: x, b: y, y: out, dtype, op, dims } => {
+            Op::Binary { a: x, b: y, y: out, dtype, op: binary, dims, access } => {
                 let n = dims.volume();
                 if n == 0 {
                     return Ok(());
                 }
-                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dtype.code(), op.code());
-                let f = self.function(s, "binary")?;
+                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dtype.code(), binary.code());
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
-                b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code).arg(dims);
-                // SAFETY: matches `binary`'s signature.
-                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+                b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code);
+                match access {
+                    Access::Vector => {
+                        let nn = n as i64;
+                        b.arg(&nn);
+                        // SAFETY: matches `binary_vec(a, b, y, dt, op, n)`; the three pointers
+                        // are 16-byte aligned and address n contiguous elements.
+                        unsafe { b.launch(linear(n.div_ceil(vector_lanes(*dtype)))) }.map_err(launch_err)?;
+                    }
+                    Access::Strided(_) => {
+                        b.arg(dims);
+                        // SAFETY: matches `binary`'s and `binary32`'s signature.
+                        unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+                    }
+                }
             }
             Op::Rows { kernel, x, w, b: bias, y, dtype, outer, n, inner, eps } => {
                 let fibres = outer * inner;
@@ -290,20 +361,21 @@ impl Runtime {
                 // SAFETY: matches `rope`'s signature; the table holds 2 · rows · half floats.
                 unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
             }
-            Op::Reduce { x, y, dtype, op, keep, over } => {
+            Op::Reduce { x, y, dtype, op: reduce, keep, over, .. } => {
                 let n = keep.volume();
                 if n == 0 {
                     return Ok(());
                 }
-                let code = op.code();
+                let code = reduce.code();
                 let (xp, yp, dt) = (a(x), a(y), dtype.code());
-                let f = self.function(s, "reduce")?;
+                let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(keep).arg(over);
-                // SAFETY: matches `reduce`'s signature.
+                // SAFETY: matches `reduce`'s and `reduce32`'s signature.
                 unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
             }
             Op::Attention {
+                kernel,
                 q,
                 k,
                 v,
@@ -317,35 +389,48 @@ impl Runtime {
                 kv_lo,
                 keys_lo,
                 group,
-                scale,
+                scale_log2,
                 head_dim,
             } => {
                 if *nq == 0 || *heads == 0 {
                     return Ok(());
                 }
-                let f = self
-                    .gpu_of(s)
-                    .attention
-                    .get(head_dim)
-                    .ok_or_else(|| format!("no attention kernel for head dimension {head_dim}"))?;
+                let entry = kernel.entry(*dtype);
+                let f = self.gpu_of(s).attention.get(&(entry, *head_dim)).ok_or_else(|| {
+                    format!(
+                        "no `{entry}` kernel for head dimension {head_dim} on this GPU (the tensor-core \
+                         attention kernel needs compute capability 8.0 or later)"
+                    )
+                })?;
                 let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dtype.code());
                 let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
+                let hpb = kernel.heads_per_block() as i64;
                 let mut b = stream.launch_builder(f);
-                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);
+                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_);
+                // The CUDA-core kernel takes the dtype; each tensor-core entry is one dtype's.
+                if matches!(kernel, AttentionKernel::Simt) {
+                    b.arg(&dt);
+                }
+                b.arg(&bp);
                 for x in &ints {
                     b.arg(x);
                 }
-                b.arg(scale);
+                if !matches!(kernel, AttentionKernel::Simt) {
+                    b.arg(&hpb);
+                }
+                b.arg(scale_log2);
                 let cfg = LaunchConfig {
                     grid_dim: (
-                        grid(nq.div_ceil(64), MAX_GRID_X, "attention query tiles")?,
-                        grid(*heads, MAX_GRID_YZ, "attention heads")?,
+                        grid(nq.div_ceil(kernel.positions_per_block(*head_dim)), MAX_GRID_X, "attention query tiles")?,
+                        grid(heads / kernel.heads_per_block(), MAX_GRID_YZ, "attention heads")?,
                         1,
                     ),
-                    block_dim: (64, 1, 1),
+                    block_dim: (kernel.threads() as u32, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: matches `attention`'s signature; blocks were checked when lowering.
+                // SAFETY: matches the signature of `attention_simt` (with `dt`) or of the
+                // `attention_mma_*` entries (with heads per block); blocks were checked and the
+                // kernel chosen (alignment, head dim, dtype) when lowering.
                 unsafe { b.launch(cfg) }.map_err(launch_err)?;
             }
             Op::Gemm { a: x, b: y, c, dtype, gemm } => self.gemm(s, a(x), a(y), a(c), *dtype, gemm)?,
@@ -444,5 +529,23 @@ mod tests {
         assert!(grid(1 << 31, MAX_GRID_X, "rows").is_err());
         let blocks = linear(usize::MAX / 2).grid_dim.0;
         assert!(blocks as usize <= MAX_GRID_X && blocks > 0);
+    }
+
+    /// The 32-bit kernels' grid-stride index stays below 2³² (see `addressing::NARROW_LIMIT`):
+    /// a grid has at most 2³² − 1 − NARROW_LIMIT threads.
+    #[test]
+    fn a_grid_stride_cannot_wrap_a_32_bit_index() {
+        let c = linear(usize::MAX / 2);
+        let threads = c.grid_dim.0 as u64 * c.block_dim.0 as u64;
+        assert!(threads <= u32::MAX as u64 - crate::addressing::NARROW_LIMIT, "{threads} threads");
+    }
+
+    #[test]
+    fn aggregate_sources_fill_the_struct_in_order_and_refuse_too_many() {
+        let s = AggSources::new([10u64, 20, 30].into_iter()).unwrap();
+        assert_eq!(&s.p[..4], &[10, 20, 30, 0]);
+        assert_eq!(std::mem::size_of::<AggSources>(), 8 * MAX_AGG_SOURCES);
+        assert!(AggSources::new(std::iter::empty()).is_err());
+        assert!(AggSources::new(vec![1u64; MAX_AGG_SOURCES + 1].into_iter()).unwrap_err().contains("sources"));
     }
 }

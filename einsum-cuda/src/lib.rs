@@ -7,11 +7,12 @@
 //! ([`lower`]): cuBLAS strided-batched GEMMs for contractions (planned in
 //! [`kernels::gemm_plan`]), NVRTC-compiled CUDA C kernels for everything else
 //! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
-//! transfers. [`stream_plan`] maps virtual devices onto GPUs round-robin with one stream each
-//! and plans one allocation pool per GPU ([`pool`]) for the per-run activations, and one
-//! resident region per GPU ([`resident`]) for the blocks of the computation inputs that the
-//! Load tasks select. [`CudaExecutable::load`] checks an input against its slot ([`inputs`])
-//! and uploads its blocks once, in their storage dtype; they stay on the GPUs, so a Load task
+//! transfers; the memory-bound kernels' variants (coalesced dimensions, 32-bit indexing,
+//! 16-byte vector accesses) are chosen at lowering by [`addressing`]. [`stream_plan`] maps
+//! virtual devices onto GPUs round-robin with one stream each and plans one allocation pool
+//! per GPU ([`pool`]) for the per-run activations, and one resident region per GPU
+//! ([`resident`]) for the blocks of the computation inputs that the Load tasks select.
+//! [`CudaExecutable::load`] checks an input against its slot ([`inputs`]) and uploads its blocks once, in their storage dtype; they stay on the GPUs, so a Load task
 //! issues nothing. [`executor`] issues the work with events between streams, and
 //! [`graph_capture`] captures it once as a CUDA graph that every [`CudaExecutable::run`]
 //! replays (or, with [`CudaOptions::eager`], issues it again). [`emulate`] runs the same
@@ -23,6 +24,7 @@
 //! type exists, and every entry point fails cleanly, on a machine without a GPU.
 #![warn(missing_docs)]
 
+pub mod addressing;
 pub mod availability;
 pub mod backend;
 pub mod device;

@@ -11,11 +11,17 @@ use einsum_ops::binary::BinaryOp;
 use einsum_ops::reduce::ReduceOp;
 use einsum_ops::unary::UnaryOp;
 
+use crate::addressing::{self, Access, Index};
+use crate::kernels::attention::{AttentionKernel, AttentionModule};
 use crate::kernels::gemm_plan::{Gemm, Permute};
 use crate::kernels::registry::{self, KernelArgs};
 
-/// Largest rank a strided kernel iterates.
+/// Largest rank a strided kernel iterates (`MAX_RANK` of `common.cuh`).
 pub const MAX_RANK: usize = 8;
+
+/// Most sources one `aggregate` launch reads (`MAX_AGG_SOURCES` of `aggregate.cu`): an
+/// aggregation of more chains launches over groups of at most this many.
+pub const MAX_AGG_SOURCES: usize = 8;
 
 /// A strided iteration space, laid out as the CUDA `Dims` struct of `common.cuh`.
 #[repr(C)]
@@ -119,7 +125,8 @@ pub enum RowKernel {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
-    /// `box_copy`: strided copy (s0 in the source, s1 in the destination).
+    /// `box_copy`: strided copy (s0 in the source, s1 in the destination); `copy_vec` on the
+    /// vector path.
     Copy {
         /// Source.
         src: Ptr,
@@ -129,6 +136,8 @@ pub enum Op {
         dtype: DType,
         /// The iteration space.
         dims: Dims,
+        /// The kernel variant (see [`crate::addressing`]).
+        access: Access,
     },
     /// A contiguous byte copy (a transfer: peer-to-peer, or within one GPU).
     Memcpy {
@@ -139,13 +148,15 @@ pub enum Op {
         /// Bytes.
         bytes: usize,
     },
-    /// `out = a ⊕ b`.
+    /// `out = s₀ ⊕ s₁ ⊕ … ⊕ sₖ₋₁` (folded left to right in f32, rounded to the element type
+    /// once), or `out = out ⊕ s₀ ⊕ … ⊕ sₖ₋₁` when `accumulate`: one pass over `k ≤`
+    /// [`MAX_AGG_SOURCES`] sources.
     Aggregate {
-        /// Left operand.
-        a: Ptr,
-        /// Right operand.
-        b: Ptr,
-        /// Result (may equal `a`).
+        /// The sources, in order (at least one, at most [`MAX_AGG_SOURCES`]).
+        srcs: Vec<Ptr>,
+        /// Whether `out` already holds a partial result to fold the sources into.
+        accumulate: bool,
+        /// Result (no source).
         out: Ptr,
         /// Element type.
         dtype: DType,
@@ -153,6 +164,8 @@ pub enum Op {
         agg: Aggregation,
         /// Elements.
         n: usize,
+        /// 16 bytes per thread (every pointer aligned, see [`crate::addressing`]).
+        vector: bool,
     },
     /// Elementwise unary.
     Unary {
@@ -166,6 +179,8 @@ pub enum Op {
         op: UnaryOp,
         /// Elements.
         n: usize,
+        /// 16 bytes per thread (both pointers aligned, see [`crate::addressing`]).
+        vector: bool,
     },
     /// Elementwise binary with broadcasting (s0: a, s1: b, s2: y).
     Binary {
@@ -181,6 +196,8 @@ pub enum Op {
         op: BinaryOp,
         /// The output's iteration space.
         dims: Dims,
+        /// The kernel variant (see [`crate::addressing`]).
+        access: Access,
     },
     /// Softmax / RMSNorm / LayerNorm over the middle axis of `[outer, n, inner]`.
     Rows {
@@ -240,9 +257,13 @@ pub enum Op {
         keep: Dims,
         /// Reduced space (s0: strides in x).
         over: Dims,
+        /// The index width (see [`crate::addressing`]).
+        index: Index,
     },
-    /// FlashAttention-style attention on one block.
+    /// Attention on one block, FlashAttention-2's tiling (see [`crate::kernels::attention`]).
     Attention {
+        /// Which kernel (tensor cores or not) and its blocking.
+        kernel: AttentionKernel,
         /// Queries `[heads, nq, d]`.
         q: Ptr,
         /// Keys `[kv_heads, nk, d]`.
@@ -269,8 +290,8 @@ pub enum Op {
         keys_lo: usize,
         /// Query heads per key/value head.
         group: usize,
-        /// The score scale.
-        scale: f32,
+        /// The score scale times log2(e) (the kernels work in the log2 domain).
+        scale_log2: f32,
         /// The head dimension (selects the compiled module).
         head_dim: usize,
     },
@@ -287,6 +308,30 @@ pub enum Op {
         /// The GEMM.
         gemm: Gemm,
     },
+}
+
+impl Op {
+    /// The NVRTC kernel a memory-bound operation launches (copy, aggregate, unary, binary,
+    /// reduce), by the variant [`crate::addressing`] chose; `None` for the others (their
+    /// kernels are picked by the executor).
+    pub fn kernel_name(&self) -> Option<&'static str> {
+        let strided = |access: &Access, wide, narrow, vector| match access {
+            Access::Strided(Index::I64) => wide,
+            Access::Strided(Index::I32) => narrow,
+            Access::Vector => vector,
+        };
+        Some(match self {
+            Op::Copy { access, .. } => strided(access, "box_copy", "box_copy32", "copy_vec"),
+            Op::Binary { access, .. } => strided(access, "binary", "binary32", "binary_vec"),
+            Op::Reduce { index: Index::I64, .. } => "reduce",
+            Op::Reduce { index: Index::I32, .. } => "reduce32",
+            Op::Unary { vector, .. } => ["unary", "unary_vec"][usize::from(*vector)],
+            Op::Aggregate { vector, .. } => ["aggregate", "aggregate_vec"][usize::from(*vector)],
+            Op::Memcpy { .. } | Op::Rows { .. } | Op::Rope { .. } | Op::Attention { .. } | Op::Gemm { .. } => {
+                return None;
+            }
+        })
+    }
 }
 
 /// A constant table uploaded once per prepared executable.
@@ -317,8 +362,8 @@ pub struct Lowered {
     pub scratch: Vec<Vec<usize>>,
     /// Constant tables and the virtual device each belongs to.
     pub consts: Vec<(usize, ConstData)>,
-    /// Head dimensions of the attention kernels used.
-    pub head_dims: Vec<usize>,
+    /// The attention modules used (compiled per GPU at prepare).
+    pub attention: Vec<AttentionModule>,
 }
 
 /// Row-major strides of `shape`.
@@ -348,12 +393,28 @@ fn box_copy(
     let es = dtype.size_bytes();
     let src = Ptr { offset: src.offset + offset_in(src_ty, part) * es, ..src };
     let dst = Ptr { offset: dst.offset + offset_in(dst_ty, part) * es, ..dst };
-    Ok(Op::Copy { src, dst, dtype, dims: Dims::new(&part.shape(), [&src_ty.strides(), &dst_ty.strides(), &[]])? })
+    let dims = Dims::new(&part.shape(), [&src_ty.strides(), &dst_ty.strides(), &[]])?;
+    Ok(Op::Copy { src, dst, dtype, dims, access: Access::GENERAL })
 }
 
 /// The copy that applies permutation `p` from `src` to `dst`.
 pub(crate) fn permute_op(src: Ptr, dst: Ptr, p: &Permute, dtype: DType) -> Result<Op, String> {
-    Ok(Op::Copy { src, dst, dtype, dims: Dims::new(&p.dst_shape, [&p.src_strides, &strides(&p.dst_shape), &[]])? })
+    let dims = Dims::new(&p.dst_shape, [&p.src_strides, &strides(&p.dst_shape), &[]])?;
+    Ok(Op::Copy { src, dst, dtype, dims, access: Access::GENERAL })
+}
+
+/// The launches of an aggregation of `srcs` into `out`: one pass per group of at most
+/// [`MAX_AGG_SOURCES`] sources, the first writing `out` and each later one folding its
+/// sources into it, so the sources are folded left to right in order.
+fn aggregate_ops(srcs: &[Ptr], out: Ptr, dtype: DType, agg: Aggregation, n: usize) -> Result<Vec<Op>, String> {
+    if srcs.is_empty() {
+        return Err("an aggregation of no sources".into());
+    }
+    Ok(srcs
+        .chunks(MAX_AGG_SOURCES)
+        .enumerate()
+        .map(|(g, group)| Op::Aggregate { srcs: group.to_vec(), accumulate: g > 0, out, dtype, agg, n, vector: false })
+        .collect())
 }
 
 /// Why a task graph could not be lowered.
@@ -404,7 +465,7 @@ pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<Lowered, 
         let buf = |b: einsum_core::taskgraph::BufferId| graph.buffer(b);
         let at = |b: einsum_core::taskgraph::BufferId| Ptr::at(Space::Buffer(b.0));
         let mut scratch = Vec::new();
-        let ops = match &node.task {
+        let mut ops = match &node.task {
             // The destination is resident, filled once by `load` (see `crate::resident`): a run
             // has nothing to do.
             Task::Load { .. } => Vec::new(),
@@ -430,13 +491,8 @@ pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<Lowered, 
             Task::Transfer { src, dst } => vec![Op::Memcpy { src: at(*src), dst: at(*dst), bytes: buf(*src).bytes() }],
             Task::Aggregate { srcs, dst, agg } => {
                 let d = buf(*dst);
-                let n = d.ty.volume();
-                let mut ops =
-                    vec![Op::Aggregate { a: at(srcs[0]), b: at(srcs[1]), out: at(*dst), dtype: d.dtype, agg: *agg, n }];
-                for s in &srcs[2..] {
-                    ops.push(Op::Aggregate { a: at(*dst), b: at(*s), out: at(*dst), dtype: d.dtype, agg: *agg, n });
-                }
-                ops
+                let srcs: Vec<Ptr> = srcs.iter().map(|s| at(*s)).collect();
+                aggregate_ops(&srcs, at(*dst), d.dtype, *agg, d.ty.volume()).map_err(task_error)?
             }
             Task::Kernel { kernel, inputs, outputs } => {
                 let info = kernels.info(*kernel).ok_or_else(|| {
@@ -458,6 +514,7 @@ pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<Lowered, 
                     .map_err(|e| task_error(format!("operator `{}` ({}): {e}", op.name, op.kind)))?
             }
         };
+        ops.iter_mut().for_each(addressing::specialize);
         out.ops.push(ops);
         out.scratch.push(scratch);
     }
@@ -486,10 +543,177 @@ impl KernelCtx<'_> {
         Ptr::at(Space::Const(self.lowered.consts.len() - 1))
     }
 
-    /// Records that the attention module for head dimension `d` must be compiled.
-    pub fn use_head_dim(&mut self, d: usize) {
-        if !self.lowered.head_dims.contains(&d) {
-            self.lowered.head_dims.push(d);
+    /// Records that attention module `m` must be compiled.
+    pub fn use_attention(&mut self, m: AttentionModule) {
+        if !self.lowered.attention.contains(&m) {
+            self.lowered.attention.push(m);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::taskgraph::{Boundary, DeviceId};
+    use einsum_core::{HostTensor, TensorType};
+
+    use super::*;
+    use crate::emulate;
+
+    /// A library for graphs without kernel tasks.
+    struct NoKernels;
+
+    impl KernelLibrary for NoKernels {
+        fn run(&self, _: usize, _: &[HostTensor], _: &[(TensorType, DType)]) -> Result<Vec<HostTensor>, String> {
+            Err("no kernels".into())
+        }
+        fn name(&self, kernel: usize) -> String {
+            format!("kernel {kernel}")
+        }
+    }
+
+    /// `y = x₀ ⊕ … ⊕ xₖ₋₁` on one device: k loads, one aggregate, one store.
+    fn aggregation(k: usize, n: usize, dtype: DType, agg: Aggregation) -> TaskGraph {
+        let ty = TensorType::zero_bounded(&[n]);
+        let io = |name: String| Boundary { name, ty: ty.clone(), dtype };
+        let mut g = TaskGraph::new(1, (0..k).map(|i| io(format!("x{i}"))).collect(), vec![io("y".into())]);
+        let srcs: Vec<_> = (0..k)
+            .map(|i| {
+                let b = g.add_buffer(DeviceId(0), ty.clone(), dtype);
+                g.push(Task::Load { input: i, dst: b }, &[], format!("load {i}")).unwrap();
+                b
+            })
+            .collect();
+        let dst = g.add_buffer(DeviceId(0), ty.clone(), dtype);
+        g.push(Task::Aggregate { srcs, dst, agg }, &[], "aggregate").unwrap();
+        g.push(Task::Store { output: 0, src: dst }, &[], "store").unwrap();
+        g
+    }
+
+    fn aggregate_ops_of(lowered: &Lowered) -> Vec<&Op> {
+        lowered.ops.iter().flatten().filter(|op| matches!(op, Op::Aggregate { .. })).collect()
+    }
+
+    #[test]
+    fn a_three_source_aggregate_is_one_vector_launch() {
+        let g = aggregation(3, 40, DType::F32, Aggregation::Sum);
+        let lowered = lower(&g, &NoKernels).unwrap();
+        let aggs = aggregate_ops_of(&lowered);
+        assert_eq!(aggs.len(), 1, "{aggs:?}");
+        let Op::Aggregate { srcs, accumulate, vector, n, .. } = aggs[0] else { unreachable!() };
+        assert_eq!((srcs.len(), *accumulate, *vector, *n), (3, false, true, 40));
+        assert_eq!(aggs[0].kernel_name(), Some("aggregate_vec"));
+    }
+
+    /// Eighteen bf16 sources chain in groups of eight (8 + 8 + 2 launches, the later ones
+    /// accumulating), and the emulator folds them in the kernel's order: left to right in f32
+    /// within a launch, rounded to bf16 between launches.
+    #[test]
+    fn many_sources_chain_in_groups_folded_in_order() {
+        let (k, n) = (18, 37);
+        let g = aggregation(k, n, DType::BF16, Aggregation::Sum);
+        let lowered = lower(&g, &NoKernels).unwrap();
+        let groups: Vec<(usize, bool)> = aggregate_ops_of(&lowered)
+            .into_iter()
+            .map(|op| match op {
+                Op::Aggregate { srcs, accumulate, .. } => (srcs.len(), *accumulate),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(groups, [(8, false), (8, true), (2, true)]);
+        let ty = TensorType::zero_bounded(&[n]);
+        let inputs: Vec<HostTensor> = (0..k).map(|i| HostTensor::random(ty.clone(), DType::BF16, i as u64)).collect();
+        let got = emulate::run(&g, &lowered, 1, &inputs)[0].to_f32();
+        let values: Vec<Vec<f32>> = inputs.iter().map(HostTensor::to_f32).collect();
+        let bf16 = |x: f32| half::bf16::from_f32(x).to_f32();
+        for (i, &y) in got.iter().enumerate() {
+            let mut acc = values[0][i];
+            for (j, v) in values.iter().enumerate().skip(1) {
+                if j % MAX_AGG_SOURCES == 0 {
+                    acc = bf16(acc);
+                }
+                acc += v[i];
+            }
+            assert_eq!(y.to_bits(), bf16(acc).to_bits(), "element {i}");
+        }
+    }
+
+    /// A stitch of two halves of six f16 values: the first half starts the destination
+    /// (aligned, contiguous: vector), the second starts 6 bytes in (misaligned: scalar).
+    #[test]
+    fn a_misaligned_stitch_piece_keeps_the_scalar_path() {
+        let whole = TensorType::zero_bounded(&[6]);
+        let half = |lo: usize| TensorType::new(&[lo], &[lo + 3]).unwrap();
+        let io = |name: &str| Boundary { name: name.into(), ty: whole.clone(), dtype: DType::F16 };
+        let mut g = TaskGraph::new(1, vec![io("x")], vec![io("y")]);
+        let (a, b) = (g.add_buffer(DeviceId(0), half(0), DType::F16), g.add_buffer(DeviceId(0), half(3), DType::F16));
+        let y = g.add_buffer(DeviceId(0), whole.clone(), DType::F16);
+        g.push(Task::Load { input: 0, dst: a }, &[], "a").unwrap();
+        g.push(Task::Load { input: 0, dst: b }, &[], "b").unwrap();
+        g.push(Task::Stitch { srcs: vec![a, b], dst: y }, &[], "stitch").unwrap();
+        g.push(Task::Store { output: 0, src: y }, &[], "store").unwrap();
+        let lowered = lower(&g, &NoKernels).unwrap();
+        let stitch: Vec<Option<&str>> = lowered.ops[2].iter().map(Op::kernel_name).collect();
+        assert_eq!(stitch, [Some("copy_vec"), Some("box_copy32")]);
+        assert_eq!(lowered.ops[3][0].kernel_name(), Some("copy_vec"));
+        let x = HostTensor::random(whole, DType::F16, 3);
+        assert_eq!(emulate::run(&g, &lowered, 1, std::slice::from_ref(&x))[0], x);
+    }
+
+    /// A slice whose source row is 2³¹ elements long addresses offsets past 2³¹: 64-bit;
+    /// the same slice of a short row: 32-bit. (Lowered only; nothing is allocated.)
+    #[test]
+    fn an_offset_past_2_31_keeps_64_bit_indexing() {
+        let slice_kernel = |row: usize| {
+            let whole = TensorType::zero_bounded(&[2, row]);
+            let part = TensorType::zero_bounded(&[2, 4]);
+            let mut g = TaskGraph::new(
+                1,
+                vec![Boundary { name: "x".into(), ty: whole.clone(), dtype: DType::F16 }],
+                vec![Boundary { name: "y".into(), ty: part.clone(), dtype: DType::F16 }],
+            );
+            let src = g.add_buffer(DeviceId(0), whole, DType::F16);
+            let dst = g.add_buffer(DeviceId(0), part, DType::F16);
+            g.push(Task::Load { input: 0, dst: src }, &[], "load").unwrap();
+            g.push(Task::Slice { src, dst }, &[], "slice").unwrap();
+            g.push(Task::Store { output: 0, src: dst }, &[], "store").unwrap();
+            lower(&g, &NoKernels).unwrap().ops[1][0].kernel_name()
+        };
+        assert_eq!(slice_kernel(1 << 31), Some("box_copy"));
+        assert_eq!(slice_kernel(1 << 10), Some("box_copy32"));
+    }
+
+    /// Every kernel a memory-bound operation can name is an entry of a compiled module.
+    #[test]
+    fn every_variant_names_a_compiled_kernel() {
+        let compiled: Vec<&str> =
+            crate::kernels::sources::FIXED.iter().flat_map(|m| m.kernels.iter().copied()).collect();
+        let p = Ptr::at(Space::Buffer(0));
+        let d = Dims::new(&[4], [&[1], &[1], &[1]]).unwrap();
+        let mut ops = Vec::new();
+        for access in [Access::Strided(Index::I64), Access::Strided(Index::I32), Access::Vector] {
+            ops.push(Op::Copy { src: p, dst: p, dtype: DType::F32, dims: d, access });
+            ops.push(Op::Binary { a: p, b: p, y: p, dtype: DType::F32, op: BinaryOp::Add, dims: d, access });
+        }
+        for index in [Index::I64, Index::I32] {
+            ops.push(Op::Reduce { x: p, y: p, dtype: DType::F32, op: ReduceOp::Sum, keep: d, over: d, index });
+        }
+        for vector in [false, true] {
+            ops.push(Op::Unary { x: p, y: p, dtype: DType::F32, op: UnaryOp::Relu, n: 4, vector });
+            let (dtype, agg) = (DType::F32, Aggregation::Sum);
+            ops.push(Op::Aggregate { srcs: vec![p], accumulate: false, out: p, dtype, agg, n: 4, vector });
+        }
+        let mut names: Vec<&str> = ops.iter().map(|op| op.kernel_name().expect("a memory-bound op")).collect();
+        assert!(names.iter().all(|n| compiled.contains(n)), "{names:?} vs {compiled:?}");
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ops.len(), "two variants share a kernel: {names:?}");
+    }
+
+    /// The limits Rust and CUDA C share are spelled the same in both.
+    #[test]
+    fn the_kernel_limits_match_the_cuda_sources() {
+        use crate::kernels::sources::{AGGREGATE, COMMON};
+        assert!(COMMON.contains(&format!("#define MAX_RANK {MAX_RANK}\n")));
+        assert!(AGGREGATE.source.contains(&format!("#define MAX_AGG_SOURCES {MAX_AGG_SOURCES}\n")));
     }
 }

@@ -11,7 +11,8 @@ use einsum_core::{
     Backend, BackendError, DType, HostTensor, Interval, KernelClass, OperatorRef, TensorDesc, TensorType, scaled_error,
 };
 use einsum_cuda::emulate::{self, Emulator};
-use einsum_cuda::lower::{LowerError, lower};
+use einsum_cuda::kernels::attention::AttentionKernel;
+use einsum_cuda::lower::{LowerError, Op, lower};
 use einsum_cuda::{CudaBackend, CudaExecutable, CudaOptions};
 use einsum_joinagg::{
     AbstractOperator, Computation, DimIndex, FunctionSpec, JoinAggSpec, ShardableIndex, enumerate_specs, grid_spec,
@@ -50,6 +51,11 @@ fn cases(dt: DType) -> Vec<(&'static str, Computation)> {
     let q = desc(&[("h", 4), ("s", 6), ("e", 8)], dt);
     let kv = desc(&[("g", 2), ("s", 6), ("e", 8)], dt);
     let cfg = |causal| AttentionConfig::new(causal, packing.clone());
+    // Head dims 64 and 128 with sequences that straddle the kernels' row blocks and key
+    // tiles: the tensor-core kernel in f16/bf16, the CUDA-core one in f32.
+    let long = Packing::new(vec![45, 130]).unwrap();
+    let (q128, kv128) = (desc(&[("h", 4), ("s", 130), ("e", 128)], dt), desc(&[("g", 1), ("s", 130), ("e", 128)], dt));
+    let (q64, kv64) = (desc(&[("h", 2), ("s", 130), ("e", 64)], dt), desc(&[("g", 2), ("s", 130), ("e", 64)], dt));
     let ops: Vec<(&'static str, Box<dyn AbstractOperator>)> = vec![
         ("matmul", Box::new(Einsum::matmul(&x, &desc(&[("d", 8), ("f", 5)], dt)).unwrap())),
         (
@@ -89,6 +95,11 @@ fn cases(dt: DType) -> Vec<(&'static str, Computation)> {
         ("reduce-max", Box::new(Reduce::new(&x, &["t"], ReduceOp::Max).unwrap())),
         ("attention-causal", Box::new(Attention::new(&q, &kv, &kv, cfg(true)).unwrap())),
         ("attention", Box::new(Attention::new(&q, &kv, &kv, cfg(false)).unwrap())),
+        (
+            "attention-gqa-d128",
+            Box::new(Attention::new(&q128, &kv128, &kv128, AttentionConfig::new(true, long.clone())).unwrap()),
+        ),
+        ("attention-d64", Box::new(Attention::new(&q64, &kv64, &kv64, AttentionConfig::new(false, long)).unwrap())),
     ];
     ops.into_iter().map(|(n, op)| (n, single(n, op))).collect()
 }
@@ -147,8 +158,8 @@ fn the_emulated_lowering_matches_the_reference_on_every_spec() {
             }
         }
     }
-    // 18 cases, 2 dtypes, 1 + at least 1 + at least 1 specs, 2 GPU counts.
-    assert!(runs >= 18 * 2 * 3 * 2, "only {runs} runs");
+    // 20 cases, 2 dtypes, 1 + at least 1 + at least 1 specs, 2 GPU counts.
+    assert!(runs >= 20 * 2 * 3 * 2, "only {runs} runs");
 }
 
 /// An operator the CUDA backend has no kernel for: copies its input.
@@ -347,6 +358,36 @@ fn every_operator_on_the_gpu_matches_the_reference() {
                     assert_eq!(out, again, "{name} {dt} p={p} eager={eager}: the second run differs");
                     let err = scaled_error(&out[0], &reference, 1.0);
                     assert!(err <= tolerance(dt), "{name} {dt} p={p} eager={eager}: error {err}");
+                }
+            }
+        }
+    }
+}
+
+/// The blocks of f16/bf16 attention at head dims 64 and 128 lower to the tensor-core kernel
+/// on every spec (their buffers are aligned), f32 to the CUDA-core one: so the emulated runs
+/// above check the tensor-core blocking, and a change that silently stopped choosing it
+/// fails here.
+#[test]
+fn sixteen_bit_attention_at_head_dims_64_and_128_runs_on_tensor_cores() {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (name, comp) in cases(dt).into_iter().filter(|(n, _)| n.starts_with("attention-") && n.contains("-d")) {
+            for p in [1, 2, 4] {
+                let Some(c) = compiled(&comp, p, p - 1).or_else(|| compiled(&comp, p, 0)) else { continue };
+                let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
+                let chosen: Vec<AttentionKernel> = lowered
+                    .ops
+                    .iter()
+                    .flatten()
+                    .filter_map(|op| match op {
+                        Op::Attention { kernel, .. } => Some(*kernel),
+                        _ => None,
+                    })
+                    .collect();
+                assert!(!chosen.is_empty(), "{name} {dt} p={p}: no attention launch");
+                for k in chosen {
+                    let tensor_cores = matches!(k, AttentionKernel::Mma { .. });
+                    assert_eq!(tensor_cores, dt != DType::F32, "{name} {dt} p={p}: {k:?}");
                 }
             }
         }

@@ -11,17 +11,19 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use einsum_cuda::availability::nvrtc_present;
+use einsum_cuda::kernels::attention::{AttentionModule, MMA_HEAD_DIMS};
 use einsum_cuda::kernels::{compile::compile, sources};
+
+/// Both attention kernels at every head dim they are compiled for in practice (LLaMA's 128,
+/// the 64 of smaller models, 256, and an odd 48 on CUDA cores).
+fn attention_modules() -> Vec<AttentionModule> {
+    let simt = [32, 48, 64, 128, 256].map(|head_dim| AttentionModule { tensor_cores: false, head_dim });
+    let mma = MMA_HEAD_DIMS.map(|head_dim| AttentionModule { tensor_cores: true, head_dim });
+    simt.into_iter().chain(mma).collect()
+}
 
 /// The architectures every kernel is assembled for: NVRTC's virtual one and ptxas's real one.
 const ARCHES: [(&str, &str); 2] = [("compute_80", "sm_80"), ("compute_90", "sm_90")];
-
-/// Kernels that spill today, by `(kernel, head dim)`: the scalar attention kernel keeps a
-/// whole query row and its accumulator per thread, which does not fit 255 registers at head
-/// dims 128 and 256 (measured with CUDA 13.0's ptxas: 1,508 and 2,632 bytes of spill stores
-/// and loads on sm_80, 1,444 and 2,528 on sm_90; none at 32 and 64). Issue 13 replaces it with a tiled tensor-core kernel; the test checks
-/// that these still spill, so the entries must be deleted when they stop.
-const KNOWN_SPILLS: &[(&str, usize)] = &[("attention", 128), ("attention", 256)];
 
 /// Spill bytes (stores + loads) per function from `ptxas -v`'s report.
 fn spills(report: &str) -> BTreeMap<String, usize> {
@@ -91,16 +93,16 @@ fn every_kernel_assembles_without_spills() {
                 }
             }
         }
-        for d in [32, 64, 128, 256] {
-            let ptx = compile(&sources::ATTENTION, &[("HEAD_DIM", d.to_string())], Some(compute))
-                .unwrap_or_else(|e| panic!("{e}"));
-            let bytes: usize = assemble(&format!("attention-{d}"), &ptx.to_src(), sm).values().sum();
-            println!("attention, head dim {d:>3}, {sm}: {bytes} bytes of spill stores and loads");
-            match (KNOWN_SPILLS.contains(&("attention", d)), bytes > 0) {
-                (false, true) => failures.push(format!("attention at head dim {d} on {sm}: {bytes} bytes of spills")),
-                (true, false) => failures
-                    .push(format!("attention at head dim {d} on {sm} no longer spills: delete it from KNOWN_SPILLS")),
-                _ => {}
+        for module in attention_modules() {
+            let (source, defines) = module.source();
+            let ptx = compile(source, &defines, Some(compute)).unwrap_or_else(|e| panic!("{e}"));
+            let name = format!("{}-{}", source.name, module.head_dim);
+            for (function, bytes) in assemble(&name, &ptx.to_src(), sm) {
+                println!("{function}, head dim {:>3}, {sm}: {bytes} bytes of spill stores and loads", module.head_dim);
+                if bytes > 0 {
+                    failures
+                        .push(format!("{function} at head dim {} on {sm}: {bytes} bytes of spills", module.head_dim));
+                }
             }
         }
     }

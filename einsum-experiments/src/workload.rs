@@ -15,6 +15,8 @@ use crate::{Error, Result};
 const WORKLOADS: &[(&str, &[(&str, usize)])] = &[
     ("matmul", &[("m", 0), ("k", 0), ("n", 4096)]),
     ("ffn", &[("tokens", 8192), ("d_model", 4096), ("d_ff", 14336)]),
+    // LLaMA-3-8B's attention alone: causal, grouped-query, over `seqs` packed sequences.
+    ("attention", &[("tokens", 8192), ("seqs", 1), ("heads_q", 32), ("heads_kv", 8), ("d_head", 128)]),
     (
         "llama-block",
         &[
@@ -183,6 +185,15 @@ impl Workload {
                 let y = g.matmul(hidden, w2)?;
                 g.save(y)?;
             }
+            "attention" => {
+                let (t, seqs, e) = (p("tokens"), p("seqs"), p("d_head"));
+                let packing = packing(self, t, seqs)?;
+                let q = g.input("q", &[("heads_q", p("heads_q")), ("tokens", t), ("d_head", e)], dtype)?;
+                let k = g.input("k", &[("heads_kv", p("heads_kv")), ("tokens", t), ("d_head", e)], dtype)?;
+                let v = g.input("v", &[("heads_kv", p("heads_kv")), ("tokens", t), ("d_head", e)], dtype)?;
+                let a = g.attention(q, k, v, AttentionConfig { causal: true, packing, scale: None })?;
+                g.save(a)?;
+            }
             "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
                 let layers = if self.name == "llama-block" { 1 } else { p("layers") };
                 let dims = LlamaDims::from_params(self)?;
@@ -272,12 +283,6 @@ impl LlamaDims {
     fn from_params(w: &Workload) -> Result<Self> {
         let p = |k: &str| w.params[k];
         let (tokens, seqs) = (p("tokens"), p("seqs"));
-        if !tokens.is_multiple_of(seqs) {
-            return Err(Error::Workload {
-                spec: w.name.clone(),
-                reason: format!("tokens ({tokens}) must be a multiple of seqs ({seqs})"),
-            });
-        }
         Ok(Self {
             tokens,
             d_model: p("d_model"),
@@ -285,9 +290,20 @@ impl LlamaDims {
             heads_kv: p("heads_kv"),
             d_head: p("d_head"),
             d_ff: p("d_ff"),
-            packing: Packing::uniform(seqs, tokens / seqs)?,
+            packing: packing(w, tokens, seqs)?,
         })
     }
+}
+
+/// `seqs` packed sequences of equal length over `tokens` tokens.
+fn packing(w: &Workload, tokens: usize, seqs: usize) -> Result<Packing> {
+    if !tokens.is_multiple_of(seqs) {
+        return Err(Error::Workload {
+            spec: w.name.clone(),
+            reason: format!("tokens ({tokens}) must be a multiple of seqs ({seqs})"),
+        });
+    }
+    Ok(Packing::uniform(seqs, tokens / seqs)?)
 }
 
 /// One pre-norm LLaMA block, exactly as `docs/llama-block.md` defines it:
@@ -356,6 +372,18 @@ mod tests {
         assert!(Workload::parse("ffn:tokens=x").is_err());
         assert!(Workload::parse("ffn:tokens=0").is_err());
         assert!(Workload::parse("ffn:tokens").is_err());
+    }
+
+    #[test]
+    fn attention_alone_is_llama_blocks_attention() {
+        let g = Workload::parse("attention:tokens=64,seqs=2,heads_q=4,heads_kv=2,d_head=16").unwrap();
+        let graph = g.build(DType::BF16).unwrap();
+        let comp = graph.computation();
+        let ops: Vec<_> = comp.ops().map(|(_, op, _)| op.kind().to_string()).collect();
+        assert_eq!(ops, ["attention"]);
+        assert_eq!(comp.desc(comp.saved()[0]).unwrap().shape(), vec![4, 64, 16]);
+        let e = Workload::parse("attention:tokens=64,seqs=3").unwrap().build(DType::F32).err().unwrap().to_string();
+        assert!(e.contains("multiple of seqs"), "{e}");
     }
 
     #[test]

@@ -219,8 +219,8 @@ impl Machine {
         }
     }
 
-    /// The machine of a topology preset (`dgx-a100`, `dgx-h100`, `dgx-v100`) or, when
-    /// `name` is the path of a file, of the custom topology it describes.
+    /// The machine of a topology preset (see `einsum_sim::PRESETS` and `NODE_PRESETS`) or,
+    /// when `name` is the path of a file, of the custom topology it describes.
     pub fn by_name(name: &str) -> Result<Machine> {
         Ok(Machine::from_topology(&load_topology(name)?))
     }

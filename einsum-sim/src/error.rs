@@ -54,8 +54,17 @@ pub enum TopologyError {
     UnknownPreset {
         /// The name given.
         name: String,
-        /// The preset names, comma-separated.
+        /// The preset names and forms, comma-separated.
         known: String,
+    },
+    /// A preset of `N` nodes (`dgx-a100xN`) was given a number of nodes it cannot build:
+    /// 0, or more than the supported sites hold.
+    #[error("topology preset `{name}`: {reason}")]
+    PresetSize {
+        /// The name given.
+        name: String,
+        /// Why the number of nodes is refused.
+        reason: String,
     },
 }
 

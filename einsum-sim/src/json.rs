@@ -11,6 +11,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::TopologyError;
+use crate::nodes::{Fabric, Nodes};
 use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, SiteId, TFLOP, Topology};
 
 type Result<T> = std::result::Result<T, TopologyError>;
@@ -120,6 +121,7 @@ struct SiteFile {
     tflops: Option<Object<TflopsFile>>,
     egress_gbps: Option<Giga>,
     ingress_gbps: Option<Giga>,
+    nic_gbps: Option<Giga>,
 }
 
 /// `sites`: a count of identical sites, or one object per site.
@@ -213,6 +215,74 @@ impl<'de> Deserialize<'de> for FallbackFile {
     }
 }
 
+/// `nodes`: a count of equal nodes of consecutive sites, or each site's node.
+enum NodesFile {
+    Count(usize),
+    List(Vec<SiteIndex>),
+}
+
+impl<'de> Deserialize<'de> for NodesFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct NodesVisitor;
+        impl<'de> Visitor<'de> for NodesVisitor {
+            type Value = NodesFile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a node count 1..={MAX_SITES} or an array of each site's node")
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> std::result::Result<NodesFile, E> {
+                match usize::try_from(n) {
+                    Ok(n) if (1..=MAX_SITES).contains(&n) => Ok(NodesFile::Count(n)),
+                    _ => Err(E::custom(format!("expected {}, got {n}", Expecting(&self)))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> std::result::Result<NodesFile, E> {
+                Err(E::custom(format!("expected {}, got {n}", Expecting(&self))))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<NodesFile, A::Error> {
+                let mut nodes = Vec::new();
+                while let Some(node) = seq.next_element::<SiteIndex>()? {
+                    if nodes.len() == MAX_SITES {
+                        return Err(de::Error::custom(format!("at most {MAX_SITES} sites are supported")));
+                    }
+                    nodes.push(node);
+                }
+                Ok(NodesFile::List(nodes))
+            }
+        }
+        deserializer.deserialize_any(NodesVisitor)
+    }
+}
+
+/// `fabric`: `"non-blocking"` or a shared resource.
+struct FabricFile(Fabric);
+
+impl<'de> Deserialize<'de> for FabricFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct FabricVisitor;
+        impl<'de> Visitor<'de> for FabricVisitor {
+            type Value = FabricFile;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(r#""non-blocking" or {"shared": NAME, "gbps": G}"#)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<FabricFile, E> {
+                if s == NON_BLOCKING {
+                    Ok(FabricFile(Fabric::NonBlocking))
+                } else {
+                    Err(E::custom(format!("expected {}, got {}", Expecting(&self), Value::from(s))))
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<FabricFile, A::Error> {
+                let SharedFile { shared, gbps } = SharedFile::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(FabricFile(Fabric::Shared { name: shared, bandwidth: gbps.0 }))
+            }
+        }
+        deserializer.deserialize_any(FabricVisitor)
+    }
+}
+
+/// How a file spells [`Fabric::NonBlocking`].
+const NON_BLOCKING: &str = "non-blocking";
+
 /// The whole file.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -223,6 +293,8 @@ struct TopologyFile {
     #[serde(default)]
     links: Vec<Object<LinkFile>>,
     fallback: Option<FallbackFile>,
+    nodes: Option<NodesFile>,
+    fabric: Option<FabricFile>,
 }
 
 /// `own` completed by `default`; a field missing from both is an error at `path`.
@@ -238,7 +310,53 @@ fn complete(own: SiteFile, default: SiteFile, path: &str) -> Result<Site> {
         compute: ComputeRates { f16: tflops.f16.0, bf16: tflops.bf16.0, f32: tflops.f32.0 },
         egress: giga(own.egress_gbps, default.egress_gbps),
         ingress: giga(own.ingress_gbps, default.ingress_gbps),
+        nic: giga(own.nic_gbps, default.nic_gbps),
     })
+}
+
+/// `nodes` and `fabric` for `n` sites: node numbers in range (their gaps and count are
+/// [`Topology::with_nodes`]'s to check), a count that splits the sites evenly, and a fabric
+/// exactly when there are several nodes.
+fn build_nodes(nodes: Option<NodesFile>, fabric: Option<FabricFile>, n: usize) -> Result<Option<Nodes>> {
+    let node_of: Vec<usize> = match nodes {
+        None if fabric.is_some() => {
+            return Err(TopologyError::field("fabric", "given without `nodes` (a fabric joins nodes)"));
+        }
+        None => return Ok(None),
+        Some(NodesFile::Count(count)) => {
+            if !n.is_multiple_of(count) {
+                return Err(TopologyError::field(
+                    "nodes",
+                    format!(
+                        "{n} sites do not split into {count} equal nodes of consecutive sites (give each site's node \
+                         as an array)"
+                    ),
+                ));
+            }
+            Nodes::blocks(count, n / count, Fabric::NonBlocking).node_of().to_vec()
+        }
+        Some(NodesFile::List(list)) => list
+            .into_iter()
+            .enumerate()
+            .map(|(i, node)| match usize::try_from(node.0) {
+                Ok(k) if k < n => Ok(k),
+                _ => Err(TopologyError::field(
+                    format!("nodes[{i}]"),
+                    format!("node {} is out of range (the topology has {n} sites, so at most {n} nodes)", node.0),
+                )),
+            })
+            .collect::<Result<_>>()?,
+    };
+    let several = node_of.iter().any(|&k| k != node_of[0]);
+    let fabric = match fabric {
+        Some(FabricFile(f)) if several => f,
+        None if several => {
+            return Err(TopologyError::field("fabric", "missing (required when there are several nodes)"));
+        }
+        Some(_) => return Err(TopologyError::field("fabric", "the topology has one node: no fabric joins anything")),
+        None => Fabric::NonBlocking,
+    };
+    Ok(Some(Nodes::new(node_of, fabric)))
 }
 
 /// The checks the file's shape cannot express: site defaults and index ranges.
@@ -273,7 +391,8 @@ fn build(file: TopologyFile) -> Result<Topology> {
             })
         })
         .collect::<Result<_>>()?;
-    Topology::new(file.name, sites, links, file.fallback.map(|f| f.0))
+    let nodes = build_nodes(file.nodes, file.fabric, n)?;
+    Topology::with_nodes(file.name, sites, links, file.fallback.map(|f| f.0), nodes)
 }
 
 /// A data error from `serde_path_to_error` as a [`TopologyError::Field`], said the way the
@@ -333,6 +452,9 @@ fn site_value(site: &Site) -> Value {
     if let Some(i) = site.ingress {
         m.insert("ingress_gbps".into(), number(i / GB));
     }
+    if let Some(nic) = site.nic {
+        m.insert("nic_gbps".into(), number(nic / GB));
+    }
     Value::Object(m)
 }
 
@@ -344,15 +466,33 @@ fn link_value(link: &Link) -> Value {
     Value::Object(m)
 }
 
+fn shared_value(name: &str, bandwidth: f64) -> Value {
+    let mut m = Map::new();
+    m.insert("shared".into(), Value::from(name));
+    m.insert("gbps".into(), number(bandwidth / GB));
+    Value::Object(m)
+}
+
 fn fallback_value(fallback: &Fallback) -> Value {
     match fallback {
         Fallback::Switch => Value::from("switch"),
-        Fallback::Shared { name, bandwidth } => {
-            let mut m = Map::new();
-            m.insert("shared".into(), Value::from(name.as_str()));
-            m.insert("gbps".into(), number(bandwidth / GB));
-            Value::Object(m)
-        }
+        Fallback::Shared { name, bandwidth } => shared_value(name, *bandwidth),
+    }
+}
+
+/// `nodes` as a count where the nodes are equal blocks of consecutive sites, else as each
+/// site's node.
+fn nodes_value(nodes: &Nodes) -> Value {
+    match nodes.block_size() {
+        Some(_) => Value::from(nodes.count()),
+        None => Value::Array(nodes.node_of().iter().map(|&k| Value::from(k)).collect()),
+    }
+}
+
+fn fabric_value(fabric: &Fabric) -> Value {
+    match fabric {
+        Fabric::NonBlocking => Value::from(NON_BLOCKING),
+        Fabric::Shared { name, bandwidth } => shared_value(name, *bandwidth),
     }
 }
 
@@ -445,6 +585,10 @@ impl Topology {
         if let Some(f) = self.fallback() {
             m.insert("fallback".into(), fallback_value(f));
         }
+        if let Some(nodes) = self.nodes() {
+            m.insert("nodes".into(), nodes_value(nodes));
+            m.insert("fabric".into(), fabric_value(nodes.fabric()));
+        }
         Value::Object(m)
     }
 
@@ -453,12 +597,12 @@ impl Topology {
     pub fn to_json_string(&self) -> String {
         let value = self.to_json_value();
         let mut out = String::from("{\n");
-        let keys = ["name", "sites", "site", "links", "fallback"];
+        let keys = ["name", "sites", "site", "links", "fallback", "nodes", "fabric"];
         let present: Vec<_> = keys.iter().filter_map(|k| value.get(k).map(|v| (*k, v))).collect();
         for (i, (key, v)) in present.iter().enumerate() {
             out.push_str(&format!("  \"{key}\": "));
             match v {
-                Value::Array(items) => {
+                Value::Array(items) if *key != "nodes" => {
                     out.push_str("[\n");
                     for (j, item) in items.iter().enumerate() {
                         let sep = if j + 1 < items.len() { "," } else { "" };

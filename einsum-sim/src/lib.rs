@@ -3,9 +3,11 @@
 //!
 //! - [`Topology`]: sites (GPUs) with HBM bandwidth and capacity, compute rates and optional
 //!   endpoint caps; directed links; a fallback for unlinked pairs (a non-blocking switch, or
-//!   one shared resource such as the DGX-V100's PCIe bridge); and a route (the list of
-//!   resources crossed) for every ordered pair of distinct sites. Presets by name
-//!   ([`Topology::preset`], [`PRESETS`]) or JSON files ([`Topology::load`]).
+//!   one shared resource such as the DGX-V100's PCIe bridge); optionally several nodes
+//!   ([`Nodes`]) whose sites reach each other through per-site NICs and a [`Fabric`]; and a
+//!   route (the list of resources crossed) for every ordered pair of distinct sites. Presets
+//!   by name ([`Topology::preset`], [`PRESETS`], [`NODE_PRESETS`] such as `dgx-h100x4`) or
+//!   JSON files ([`Topology::load`]).
 //! - [`simulate`]: runs a DAG of [`SimTask`]s (transfers, multicasts, local aggregations,
 //!   kernels) as fluid flows that share every resource they cross max-min fairly,
 //!   recomputing rates at each start and finish, and returns a [`Trace`]. Kernels are flows
@@ -65,10 +67,31 @@
 //!   NVSwitch port).
 //! - `links` (default `[]`): `{"a", "b", "gbps"}` joins distinct sites `a` and `b` (0-based;
 //!   each pair once) with `gbps` in *each* direction.
-//! - `fallback` (optional): what carries traffic between sites no link joins: `"switch"` (a
-//!   non-blocking switch; only endpoint caps limit it) or `{"shared": NAME, "gbps": G}` (one
-//!   resource of `G` GB/s total shared by all such transfers). Without it every pair must be
-//!   linked, and an unlinked pair is an error.
+//! - `fallback` (optional): what carries traffic between sites of one node that no link
+//!   joins: `"switch"` (a non-blocking switch; only endpoint caps limit it) or
+//!   `{"shared": NAME, "gbps": G}` (one resource of `G` GB/s total shared by all such
+//!   transfers; on a machine of several nodes, one per node, named `NAME@nodeK`). Without it
+//!   every pair of one node must be linked, and an unlinked pair is an error.
+//! - `nodes` (optional): a count `k` of nodes, sites `i·n/k .. (i+1)·n/k` in node `i` (`k`
+//!   must divide `n`); or an array giving each site's node, numbered from 0 without gaps.
+//!   Without it (or with 1) the machine is one node. With several nodes, every site needs a
+//!   `nic_gbps` (its NIC, in each direction: everything it sends to or receives from
+//!   other nodes crosses it), links may join only sites of one node, and `fabric` is
+//!   required: `"non-blocking"` (only the two NICs limit a transfer between nodes) or
+//!   `{"shared": NAME, "gbps": G}` (one resource of `G` GB/s total that all traffic between
+//!   nodes also crosses). Two DGX-H100 nodes, as the `dgx-h100x2` preset:
+//!
+//! ```json
+//! {
+//!   "name": "dgx-h100x2",
+//!   "sites": 16,
+//!   "site": {"hbm_gbps": 3350, "hbm_gb": 80, "tflops": {"f16": 989, "bf16": 989, "f32": 67},
+//!            "egress_gbps": 450, "ingress_gbps": 450, "nic_gbps": 50},
+//!   "fallback": "switch",
+//!   "nodes": 2,
+//!   "fabric": "non-blocking"
+//! }
+//! ```
 //!
 //! Numbers must be positive (and finite in bytes or FLOP); unknown and repeated fields are
 //! errors; every error names its field, as
@@ -80,6 +103,7 @@ mod bounds;
 mod error;
 mod json;
 mod maxmin;
+mod nodes;
 mod presets;
 mod roofline;
 mod simulate;
@@ -89,7 +113,11 @@ mod trace;
 
 pub use bounds::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 pub use error::{SimError, TopologyError};
-pub use presets::{PCIE_BRIDGE, PRESETS, V100_DOUBLE_LINKS, V100_SINGLE_LINKS};
+pub use nodes::{Fabric, Nodes};
+pub use presets::{
+    GPUS_PER_NODE, NODE_PRESETS, PCIE_BRIDGE, PRESETS, V100_DOUBLE_LINKS, V100_SINGLE_LINKS, preset_forms,
+    scaled_preset,
+};
 pub use roofline::{
     ATTENTION_COMPUTE_EFFICIENCY, ELEMENTWISE_COMPUTE_EFFICIENCY, Efficiency, KernelClass, MATMUL_COMPUTE_EFFICIENCY,
     MEMORY_EFFICIENCY, Roofline,

@@ -4,16 +4,22 @@
 
 use std::path::PathBuf;
 
-use einsum_sim::{Fallback, GB, PRESETS, SiteId, Topology, TopologyError};
+use einsum_sim::{Fallback, GB, PRESETS, SimGraph, SimTask, SiteId, Topology, TopologyError};
 
 fn file(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("topologies").join(format!("{name}.json"))
 }
 
+/// The shipped files: every fixed preset, and two nodes of each DGX family as examples of a
+/// machine of several nodes.
+fn shipped() -> impl Iterator<Item = &'static str> {
+    PRESETS.iter().copied().chain(["dgx-a100x2", "dgx-h100x2"])
+}
+
 #[test]
 fn shipped_files_load_equal_to_the_presets() {
     let bless = std::env::var_os("EINSUM_SIM_BLESS").is_some();
-    for name in PRESETS {
+    for name in shipped() {
         let preset = Topology::preset(name).expect("preset");
         if bless {
             std::fs::write(file(name), preset.to_json_string()).expect("write topology file");
@@ -25,12 +31,100 @@ fn shipped_files_load_equal_to_the_presets() {
 
 #[test]
 fn presets_round_trip_through_json() {
-    for name in PRESETS {
+    for name in shipped().chain(["dgx-h100x5"]) {
         let preset = Topology::preset(name).expect("preset");
         assert_eq!(Topology::from_json_str(&preset.to_json_string()).as_ref(), Ok(&preset), "{name} (text)");
         let compact = serde_json::to_string(&preset.to_json_value()).expect("serialise");
         assert_eq!(Topology::from_json_str(&compact).as_ref(), Ok(&preset), "{name} (value)");
     }
+}
+
+/// The crate docs' two-node file, written by hand: it is the `dgx-h100x2` preset, and a
+/// graph with transfers inside and between the nodes simulates identically on both.
+#[test]
+fn a_hand_written_two_node_file_is_the_preset_and_simulates_identically() {
+    let text = r#"{
+      "name": "dgx-h100x2",
+      "sites": 16,
+      "site": {"hbm_gbps": 3350, "hbm_gb": 80, "tflops": {"f16": 989, "bf16": 989, "f32": 67},
+               "egress_gbps": 450, "ingress_gbps": 450, "nic_gbps": 50},
+      "fallback": "switch",
+      "nodes": 2,
+      "fabric": "non-blocking"
+    }"#;
+    let from_file = Topology::from_json_str(text).expect("valid");
+    let preset = Topology::preset("dgx-h100x2").expect("preset");
+    assert_eq!(from_file, preset);
+    // The same machine with each site's node listed, and the sites listed one by one.
+    let mut value = preset.to_json_value();
+    value["nodes"] = serde_json::json!([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]);
+    let site = value["site"].take();
+    value["sites"] = serde_json::Value::Array(vec![site; 16]);
+    value.as_object_mut().expect("object").remove("site");
+    assert_eq!(Topology::from_json_str(&value.to_string()).as_ref(), Ok(&preset));
+
+    let mut g = SimGraph::new();
+    let a = g.push(SimTask::transfer("in node 0", SiteId(0), SiteId(5), 2.0 * GB));
+    let b = g.push(SimTask::transfer("0 to 1", SiteId(5), SiteId(12), GB).after([a]));
+    g.push(SimTask::multicast("1 to both", SiteId(12), vec![SiteId(3), SiteId(9), SiteId(15)], GB).after([b]));
+    g.push(SimTask::aggregate("sum", SiteId(12), 2.0 * GB, GB).after([b]));
+    let (on_file, on_preset) = (g.simulate(&from_file).expect("simulate"), g.simulate(&preset).expect("simulate"));
+    assert_eq!(on_file, on_preset);
+    assert!(on_file.completion() > 0.0);
+}
+
+/// Node-layout errors in files name the field.
+#[test]
+fn bad_node_fields_are_named() {
+    let err = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut value = Topology::preset("dgx-a100x2").expect("preset").to_json_value();
+        edit(&mut value);
+        Topology::from_json_str(&value.to_string()).unwrap_err().to_string()
+    };
+    let e = err(&|v| v["nodes"] = 3.into());
+    assert!(e.starts_with("nodes: 16 sites do not split into 3 equal nodes"), "{e}");
+    assert!(err(&|v| v["nodes"] = 0.into()).starts_with("nodes: expected a node count"));
+    let e = err(&|v| v["nodes"] = serde_json::json!([0, 1, 99]));
+    assert!(e.starts_with("nodes[2]: node 99 is out of range"), "{e}");
+    let e = err(&|v| v["nodes"] = serde_json::json!([0, 1]));
+    assert_eq!(e, "nodes: gives the nodes of 2 sites, but the topology has 16");
+    let e = err(&|v| {
+        v.as_object_mut().unwrap().remove("fabric");
+    });
+    assert!(e.starts_with("fabric: missing"), "{e}");
+    assert!(err(&|v| v["fabric"] = "fat-tree".into()).starts_with("fabric: expected \"non-blocking\""));
+    assert!(err(&|v| v["fabric"] = serde_json::json!({"shared": "spine", "gbps": 0})).starts_with("fabric.gbps: "));
+    let e = err(&|v| {
+        v["site"].as_object_mut().unwrap().remove("nic_gbps");
+    });
+    assert!(e.starts_with("sites[0].nic_gbps: missing"), "{e}");
+    let e = err(&|v| v["nodes"] = 1.into());
+    assert!(e.starts_with("fabric: the topology has one node"), "{e}");
+    let e = err(&|v| {
+        v.as_object_mut().unwrap().remove("nodes");
+    });
+    assert!(e.starts_with("fabric: given without `nodes`"), "{e}");
+    let e = err(&|v| {
+        v.as_object_mut().unwrap().remove("nodes");
+        v.as_object_mut().unwrap().remove("fabric");
+    });
+    assert!(e.starts_with("sites[0].nic_gbps: a NIC carries traffic between nodes"), "{e}");
+}
+
+/// A shared fabric and nodes listed site by site (not blocks) write and read back equal.
+#[test]
+fn listed_nodes_and_a_shared_fabric_round_trip() {
+    let text = r#"{"name": "odd", "sites": 3,
+      "site": {"hbm_gbps": 100, "hbm_gb": 1, "tflops": {"f16": 1, "bf16": 1, "f32": 1}, "nic_gbps": 4},
+      "links": [{"a": 0, "b": 2, "gbps": 9}],
+      "nodes": [0, 1, 0], "fabric": {"shared": "spine", "gbps": 6}}"#;
+    let t = Topology::from_json_str(text).expect("valid");
+    assert_eq!((t.num_nodes(), t.route_bandwidth(SiteId(0), SiteId(1))), (2, Some(4.0 * GB)));
+    let names: Vec<_> = t.route(SiteId(1), SiteId(2)).unwrap().iter().map(|r| t.resource(*r).unwrap().name()).collect();
+    assert_eq!(names, ["nic-out[1]", "spine", "nic-in[2]"]);
+    let written = t.to_json_string();
+    assert!(written.contains("\"nodes\": [0, 1, 0]"), "{written}");
+    assert_eq!(Topology::from_json_str(&written), Ok(t));
 }
 
 #[test]

@@ -27,16 +27,14 @@ pub enum Command {
     Simulate {
         /// The `.exprog` file.
         file: String,
-        /// A preset (dgx-a100, dgx-h100, dgx-v100) or a topology file.
-        #[arg(long)]
+        #[arg(long, help = super::topology_help("the machine"))]
         topology: String,
     },
     /// Synthesizes a body for a program's preamble (its GPUS, PARTITIONS, IN and OUT).
     Synthesize {
         /// The `.exprog` file (its body, if any, seeds the search).
         file: String,
-        /// A preset (dgx-a100, dgx-h100, dgx-v100) or a topology file.
-        #[arg(long)]
+        #[arg(long, help = super::topology_help("the machine"))]
         topology: String,
         /// How the body is synthesized.
         #[arg(long, value_enum, default_value_t = Synthesis::Search)]

@@ -71,9 +71,56 @@ pub fn backend_names() -> PossibleValuesParser {
     table(einsummable::backends().iter().map(|e| (e.name, e.about)))
 }
 
-/// The help of `--topology`, from the [`einsum_sim::PRESETS`] table; `what` says what it is for.
+/// The help of `--topology`, from the [`einsum_sim::PRESETS`] and [`einsum_sim::NODE_PRESETS`]
+/// tables; `what` says what it is for.
 pub fn topology_help(what: &str) -> String {
-    format!("A topology preset ({}) or a topology file: {what}", einsum_sim::PRESETS.join(", "))
+    format!("A topology preset ({}) or a topology file: {what}", einsum_sim::preset_forms())
+}
+
+/// The machine `plan`, `run` and `explain` target without `--topology`, scaled to as many
+/// nodes as `--devices` needs.
+pub const DEFAULT_TOPOLOGY: &str = "dgx-a100";
+
+/// The help of an optional `--topology` whose default is [`DEFAULT_TOPOLOGY`] scaled to the
+/// devices.
+pub fn scaled_topology_help(what: &str) -> String {
+    format!(
+        "{} [default: {DEFAULT_TOPOLOGY}, or {DEFAULT_TOPOLOGY}xN with the fewest nodes N that hold --devices]",
+        topology_help(what)
+    )
+}
+
+/// The topology a command targets, and how it was chosen.
+pub struct ChosenTopology {
+    /// Its name: `--topology` as given (a preset or a file), or the chosen preset.
+    pub name: String,
+    /// The machine.
+    pub topology: einsum_sim::Topology,
+    /// When the default was scaled past one node: a line saying so, for the text output.
+    pub note: Option<String>,
+}
+
+/// `--topology` as given, or without it [`DEFAULT_TOPOLOGY`] scaled to the fewest nodes
+/// that hold `devices` (`dgx-a100x2` for 16). A `--topology` with too few sites is kept:
+/// compiling on it fails with the typed error.
+pub fn choose_topology(arg: Option<&str>, devices: usize) -> Result<ChosenTopology> {
+    let (name, note) = match arg {
+        Some(name) => (name.to_string(), None),
+        None => match einsum_sim::scaled_preset(DEFAULT_TOPOLOGY, devices) {
+            Some(name) if name != DEFAULT_TOPOLOGY => {
+                let nodes = devices.div_ceil(einsum_sim::GPUS_PER_NODE);
+                let note = format!(
+                    "topology {name}: no --topology given, so the default {DEFAULT_TOPOLOGY} scaled to {nodes} nodes \
+                     for {devices} devices"
+                );
+                (name, Some(note))
+            }
+            _ => (DEFAULT_TOPOLOGY.to_string(), None),
+        },
+    };
+    // A missing file is reported as such, not as an unknown preset.
+    let topology = einsum_sim::Topology::named(&name)?;
+    Ok(ChosenTopology { name, topology, note })
 }
 
 /// `--dtype`: one of [`DType::ALL`], by its name.

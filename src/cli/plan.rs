@@ -4,7 +4,6 @@
 use std::{collections::BTreeMap, time::Instant};
 
 use einsum_logical::{PlannedOp, Problem, cost_model_by_name, optimizer_by_name};
-use einsum_sim::Topology;
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::{Result, Workload};
@@ -12,7 +11,7 @@ use serde::Serialize;
 
 use einsummable::DType;
 
-use super::{Report, Synthesis, parse_budget};
+use super::{ChosenTopology, Report, Synthesis, choose_topology, parse_budget};
 
 /// Arguments of `plan`.
 #[derive(clap::Args)]
@@ -28,8 +27,8 @@ pub struct Args {
     /// The cost model the optimizer minimizes.
     #[arg(long, default_value = "time", value_parser = super::cost_names())]
     cost: String,
-    #[arg(long, default_value = "dgx-a100", help = super::topology_help("the machine the time model and the prediction target"))]
-    topology: String,
+    #[arg(long, help = super::scaled_topology_help("the machine the time model and the prediction target"))]
+    topology: Option<String>,
     /// Exchange programs of the physical compilation.
     #[arg(long, value_enum, default_value_t = Synthesis::Naive)]
     schedule: Synthesis,
@@ -66,9 +65,8 @@ enum Physical {
 pub fn run(a: Args) -> Result<Report> {
     let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
     let strategy = optimizer_by_name(&a.optimizer, a.seed)?;
-    // The topology first: a missing file is reported as such, not as an unknown preset.
-    let topology = Topology::named(&a.topology)?;
-    let model = cost_model_by_name(&a.cost, &a.topology)?;
+    let ChosenTopology { name: topology_name, topology, note } = choose_topology(a.topology.as_deref(), a.devices)?;
+    let model = cost_model_by_name(&a.cost, &topology_name)?;
     let schedule = a.schedule.schedule(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
@@ -81,7 +79,7 @@ pub fn run(a: Args) -> Result<Report> {
         let plan = strategy.plan(&problem)?;
         let why = format!(
             "topology `{}` has {} sites, fewer than the {} devices",
-            a.topology,
+            topology_name,
             topology.num_sites(),
             a.devices
         );
@@ -112,7 +110,8 @@ pub fn run(a: Args) -> Result<Report> {
         (planned.plan, physical, planned.optimize_ms)
     };
 
-    let mut text = format!(
+    let mut text = note.map_or_else(String::new, |n| format!("{n}\n"));
+    text += &format!(
         "{} on {} devices: {} optimizer, {} cost ({}), {optimize_ms:.1} ms\n",
         a.workload, a.devices, a.optimizer, a.cost, plan.unit
     );
@@ -137,7 +136,7 @@ pub fn run(a: Args) -> Result<Report> {
     text += &match &physical {
         Physical::Predicted { predicted_ms, bytes_moved, compile_ms, memory } => format!(
             "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}",
-            a.schedule, a.topology, memory.0
+            a.schedule, topology_name, memory.0
         ),
         Physical::Refused(why) => format!("not compiled: {why}\n"),
     };
@@ -158,7 +157,7 @@ pub fn run(a: Args) -> Result<Report> {
         total_bytes: plan.total_bytes,
         optimize_ms,
         ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
-        topology: &a.topology,
+        topology: &topology_name,
         schedule: a.schedule.name(),
         predicted_ms,
         bytes_moved,
@@ -192,7 +191,8 @@ pub struct PlanReport<'a> {
     pub optimize_ms: f64,
     /// Every operator's split and cost, in the plan's order.
     pub ops: Vec<PlannedOpReport<'a>>,
-    /// The topology (a preset's name or a file) the plan is compiled for.
+    /// The topology (a preset's name or a file) the plan is compiled for: `--topology` as
+    /// given, or the default preset chosen for the devices (`dgx-a100x2` for 16).
     pub topology: &'a str,
     /// How exchange programs were synthesised: `naive` or `search`.
     pub schedule: &'static str,

@@ -13,14 +13,14 @@ use einsum_core::taskgraph::Task;
 use einsum_logical::{cost_model_entry, optimizer_by_name};
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::{
-    BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Topology, Workload, backend_by_name,
+    BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Workload, backend_by_name,
     check::tolerance,
     compile,
     dump::{Dumped, dump},
 };
 use serde::Serialize;
 
-use super::{Report, Synthesis, parse_budget};
+use super::{ChosenTopology, Report, Synthesis, choose_topology, parse_budget};
 
 /// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
 /// and runs it on 8 virtual devices in seconds.
@@ -59,8 +59,8 @@ pub struct CompileArgs {
     /// search), on top of the iteration cap; results then depend on the machine's speed.
     #[arg(long, value_name = "SECONDS")]
     synthesis_budget: Option<f64>,
-    #[arg(long, default_value = "dgx-a100", help = super::topology_help("at least as many sites as devices"))]
-    topology: String,
+    #[arg(long, help = super::scaled_topology_help("at least as many sites as devices"))]
+    topology: Option<String>,
     /// Seed of the random data, the random optimizer and the search.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -78,15 +78,16 @@ impl CompileArgs {
         Ok(Workload::parse(&self.workload)?.build(self.dtype)?)
     }
 
-    fn options(&self) -> Result<CompileOptions> {
+    /// The compile options, and the topology's name with the note on how it was chosen.
+    fn options(&self) -> Result<(CompileOptions, ChosenName)> {
         // Every name through its table, in the order `compile` used to check them.
         let backend = backend_by_name(&self.backend, &BackendParams { eager: self.eager })?;
         let optimizer = Arc::from(optimizer_by_name(&self.optimizer, self.seed)?);
-        // The topology first: a missing file is reported as such, not as an unknown preset.
-        let topology = Topology::named(&self.topology)?;
+        // The topology before the cost model, which is built from it.
+        let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
         let schedule = self.schedule.schedule(self.seed, self.iterations, self.synthesis_budget)?;
-        Ok(CompileOptions {
+        let options = CompileOptions {
             devices: self.devices,
             backend,
             optimizer,
@@ -94,8 +95,16 @@ impl CompileArgs {
             schedule,
             topology,
             memory_budget: parse_budget(self.memory_budget)?,
-        })
+        };
+        Ok((options, ChosenName { name, note }))
     }
+}
+
+/// The name of the topology a command compiled for, and (when the default was scaled) the
+/// line saying so.
+struct ChosenName {
+    name: String,
+    note: Option<String>,
 }
 
 /// Arguments of `run`.
@@ -128,7 +137,8 @@ pub fn run(a: RunArgs) -> Result<Report> {
         super::prepare_dir("--dump", dir)?;
     }
     let graph = a.compile.graph()?;
-    let mut exe = compile(&graph, &a.compile.options()?)?;
+    let (options, topology) = a.compile.options()?;
+    let mut exe = compile(&graph, &options)?;
     exe.check_host_memory(a.check)?;
     exe.load_random(a.compile.seed)?;
     for _ in 0..a.warmup {
@@ -163,7 +173,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
         let dumped: Vec<Dumped<'_>> = tensors.iter().map(|(n, role, v)| Dumped { name: n, role, value: v }).collect();
         dump(dir, &dumped)?;
     }
-    let mut text = summary(&a.compile, &exe);
+    let mut text = summary(&a.compile, &topology, &exe);
     let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
     let _ = writeln!(text, "ran in {wall_ms:.3} ms{runs} on the {} backend", a.compile.backend);
     if let Some(err) = max_error {
@@ -176,6 +186,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let json = RunReport {
         workload: &a.compile.workload,
         devices: a.compile.devices,
+        topology: &topology.name,
         ok,
         max_rel_error: max_error.map(f64::from),
         wall_ms,
@@ -198,9 +209,10 @@ pub struct ExplainArgs {
 /// Runs `explain`: the plan, the exchange programs and the task-graph statistics.
 pub fn explain(a: ExplainArgs) -> Result<Report> {
     let graph = a.compile.graph()?;
-    let exe = compile(&graph, &a.compile.options()?)?;
+    let (options, topology) = a.compile.options()?;
+    let exe = compile(&graph, &options)?;
     let comp = graph.computation();
-    let mut text = summary(&a.compile, &exe);
+    let mut text = summary(&a.compile, &topology, &exe);
     let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
     let _ = writeln!(text, "\nlogical plan ({} optimizer, {} cost):", a.compile.optimizer, exe.plan().cost_model);
     for o in &exe.plan().ops {
@@ -242,6 +254,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     let json = ExplainReport {
         workload: &a.compile.workload,
         devices: a.compile.devices,
+        topology: &topology.name,
         ops: exe
             .plan()
             .ops
@@ -265,12 +278,15 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     Ok(Report::new(&json, text, true))
 }
 
-fn summary(args: &CompileArgs, exe: &Executable<'_>) -> String {
+/// The first lines of `run` and `explain`: how the topology was chosen (when the default was
+/// scaled), then the task graph's size, traffic, peak and predicted time.
+fn summary(args: &CompileArgs, topology: &ChosenName, exe: &Executable<'_>) -> String {
     let stats = exe.stats();
     let tasks: Vec<String> = stats.tasks.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let peak = stats.peak_bytes.iter().max().copied().unwrap_or(0);
+    let note = topology.note.as_ref().map_or_else(String::new, |n| format!("{n}\n"));
     format!(
-        "{} on {} devices: {} tasks ({}), {} bytes moved, peak {} bytes on a device, predicted {:.4} ms on {}\n",
+        "{note}{} on {} devices: {} tasks ({}), {} bytes moved, peak {} bytes on a device, predicted {:.4} ms on {}\n",
         args.workload,
         args.devices,
         stats.tasks.values().sum::<usize>(),
@@ -278,7 +294,7 @@ fn summary(args: &CompileArgs, exe: &Executable<'_>) -> String {
         stats.bytes_moved,
         peak,
         exe.predicted_ms(),
-        args.topology
+        topology.name
     )
 }
 
@@ -340,6 +356,9 @@ pub struct RunReport<'a> {
     pub workload: &'a str,
     /// The number of (virtual) devices p.
     pub devices: usize,
+    /// The topology compiled for: `--topology` as given, or the default preset chosen for
+    /// the devices (`dgx-a100x2` for 16).
+    pub topology: &'a str,
     /// False only when `--check` found an error above the dtype's tolerance.
     pub ok: bool,
     /// With `--check`, the largest error of an output against the single-device reference
@@ -362,6 +381,8 @@ pub struct ExplainReport<'a> {
     pub workload: &'a str,
     /// The number of (virtual) devices p.
     pub devices: usize,
+    /// The topology compiled for, as in [`RunReport::topology`].
+    pub topology: &'a str,
     /// Every operator's split, in the plan's order.
     pub ops: Vec<ExplainedOp<'a>>,
     /// Every exchange program of the compiled plan.

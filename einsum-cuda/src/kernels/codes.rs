@@ -195,7 +195,7 @@ mod tests {
         for n in names(ReduceOp::ROWS, ReduceOp::PREFIX) {
             assert!(sources::REDUCE.source.contains(&format!("case {n}:")), "reduce.cu does not handle {n}");
         }
-        for m in sources::FIXED.iter().chain([&sources::ATTENTION]) {
+        for m in sources::FIXED.iter().chain(&sources::ATTENTION) {
             for d in 0..10 {
                 assert!(!m.source.contains(&format!("case {d}:")), "{}.cu spells code {d} by number", m.name);
             }
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn every_module_is_compiled_with_the_header_first() {
         let h = header();
-        for m in sources::FIXED.iter().chain([&sources::ATTENTION]) {
+        for m in sources::FIXED.iter().chain(&sources::ATTENTION) {
             let full = sources::full_source(m, &[("HEAD_DIM", "64".into())]);
             let at = full.find(&h).unwrap_or_else(|| panic!("{} lacks the generated header", m.name));
             assert!(at < full.find("struct Dims").unwrap(), "{}: the header must precede common.cuh", m.name);

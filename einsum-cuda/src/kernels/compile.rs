@@ -70,20 +70,24 @@ pub fn arch_name(major: i32, minor: i32) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::sources::{ATTENTION, COPY};
+    use crate::kernels::attention::AttentionModule;
+    use crate::kernels::sources::COPY;
 
     #[test]
     #[ignore = "needs NVRTC (libnvrtc.so); .ci/run runs it"]
     fn a_module_is_compiled_once_per_source_and_architecture() {
         assert!(crate::availability::nvrtc_present(), "no NVRTC found (libnvrtc.so could not be loaded)");
-        let d = |n: usize| [("HEAD_DIM", n.to_string())];
-        let first = compile(&ATTENTION, &d(48), Some("compute_90")).unwrap().to_src();
+        let attention = |head_dim: usize| {
+            let (module, defines) = AttentionModule { tensor_cores: false, head_dim }.source();
+            compile(module, &defines, Some("compute_90")).unwrap().to_src()
+        };
+        let first = attention(48);
         let before = COMPILATIONS.load(Ordering::Relaxed);
-        let again = compile(&ATTENTION, &d(48), Some("compute_90")).unwrap().to_src();
+        let again = attention(48);
         assert_eq!(first, again);
         assert_eq!(COMPILATIONS.load(Ordering::Relaxed), before, "the same source was compiled again");
         // Another head dimension or architecture is another module.
-        assert_ne!(compile(&ATTENTION, &d(80), Some("compute_90")).unwrap().to_src(), first);
+        assert_ne!(attention(80), first);
         compile(&COPY, &[], Some("compute_80")).unwrap();
         assert!(COMPILATIONS.load(Ordering::Relaxed) >= before + 2);
     }

@@ -15,8 +15,10 @@ use einsum_ops::rope::Rope;
 use einsum_ops::softmax::Softmax;
 use einsum_ops::unary::Unary;
 
+use super::attention::{AttentionKernel, MAX_HEAD_DIM};
 use super::gemm_plan::{self, ContractionPlan, Permute};
 use super::registry::{Call, CudaKernel};
+use crate::addressing::{Access, Index};
 use crate::lower::{ConstData, Dims, KernelCtx, Op, Ptr, RowKernel, permute_op, strides};
 
 /// Position of every dimension of `desc` along the dimensions of `of` (by index name).
@@ -50,7 +52,7 @@ impl CudaKernel for Einsum {
                 };
                 let keep = Dims::new(&[s.rows], [&[s.row], &[1], &[]])?;
                 let over = Dims::new(&[s.row], [&[1], &[], &[]])?;
-                ops.push(Op::Reduce { x: src, y: outs[0], dtype, op: ReduceOp::Sum, keep, over });
+                ops.push(Op::Reduce { x: src, y: outs[0], dtype, op: ReduceOp::Sum, keep, over, index: Index::I64 });
                 ops
             }
             ContractionPlan::Gemm(p) => {
@@ -89,7 +91,8 @@ impl CudaKernel for Unary {
         if call.inputs[0] != *y {
             return Err(format!("input block {} and output block {y} differ", call.inputs[0]));
         }
-        Ok(vec![Op::Unary { x: call.ins[0], y: call.outs[0], dtype: call.dtype, op: self.op(), n: y.volume() }])
+        let (x, dtype, op, n) = (call.ins[0], call.dtype, self.op(), y.volume());
+        Ok(vec![Op::Unary { x, y: call.outs[0], dtype, op, n, vector: false }])
     }
 }
 
@@ -101,7 +104,8 @@ impl CudaKernel for Binary {
         let sa = strides_along(&call.inputs[0], da, dy);
         let sb = strides_along(&call.inputs[1], db, dy);
         let dims = Dims::new(&y.shape(), [&sa, &sb, &y.strides()])?;
-        Ok(vec![Op::Binary { a: call.ins[0], b: call.ins[1], y: call.outs[0], dtype: call.dtype, op: self.op(), dims }])
+        let (a, b, out, dtype, op) = (call.ins[0], call.ins[1], call.outs[0], call.dtype, self.op());
+        Ok(vec![Op::Binary { a, b, y: out, dtype, op, dims, access: Access::GENERAL }])
     }
 }
 
@@ -190,20 +194,21 @@ impl CudaKernel for Reduce {
         let keep_dims = Dims::new(&kshape, [&pick(&keep, &bs), &strides(&kshape), &[]])?;
         let over_dims = Dims::new(&pick(&over, &shape), [&pick(&over, &bs), &[], &[]])?;
         let (x, y, dtype) = (call.ins[0], call.outs[0], call.dtype);
-        Ok(vec![Op::Reduce { x, y, dtype, op: self.op(), keep: keep_dims, over: over_dims }])
+        Ok(vec![Op::Reduce { x, y, dtype, op: self.op(), keep: keep_dims, over: over_dims, index: Index::I64 }])
     }
 }
 
 impl CudaKernel for Attention {
-    /// One `attention` launch per block (compiled per head dimension, at most 256), with
-    /// each query row's visible key range as a constant table.
+    /// One attention launch per block (tensor cores where they apply, see
+    /// [`AttentionKernel::choose`]; compiled per head dimension, at most
+    /// [`MAX_HEAD_DIM`]), with each query row's visible key range as a constant table.
     fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
         let (ins, y) = (call.ins, call.y);
         let (qd, kd) = (&self.inputs()[0], &self.inputs()[1]);
         let (qb, kb) = (&call.inputs[0], &call.inputs[1]);
         let head_dim = qd.dims[2].extent;
-        if head_dim > 256 {
-            return Err(format!("head dimension {head_dim} exceeds the CUDA attention kernel's 256"));
+        if head_dim > MAX_HEAD_DIM {
+            return Err(format!("head dimension {head_dim} exceeds the CUDA attention kernels' {MAX_HEAD_DIM}"));
         }
         if qb.dim(2).len() != head_dim || kb.dim(2).len() != head_dim || call.inputs[2] != *kb || *y != *qb {
             return Err(format!("blocks q {qb}, k {kb}, v {}, out {y} are not attention blocks", call.inputs[2]));
@@ -235,8 +240,11 @@ impl CudaKernel for Attention {
             ));
         }
         let bounds = ctx.constant(ConstData::I32(bounds));
-        ctx.use_head_dim(head_dim);
+        let offsets = [ins[0].offset, ins[1].offset, ins[2].offset, call.outs[0].offset];
+        let kernel = AttentionKernel::choose(call.dtype, head_dim, offsets, group, heads.lo, heads.len());
+        ctx.use_attention(kernel.module(head_dim));
         Ok(vec![Op::Attention {
+            kernel,
             q: ins[0],
             k: ins[1],
             v: ins[2],
@@ -250,7 +258,7 @@ impl CudaKernel for Attention {
             kv_lo: kb.dim(0).lo,
             keys_lo: keys.lo,
             group,
-            scale: self.scale(),
+            scale_log2: self.scale() * std::f32::consts::LOG2_E,
             head_dim,
         }])
     }

@@ -17,25 +17,42 @@ pub struct Module {
     pub source: &'static str,
 }
 
-/// The box copy (slice, stitch, load, store, permute).
-pub const COPY: Module = Module { name: "copy", kernels: &["box_copy"], source: include_str!("cuda/copy.cu") };
-/// The ⊕ of aggregation tasks.
+/// The box copy (slice, stitch, load, store, permute): strided with 64- and 32-bit
+/// indexing, and the 16-byte contiguous copy.
+pub const COPY: Module =
+    Module { name: "copy", kernels: &["box_copy", "box_copy32", "copy_vec"], source: include_str!("cuda/copy.cu") };
+/// The k-way ⊕ of aggregation tasks, scalar and 16-byte.
 pub const AGGREGATE: Module =
-    Module { name: "aggregate", kernels: &["aggregate"], source: include_str!("cuda/aggregate.cu") };
-/// Unary elementwise operations.
-pub const UNARY: Module = Module { name: "unary", kernels: &["unary"], source: include_str!("cuda/unary.cu") };
-/// Binary elementwise operations with named broadcasting.
-pub const BINARY: Module = Module { name: "binary", kernels: &["binary"], source: include_str!("cuda/binary.cu") };
+    Module { name: "aggregate", kernels: &["aggregate", "aggregate_vec"], source: include_str!("cuda/aggregate.cu") };
+/// Unary elementwise operations, scalar and 16-byte.
+pub const UNARY: Module =
+    Module { name: "unary", kernels: &["unary", "unary_vec"], source: include_str!("cuda/unary.cu") };
+/// Binary elementwise operations with named broadcasting (64- and 32-bit indexing), and the
+/// same-shape 16-byte case.
+pub const BINARY: Module =
+    Module { name: "binary", kernels: &["binary", "binary32", "binary_vec"], source: include_str!("cuda/binary.cu") };
 /// Softmax, RMSNorm and LayerNorm over one axis.
 pub const ROWS: Module =
     Module { name: "rows", kernels: &["softmax", "rmsnorm", "layernorm"], source: include_str!("cuda/rows.cu") };
 /// Rotary position embeddings.
 pub const ROPE: Module = Module { name: "rope", kernels: &["rope"], source: include_str!("cuda/rope.cu") };
-/// Sum and max reductions.
-pub const REDUCE: Module = Module { name: "reduce", kernels: &["reduce"], source: include_str!("cuda/reduce.cu") };
-/// FlashAttention-style attention; compiled once per head dimension (`-DHEAD_DIM=d`).
-pub const ATTENTION: Module =
-    Module { name: "attention", kernels: &["attention"], source: include_str!("cuda/attention.cu") };
+/// Sum and max reductions (64- and 32-bit indexing).
+pub const REDUCE: Module =
+    Module { name: "reduce", kernels: &["reduce", "reduce32"], source: include_str!("cuda/reduce.cu") };
+/// Attention on CUDA cores; compiled per head dimension with its tile sizes
+/// ([`super::attention::AttentionModule::source`]).
+pub const ATTENTION_SIMT: Module =
+    Module { name: "attention_simt", kernels: &["attention_simt"], source: include_str!("cuda/attention_simt.cu") };
+/// FlashAttention-2 on tensor cores (sm_80+, f16 and bf16); compiled per head dimension
+/// with its tile sizes ([`super::attention::AttentionModule::source`]).
+pub const ATTENTION_MMA: Module = Module {
+    name: "attention_mma",
+    kernels: &["attention_mma_f16", "attention_mma_bf16"],
+    source: include_str!("cuda/attention_mma.cu"),
+};
+
+/// Both attention modules.
+pub const ATTENTION: [Module; 2] = [ATTENTION_SIMT, ATTENTION_MMA];
 
 /// Every module whose source does not depend on the operator (attention is compiled per
 /// head dimension).

@@ -2,16 +2,20 @@
 // (keep.s0: strides in x, keep.s1: strides in y), `over` the reduced indices (over.s0:
 // strides in x). op: a REDUCE_* code of einsum_ops::reduce::ReduceOp (generated,
 // kernels/codes.rs): REDUCE_SUM (accumulated in f64, as the CPU reference) or REDUCE_MAX.
-extern "C" __global__ void reduce(const void* x, void* y, int dt, int op, Dims keep, Dims over) {
-    i64 n = volume(keep), m = volume(over);
-    GRID_STRIDE(i, n) {
-        i64 bx, by, unused;
-        offsets(keep, i, &bx, &by, &unused);
+// One body, instantiated with 64-bit (`reduce`) and 32-bit (`reduce32`, chosen by the host
+// where the offsets fit, einsum-cuda/src/addressing.rs) index arithmetic.
+template <typename I>
+__device__ __forceinline__ void reduce_body(const void* x, void* y, int dt, int op, const Dims& keep,
+                                            const Dims& over) {
+    I n = (I)volume(keep), m = (I)volume(over);
+    GRID_STRIDE_T(I, i, n) {
+        I bx, by, unused;
+        offsets<I>(keep, i, &bx, &by, &unused);
         double sum = 0.0;
         float mx = NEG_INF;
-        for (i64 j = 0; j < m; ++j) {
-            i64 ox, u1, u2;
-            offsets(over, j, &ox, &u1, &u2);
+        for (I j = 0; j < m; ++j) {
+            I ox, u1, u2;
+            offsets<I>(over, j, &ox, &u1, &u2);
             float v = ld(x, bx + ox, dt);
             sum += (double)v;
             mx = fmaxf(mx, v);
@@ -24,4 +28,12 @@ extern "C" __global__ void reduce(const void* x, void* y, int dt, int op, Dims k
         }
         st(y, by, dt, r);
     }
+}
+
+extern "C" __global__ void reduce(const void* x, void* y, int dt, int op, Dims keep, Dims over) {
+    reduce_body<i64>(x, y, dt, op, keep, over);
+}
+
+extern "C" __global__ void reduce32(const void* x, void* y, int dt, int op, Dims keep, Dims over) {
+    reduce_body<u32>(x, y, dt, op, keep, over);
 }
