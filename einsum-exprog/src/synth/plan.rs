@@ -282,11 +282,9 @@ impl SiteRoutes {
     /// (infinite without a route).
     fn edge_time(&self, a: SiteId, b: SiteId, load: &Load, bytes: f64) -> f64 {
         match self.route(a, b) {
-            Some(r) if !r.resources.is_empty() => r
-                .resources
-                .iter()
-                .map(|(id, cap)| (load.get(*id) + bytes) / cap)
-                .fold(0.0, f64::max),
+            Some(r) if !r.resources.is_empty() => {
+                r.resources.iter().map(|(id, cap)| (load.get(*id) + bytes) / cap).fold(0.0, f64::max)
+            }
             _ => f64::INFINITY,
         }
     }
