@@ -268,6 +268,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         topology: &options.topology,
         schedule: options.schedule,
         memory_budget: options.memory_budget,
+        host_memory: None,
     })?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let compiled = Arc::new(planned.compiled);

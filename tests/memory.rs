@@ -21,7 +21,7 @@ fn request<'a>(
     topology: &'a Topology,
     memory_budget: Option<f64>,
 ) -> Request<'a> {
-    Request { comp, devices, strategy, cost, topology, schedule: Schedule::Naive, memory_budget }
+    Request { comp, devices, strategy, cost, topology, schedule: Schedule::Naive, memory_budget, host_memory: None }
 }
 
 /// The dgx-a100 topology and the time model on it.
@@ -197,5 +197,41 @@ proptest! {
             }
             prop_assert_eq!(planned.plan.resident_bytes, bound);
         }
+    }
+}
+
+/// Host memory: a plan whose estimated planning or compiling footprint exceeds the host
+/// limit is refused before allocating, naming the stage, the estimate and the limit; the
+/// estimates grow with the device count, and one that fits is planned as before.
+#[test]
+fn plans_too_large_for_the_host_are_refused_before_allocating() {
+    use einsum_compile::footprint::{compile_bytes, planning_bytes};
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F16).unwrap();
+    let comp = graph.computation();
+    let (topology, model) = a100();
+    let dp = optimizer_by_name("dp", 0).unwrap();
+    let planning = planning_bytes(comp, 8);
+    assert!(planning > 0.0 && planning_bytes(comp, 64) > 8.0 * planning);
+    let with_limit = |limit: f64| {
+        let mut r = request(comp, 8, dp.as_ref(), &model, &topology, None);
+        r.host_memory = Some(limit);
+        plan_and_compile(&r)
+    };
+    match with_limit(planning / 2.0) {
+        Err(PipelineError::HostMemory { stage: "planning", devices: 8, estimate, limit }) => {
+            assert_eq!((estimate, limit), (planning, planning / 2.0));
+        }
+        other => panic!("expected a planning refusal, got {:?}", other.map(|p| p.rounds)),
+    }
+    let fits = with_limit(f64::MAX).unwrap();
+    let compiling = compile_bytes(comp, &fits.plan.specs(), 8);
+    // Every task is counted: the estimate covers the compiled graph's tasks.
+    assert!(compiling >= fits.compiled.graph.nodes().len() as f64 * einsum_compile::footprint::BYTES_PER_TASK);
+    match with_limit(compiling.max(planning) * 0.999).map(|p| p.rounds) {
+        Err(e @ PipelineError::HostMemory { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("on 8 devices needs an estimated") && text.contains("of host memory"), "{text}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }

@@ -54,12 +54,14 @@
 //! stays the program's own simulated time, as synthesis costed it.
 #![warn(missing_docs)]
 
+pub mod footprint;
 mod kernels;
 mod lower_program;
 pub mod memory_report;
 pub mod pipeline;
 mod placement;
 mod predict;
+mod reuse;
 
 use std::collections::HashMap;
 
@@ -84,12 +86,16 @@ use placement::{Request, synthesize};
 pub enum Schedule {
     /// [`einsum_exprog::synth::naive`]: gather every atom where it is needed (identity placement).
     Naive,
-    /// [`einsum_exprog::synth::search`] with this seed and iteration budget.
+    /// [`einsum_exprog::synth::search`] with this seed, iteration cap and wall-time budget.
     Search {
         /// The search's seed.
         seed: u64,
-        /// Annealing iterations per exchange program.
+        /// Annealing iterations per exchange program (the cap).
         iterations: usize,
+        /// Wall time each exchange program's annealing may take (`None`: the iteration cap
+        /// alone). A search cut short by it depends on the machine's speed, so results
+        /// are reproducible only without one.
+        budget: Option<std::time::Duration>,
     },
 }
 
@@ -333,6 +339,8 @@ pub fn compile(
     let mut programs = Vec::new();
     let mut placements: HashMap<OpId, Vec<DeviceId>> = HashMap::new();
     let mut produced: HashMap<TensorId, Produced<'_>> = HashMap::new();
+    // Exchange programs already synthesized, by problem up to a renaming of sites.
+    let mut cache = reuse::SynthesisCache::default();
     // The resident buffer of every (input, device, block) loaded so far.
     let mut loaded: HashMap<(usize, DeviceId, TensorType), BufferId> = HashMap::new();
     let mut load = |graph: &mut TaskGraph, input: usize, dev: DeviceId, block: &TensorType, label: String| {
@@ -369,7 +377,7 @@ pub fn compile(
                 fixed: placement.as_deref(),
                 label: label.clone(),
             };
-            let s = synthesize(&req, options.schedule, topology)?;
+            let s = synthesize(&req, options.schedule, topology, &mut cache)?;
             let here = placement.get_or_insert_with(|| s.placement.clone()).clone();
             let sources = ExchangeSources {
                 holders: &from.buffers,
@@ -487,6 +495,8 @@ pub fn compile(
     tracing::info!(
         tasks = graph.nodes().len(),
         exchange_programs = programs.len(),
+        reused_programs = cache.hits,
+        renamed_programs = cache.renamed,
         predicted_ms,
         "compiled the task graph"
     );

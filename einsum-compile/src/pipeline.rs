@@ -19,7 +19,7 @@
 
 use std::time::Instant;
 
-use crate::{CompileError, Compiled, Schedule};
+use crate::{CompileError, Compiled, Schedule, footprint};
 use einsum_joinagg::Computation;
 use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
 use einsum_sim::Topology;
@@ -49,6 +49,24 @@ pub enum PipelineError {
         capacity: f64,
         /// The topology's name.
         topology: String,
+    },
+    /// Planning or compiling would need more host memory than the machine running the
+    /// compiler has: refused before allocating (estimates of [`crate::footprint`]).
+    #[error(
+        "{stage} on {devices} devices needs an estimated {} of host memory, more than the {} available; \
+         use fewer devices or a smaller workload",
+        einsum_logical::format_gb(*.estimate),
+        einsum_logical::format_gb(*.limit)
+    )]
+    HostMemory {
+        /// `planning` (the logical problem) or `compiling` (the task graph).
+        stage: &'static str,
+        /// The device count.
+        devices: usize,
+        /// The estimated bytes.
+        estimate: f64,
+        /// The bytes available ([`Request::host_memory`] or what the system reports).
+        limit: f64,
     },
     /// No planning round ran (never while [`MAX_ROUNDS`] is at least 1).
     #[error("no planning round ran")]
@@ -90,6 +108,10 @@ pub struct Request<'a> {
     pub schedule: Schedule,
     /// Bytes per device; `None`: [`default_budget`].
     pub memory_budget: Option<f64>,
+    /// Host memory planning and compiling may take, in bytes; `None`: what the system
+    /// reports available ([`crate::footprint::available_host_memory`]), no limit where it
+    /// reports nothing.
+    pub host_memory: Option<f64>,
 }
 
 /// A plan that fits, compiled.
@@ -120,13 +142,23 @@ pub struct Planned {
 /// last plan compiled when no round found one whose peak fits: a plan the strategy cannot
 /// change (a baseline), a transient peak that leaves less room than the least resident
 /// inputs need, or [`MAX_ROUNDS`] plans over budget; a negative, zero or non-finite budget,
-/// or one above the devices' HBM; every compile error.
+/// or one above the devices' HBM; [`PipelineError::HostMemory`] when the estimated host
+/// memory of planning or of compiling a plan exceeds [`Request::host_memory`], checked
+/// before either allocates; every compile error.
 pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     let capacity = capacity(req.topology, req.devices);
     let budget = req.memory_budget.unwrap_or_else(|| default_budget(req.topology, req.devices));
     if budget > capacity {
         return Err(PipelineError::BudgetOverCapacity { budget, capacity, topology: req.topology.name().to_string() });
     }
+    let host_limit = req.host_memory.or_else(footprint::available_host_memory);
+    let fits = |stage: &'static str, estimate: f64| match host_limit {
+        Some(limit) if estimate > limit => {
+            Err(PipelineError::HostMemory { stage, devices: req.devices, estimate, limit })
+        }
+        _ => Ok(()),
+    };
+    fits("planning", footprint::planning_bytes(req.comp, req.devices))?;
     let started = Instant::now();
     let problem = Problem::new(req.comp, req.devices, req.cost)?;
     let mut optimize_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -154,8 +186,10 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
             Err(e) => return Err(e.into()),
         };
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
+        let specs = plan.specs();
+        fits("compiling", footprint::compile_bytes(req.comp, &specs, req.devices))?;
         let started = Instant::now();
-        let result = crate::compile(req.comp, &plan.specs(), &options);
+        let result = crate::compile(req.comp, &specs, &options);
         compile_ms += started.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(compiled) => {

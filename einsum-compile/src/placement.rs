@@ -16,6 +16,7 @@ use einsum_exprog::synth::{SearchOptions, canonical_membership, naive, search};
 use einsum_exprog::{Preamble, Upstream, preamble};
 
 use super::{CompileError, Schedule};
+use crate::reuse::{Reused, SynthesisCache};
 
 /// An exchange program chosen for one consumer input, with what lowering needs.
 pub(crate) struct Synthesized {
@@ -43,12 +44,14 @@ pub(crate) struct Request<'a> {
     pub label: String,
 }
 
-/// Builds the preamble, synthesizes a body with `schedule`, validates it under the membership
-/// it was costed with, and reads the consumer's placement from that membership.
+/// Builds the preamble, synthesizes a body with `schedule` (or takes it from `cache`, see
+/// [`crate::reuse`]), validates it under the membership it was costed with, and reads the
+/// consumer's placement from that membership.
 pub(crate) fn synthesize(
     req: &Request<'_>,
     schedule: Schedule,
     topology: &Topology,
+    cache: &mut SynthesisCache,
 ) -> Result<Synthesized, CompileError> {
     let label = || req.label.clone();
     let devices: Vec<SiteId> = (0..req.devices).map(SiteId).collect();
@@ -64,25 +67,46 @@ pub(crate) fn synthesize(
         }
     }
     let synth_err = |source| CompileError::Synth { label: label(), source };
-    let (program, membership, simulated_ms) = match schedule {
-        Schedule::Naive => {
-            let program = naive(&pre.program).map_err(synth_err)?;
-            let membership = canonical_membership(&program).map_err(synth_err)?;
-            let sim = einsum_exprog::simulate_with(&program, &membership, topology)
-                .map_err(|e| synth_err(einsum_exprog::synth::SynthError::Simulate(e)))?;
-            (program, membership, sim.completion_ms)
-        }
-        Schedule::Search { seed, iterations } => {
-            let options = SearchOptions { seed, iterations, ..SearchOptions::default() };
-            let found = search(&pre.program, topology, options).map_err(synth_err)?;
-            (found.program, found.membership, found.completion_ms)
+    let (key, canonical) = SynthesisCache::key(&pre.program);
+    let across_renamings = matches!(schedule, Schedule::Search { .. });
+    let reused = match cache.get(&key, &canonical, topology, across_renamings) {
+        Some(hit) => hit,
+        None => {
+            let (program, membership, simulated_ms) = match schedule {
+                Schedule::Naive => {
+                    let program = naive(&pre.program).map_err(synth_err)?;
+                    let membership = canonical_membership(&program).map_err(synth_err)?;
+                    let sim = einsum_exprog::simulate_with(&program, &membership, topology)
+                        .map_err(|e| synth_err(einsum_exprog::synth::SynthError::Simulate(e)))?;
+                    (program, membership, sim.completion_ms)
+                }
+                Schedule::Search { seed, iterations, budget } => {
+                    let options = SearchOptions { seed, iterations, time_limit: budget, ..SearchOptions::default() };
+                    let found = search(&pre.program, topology, options).map_err(synth_err)?;
+                    (found.program, found.membership, found.completion_ms)
+                }
+            };
+            let validation = program
+                .validate_with(&membership)
+                .map_err(|source| CompileError::Invalid { label: label(), source })?;
+            let fresh = Reused { program, membership, closure: Some(validation.closure), simulated_ms };
+            cache.insert(key, canonical, fresh.clone());
+            fresh
         }
     };
-    let validation =
-        program.validate_with(&membership).map_err(|source| CompileError::Invalid { label: label(), source })?;
+    let Reused { program, membership, closure, simulated_ms } = reused;
+    let closure = match closure {
+        Some(c) => c,
+        None => {
+            program
+                .validate_with(&membership)
+                .map_err(|source| CompileError::Invalid { label: label(), source })?
+                .closure
+        }
+    };
     let placement =
         read_placement(&pre, &membership).map_err(|reason| CompileError::Placement { label: label(), reason })?;
-    Ok(Synthesized { preamble: pre, program, closure: validation.closure, placement, simulated_ms })
+    Ok(Synthesized { preamble: pre, program, closure, placement, simulated_ms })
 }
 
 /// The device of each consumer function spec: the one member of its partition; the sites

@@ -80,7 +80,8 @@ fn check_all(comp: &Computation, seed: u64) {
     let mut ran = 0;
     for p in 1..=8 {
         let naive = check(comp, p, seed + p as u64, Schedule::Naive, &topology);
-        let search = check(comp, p, seed + 100 + p as u64, Schedule::Search { seed, iterations: 10 }, &topology);
+        let search =
+            check(comp, p, seed + 100 + p as u64, Schedule::Search { seed, iterations: 10, budget: None }, &topology);
         ran += naive as usize + search as usize;
     }
     assert!(ran >= 8, "only {ran} runs had specs");
@@ -245,7 +246,7 @@ fn dgx_v100_with_eight_devices() {
     let v100 = Topology::preset("dgx-v100").unwrap();
     for (i, comp) in [ffn(), softmax(), dag()].iter().enumerate() {
         assert!(check(comp, 8, 40 + i as u64, Schedule::Naive, &v100));
-        assert!(check(comp, 8, 50 + i as u64, Schedule::Search { seed: 7, iterations: 10 }, &v100));
+        assert!(check(comp, 8, 50 + i as u64, Schedule::Search { seed: 7, iterations: 10, budget: None }, &v100));
     }
 }
 
@@ -297,7 +298,7 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../einsum-exprog/examples/example_5_4_preamble.exprog");
     let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
-    for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10 }] {
+    for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10, budget: None }] {
         let options = CompileOptions { devices: 4, schedule, topology: switch(4, 80.0), memory_budget: None };
         let compiled = compile(&comp, &specs, &options).unwrap();
         assert_eq!(compiled.programs.len(), 1);
@@ -506,7 +507,7 @@ proptest! {
     #[test]
     fn random_dags_compile_and_run_correctly(seed in any::<u64>(), n in 1usize..6, p in 1usize..=8, search in any::<bool>()) {
         let comp = random_dag(seed, n);
-        let schedule = if search { Schedule::Search { seed, iterations: 10 } } else { Schedule::Naive };
+        let schedule = if search { Schedule::Search { seed, iterations: 10, budget: None } } else { Schedule::Naive };
         prop_assert!(check(&comp, p, seed, schedule, &switch(8, 80.0)));
     }
 }

@@ -6,8 +6,12 @@
 //! compute resource (capacity 1). The compute resources come after the topology's own:
 //! `compute[s]` has index `topology.resources().len() + s` in [`Trace::resource_usage`]. Between events the set of active flows is fixed and each flow
 //! moves at its max-min fair rate over the resources it crosses; at every event (a task
-//! starting, a flow finishing) the rates are recomputed. The simulator jumps from one
-//! completion to the next, so it takes at most one step per flow.
+//! starting, a flow finishing) the rates are recomputed, for the flows whose connected
+//! component of the flow–resource graph changed only ([`FairShare`]: a kernel finishing
+//! on one device does not refill the transfers of another). The simulator jumps from one
+//! completion to the next, so it takes at most one step per flow; a step costs the
+//! components it changed plus one pass over the active flows (their remaining bytes) and
+//! the busy resources, never a pass over every resource of the machine.
 //!
 //! A task starts the instant its last dependency ends; a task with no bytes to move ends
 //! the instant it starts, and so can release its dependents at the same instant.
@@ -15,7 +19,7 @@
 use std::collections::VecDeque;
 
 use crate::error::SimError;
-use crate::maxmin::max_min_rates;
+use crate::maxmin::FairShare;
 use crate::task::{SimTask, SimTaskId, TaskKind};
 use crate::topology::{ResourceId, SiteId, Topology};
 use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
@@ -24,14 +28,16 @@ use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
 /// equal flows end at one instant despite rounding.
 const FINISH_TIE: f64 = 1e-9;
 
-/// One flow of a task: `remaining` of `bytes` still to move over `route`.
+/// One flow of a task: `remaining` of `bytes` still to move (its route is in the
+/// [`FairShare`]).
 struct Flow {
     task: usize,
-    route: Vec<usize>,
     bytes: f64,
     remaining: f64,
     /// Index into the task's deliveries, for transfers and multicasts.
     delivery: Option<usize>,
+    /// Whether it has moved all its bytes.
+    finished: bool,
 }
 
 /// Simulates `tasks` on `topology`: see the module docs for the model. Fails, without
@@ -80,8 +86,11 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
 
     let mut ready: VecDeque<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
     let mut open = vec![0usize; n];
-    let mut active: Vec<Flow> = Vec::new();
-    let mut busy = vec![false; capacity.len()];
+    // The flows with bytes to move, by id (ids ascend in the order flows start), and the
+    // ids of those still moving, ascending.
+    let mut share = FairShare::new(capacity);
+    let mut flows: Vec<Flow> = Vec::new();
+    let mut active: Vec<usize> = Vec::new();
     let mut now = 0.0_f64;
     let mut done = 0usize;
 
@@ -99,16 +108,19 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
     loop {
         while let Some(i) = ready.pop_front() {
             traces[i].start = now;
-            for flow in flows_of(topology, i, &tasks[i]) {
+            for (flow, route) in flows_of(topology, i, &tasks[i]) {
                 let trace = &mut traces[i];
-                for &r in &flow.route {
+                for &r in &route {
                     if !trace.resources.contains(&ResourceId(r)) {
                         trace.resources.push(ResourceId(r));
                     }
                 }
                 if flow.bytes > 0.0 {
                     open[i] += 1;
-                    active.push(flow);
+                    let id = share.add(route);
+                    debug_assert_eq!(id, flows.len());
+                    flows.push(flow);
+                    active.push(id);
                 } else if let Some(d) = flow.delivery {
                     trace.deliveries[d].1 = now;
                 }
@@ -122,30 +134,23 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
             break;
         }
 
-        let routes: Vec<&[usize]> = active.iter().map(|f| f.route.as_slice()).collect();
-        let rates = max_min_rates(&capacity, &routes);
-        let times: Vec<f64> = active.iter().zip(&rates).map(|(f, &r)| f.remaining / r).collect();
-        let step = times.iter().copied().fold(f64::INFINITY, f64::min);
-
-        busy.iter_mut().for_each(|b| *b = false);
-        for f in &active {
-            for &r in &f.route {
-                busy[r] = true;
-            }
-        }
-        for (u, &b) in usage.iter_mut().zip(&busy) {
-            if b {
-                u.busy_time += step;
-            }
+        // Only the components whose flows changed get new rates.
+        share.update();
+        let step = active.iter().map(|&f| flows[f].remaining / share.rate(f)).fold(f64::INFINITY, f64::min);
+        for &r in share.busy() {
+            usage[r].busy_time += step;
         }
         now += step;
 
-        let mut still = Vec::with_capacity(active.len());
-        for ((mut flow, rate), time) in active.into_iter().zip(rates).zip(times) {
-            if time <= step * (1.0 + FINISH_TIE) {
-                for &r in &flow.route {
+        let mut finished = false;
+        for &f in &active {
+            let rate = share.rate(f);
+            let flow = &mut flows[f];
+            if flow.remaining / rate <= step * (1.0 + FINISH_TIE) {
+                for &r in share.route(f) {
                     usage[r].bytes += flow.bytes;
                 }
+                flow.finished = true;
                 if let Some(d) = flow.delivery {
                     traces[flow.task].deliveries[d].1 = now;
                 }
@@ -154,12 +159,15 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
                     finish(flow.task, now, &mut traces, &mut ready);
                     done += 1;
                 }
+                share.remove(f);
+                finished = true;
             } else {
                 flow.remaining -= rate * step;
-                still.push(flow);
             }
         }
-        active = still;
+        if finished {
+            active.retain(|&f| !flows[f].finished);
+        }
     }
     debug_assert_eq!(done, n, "the cycle check guarantees every task runs");
 
@@ -169,34 +177,23 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
     Ok(Trace { completion, transfer_time, tasks: traces, usage })
 }
 
-/// The flows of task `i`, in the order of its trace's deliveries.
-fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<Flow> {
+/// The flows of task `i` with their routes, in the order of its trace's deliveries.
+fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<(Flow, Vec<usize>)> {
     let route = |src: SiteId, dst: SiteId| -> Vec<usize> {
         topology.route(src, dst).unwrap_or_default().into_iter().map(|r| r.0).collect()
     };
+    let flow = |bytes: f64, delivery| Flow { task: i, bytes, remaining: bytes, delivery, finished: false };
     match &task.kind {
-        TaskKind::Transfer { src, dst, bytes } => {
-            vec![Flow { task: i, route: route(*src, *dst), bytes: *bytes, remaining: *bytes, delivery: Some(0) }]
+        TaskKind::Transfer { src, dst, bytes } => vec![(flow(*bytes, Some(0)), route(*src, *dst))],
+        TaskKind::Multicast { src, dsts, bytes } => {
+            dsts.iter().enumerate().map(|(d, dst)| (flow(*bytes, Some(d)), route(*src, *dst))).collect()
         }
-        TaskKind::Multicast { src, dsts, bytes } => dsts
-            .iter()
-            .enumerate()
-            .map(|(d, dst)| Flow {
-                task: i,
-                route: route(*src, *dst),
-                bytes: *bytes,
-                remaining: *bytes,
-                delivery: Some(d),
-            })
-            .collect(),
         TaskKind::Aggregate { site, read_bytes, write_bytes } => {
-            let bytes = read_bytes + write_bytes;
             let hbm = topology.hbm(*site).map(|r| vec![r.0]).unwrap_or_default();
-            vec![Flow { task: i, route: hbm, bytes, remaining: bytes, delivery: None }]
+            vec![(flow(read_bytes + write_bytes, None), hbm)]
         }
         TaskKind::Compute { site, seconds } => {
-            let compute = vec![topology.resources().len() + site.0];
-            vec![Flow { task: i, route: compute, bytes: *seconds, remaining: *seconds, delivery: None }]
+            vec![(flow(*seconds, None), vec![topology.resources().len() + site.0])]
         }
     }
 }

@@ -146,13 +146,20 @@ impl Synthesis {
         }
     }
 
-    /// The compile schedule: with `search`, the seed and the iteration budget per exchange
-    /// program.
-    pub fn schedule(self, seed: u64, iterations: usize) -> Schedule {
-        match self {
+    /// The compile schedule: with `search`, the seed, the iteration cap and the wall-time
+    /// budget (`--synthesis-budget`, seconds) per exchange program.
+    pub fn schedule(self, seed: u64, iterations: usize, budget_s: Option<f64>) -> Result<Schedule> {
+        let budget = match budget_s {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 => Some(std::time::Duration::from_secs_f64(s)),
+            Some(s) => {
+                return Err(Error::Usage(format!("--synthesis-budget: {s} is not a positive number of seconds")));
+            }
+        };
+        Ok(match self {
             Synthesis::Naive => Schedule::Naive,
-            Synthesis::Search => Schedule::Search { seed, iterations },
-        }
+            Synthesis::Search => Schedule::Search { seed, iterations, budget },
+        })
     }
 }
 

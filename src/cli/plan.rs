@@ -35,6 +35,10 @@ pub struct Args {
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
+    /// Wall time in seconds each exchange program's search may take (with --schedule
+    /// search), on top of the iteration cap; results then depend on the machine's speed.
+    #[arg(long, value_name = "SECONDS")]
+    synthesis_budget: Option<f64>,
     /// Seed of the random strategy and of the search.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -63,7 +67,7 @@ pub fn run(a: Args) -> Result<Report> {
     let strategy = optimizer_by_name(&a.optimizer, a.seed)?;
     let ChosenTopology { name: topology_name, topology, note } = choose_topology(a.topology.as_deref(), a.devices)?;
     let model = cost_model_by_name(&a.cost, &topology_name)?;
-    let schedule = a.schedule.schedule(a.seed, a.iterations);
+    let schedule = a.schedule.schedule(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
@@ -89,6 +93,7 @@ pub fn run(a: Args) -> Result<Report> {
             topology: &topology,
             schedule,
             memory_budget: budget,
+            host_memory: None,
         };
         let planned = plan_and_compile(&request)?;
         let stats = planned.compiled.graph.stats();

@@ -59,6 +59,10 @@ pub struct CompileArgs {
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
+    /// Wall time in seconds each exchange program's search may take (with --schedule
+    /// search), on top of the iteration cap; results then depend on the machine's speed.
+    #[arg(long, value_name = "SECONDS")]
+    synthesis_budget: Option<f64>,
     #[arg(long, help = super::scaled_topology_help("at least as many sites as devices"))]
     topology: Option<String>,
     /// Seed of the random data, the random optimizer and the search.
@@ -89,7 +93,7 @@ impl CompileArgs {
         // The topology before the cost model, which is built from it.
         let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
-        let schedule = self.schedule.schedule(self.seed, self.iterations);
+        let schedule = self.schedule.schedule(self.seed, self.iterations, self.synthesis_budget)?;
         let options = CompileOptions {
             devices: self.devices,
             backend,

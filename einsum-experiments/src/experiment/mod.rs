@@ -70,7 +70,7 @@ impl Setup {
 
     /// The searched schedule at this setup's budget.
     pub fn search(&self) -> Schedule {
-        Schedule::Search { seed: 0, iterations: self.iterations() }
+        Schedule::Search { seed: 0, iterations: self.iterations(), budget: None }
     }
 
     /// Annealing iterations per exchange program.
@@ -304,6 +304,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
         topology: &topology,
         schedule: case.schedule,
         memory_budget: case.memory_budget.map(|b| b as f64),
+        host_memory: None,
     })?;
     let compile_ms = started.elapsed().as_secs_f64() * 1e3;
     let stats = planned.compiled.graph.stats();

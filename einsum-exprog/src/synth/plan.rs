@@ -22,7 +22,7 @@
 //! shares no link with it, and its reverse (on the DGX-V100 the double-link ring
 //! 0-3-2-1-5-6-7-4 and the single-link ring).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use einsum_sim::Topology;
 
@@ -172,8 +172,31 @@ impl Plan {
     }
 }
 
-/// Bytes queued on each topology resource (by resource index), for congestion-aware trees.
-pub(crate) type Load = HashMap<usize, f64>;
+/// Bytes queued on each topology resource (by resource index), for congestion-aware trees:
+/// a dense table (resources are numbered from 0), read once per resource of every edge a
+/// tree considers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Load(Vec<f64>);
+
+impl Load {
+    /// No load anywhere.
+    pub fn new() -> Load {
+        Load::default()
+    }
+
+    /// The bytes queued on resource `id`.
+    fn get(&self, id: usize) -> f64 {
+        self.0.get(id).copied().unwrap_or(0.0)
+    }
+
+    /// Queues `bytes` more on resource `id`.
+    fn add(&mut self, id: usize, bytes: f64) {
+        if self.0.len() <= id {
+            self.0.resize(id + 1, 0.0);
+        }
+        self.0[id] += bytes;
+    }
+}
 
 /// A spanning tree as each site's parent. For a reduction a site sends to its parent; for a
 /// spread a site receives from its parent.
@@ -259,11 +282,9 @@ impl SiteRoutes {
     /// (infinite without a route).
     fn edge_time(&self, a: SiteId, b: SiteId, load: &Load, bytes: f64) -> f64 {
         match self.route(a, b) {
-            Some(r) if !r.resources.is_empty() => r
-                .resources
-                .iter()
-                .map(|(id, cap)| (load.get(id).copied().unwrap_or(0.0) + bytes) / cap)
-                .fold(0.0, f64::max),
+            Some(r) if !r.resources.is_empty() => {
+                r.resources.iter().map(|(id, cap)| (load.get(*id) + bytes) / cap).fold(0.0, f64::max)
+            }
             _ => f64::INFINITY,
         }
     }
@@ -272,7 +293,7 @@ impl SiteRoutes {
     pub fn add_load(&self, load: &mut Load, a: SiteId, b: SiteId, bytes: f64) {
         if let Some(r) = self.route(a, b) {
             for (id, _) in &r.resources {
-                *load.entry(*id).or_default() += bytes;
+                load.add(*id, bytes);
             }
         }
     }
@@ -307,15 +328,31 @@ impl SiteRoutes {
         };
         let better =
             |x: (f64, usize), y: (f64, usize)| x.0 < y.0 * (1.0 - 1e-9) || (x.0 <= y.0 * (1.0 + 1e-9) && x.1 < y.1);
-        let mut dist: BTreeMap<SiteId, (f64, usize)> = BTreeMap::from([(root, (0.0, 0))]);
+        // Dijkstra over the complete graph of the sites, with flat arrays by slot (sites are
+        // ascending, so slot order is site order): O(k²) for k sites.
+        let k = self.sites.len();
+        let mut dist: Vec<Option<(f64, usize)>> = vec![None; k];
+        let mut done = vec![false; k];
         let mut parent = Tree::new();
-        let mut done: BTreeSet<SiteId> = BTreeSet::new();
-        while let Some((&u, &du)) =
-            dist.iter().filter(|(s, _)| !done.contains(*s)).reduce(|a, b| if better(*b.1, *a.1) { b } else { a })
-        {
-            done.insert(u);
-            for &v in &self.sites {
-                if v == u || done.contains(&v) {
+        let Some(&root_slot) = self.slot.get(root.0).filter(|&&i| i != usize::MAX) else {
+            return parent;
+        };
+        dist[root_slot] = Some((0.0, 0));
+        loop {
+            // The first unsettled site, in site order, that no later one beats.
+            let mut pick: Option<(usize, (f64, usize))> = None;
+            for (i, d) in dist.iter().enumerate() {
+                if let (Some(d), false) = (d, done[i])
+                    && pick.is_none_or(|(_, best)| better(*d, best))
+                {
+                    pick = Some((i, *d));
+                }
+            }
+            let Some((ui, du)) = pick else { break };
+            done[ui] = true;
+            let u = self.sites[ui];
+            for (vi, &v) in self.sites.iter().enumerate() {
+                if vi == ui || done[vi] {
                     continue;
                 }
                 let c = cost(u, v);
@@ -323,8 +360,8 @@ impl SiteRoutes {
                     continue;
                 }
                 let cand = (du.0 + c, du.1 + 1);
-                if dist.get(&v).is_none_or(|dv| better(cand, *dv)) {
-                    dist.insert(v, cand);
+                if dist[vi].is_none_or(|dv| better(cand, dv)) {
+                    dist[vi] = Some(cand);
                     parent.insert(v, u);
                 }
             }

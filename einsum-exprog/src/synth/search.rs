@@ -27,8 +27,9 @@ pub struct SearchOptions {
     pub seed: u64,
     /// Annealing iterations after the seeds (each proposes one candidate; the budget).
     pub iterations: usize,
-    /// An optional wall-clock cap on the annealing as well; when it cuts the search short
-    /// the result depends on the machine's speed, so tests leave it `None`.
+    /// An optional wall-clock budget on the annealing as well (the seeds, a fixed number of
+    /// candidates, always run); when it cuts the search short the result depends on the
+    /// machine's speed, so tests leave it `None`.
     pub time_limit: Option<Duration>,
     /// Initial temperature, relative: a candidate `x` times slower than the current one is
     /// accepted with probability `exp(-(x - 1) / t)`; `t` decays geometrically to 1% of it.
