@@ -96,6 +96,7 @@
 //! ```
 
 pub mod collectives;
+mod hierarchical;
 mod naive;
 mod plan;
 mod search;
