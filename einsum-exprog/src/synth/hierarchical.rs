@@ -81,6 +81,23 @@ impl NodeMap {
     }
 }
 
+/// How the root's node reduces its atoms to the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RootReduction {
+    /// Every holder sends to the root at once, as the other nodes do to their owners.
+    Star,
+    /// A pipeline along the node's sites ending at the root. It sends the same bytes but a
+    /// few at a time, so the partials the other nodes must send across (stars, all at once)
+    /// finish sooner and the NICs start earlier: the simulator shares a port fairly, and
+    /// the chunk atoms cannot be cut to pipeline the phases otherwise.
+    Chain,
+}
+
+impl RootReduction {
+    /// Both.
+    pub(crate) const ALL: [RootReduction; 2] = [RootReduction::Star, RootReduction::Chain];
+}
+
 /// Whether the machine has several nodes among `sites` and some group's holders and targets
 /// span more than one of them: when the hierarchical seed could differ from the flat ones.
 fn applies(gs: &[Group], sites: &[SiteId], topology: &Topology) -> bool {
@@ -96,20 +113,32 @@ fn nodes_of(group: &Group, map: &NodeMap) -> BTreeSet<usize> {
 /// target of it) over the program's `sites` of `topology`, or `None` when it does not apply
 /// (one node, or no group spanning nodes) or a site is off the topology. The plan of each
 /// group is in the module docs.
-pub(crate) fn body(gs: &[Group], roots: &[SiteId], sites: &[SiteId], topology: &Topology) -> Option<BTreeSet<Action>> {
+pub(crate) fn body(
+    gs: &[Group],
+    roots: &[SiteId],
+    sites: &[SiteId],
+    topology: &Topology,
+    root_reduction: RootReduction,
+) -> Option<BTreeSet<Action>> {
     if !applies(gs, sites, topology) {
         return None;
     }
     let map = NodeMap::new(sites, topology)?;
     let mut acts = BTreeSet::new();
     for (group, &root) in gs.iter().zip(roots) {
-        plan_group(group, root, &map, &mut acts)?;
+        plan_group(group, root, &map, root_reduction, &mut acts)?;
     }
     Some(acts)
 }
 
 /// The three phases of one group's hierarchical plan (module docs), added to `acts`.
-fn plan_group(group: &Group, root: SiteId, map: &NodeMap, acts: &mut BTreeSet<Action>) -> Option<()> {
+fn plan_group(
+    group: &Group,
+    root: SiteId,
+    map: &NodeMap,
+    root_reduction: RootReduction,
+    acts: &mut BTreeSet<Action>,
+) -> Option<()> {
     let x = &group.aggregate;
     let trivial = x.len() == 1 && group.targets.iter().all(|t| group.holders.contains_key(t));
     if trivial {
@@ -123,15 +152,31 @@ fn plan_group(group: &Group, root: SiteId, map: &NodeMap, acts: &mut BTreeSet<Ac
         owners.insert(node, map.owner(node, root, &holds_or_needs)?);
     }
     // 1. Intra-node reduction of each node's atoms to its owner, whose partial then holds
-    //    every atom of the group in its node.
+    //    every atom of the group in its node. In the root's node under
+    //    `RootReduction::Chain`, a pipeline ending at the root instead.
     let mut partial: BTreeMap<usize, Aggregate> = BTreeMap::new();
+    let mut chain: Vec<(SiteId, Aggregate)> = Vec::new();
     for (&s, part) in &group.holders {
         let node = map.node(s)?;
         let owner = owners[&node];
-        if s != owner {
+        if s != owner && node == root_node && root_reduction == RootReduction::Chain {
+            chain.push((s, part.clone()));
+        } else if s != owner {
             acts.insert(Action::new(part.clone(), s, [owner]));
         }
         partial.entry(node).and_modify(|p| *p = p.union(part)).or_insert_with(|| part.clone());
+    }
+    // the chain starts just after the root in local order, so the groups' chains start at
+    // different sites
+    let index = |s: SiteId| map.place.get(&s).map_or(0, |(_, i)| *i);
+    let width = map.members.get(&root_node).map_or(1, Vec::len).max(1);
+    chain.sort_by_key(|(s, _)| ((index(*s) + width - index(root)) % width, *s));
+    let mut carried: Option<Aggregate> = None;
+    for (i, (s, part)) in chain.iter().enumerate() {
+        let sum = carried.as_ref().map_or_else(|| part.clone(), |c| c.union(part));
+        let next = chain.get(i + 1).map_or(root, |(n, _)| *n);
+        acts.insert(Action::new(sum.clone(), *s, [next]));
+        carried = Some(sum);
     }
     // 2. Inter-node: partials to the root, then the whole aggregate to the other owners that
     //    need it (their node has targets).
@@ -197,13 +242,17 @@ mod tests {
         let (gs, sites, t) = setup(&p, "dgx-a100x2");
         // root of chunk j: site j (as the search's balanced roots give)
         let roots: Vec<SiteId> = (0..16).map(SiteId).collect();
-        let acts = body(&gs, &roots, &sites, &t).unwrap();
-        let crossing = crossings(&acts);
-        // per chunk: the other node's partial in, the sum out
-        assert_eq!(crossing.len(), 32);
-        assert!(crossing.iter().all(|(s, d)| s % 8 == d % 8), "{crossing:?}");
-        let program = p.with_body(acts);
-        assert!(program.validate().is_ok());
+        for reduction in RootReduction::ALL {
+            let acts = body(&gs, &roots, &sites, &t, reduction).unwrap();
+            let crossing = crossings(&acts);
+            // per chunk: the other node's partial in, the sum out
+            assert_eq!(crossing.len(), 32, "{reduction:?}");
+            assert!(crossing.iter().all(|(s, d)| s % 8 == d % 8), "{crossing:?}");
+            // per chunk and node, 7 sends inside the node while reducing and 7 while spreading
+            let sends = acts.iter().map(|a| a.dests.len()).sum::<usize>();
+            assert_eq!(sends, 32 + 16 * 2 * 7 + 16 * 2 * 7, "{reduction:?}");
+            assert!(p.with_body(acts).validate().is_ok(), "{reduction:?}");
+        }
     }
 
     #[test]
@@ -211,7 +260,7 @@ mod tests {
         let p = collectives::all_gather(16, 1.0);
         let (gs, sites, t) = setup(&p, "dgx-h100x2");
         let roots: Vec<SiteId> = gs.iter().map(|g| *g.holders.keys().next().unwrap()).collect();
-        let acts = body(&gs, &roots, &sites, &t).unwrap();
+        let acts = body(&gs, &roots, &sites, &t, RootReduction::Star).unwrap();
         let crossing = crossings(&acts);
         assert_eq!(crossing.len(), 16);
         assert!(crossing.iter().all(|(s, d)| s % 8 == d % 8));
@@ -223,9 +272,9 @@ mod tests {
         let p = collectives::all_reduce(8, 1.0);
         let (gs, sites, t) = setup(&p, "dgx-a100");
         let roots: Vec<SiteId> = (0..8).map(SiteId).collect();
-        assert!(body(&gs, &roots, &sites, &t).is_none());
+        assert!(body(&gs, &roots, &sites, &t, RootReduction::Star).is_none());
         // eight sites of a two-node machine all lie in node 0
         let t2 = Topology::preset("dgx-a100x2").unwrap();
-        assert!(body(&gs, &roots, &sites, &t2).is_none());
+        assert!(body(&gs, &roots, &sites, &t2, RootReduction::Star).is_none());
     }
 }

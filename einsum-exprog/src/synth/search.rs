@@ -33,7 +33,7 @@ pub struct SearchOptions {
     /// Initial temperature, relative: a candidate `x` times slower than the current one is
     /// accepted with probability `exp(-(x - 1) / t)`; `t` decays geometrically to 1% of it.
     pub temperature: f64,
-    /// Whether to seed with the hierarchical plans of [`super::hierarchical`] on a machine of
+    /// Whether to seed with the hierarchical plans (`synth/hierarchical.rs`) on a machine of
     /// several nodes (they are never built on a machine of one). Off, the seeds are the flat
     /// ones only: how the gain of knowing the nodes is measured.
     pub hierarchical: bool,
@@ -175,11 +175,11 @@ pub fn search_observed(
             let st = s.state_of_plans(m, gs.clone(), plans, origin);
             consider(st, &mut best);
         }
-        if options.hierarchical
-            && let Some(body) = hierarchical::body(&gs, &balanced_roots(&gs), &s.machine.sites, topology)
-        {
-            let st = s.state_of_body(m, body, "seed: hierarchical")?;
-            consider(st, &mut best);
+        for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| options.hierarchical) {
+            if let Some(body) = hierarchical::body(&gs, &balanced_roots(&gs), &s.machine.sites, topology, reduction) {
+                let st = s.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
+                consider(st, &mut best);
+            }
         }
     }
     let Some(mut best) = best else {
