@@ -10,7 +10,9 @@
 //! 1. **Intra-node reduction.** In every node that holds atoms of the group, the holders send
 //!    their atoms to the node's *owner*: the site with the root's local index (an intra-node
 //!    reduce-scatter when the roots of the groups differ, as [`super::search`]'s balanced
-//!    roots make them for the chunks of an all-reduce).
+//!    roots make them for the chunks of an all-reduce). In the root's node, a second seed
+//!    reduces along a chain ending at the root instead ([`RootReduction`]): the same bytes,
+//!    sent a few at a time, so that the partials bound for other nodes finish first.
 //! 2. **Inter-node exchange.** Each owner outside the root's node sends its node's partial
 //!    sum to the root (one NIC transfer per node); the root forms the whole aggregate and
 //!    sends it to the owners of the other nodes that need it (one NIC transfer per node).
@@ -140,8 +142,7 @@ fn plan_group(
     acts: &mut BTreeSet<Action>,
 ) -> Option<()> {
     let x = &group.aggregate;
-    let trivial = x.len() == 1 && group.targets.iter().all(|t| group.holders.contains_key(t));
-    if trivial {
+    if group.trivial() {
         return Some(());
     }
     let root_node = map.node(root)?;

@@ -30,12 +30,13 @@
 //!    Hamiltonian cycle with the widest bottleneck, the best cycle disjoint from it, and their
 //!    reverses: the ring collectives), and recursive doubling (Example 5.2); each with and
 //!    without relays around routes slower than a two-hop alternative.
-//!    On a machine of several nodes, when some group's sites span nodes, one more seed per
-//!    placement: the body of `hierarchical.rs` (reduce inside each node to the site with
-//!    the root's local index, cross between corresponding GPUs only, spread inside each
-//!    node), so that the search does not start only from flat seeds, whose rings and trees
-//!    load a few NICs. [`SearchOptions::hierarchical`] turns it off (to measure the gain);
-//!    on a machine of one node it is never built, so the search there is unchanged.
+//!    On a machine of several nodes, when some group's sites span nodes, two more seeds per
+//!    placement: the bodies of `hierarchical.rs` (reduce inside each node to the site with
+//!    the root's local index, by a star or, in the root's node, a chain; cross between
+//!    corresponding GPUs only; spread inside each node), so that the search does not start
+//!    only from flat seeds, whose rings and trees load a few NICs.
+//!    [`SearchOptions::hierarchical`] turns them off (to measure the gain); on a machine of
+//!    one node they are never built, so the search there is unchanged.
 //! 2. **Simulated annealing** from the best seed. Each iteration proposes one move:
 //!    - re-plan one group (35%): change its root, the shape of its reduction or of its
 //!      spreading, its ring order, its relaying, or hang one site of one of its trees under
