@@ -3,10 +3,14 @@
 //!
 //! ```text
 //! cargo run --release -p einsum-exprog --example collectives [-- --iterations N --seed S --show]
+//! cargo run --release -p einsum-exprog --example collectives -- --topology dgx-a100x2 [...]
 //! ```
 //!
 //! Each site holds 1 GB (all-gather: 1/8 GB, and ends with 1 GB). `--show` prints the
-//! searched programs.
+//! searched programs. `--topology NAME` (a machine of several nodes, e.g. `dgx-a100x2`)
+//! prints instead, over all its sites, the best flat synthesis (hierarchical seeds off) next
+//! to the synthesis with them and the lower bound on the traffic between nodes
+//! ([`Collective::inter_node_bound_ms`]).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -22,6 +26,7 @@ const TOTAL_GB: f64 = 1.0;
 fn main() -> ExitCode {
     let mut options = SearchOptions::default();
     let mut show = false;
+    let mut topology: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut number = |what: &str| -> Option<u64> {
@@ -41,13 +46,24 @@ fn main() -> ExitCode {
                 None => return ExitCode::FAILURE,
             },
             "--show" => show = true,
+            "--topology" => match args.next() {
+                Some(name) => topology = Some(name),
+                None => {
+                    eprintln!("--topology needs a preset name");
+                    return ExitCode::FAILURE;
+                }
+            },
             other => {
-                eprintln!("unknown argument {other}; expected --iterations N, --seed S or --show");
+                eprintln!("unknown argument {other}; expected --iterations N, --seed S, --topology NAME or --show");
                 return ExitCode::FAILURE;
             }
         }
     }
-    match run(options, show) {
+    let result = match &topology {
+        Some(name) => run_nodes(name, options, show),
+        None => run(options, show),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -99,5 +115,46 @@ fn run(options: SearchOptions, show: bool) -> Result<(), Box<dyn std::error::Err
         per_site_bandwidth(&v100, SITES) / GB,
         per_site_bandwidth(&Topology::preset("dgx-a100")?, SITES) / GB
     );
+    Ok(())
+}
+
+/// The table of `--topology NAME`: flat best, hierarchical, and the inter-node bound, over
+/// every site of a machine of several nodes.
+fn run_nodes(name: &str, options: SearchOptions, show: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let topology = Topology::preset(name)?;
+    let sites = topology.num_sites();
+    println!(
+        "{name}: {sites} sites in {} nodes, {TOTAL_GB} GB per site, search seed {} with {} iterations",
+        topology.num_nodes(),
+        options.seed,
+        options.iterations
+    );
+    println!(
+        "{:<15} {:>12} {:>16} {:>15} {:>10} {:>10}  best found by",
+        "collective", "flat best ms", "hierarchical ms", "inter-node ms", "flat/hier", "vs bound"
+    );
+    for c in Collective::ALL {
+        let preamble = c.preamble(sites, TOTAL_GB);
+        let flat = search(&preamble, &topology, SearchOptions { hierarchical: false, ..options })?;
+        let hier = search(&preamble, &topology, SearchOptions { hierarchical: true, ..options })?;
+        let bound = c
+            .inter_node_bound_ms(TOTAL_GB, &topology)
+            .ok_or_else(|| format!("{name} is not a machine of equal nodes with a NIC per site"))?;
+        println!(
+            "{:<15} {:>12.2} {:>16.2} {:>15.2} {:>9.2}x {:>9.2}x  {} (flat: {})",
+            c.name(),
+            flat.completion_ms,
+            hier.completion_ms,
+            bound,
+            flat.completion_ms / hier.completion_ms,
+            hier.completion_ms / bound,
+            hier.origin,
+            flat.origin,
+        );
+        if show {
+            println!("{}", hier.program);
+        }
+    }
+    println!("inter-node: the bytes that must cross a cut around one node, through its NICs");
     Ok(())
 }

@@ -63,6 +63,36 @@ impl Collective {
             Collective::ReduceScatter => reduce_scatter_bound(bytes, sites, b),
         }
     }
+
+    /// A lower bound in ms on the traffic between nodes of the collective of `total_gb` per
+    /// site over every site of `topology`, a machine of `N ≥ 2` nodes of `k` sites each,
+    /// every site with its own NIC; `None` on any other machine.
+    ///
+    /// Cut one node `A` from the others. All-reduce: with the nodes as the processes, the
+    /// classic all-reduce bound says `2·(N − 1)/N · S` bytes leave `A` (for `N = 2`, every
+    /// sum the other node ends with depends on `A`'s inputs: `S` bytes cross each way).
+    /// Reduce-scatter: the `k·(N − 1)` sites outside `A` each need a sum of `S/(kN)` bytes
+    /// that depends on `A`'s inputs: `(N − 1)/N · S` leave `A`. All-gather: `A`'s sites need
+    /// the `k·(N − 1)` atoms of `S/(kN)` bytes held outside it: `(N − 1)/N · S` enter `A`.
+    /// Those bytes cross `A`'s `k` NICs, each at most the slowest NIC's bytes/s.
+    pub fn inter_node_bound_ms(self, total_gb: f64, topology: &Topology) -> Option<f64> {
+        let nodes = topology.nodes()?;
+        let k = nodes.block_size()?;
+        let n = nodes.count() as f64;
+        let nic = topology
+            .sites()
+            .iter()
+            .map(|s| s.nic)
+            .collect::<Option<Vec<f64>>>()?
+            .into_iter()
+            .fold(f64::INFINITY, f64::min);
+        let s = total_gb * GB;
+        let crossing = match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n * s,
+            Collective::ReduceScatter | Collective::AllGather => (n - 1.0) / n * s,
+        };
+        Some(1e3 * crossing / (k as f64 * nic))
+    }
 }
 
 /// The most a site can send per second, the smallest over the first `sites` sites of their
@@ -160,5 +190,17 @@ mod tests {
         assert_eq!(per_site_bandwidth(&v100, 8), 165.75 * GB);
         let bound = Collective::AllReduce.bound_ms(8, 1.0, &a100);
         assert!((bound - 2.0 * 7.0 / 8.0 / 300.0 * 1e3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn inter_node_bounds_only_on_machines_of_several_nodes() {
+        let a100 = Topology::preset("dgx-a100").unwrap();
+        assert_eq!(Collective::AllReduce.inter_node_bound_ms(1.0, &a100), None);
+        // four nodes of 8 H100s, 50 GB/s NICs: 2·3/4 GB out of a node through 8 NICs
+        let h100x4 = Topology::preset("dgx-h100x4").unwrap();
+        let bound = Collective::AllReduce.inter_node_bound_ms(1.0, &h100x4).unwrap();
+        assert!((bound - 1.5 / 400.0 * 1e3).abs() < 1e-9, "{bound}");
+        let bound = Collective::AllGather.inter_node_bound_ms(1.0, &h100x4).unwrap();
+        assert!((bound - 0.75 / 400.0 * 1e3).abs() < 1e-9, "{bound}");
     }
 }

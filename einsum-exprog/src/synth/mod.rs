@@ -6,9 +6,12 @@
 //! - [`search`]: a seeded, deterministic simulated-annealing search over placements
 //!   (memberships of partitions declared by size) and rewrites of the action set; every
 //!   candidate is validity-checked and costed by [`crate::simulate`]; the cheapest is kept.
+//! - `hierarchical`: the seed bodies that know a multi-node machine's nodes (one of the
+//!   search's seeds; the plan is in its docs).
 //! - [`collectives`]: the requirements of all-reduce, all-gather and reduce-scatter as
 //!   preambles, to compare the two against the bandwidth lower bounds
-//!   (`cargo run --release -p einsum-exprog --example collectives` prints the table).
+//!   (`cargo run --release -p einsum-exprog --example collectives` prints the table; with
+//!   `-- --topology dgx-a100x2`, flat against hierarchical against the inter-node bound).
 //!
 //! # The search
 //!
@@ -27,6 +30,13 @@
 //!    Hamiltonian cycle with the widest bottleneck, the best cycle disjoint from it, and their
 //!    reverses: the ring collectives), and recursive doubling (Example 5.2); each with and
 //!    without relays around routes slower than a two-hop alternative.
+//!    On a machine of several nodes, when some group's sites span nodes, two more seeds per
+//!    placement: the bodies of `hierarchical.rs` (reduce inside each node to the site with
+//!    the root's local index, by a star or, in the root's node, a chain; cross between
+//!    corresponding GPUs only; spread inside each node), so that the search does not start
+//!    only from flat seeds, whose rings and trees load a few NICs.
+//!    [`SearchOptions::hierarchical`] turns them off (to measure the gain); on a machine of
+//!    one node they are never built, so the search there is unchanged.
 //! 2. **Simulated annealing** from the best seed. Each iteration proposes one move:
 //!    - re-plan one group (35%): change its root, the shape of its reduction or of its
 //!      spreading, its ring order, its relaying, or hang one site of one of its trees under
@@ -96,6 +106,7 @@
 //! ```
 
 pub mod collectives;
+mod hierarchical;
 mod naive;
 mod plan;
 mod search;

@@ -51,7 +51,7 @@ pub(crate) struct Group {
 
 impl Group {
     /// Whether the aggregate is one atom that is where it is needed and needed nowhere else.
-    fn trivial(&self) -> bool {
+    pub(crate) fn trivial(&self) -> bool {
         self.aggregate.len() == 1 && self.targets.iter().all(|t| self.holders.contains_key(t))
     }
 

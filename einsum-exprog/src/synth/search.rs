@@ -9,7 +9,7 @@ use einsum_sim::Topology;
 use super::plan::{
     Group, Kind, Load, Plan, SHAPES, Shape, SiteRoutes, build, congestion_aware, groups, pruned, reparent,
 };
-use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, naive};
+use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, hierarchical, naive};
 use crate::action::Action;
 use crate::aggregate::Aggregate;
 use crate::cost::{Simulation, check_sites, run};
@@ -34,12 +34,16 @@ pub struct SearchOptions {
     /// Initial temperature, relative: a candidate `x` times slower than the current one is
     /// accepted with probability `exp(-(x - 1) / t)`; `t` decays geometrically to 1% of it.
     pub temperature: f64,
+    /// Whether to seed with the hierarchical plans (`synth/hierarchical.rs`) on a machine of
+    /// several nodes (they are never built on a machine of one). Off, the seeds are the flat
+    /// ones only: how the gain of knowing the nodes is measured.
+    pub hierarchical: bool,
 }
 
 impl Default for SearchOptions {
-    /// Seed 0, 400 iterations, no time limit, temperature 0.05.
+    /// Seed 0, 400 iterations, no time limit, temperature 0.05, hierarchical seeds.
     fn default() -> Self {
-        SearchOptions { seed: 0, iterations: 400, time_limit: None, temperature: 0.05 }
+        SearchOptions { seed: 0, iterations: 400, time_limit: None, temperature: 0.05, hierarchical: true }
     }
 }
 
@@ -171,6 +175,12 @@ pub fn search_observed(
         for (plans, origin) in s.seed_plans(&gs) {
             let st = s.state_of_plans(m, gs.clone(), plans, origin);
             consider(st, &mut best);
+        }
+        for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| options.hierarchical) {
+            if let Some(body) = hierarchical::body(&gs, &balanced_roots(&gs), &s.machine.sites, topology, reduction) {
+                let st = s.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
+                consider(st, &mut best);
+            }
         }
     }
     let Some(mut best) = best else {
