@@ -79,7 +79,7 @@ const BACKENDS: &[BackendEntry] = &[
     BackendEntry {
         name: "cuda",
         about: "NVIDIA GPUs through the CUDA driver",
-        build: |p| Arc::new(CudaBackend::new(CudaOptions { eager: p.eager, max_gpus: None })),
+        build: |p| Arc::new(CudaBackend::new(CudaOptions { eager: p.eager, ..CudaOptions::default() })),
     },
 ];
 

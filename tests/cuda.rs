@@ -4,7 +4,8 @@
 
 use std::{process::Command, sync::Arc};
 
-use einsum_core::scaled_error;
+use einsum_core::taskgraph::TaskGraph;
+use einsum_core::{KernelLibrary, scaled_error};
 use einsummable::{
     BackendParams, CompileOptions, CudaBackend, CudaOptions, DType, Workload, backend_by_name, check::tolerance,
     compile,
@@ -54,7 +55,7 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
             for eager in [false, true] {
                 let options = CompileOptions {
                     devices,
-                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, max_gpus: None })),
+                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, ..CudaOptions::default() })),
                     ..CompileOptions::default()
                 };
                 let mut exe = compile(&graph, &options).unwrap();
@@ -72,8 +73,9 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
     }
 }
 
-/// Without a GPU: the CUDA lowering of a whole LLaMA block at p = 1 and p = 8, run on the
-/// host emulator with the virtual devices on one and on two GPUs, matches the reference.
+/// Without a GPU: the CUDA lowering of a whole LLaMA block at p = 1 and p = 8, with and
+/// without kernel fusion, run on the host emulator with the virtual devices on one and on two
+/// GPUs, matches the reference.
 #[test]
 fn llama_block_lowering_matches_the_reference_on_the_emulator() {
     for dtype in [DType::F32, DType::BF16] {
@@ -84,19 +86,64 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
             let comp = graph.computation();
             let compiled = exe.compiled();
             let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
-            let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+            let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
+            assert!(fusion.fused() >= 1, "p = {devices}: nothing fused");
             let values = exe.loaded_inputs();
             let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
             let reference = comp.evaluate(&values).unwrap();
-            for gpus in [1, 2] {
-                let outs = einsum_cuda::emulate::run(&compiled.graph, &lowered, gpus, &ordered);
-                for (t, out) in comp.saved().iter().zip(&outs) {
-                    let err = scaled_error(out, &reference[t], 1.0);
-                    assert!(err <= 10.0 * tolerance(dtype), "{dtype} p = {devices} on {gpus} GPUs: error {err}");
+            let plans: [(&TaskGraph, &dyn KernelLibrary); 2] =
+                [(&compiled.graph, &kernels), (&fusion.graph, &fusion.kernels)];
+            for (fused, (task_graph, library)) in plans.into_iter().enumerate() {
+                let lowered = einsum_cuda::lower::lower(task_graph, library).unwrap_or_else(|e| panic!("{e}"));
+                for gpus in [1, 2] {
+                    let outs = einsum_cuda::emulate::run(task_graph, &lowered, gpus, &ordered);
+                    for (t, out) in comp.saved().iter().zip(&outs) {
+                        let err = scaled_error(out, &reference[t], 1.0);
+                        let at = format!("{dtype} p = {devices} on {gpus} GPUs, fused {}", fused == 1);
+                        assert!(err <= 10.0 * tolerance(dtype), "{at}: error {err}");
+                    }
                 }
             }
         }
     }
+}
+
+/// Fusion on the small LLaMA block at p = 1: the FFN's SiLU and the multiply by `up` become
+/// one task (their intermediate dropped), and the residual add with the second RMSNorm
+/// another (the sum kept: the last residual add reads it), so two tasks, one buffer and two
+/// kernel launches fewer; the fused kernels are the ones launched.
+#[test]
+fn llama_block_fusion_at_p_1_saves_two_tasks_one_buffer_and_two_launches() {
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::BF16).unwrap();
+    let exe = compile(&graph, &CompileOptions { devices: 1, ..CompileOptions::default() }).unwrap();
+    let compiled = exe.compiled();
+    let kernels = einsum_compile::ComputationKernels(graph.computation(), &compiled.kernels);
+    let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
+    let (before, after) = (&compiled.graph, &fusion.graph);
+    assert_eq!(fusion.fused(), 2);
+    assert_eq!(after.nodes().len(), before.nodes().len() - 2);
+    assert_eq!(after.buffers().len(), before.buffers().len() - 1);
+    assert!(after.check_complete().is_ok());
+    let launches = |g: &TaskGraph, k: &dyn KernelLibrary| {
+        let lowered = einsum_cuda::lower::lower(g, k).unwrap_or_else(|e| panic!("{e}"));
+        let mut names = std::collections::BTreeMap::<String, usize>::new();
+        for op in lowered.ops.iter().flatten() {
+            // The operation's variant: `Unary`, `Binary`, `Rows`, `UnaryBinary`, ...
+            let name = format!("{op:?}").split([' ', '{']).next().unwrap_or_default().to_string();
+            *names.entry(name).or_default() += 1;
+        }
+        names
+    };
+    let (b, a) = (launches(before, &kernels), launches(after, &fusion.kernels));
+    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| m.get(k).copied().unwrap_or(0);
+    assert_eq!(a.values().sum::<usize>(), b.values().sum::<usize>() - 2, "{b:?} -> {a:?}");
+    assert_eq!((count(&b, "UnaryBinary"), count(&b, "BinaryRmsNorm")), (0, 0), "{b:?}");
+    assert_eq!((count(&a, "UnaryBinary"), count(&a, "BinaryRmsNorm")), (1, 1), "{a:?}");
+    assert_eq!(count(&a, "Unary"), count(&b, "Unary") - 1, "{b:?} -> {a:?}");
+    assert_eq!(count(&a, "Binary"), count(&b, "Binary") - 2, "{b:?} -> {a:?}");
+    assert_eq!(count(&a, "Rows"), count(&b, "Rows") - 1, "{b:?} -> {a:?}");
+    let fused: Vec<&str> = after.nodes().iter().filter(|n| n.label.contains(" + ")).map(|n| n.label.as_str()).collect();
+    assert_eq!(fused.len(), 2, "{fused:?}");
 }
 
 /// The memory-bound kernels' variants engage on a real graph: the small LLaMA block at p = 8

@@ -10,13 +10,14 @@ use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared};
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
 use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspace, label};
+use crate::fusion::fuse;
 use crate::graph_capture::{CaptureError, capture};
 use crate::inputs::InputSlots;
 use crate::lower::lower;
 use crate::stream_plan::{StreamPlan, task_device};
 
-/// How to prepare a [`CudaExecutable`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// How to prepare a [`CudaExecutable`]. The default: captured, every GPU, fusion on.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaOptions {
     /// Issue the tasks stream-ordered on every run instead of capturing them once as a CUDA
     /// graph (for debugging: errors surface at the task that caused them).
@@ -24,6 +25,16 @@ pub struct CudaOptions {
     /// Use at most this many GPUs (`None`: every GPU the driver sees). Virtual devices map
     /// onto the GPUs used round-robin.
     pub max_gpus: Option<usize>,
+    /// Fuse adjacent kernel tasks (a unary and the binary reading it, a binary and the
+    /// RMSNorm reading it) before lowering ([`crate::fusion`]); off, every task keeps its own
+    /// kernel (to compare).
+    pub fuse: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { eager: false, max_gpus: None, fuse: true }
+    }
 }
 
 /// What preparing decided, for reports.
@@ -73,7 +84,8 @@ fn setup(reason: String) -> BackendError {
 impl CudaExecutable {
     /// Prepares `graph`, whose kernel tasks run `kernels` (a library that describes each
     /// kernel's operator, [`KernelLibrary::info`], such as `einsum_compile::ComputationKernels`),
-    /// on the GPUs. Fails, before any CUDA call, with [`BackendError::Unsupported`] naming an
+    /// on the GPUs, after fusing adjacent kernel tasks ([`crate::fusion`]) unless
+    /// [`CudaOptions::fuse`] is off. Fails, before any CUDA call, with [`BackendError::Unsupported`] naming an
     /// operator the backend has no kernel for ([`crate::kernels::registry`]); with
     /// [`BackendError::Unavailable`] when there is no usable CUDA driver ("no CUDA driver
     /// found ..."); with [`BackendError::Task`] naming a kernel task that cannot be lowered;
@@ -84,11 +96,18 @@ impl CudaExecutable {
         kernels: &dyn KernelLibrary,
         options: &CudaOptions,
     ) -> Result<Self, BackendError> {
-        let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
         // Operators with no CUDA kernel are refused first, with no device involved; then a
         // machine without a GPU says so before any other work.
         crate::backend::check_kernels(graph, kernels)?;
         let available = check_cuda()?;
+        let fusion;
+        let (graph, kernels): (&TaskGraph, &dyn KernelLibrary) = if options.fuse {
+            fusion = fuse(graph, kernels).map_err(|e| setup(format!("kernel fusion: {e}")))?;
+            (&fusion.graph, &fusion.kernels)
+        } else {
+            (graph, kernels)
+        };
+        let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
         let lowered = lower(graph, kernels).map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
         let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);

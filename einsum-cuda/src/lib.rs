@@ -31,6 +31,7 @@ pub mod device;
 pub mod emulate;
 pub mod executable;
 pub mod executor;
+pub mod fusion;
 pub mod graph_capture;
 pub mod inputs;
 pub mod kernels;

@@ -347,7 +347,7 @@ fn every_operator_on_the_gpu_matches_the_reference() {
             for p in [1, 2] {
                 for eager in [false, true] {
                     let Some(c) = compiled(&comp, p, p - 1) else { continue };
-                    let options = CudaOptions { eager, max_gpus: None };
+                    let options = CudaOptions { eager, ..CudaOptions::default() };
                     let mut exe = CudaExecutable::prepare(&c.graph, &kernels(&comp, &c), &options)
                         .unwrap_or_else(|e| panic!("{name}: {e}"));
                     let err = exe.run().unwrap_err();
