@@ -173,7 +173,8 @@ fn a_residual_add_and_its_rmsnorm_fuse_keeping_the_sum_when_it_is_read_later() {
             assert_eq!(f.graph.nodes().len(), c.graph.nodes().len() - 1);
             assert_eq!(f.graph.buffers().len(), c.graph.buffers().len() - usize::from(!reused));
             let lowered = lower(&f.graph, &f.kernels).unwrap();
-            let norms: Vec<&Op> = lowered.ops.iter().flatten().filter(|o| matches!(o, Op::BinaryRmsNorm { .. })).collect();
+            let norms: Vec<&Op> =
+                lowered.ops.iter().flatten().filter(|o| matches!(o, Op::BinaryRmsNorm { .. })).collect();
             assert!(
                 matches!(norms[..], [Op::BinaryRmsNorm { binary: BinaryOp::Add, sum, n: 48, outer: 5, inner: 1, .. }]
                     if sum.is_some() == reused),
