@@ -435,3 +435,89 @@ impl Scan<'_, '_> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::TensorDesc;
+    use einsum_core::taskgraph::{Boundary, DeviceId};
+    use einsum_ops::binary::BinaryOp;
+    use einsum_ops::unary::UnaryOp;
+
+    use super::*;
+
+    /// Kernel 0: `silu` of a `[4, 8]` block; kernel 1: the product of two.
+    struct Library {
+        unary: Unary,
+        binary: Binary,
+        block: Vec<TensorType>,
+    }
+
+    impl Library {
+        fn new() -> Library {
+            let x = TensorDesc::of(&[("t", 4), ("f", 8)], DType::F32).unwrap();
+            Library {
+                unary: Unary::new(&x, UnaryOp::Silu).unwrap(),
+                binary: Binary::new(&x, &x, BinaryOp::Mul).unwrap(),
+                block: vec![TensorType::zero_bounded(&[4, 8]); 2],
+            }
+        }
+    }
+
+    impl KernelLibrary for Library {
+        fn run(&self, _: usize, _: &[HostTensor], _: &[(TensorType, DType)]) -> Result<Vec<HostTensor>, String> {
+            Err("not run here".into())
+        }
+        fn name(&self, kernel: usize) -> String {
+            ["silu", "mul"][kernel].into()
+        }
+        fn info(&self, kernel: usize) -> Option<KernelInfo<'_>> {
+            let (value, kind, inputs): (&dyn Any, &str, usize) = match kernel {
+                0 => (&self.unary, "unary", 1),
+                _ => (&self.binary, "binary", 2),
+            };
+            let operator = OperatorRef { value, name: kind, kind };
+            Some(KernelInfo { operator, inputs: &self.block[..inputs], outputs: &self.block[..1] })
+        }
+    }
+
+    /// `y = silu(g) · u`, with a copy of `u` between the two kernels that waits for the
+    /// first when `ordered` (an explicit dependency, no buffer between them).
+    fn graph(ordered: bool) -> TaskGraph {
+        let ty = TensorType::zero_bounded(&[4, 8]);
+        let io = |name: &str| Boundary { name: name.into(), ty: ty.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(1, vec![io("g"), io("u")], vec![io("y"), io("v")]);
+        let buffer = |g: &mut TaskGraph| g.add_buffer(DeviceId(0), ty.clone(), DType::F32);
+        let (gb, ub, s, v, y) = (buffer(&mut g), buffer(&mut g), buffer(&mut g), buffer(&mut g), buffer(&mut g));
+        g.push(Task::Load { input: 0, dst: gb }, &[], "load g").unwrap();
+        g.push(Task::Load { input: 1, dst: ub }, &[], "load u").unwrap();
+        let silu = g.push(Task::Kernel { kernel: 0, inputs: vec![gb], outputs: vec![s] }, &[], "silu").unwrap();
+        let deps = if ordered { vec![silu] } else { Vec::new() };
+        g.push(Task::Slice { src: ub, dst: v }, &deps, "copy u").unwrap();
+        g.push(Task::Kernel { kernel: 1, inputs: vec![s, ub], outputs: vec![y] }, &[], "mul").unwrap();
+        g.push(Task::Store { output: 0, src: y }, &[], "store y").unwrap();
+        g.push(Task::Store { output: 1, src: v }, &[], "store v").unwrap();
+        g
+    }
+
+    /// The pair fuses (kernel id 2 appended, described as a `UnaryBinary`) unless a task
+    /// between them waits for the first: the fused task, at the second's place, would run
+    /// after it.
+    #[test]
+    fn a_task_between_that_waits_for_the_first_prevents_fusion() {
+        let lib = Library::new();
+        let f = fuse(&graph(false), &lib).unwrap();
+        assert_eq!(f.fused(), 1);
+        let kernels: Vec<&Task> = f.graph.nodes().iter().map(|n| &n.task).filter(|t| t.kind() == "kernel").collect();
+        assert!(
+            matches!(kernels[..], [Task::Kernel { kernel: 2, inputs, outputs }] if inputs.len() == 2 && outputs.len() == 1)
+        );
+        let info = f.kernels.info(2).unwrap();
+        let op = info.operator.value.downcast_ref::<UnaryBinary>().unwrap();
+        assert_eq!((op.unary, op.binary, op.unary_first), (UnaryOp::Silu, BinaryOp::Mul, true));
+        assert_eq!(f.kernels.name(1), "mul");
+        let ordered = graph(true);
+        let f = fuse(&ordered, &lib).unwrap();
+        assert_eq!(f.fused(), 0);
+        assert_eq!(f.graph, ordered);
+    }
+}

@@ -5,8 +5,9 @@
 //! call, a graph with an operator that has no CUDA kernel (kernels are found by operator
 //! type in [`kernels::registry`]), fuses adjacent kernel tasks on the task graph
 //! ([`fusion`]: a unary and the binary reading it, a binary and the RMSNorm reading it; off
-//! with [`CudaOptions::fuse`]), then lowers every task to device operations ([`lower`]): cuBLAS strided-batched GEMMs for contractions (planned in
-//! [`kernels::gemm_plan`]), NVRTC-compiled CUDA C kernels for everything else
+//! with [`CudaOptions::fuse`]), then lowers every task to device operations ([`lower`]):
+//! cuBLAS strided-batched GEMMs for contractions (planned in [`kernels::gemm_plan`]),
+//! NVRTC-compiled CUDA C kernels for everything else
 //! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
 //! transfers; the memory-bound kernels' variants (coalesced dimensions, 32-bit indexing,
 //! 16-byte vector accesses) are chosen at lowering by [`addressing`]. [`stream_plan`] maps
