@@ -1,6 +1,7 @@
 //! The CUDA backend through the driver: `--backend cuda` fails cleanly without a GPU, and
 //! with one a small LLaMA block at p = 1 and p = 8 (virtual devices sharing the GPUs)
-//! matches the single-device CPU reference in f32, f16 and bf16, replayed and eager.
+//! matches the single-device CPU reference in f32, f16 and bf16, replayed and eager, with
+//! and without kernel fusion.
 
 use std::{process::Command, sync::Arc};
 
@@ -52,10 +53,11 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
         for devices in [1, 8] {
-            for eager in [false, true] {
+            // Replayed and eager with fusion, and replayed without it.
+            for (eager, fuse) in [(false, true), (true, true), (false, false)] {
                 let options = CompileOptions {
                     devices,
-                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, ..CudaOptions::default() })),
+                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, fuse, ..CudaOptions::default() })),
                     ..CompileOptions::default()
                 };
                 let mut exe = compile(&graph, &options).unwrap();
@@ -66,7 +68,10 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
                     let reference = graph.computation().evaluate(&exe.loaded_inputs()).unwrap();
                     let err =
                         reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
-                    assert!(err <= 10.0 * tolerance(dtype), "{dtype} p = {devices} eager {eager}: error {err}");
+                    assert!(
+                        err <= 10.0 * tolerance(dtype),
+                        "{dtype} p = {devices} eager {eager} fuse {fuse}: error {err}"
+                    );
                 }
             }
         }
