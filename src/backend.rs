@@ -56,10 +56,19 @@ use einsum_cuda::{CudaBackend, CudaOptions};
 use crate::{Error, Result};
 
 /// What a backend of the [`backends`] table may be built from (what the command line gives).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackendParams {
     /// On `cuda`: issue the tasks stream-ordered instead of replaying a captured graph.
     pub eager: bool,
+    /// On `cuda`: the stream budget of every GPU ([`CudaOptions::streams_per_gpu`]).
+    pub streams_per_gpu: usize,
+}
+
+impl Default for BackendParams {
+    /// Captured, with the CUDA backend's default stream budget.
+    fn default() -> Self {
+        BackendParams { eager: false, streams_per_gpu: CudaOptions::default().streams_per_gpu }
+    }
 }
 
 /// One backend of the [`backends`] table: its command-line name, a one-line description,
@@ -79,7 +88,13 @@ const BACKENDS: &[BackendEntry] = &[
     BackendEntry {
         name: "cuda",
         about: "NVIDIA GPUs through the CUDA driver",
-        build: |p| Arc::new(CudaBackend::new(CudaOptions { eager: p.eager, ..CudaOptions::default() })),
+        build: |p| {
+            Arc::new(CudaBackend::new(CudaOptions {
+                eager: p.eager,
+                streams_per_gpu: p.streams_per_gpu,
+                ..CudaOptions::default()
+            }))
+        },
     },
 ];
 

@@ -166,6 +166,9 @@ impl fmt::Debug for CompileOptions {
 pub struct RunReport {
     /// Wall time of the run, in ms.
     pub wall_ms: f64,
+    /// The backend's own measure of the run's device time, in ms, where it has one (the
+    /// CUDA backend's events around the launch; see [`einsum_core::Prepared::last_run_device_seconds`]).
+    pub device_ms: Option<f64>,
 }
 
 /// A compiled graph: its logical plan, exchange programs and task graph, ready to run
@@ -341,7 +344,8 @@ impl Executable<'_> {
         let outs = self.prepared.run()?;
         let wall_ms = started.elapsed().as_secs_f64() * 1e3;
         self.outputs = comp.saved().iter().copied().zip(outs).collect();
-        Ok(RunReport { wall_ms })
+        let device_ms = self.prepared.last_run_device_seconds().map(|s| s * 1e3);
+        Ok(RunReport { wall_ms, device_ms })
     }
 
     /// The value of a saved output after `execute`.

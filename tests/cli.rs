@@ -446,13 +446,14 @@ fn plan_json_has_the_documented_fields_and_types() {
 /// `run --json` prints `RunReport`'s fields, in declaration order, with their types.
 #[test]
 fn run_json_has_the_documented_fields_and_types() {
-    const RUN_KEYS: [&str; 13] = [
+    const RUN_KEYS: [&str; 14] = [
         "workload",
         "devices",
         "topology",
         "ok",
         "max_rel_error",
         "wall_ms",
+        "device_ms",
         "runs",
         "predicted_ms",
         "bytes_moved",
@@ -467,6 +468,8 @@ fn run_json_has_the_documented_fields_and_types() {
     for key in ["max_rel_error", "wall_ms", "predicted_ms"] {
         assert!(v[key].is_f64(), "{key}: {}", v[key]);
     }
+    // The CPU backend measures no device time apart from the wall time.
+    assert!(v["device_ms"].is_null(), "{}", v["device_ms"]);
     for key in ["peak_bytes_per_device", "resident_bytes_per_device", "transient_peak_bytes_per_device"] {
         let per_device = v[key].as_array().unwrap();
         assert!(per_device.len() == 2 && per_device.iter().all(serde_json::Value::is_u64), "{key}: {}", v[key]);

@@ -181,6 +181,111 @@ fn llama_block_lowering_picks_the_fast_memory_bound_kernels() {
     }
 }
 
+/// Without a GPU: the stream plans of a LLaMA block at p = 1 and p = 8 on one and two GPUs,
+/// with 1 and 4 streams per GPU, unfused and fused, pass the race checker, which flags any of their waits
+/// dropped (a sample of them); and a run with the streams interleaved at random (each
+/// stream's order and the event waits only) matches the reference.
+#[test]
+fn llama_block_stream_plans_are_race_free_and_interleaved_runs_match_the_reference() {
+    use einsum_cuda::race_check::{RaceError, check};
+    use einsum_cuda::stream_plan::StreamPlan;
+    let dtype = DType::F32;
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+    for devices in [1, 8] {
+        let mut exe = compile(&graph, &CompileOptions { devices, ..CompileOptions::default() }).unwrap();
+        exe.load_random(5).unwrap();
+        let comp = graph.computation();
+        let compiled = exe.compiled();
+        let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
+        let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
+        let values = exe.loaded_inputs();
+        let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
+        let reference = comp.evaluate(&values).unwrap();
+        let graphs: [(&TaskGraph, &dyn KernelLibrary); 2] =
+            [(&compiled.graph, &kernels), (&fusion.graph, &fusion.kernels)];
+        for (fused, (task_graph, library)) in graphs.into_iter().enumerate() {
+            let lowered = einsum_cuda::lower::lower(task_graph, library).unwrap_or_else(|e| panic!("{e}"));
+            for gpus in [1, 2] {
+                for streams in [1, 4] {
+                    let at = format!("p = {devices} on {gpus} GPUs, {streams} streams per GPU, fused {}", fused == 1);
+                    let plan = StreamPlan::new(task_graph, gpus, streams, &lowered.scratch);
+                    check(task_graph, &plan, &lowered.scratch).unwrap_or_else(|e| panic!("{at}: {e}"));
+                    if devices == 1 && streams == 4 {
+                        let used: std::collections::BTreeSet<_> = plan.stream.iter().collect();
+                        assert!(used.len() > 1, "{at}: independent tasks stay on one stream");
+                    }
+                    let waits: Vec<(usize, usize)> =
+                        plan.waits.iter().enumerate().flat_map(|(t, w)| (0..w.len()).map(move |i| (t, i))).collect();
+                    assert!(devices == 1 && streams == 1 || !waits.is_empty(), "{at}: no event at all");
+                    for &(t, i) in waits.iter().step_by((waits.len() / 12).max(1)) {
+                        let mut dropped = plan.clone();
+                        dropped.waits[t].remove(i);
+                        let err = check(task_graph, &dropped, &lowered.scratch);
+                        assert!(
+                            matches!(err, Err(RaceError::Race { .. })),
+                            "{at}: dropping task {t}'s wait {i}: {err:?}"
+                        );
+                    }
+                    let mut e = einsum_cuda::emulate::Emulator::with_streams(task_graph, &lowered, gpus, streams);
+                    e.load_all(&ordered).unwrap();
+                    let outs = e.run_interleaved(devices as u64 * 10 + streams as u64).unwrap();
+                    for (t, out) in comp.saved().iter().zip(&outs) {
+                        let err = scaled_error(out, &reference[t], 1.0);
+                        assert!(err <= 10.0 * tolerance(dtype), "{at}: error {err}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Without a GPU: with p = 8 virtual devices on one GPU, transfers between them share the
+/// source's memory instead of copying: fewer copies are issued (none: all 224 transfers of
+/// this block are between virtual devices of the one GPU), the pool is no larger (equal on
+/// this block: the copies never set the pool's high-water mark), the plan is race-free and
+/// the emulated run (which lays memory out as the GPU does) matches the reference.
+#[test]
+fn virtual_devices_on_one_gpu_share_buffers_instead_of_copying() {
+    use einsum_cuda::lower::Op;
+    use einsum_cuda::stream_plan::{PlanOptions, StreamPlan};
+    let dtype = DType::F32;
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+    let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    exe.load_random(9).unwrap();
+    let comp = graph.computation();
+    let compiled = exe.compiled();
+    let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
+    let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+    let g = &compiled.graph;
+    let shared = StreamPlan::new(g, 1, 4, &lowered.scratch);
+    let copying =
+        StreamPlan::with_options(g, 1, &PlanOptions { streams_per_gpu: 4, alias_transfers: false }, &lowered.scratch);
+    let copies = |plan: &StreamPlan| {
+        let issued = lowered.ops.iter().zip(&plan.elided).filter(|(_, e)| !**e).flat_map(|(ops, _)| ops);
+        issued.filter(|op| matches!(op, Op::Memcpy { .. })).count()
+    };
+    eprintln!(
+        "copies issued: {} shared, {} copying; pool bytes: {} shared, {} copying",
+        copies(&shared),
+        copies(&copying),
+        shared.pool_bytes[0],
+        copying.pool_bytes[0]
+    );
+    assert!(copies(&shared) < copies(&copying), "{} vs {}", copies(&shared), copies(&copying));
+    assert!(shared.pool_bytes[0] <= copying.pool_bytes[0], "{:?} vs {:?}", shared.pool_bytes, copying.pool_bytes);
+    for plan in [&shared, &copying] {
+        einsum_cuda::race_check::check(g, plan, &lowered.scratch).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let values = exe.loaded_inputs();
+    let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
+    let reference = comp.evaluate(&values).unwrap();
+    let outs = einsum_cuda::emulate::run(g, &lowered, 1, &ordered);
+    for (t, out) in comp.saved().iter().zip(&outs) {
+        let err = scaled_error(out, &reference[t], 1.0);
+        assert!(err <= 10.0 * tolerance(dtype), "error {err}");
+    }
+}
+
 /// `--warmup W --repeat N` runs W + N times and reports the median of the N timed runs.
 #[test]
 fn repeat_reports_the_median_of_the_timed_runs() {
@@ -192,4 +297,6 @@ fn repeat_reports_the_median_of_the_timed_runs() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["runs"], 3);
     assert!(v["wall_ms"].as_f64().unwrap() >= 0.0);
+    // The CPU backend measures no device time apart from the wall time.
+    assert!(v["device_ms"].is_null(), "{v}");
 }

@@ -182,6 +182,13 @@ pub trait Prepared {
     /// Runs once on the loaded inputs and returns the saved outputs (whole tensors, in the
     /// graph's output order). An input never loaded is an error naming it.
     fn run(&mut self) -> Result<Vec<HostTensor>, BackendError>;
+
+    /// The device time of the last successful [`Prepared::run`] in seconds, where the backend
+    /// measures one apart from the host's wall time (the CUDA backend: events around the
+    /// launch); `None` (the default) where it does not, or before the first run.
+    fn last_run_device_seconds(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Runs task graphs: the contract every backend (CPU, CUDA) implements, so that a driver

@@ -1,8 +1,10 @@
 //! A host emulator of lowered operations, with the GPU executable's structure: prepared once
 //! ([`Emulator::new`]), inputs loaded once into resident regions ([`Emulator::load`]), run
-//! any number of times ([`Emulator::run`]). It runs [`Lowered`] operations in schedule order
-//! on byte arrays laid out exactly as on the GPUs (one pool and one resident region per GPU
-//! at the stream plan's offsets, pinned outputs, constant tables), with each operation computing
+//! any number of times ([`Emulator::run`]). It runs [`Lowered`] operations in schedule order,
+//! or ([`Emulator::run_interleaved`]) in a random order that respects only what a GPU
+//! guarantees (each stream's issue order and the event waits), on byte arrays laid out exactly as on the GPUs (one pool and one resident region per GPU
+//! at the stream plan's offsets, an aliased transfer's destination sharing its source's bytes
+//! and issuing nothing, pinned outputs, constant tables), with each operation computing
 //! what its CUDA kernel computes. It checks the lowering, the pool and resident plans and the
 //! GEMM mapping against the reference on machines without a GPU; the CUDA C itself is
 //! checked by the GPU tests. It also checks the kernel variants [`crate::addressing`] chose
@@ -18,7 +20,7 @@ use crate::executable::from_bytes;
 use crate::inputs::InputSlots;
 use crate::kernels::attention::{self, AttentionShape};
 use crate::lower::{Dims, Lowered, MAX_AGG_SOURCES, Op, Ptr, RowKernel, Space};
-use crate::stream_plan::StreamPlan;
+use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, StreamPlan};
 
 /// Emulated memory: every space as bytes.
 struct Memory {
@@ -47,7 +49,7 @@ impl Memory {
                 }
             },
             Space::Scratch { task, index } => {
-                let gpu = s.gpu_of_device[s.stream[task]];
+                let gpu = s.gpu_of_stream(s.stream[task]);
                 (&mut self.pools[gpu], s.scratch_offset[task][index] + p.offset)
             }
             Space::HostOutput(o) => (&mut self.outputs[o], p.offset),
@@ -138,11 +140,23 @@ pub struct Emulator<'a> {
 }
 
 impl<'a> Emulator<'a> {
-    /// Prepares `lowered` (the lowering of `graph`) on `gpus` emulated GPUs: plans the pools
-    /// and resident regions, fills the pools with garbage (`0xff`: a read before a write
-    /// shows up as NaN), uploads the constant tables.
+    /// Prepares `lowered` (the lowering of `graph`) on `gpus` emulated GPUs with the
+    /// default stream budget ([`DEFAULT_STREAMS_PER_GPU`], as [`crate::CudaOptions`]'s).
     pub fn new(graph: &'a TaskGraph, lowered: &'a Lowered, gpus: usize) -> Emulator<'a> {
-        let plan = StreamPlan::new(graph, gpus, &lowered.scratch);
+        Emulator::with_streams(graph, lowered, gpus, DEFAULT_STREAMS_PER_GPU)
+    }
+
+    /// Prepares `lowered` (the lowering of `graph`) on `gpus` emulated GPUs with
+    /// `streams_per_gpu` streams per GPU: plans the streams, pools and resident regions,
+    /// fills the pools with garbage (`0xff`: a read before a write shows up as NaN), uploads
+    /// the constant tables.
+    pub fn with_streams(
+        graph: &'a TaskGraph,
+        lowered: &'a Lowered,
+        gpus: usize,
+        streams_per_gpu: usize,
+    ) -> Emulator<'a> {
+        let plan = StreamPlan::new(graph, gpus, streams_per_gpu, &lowered.scratch);
         let memory = Memory {
             pools: plan.pool_bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
             resident: plan.resident.bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
@@ -175,14 +189,74 @@ impl<'a> Emulator<'a> {
     /// first input not loaded.
     pub fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
-        for ops in &self.lowered.ops {
-            for op in ops {
-                apply(&mut self.memory, op);
+        for (t, ops) in self.lowered.ops.iter().enumerate() {
+            if !self.memory.plan.elided[t] {
+                for op in ops {
+                    apply(&mut self.memory, op);
+                }
             }
         }
-        let outputs = self.graph.outputs().iter().zip(&self.memory.outputs);
-        Ok(outputs.map(|(b, bytes)| from_bytes(b, bytes).expect("sizes match")).collect())
+        Ok(self.outputs())
     }
+
+    /// Runs once on the loaded inputs, one operation at a time in a random order (seeded by
+    /// `seed`) that respects only each stream's issue order and the event waits of the stream
+    /// plan, as the GPU may run them, and returns the whole saved outputs. A plan that misses
+    /// a dependency then reads garbage or overwritten bytes; a wait that can never be met is
+    /// an error naming the tasks stuck.
+    pub fn run_interleaved(&mut self, seed: u64) -> Result<Vec<HostTensor>, BackendError> {
+        self.slots.require_all()?;
+        let plan = &self.memory.plan;
+        let counts: Vec<usize> =
+            self.lowered.ops.iter().zip(&plan.elided).map(|(ops, &e)| if e { 0 } else { ops.len() }).collect();
+        let order = interleaving(plan, &counts, seed)
+            .map_err(|reason| BackendError::Device { operation: "an emulated interleaved run".into(), reason })?;
+        for (t, i) in order {
+            apply(&mut self.memory, &self.lowered.ops[t][i]);
+        }
+        Ok(self.outputs())
+    }
+
+    fn outputs(&self) -> Vec<HostTensor> {
+        let outputs = self.graph.outputs().iter().zip(&self.memory.outputs);
+        outputs.map(|(b, bytes)| from_bytes(b, bytes).expect("sizes match")).collect()
+    }
+}
+
+/// A random order (seeded by `seed`) of every operation `(task, index)`, task `t` having
+/// `ops[t]` of them, that a GPU could follow under `plan`: each stream runs its tasks'
+/// operations in issue order, and a task starts only once every task it waits for has
+/// finished. Fails, naming the stuck tasks, when no stream can proceed.
+pub fn interleaving(plan: &StreamPlan, ops: &[usize], seed: u64) -> Result<Vec<(usize, usize)>, String> {
+    let mut queues: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); plan.streams()];
+    for (t, &s) in plan.stream.iter().enumerate().take(ops.len()) {
+        queues[s].push_back(t);
+    }
+    let mut next_op = vec![0usize; plan.streams()];
+    let mut done = vec![false; ops.len()];
+    let mut rng = einsum_core::SeededRng::new(seed);
+    let mut order = Vec::with_capacity(ops.iter().sum());
+    loop {
+        // A stream is ready when its head task is under way or every task it waits for is done.
+        let ready: Vec<usize> = (0..queues.len())
+            .filter(|&s| {
+                queues[s].front().is_some_and(|&t| next_op[s] > 0 || plan.waits[t].iter().all(|w| done[w.0 as usize]))
+            })
+            .collect();
+        let Some(&s) = rng.pick(&ready) else { break };
+        let t = queues[s][0];
+        if next_op[s] < ops[t] {
+            order.push((t, next_op[s]));
+            next_op[s] += 1;
+        }
+        if next_op[s] == ops[t] {
+            done[t] = true;
+            queues[s].pop_front();
+            next_op[s] = 0;
+        }
+    }
+    let stuck: Vec<usize> = queues.iter().filter_map(|q| q.front().copied()).collect();
+    if stuck.is_empty() { Ok(order) } else { Err(format!("tasks {stuck:?} wait for events that are never recorded")) }
 }
 
 /// Runs `lowered` for `graph` on `gpus` emulated GPUs with the given whole inputs (loaded

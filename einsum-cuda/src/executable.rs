@@ -3,7 +3,7 @@
 //! graph), its inputs loaded once, and run any number of times.
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::CudaGraph;
+use cudarc::driver::{CudaEvent, CudaGraph, sys};
 use einsum_core::taskgraph::{Boundary, TaskGraph, TaskId};
 use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared};
 
@@ -11,12 +11,12 @@ use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
 use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspace, label};
 use crate::fusion::fuse;
-use crate::graph_capture::{CaptureError, capture};
+use crate::graph_capture::{CaptureError, capture, fork_issue_join};
 use crate::inputs::InputSlots;
 use crate::lower::lower;
-use crate::stream_plan::{StreamPlan, task_device};
+use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, StreamPlan};
 
-/// How to prepare a [`CudaExecutable`]. The default: captured, every GPU, fusion on.
+/// How to prepare a [`CudaExecutable`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaOptions {
     /// Issue the tasks stream-ordered on every run instead of capturing them once as a CUDA
@@ -25,6 +25,9 @@ pub struct CudaOptions {
     /// Use at most this many GPUs (`None`: every GPU the driver sees). Virtual devices map
     /// onto the GPUs used round-robin.
     pub max_gpus: Option<usize>,
+    /// The stream budget of every GPU, shared by the virtual devices it hosts (at least one
+    /// stream each; see [`crate::stream_plan`]). 1 gives every virtual device one stream.
+    pub streams_per_gpu: usize,
     /// Fuse adjacent kernel tasks (a unary and the binary reading it, a binary and the
     /// RMSNorm reading it) before lowering ([`crate::fusion`]); off, every task keeps its own
     /// kernel (to compare).
@@ -32,8 +35,9 @@ pub struct CudaOptions {
 }
 
 impl Default for CudaOptions {
+    /// Captured, every GPU, [`DEFAULT_STREAMS_PER_GPU`] streams per GPU, fusion on.
     fn default() -> Self {
-        CudaOptions { eager: false, max_gpus: None, fuse: true }
+        CudaOptions { eager: false, max_gpus: None, streams_per_gpu: DEFAULT_STREAMS_PER_GPU, fuse: true }
     }
 }
 
@@ -42,8 +46,10 @@ impl Default for CudaOptions {
 pub struct CudaSummary {
     /// GPUs used.
     pub gpus: usize,
-    /// Virtual devices (streams).
+    /// Virtual devices.
     pub devices: usize,
+    /// Streams, over every GPU.
+    pub streams: usize,
     /// Pool bytes per GPU (the per-run memory: activations and scratch).
     pub pool_bytes: Vec<usize>,
     /// Resident bytes per GPU (the loaded inputs' blocks, held for the executable's
@@ -65,8 +71,13 @@ pub struct CudaSummary {
 /// run. The type exists whether or not a GPU is present; without one, `prepare` returns
 /// [`BackendError::Unavailable`].
 pub struct CudaExecutable {
-    // Field order is drop order: the graph and handles go before the memory and contexts.
+    // Field order is drop order: the graph, events and handles go before the memory and
+    // contexts.
     graph: Option<CudaGraph>,
+    /// The events recorded on the origin stream before and after every run's work.
+    timing: [CudaEvent; 2],
+    /// The device time of the last run, in seconds (see [`CudaExecutable::last_run_device_seconds`]).
+    last_device_seconds: Option<f64>,
     rt: Runtime,
     slots: InputSlots,
     outputs: Vec<Boundary>,
@@ -110,7 +121,7 @@ impl CudaExecutable {
         let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
         let lowered = lower(graph, kernels).map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
-        let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), &lowered.scratch);
+        let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), options.streams_per_gpu, &lowered.scratch);
         let gpus: Vec<Gpu> = (0..plan.gpus)
             .map(|g| Gpu::open(g, &lowered.attention, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()
@@ -119,8 +130,8 @@ impl CudaExecutable {
         let mut streams = Vec::new();
         let mut blas = Vec::new();
         let mut blas_workspaces = Vec::new();
-        for v in 0..graph.devices().max(1) {
-            let gpu = &gpus[plan.gpu_of_device.get(v).copied().unwrap_or(0)];
+        for s in 0..plan.streams() {
+            let gpu = &gpus[plan.gpu_of_stream(s)];
             let s = gpu.ctx.new_stream().map_err(|e| setup(format!("creating a stream: {e}")))?;
             let handle = CudaBlas::new(s.clone()).map_err(|e| setup(format!("creating a cuBLAS handle: {e:?}")))?;
             let workspace = DeviceMemory::new(&gpu.ctx, CUBLAS_WORKSPACE_BYTES).map_err(setup)?;
@@ -130,10 +141,9 @@ impl CudaExecutable {
             streams.push(s);
         }
         let mut events = Vec::new();
-        for (t, n) in graph.nodes().iter().enumerate() {
+        for t in 0..graph.nodes().len() {
             events.push(if plan.record[t] {
-                let dev = task_device(graph, &n.task);
-                let ctx = &gpus[plan.gpu_of_device[dev]].ctx;
+                let ctx = &gpus[plan.gpu_of_stream(plan.stream[t])].ctx;
                 Some(ctx.new_event(None).map_err(|e| setup(format!("creating an event: {e}")))?)
             } else {
                 None
@@ -162,10 +172,20 @@ impl CudaExecutable {
         let summary = CudaSummary {
             gpus: plan.gpus,
             devices: graph.devices(),
+            streams: plan.streams(),
             pool_bytes: plan.pool_bytes.clone(),
             resident_bytes: plan.resident.bytes.clone(),
             captured: !options.eager,
         };
+        // Timing events on the origin's GPU (the default flags, unlike the dependency events,
+        // keep timing enabled).
+        let timed = || {
+            gpus[plan.gpu_of_stream(0)]
+                .ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| setup(format!("creating a timing event: {e}")))
+        };
+        let timing = [timed()?, timed()?];
         let rt = Runtime {
             gpus,
             streams,
@@ -190,6 +210,8 @@ impl CudaExecutable {
         };
         Ok(CudaExecutable {
             graph: captured,
+            timing,
+            last_device_seconds: None,
             rt,
             slots: InputSlots::new(graph.inputs()),
             outputs: graph.outputs().to_vec(),
@@ -220,24 +242,47 @@ impl CudaExecutable {
 
     /// Runs once on the loaded inputs; returns the whole saved outputs in the task graph's
     /// order. Fails with [`BackendError::Input`] naming the first input not loaded.
+    ///
+    /// The run's work is bracketed by two events on the origin stream: the graph launch (or,
+    /// in eager mode, the issue forked from and joined back to the origin, as a capture is)
+    /// lies between them, so their elapsed time is the run's device time
+    /// ([`CudaExecutable::last_run_device_seconds`]), without the host's launch overhead
+    /// before the first event or the output read-back after the second.
     pub fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
+        self.last_device_seconds = None;
+        let device = |operation: &str| {
+            let operation = operation.to_string();
+            move |reason: String| BackendError::Device { operation, reason }
+        };
+        let origin = self.rt.origin();
+        self.timing[0].record(origin).map_err(|e| device("recording the start event")(e.to_string()))?;
         match &self.graph {
-            Some(g) => {
-                g.launch().map_err(|e| BackendError::Device {
-                    operation: "launching the CUDA graph".into(),
-                    reason: e.to_string(),
-                })?;
-            }
-            None => self.rt.issue().map_err(|e| task_error(&self.rt.labels, e.task, e.reason))?,
+            Some(g) => g.launch().map_err(|e| device("launching the CUDA graph")(e.to_string()))?,
+            None => fork_issue_join(&self.rt).map_err(|e| match e {
+                CaptureError::Issue(IssueError { task, reason }) => task_error(&self.rt.labels, task, reason),
+                fork @ CaptureError::Capture { .. } => device("eager issue")(fork.to_string()),
+            })?,
         }
-        self.rt.synchronize().map_err(|reason| BackendError::Device { operation: "CUDA run".into(), reason })?;
-        self.outputs
+        self.timing[1].record(origin).map_err(|e| device("recording the end event")(e.to_string()))?;
+        self.rt.synchronize().map_err(device("CUDA run"))?;
+        let ms = self.timing[0].elapsed_ms(&self.timing[1]).map_err(|e| device("timing the run")(e.to_string()))?;
+        let outputs = self
+            .outputs
             .iter()
             .zip(&self.rt.host_outputs)
             .map(|(b, m)| from_bytes(b, &m.read()))
             .collect::<Result<_, _>>()
-            .map_err(|reason| BackendError::Device { operation: "reading an output back".into(), reason })
+            .map_err(device("reading an output back"))?;
+        self.last_device_seconds = Some(f64::from(ms) / 1e3);
+        Ok(outputs)
+    }
+
+    /// The device time of the last successful run in seconds (between the events recorded
+    /// on the origin stream around its work; see [`CudaExecutable::run`]), `None` before the
+    /// first run or after a failed one.
+    pub fn last_run_device_seconds(&self) -> Option<f64> {
+        self.last_device_seconds
     }
 }
 
@@ -252,6 +297,10 @@ impl Prepared for CudaExecutable {
 
     fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
         CudaExecutable::run(self)
+    }
+
+    fn last_run_device_seconds(&self) -> Option<f64> {
+        CudaExecutable::last_run_device_seconds(self)
     }
 }
 

@@ -17,8 +17,8 @@ use crate::kernels::gemm_plan::Gemm;
 use crate::lower::{Lowered, MAX_AGG_SOURCES, Op, Ptr, RowKernel, Space};
 use crate::stream_plan::StreamPlan;
 
-/// Everything the issue needs: GPUs, one stream and cuBLAS handle per virtual device, the
-/// events, the resident regions, pinned output memory, constant tables, the lowered operations
+/// Everything the issue needs: GPUs, the streams of every virtual device with one cuBLAS
+/// handle each, the events, the resident regions, pinned output memory, constant tables, the lowered operations
 /// and the stream plan.
 pub struct Runtime {
     // Field order is drop order: handles, events and streams before the memory and the
@@ -30,7 +30,7 @@ pub struct Runtime {
     pub blas_workspaces: Vec<DeviceMemory>,
     /// The event recorded after task `t`, where the stream plan asks for one.
     pub events: Vec<Option<CudaEvent>>,
-    /// One stream per virtual device (on its GPU).
+    /// The streams of the stream plan (`plan.stream_device` says whose; on its GPU).
     pub streams: Vec<Arc<CudaStream>>,
     /// The resident region of every GPU: the Load destinations, filled by `load`, read by
     /// every run (see [`crate::resident`]).
@@ -157,8 +157,13 @@ fn cuda_dtype(d: DType) -> cublas::sys::cudaDataType {
 }
 
 impl Runtime {
+    /// The GPU of stream `s`.
+    fn gpu_of(&self, s: usize) -> &Gpu {
+        &self.gpus[self.plan.gpu_of_stream(s)]
+    }
+
     /// The GPU of virtual device `v`.
-    fn gpu_of(&self, v: usize) -> &Gpu {
+    fn gpu_of_device(&self, v: usize) -> &Gpu {
         &self.gpus[self.plan.gpu_of_device[v]]
     }
 
@@ -169,7 +174,7 @@ impl Runtime {
                 Some((gpu, offset)) => self.resident[gpu].ptr + offset as u64,
                 None => {
                     let dev = self.buffer_device[b as usize];
-                    self.gpu_of(dev).pool.ptr + self.plan.buffer_offset[b as usize] as u64
+                    self.gpu_of_device(dev).pool.ptr + self.plan.buffer_offset[b as usize] as u64
                 }
             },
             Space::Scratch { task: t, index } => {
@@ -192,9 +197,13 @@ impl Runtime {
         self.gpu_of(stream).functions.get(name).ok_or_else(|| format!("kernel `{name}` is not loaded"))
     }
 
-    /// Issues every task, in schedule order.
+    /// Issues every task, in schedule order (an aliased transfer, [`StreamPlan::elided`],
+    /// issues nothing: its destination already is its source's memory).
     pub fn issue(&self) -> Result<(), IssueError> {
         for t in 0..self.lowered.ops.len() {
+            if self.plan.elided[t] {
+                continue;
+            }
             let s = self.plan.stream[t];
             let stream = &self.streams[s];
             let fail = |reason: String| IssueError { task: t, reason };
@@ -251,8 +260,10 @@ impl Runtime {
                 let (Space::Buffer(sb), Space::Buffer(db)) = (src.space, dst.space) else {
                     return Err("a transfer between non-buffers".into());
                 };
-                let (sg, dg) =
-                    (self.gpu_of(self.buffer_device[sb as usize]), self.gpu_of(self.buffer_device[db as usize]));
+                let (sg, dg) = (
+                    self.gpu_of_device(self.buffer_device[sb as usize]),
+                    self.gpu_of_device(self.buffer_device[db as usize]),
+                );
                 dg.ctx.bind_to_thread().map_err(|e| e.to_string())?;
                 // SAFETY: both ranges lie in their pools (the source possibly in its resident
                 // region); the stream belongs to the destination.

@@ -1,10 +1,11 @@
 //! Capturing the whole issue once as a CUDA graph and replaying it (the paper's execution
 //! model: one graph launch per run).
 //!
-//! The capture begins on the origin stream (virtual device 0's); every other stream joins it
-//! by waiting on an event recorded there (fork), the tasks are issued exactly as in eager
-//! mode, and every other stream's final event is waited for by the origin before the
-//! capture ends (join), so the graph holds the work of every stream and GPU.
+//! The capture begins on the origin stream (virtual device 0's first); every other stream, of
+//! every virtual device and GPU, joins it by waiting on an event recorded there (fork), the
+//! tasks are issued exactly as in eager mode, and every other stream's final event is waited
+//! for by the origin before the capture ends (join), so the graph holds the work of every
+//! stream and GPU.
 
 use cudarc::driver::{CudaGraph, sys};
 
@@ -16,7 +17,7 @@ pub enum CaptureError {
     /// Issuing a task failed.
     #[error(transparent)]
     Issue(#[from] IssueError),
-    /// The fork, join, end of capture or upload failed.
+    /// The fork, join, end of capture or upload failed (or, in eager mode, the fork or join).
     #[error("{what}: {reason}")]
     Capture {
         /// The step.
@@ -50,7 +51,12 @@ pub fn capture(rt: &Runtime) -> Result<CudaGraph, CaptureError> {
     }
 }
 
-fn fork_issue_join(rt: &Runtime) -> Result<(), CaptureError> {
+/// Issues every task with every stream forked from the origin (each waits for an event
+/// recorded there first) and joined back (the origin waits for each one's final event), so
+/// that work on the origin after this call follows every stream's work: under a capture this
+/// puts every stream in the graph; in eager mode it lets events on the origin bracket the
+/// whole run.
+pub fn fork_issue_join(rt: &Runtime) -> Result<(), CaptureError> {
     let origin = rt.origin();
     let fork = origin.context().new_event(None).map_err(fail("creating the fork event"))?;
     fork.record(origin).map_err(fail("recording the fork event"))?;

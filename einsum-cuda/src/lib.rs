@@ -11,14 +11,19 @@
 //! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
 //! transfers; the memory-bound kernels' variants (coalesced dimensions, 32-bit indexing,
 //! 16-byte vector accesses) are chosen at lowering by [`addressing`]. [`stream_plan`] maps
-//! virtual devices onto GPUs round-robin with one stream each and plans one allocation pool
-//! per GPU ([`pool`]) for the per-run activations, and one resident region per GPU
-//! ([`resident`]) for the blocks of the computation inputs that the Load tasks select.
-//! [`CudaExecutable::load`] checks an input against its slot ([`inputs`]) and uploads its blocks once, in their storage dtype; they stay on the GPUs, so a Load task
+//! virtual devices onto GPUs round-robin, spreads each device's independent tasks over
+//! several streams (a per-GPU budget, [`CudaOptions::streams_per_gpu`]), lets a transfer
+//! between virtual devices of one GPU share its source's memory instead of copying, and plans
+//! one allocation pool per GPU ([`pool`]) for the per-run activations, and one resident region
+//! per GPU ([`resident`]) for the blocks of the computation inputs that the Load tasks select.
+//! [`CudaExecutable::load`] checks an input against its slot ([`inputs`]) and uploads its
+//! blocks once, in their storage dtype; they stay on the GPUs, so a Load task
 //! issues nothing. [`executor`] issues the work with events between streams, and
 //! [`graph_capture`] captures it once as a CUDA graph that every [`CudaExecutable::run`]
-//! replays (or, with [`CudaOptions::eager`], issues it again). [`emulate`] runs the same
-//! plan, load once and run many, on the host.
+//! replays (or, with [`CudaOptions::eager`], issues it again), timed by events around the
+//! launch. [`emulate`] runs the same plan, load once and run many, on the host, in schedule
+//! order or with the streams interleaved at random; [`race_check`] proves a plan's streams
+//! and events order every conflicting memory access.
 //!
 //! The crate links no CUDA library: cudarc loads them at run time, and
 //! [`availability::check_cuda`] turns their absence into
@@ -39,6 +44,7 @@ pub mod inputs;
 pub mod kernels;
 pub mod lower;
 pub mod pool;
+pub mod race_check;
 pub mod resident;
 pub mod stream_plan;
 

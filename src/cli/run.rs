@@ -43,6 +43,10 @@ pub struct CompileArgs {
     /// one captured CUDA graph (debugging).
     #[arg(long)]
     eager: bool,
+    /// On the cuda backend: the stream budget of every GPU, shared by the virtual devices it
+    /// hosts (at least one stream each); 1 gives every virtual device a single stream.
+    #[arg(long, default_value_t = einsum_cuda::stream_plan::DEFAULT_STREAMS_PER_GPU as u16, value_parser = clap::value_parser!(u16).range(1..))]
+    streams_per_gpu: u16,
     /// The logical optimizer.
     #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
     optimizer: String,
@@ -77,7 +81,10 @@ impl CompileArgs {
     /// The compile options, and the topology's name with the note on how it was chosen.
     fn options(&self) -> Result<(CompileOptions, ChosenName)> {
         // Every name through its table, in the order `compile` used to check them.
-        let backend = backend_by_name(&self.backend, &BackendParams { eager: self.eager })?;
+        let backend = backend_by_name(
+            &self.backend,
+            &BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) },
+        )?;
         let optimizer = Arc::from(optimizer_by_name(&self.optimizer, self.seed)?);
         // The topology before the cost model, which is built from it.
         let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
@@ -141,11 +148,15 @@ pub fn run(a: RunArgs) -> Result<Report> {
         exe.execute()?;
     }
     let mut times = Vec::new();
+    let mut device_times = Vec::new();
     for _ in 0..a.repeat {
-        times.push(exe.execute()?.wall_ms);
+        let report = exe.execute()?;
+        times.push(report.wall_ms);
+        device_times.extend(report.device_ms);
     }
-    times.sort_by(f64::total_cmp);
-    let wall_ms = times[times.len() / 2];
+    let wall_ms = median(&mut times);
+    // The device time only where the backend measured every timed run.
+    let device_ms = (device_times.len() == times.len()).then(|| median(&mut device_times));
     let comp = graph.computation();
     let (max_error, ok) = if a.check {
         let reference = comp.evaluate(&exe.loaded_inputs())?;
@@ -171,7 +182,8 @@ pub fn run(a: RunArgs) -> Result<Report> {
     }
     let mut text = summary(&a.compile, &topology, &exe);
     let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
-    let _ = writeln!(text, "ran in {wall_ms:.3} ms{runs} on the {} backend", a.compile.backend);
+    let device = device_ms.map_or_else(String::new, |d| format!(" ({d:.3} ms on the device)"));
+    let _ = writeln!(text, "ran in {wall_ms:.3} ms{device}{runs} on the {} backend", a.compile.backend);
     if let Some(err) = max_error {
         let _ = writeln!(
             text,
@@ -186,10 +198,17 @@ pub fn run(a: RunArgs) -> Result<Report> {
         ok,
         max_rel_error: max_error.map(f64::from),
         wall_ms,
+        device_ms,
         runs: times.len(),
         graph: GraphReport::new(&exe),
     };
     Ok(Report::new(&json, text, ok))
+}
+
+/// The median of `times` (not empty; sorts them).
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
 
 /// Arguments of `explain`.
@@ -362,6 +381,9 @@ pub struct RunReport<'a> {
     pub max_rel_error: Option<f64>,
     /// The median wall time of the timed runs, in ms.
     pub wall_ms: f64,
+    /// The median device time of the timed runs, in ms, where the backend measures it
+    /// (CUDA: events around the launch); `null` otherwise.
+    pub device_ms: Option<f64>,
     /// The number of timed runs (`--repeat`).
     pub runs: usize,
     /// The compiled task graph's prediction, traffic, memory and tasks.
