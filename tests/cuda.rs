@@ -93,6 +93,7 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
             let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
             let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
             assert!(fusion.fused() >= 1, "p = {devices}: nothing fused");
+            println!("{dtype} p = {devices}: {} pairs fused", fusion.fused());
             let values = exe.loaded_inputs();
             let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
             let reference = comp.evaluate(&values).unwrap();
