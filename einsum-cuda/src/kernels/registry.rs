@@ -4,9 +4,10 @@
 //! Adding a CUDA kernel for an operator is one [`CudaKernel`] impl (in
 //! [`crate::kernels::operators`]) and one line in [`table`]; the operators the fusion pass
 //! makes ([`crate::kernels::fused`]) are [`FusedKernel`]s, listed in the same table. An
-//! operator with no entry (a custom operator defined outside `einsum-ops`, say) is refused before any device is
-//! touched: at compile time by `CudaBackend::check_operator`, and at prepare time by
-//! [`crate::lower::lower`], both with an error naming the operator and its kind.
+//! operator with no entry (a custom operator defined outside `einsum-ops`, say) is refused
+//! before any device is touched: at compile time by `CudaBackend::check_operator`, and at
+//! prepare time by [`crate::lower::lower`], both with an error naming the operator and its
+//! kind.
 //!
 //! # Design
 //! The kernel library hands the backend each kernel's operator as an `&dyn Any`
