@@ -1,10 +1,12 @@
 //! The CUDA backend through the driver: `--backend cuda` fails cleanly without a GPU, and
 //! with one a small LLaMA block at p = 1 and p = 8 (virtual devices sharing the GPUs)
-//! matches the single-device CPU reference in f32, f16 and bf16, replayed and eager.
+//! matches the single-device CPU reference in f32, f16 and bf16, replayed and eager, with
+//! and without kernel fusion.
 
 use std::{process::Command, sync::Arc};
 
-use einsum_core::scaled_error;
+use einsum_core::taskgraph::TaskGraph;
+use einsum_core::{KernelLibrary, scaled_error};
 use einsummable::{
     BackendParams, CompileOptions, CudaBackend, CudaOptions, DType, Workload, backend_by_name, check::tolerance,
     compile,
@@ -51,10 +53,11 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
         for devices in [1, 8] {
-            for eager in [false, true] {
+            // Replayed and eager with fusion, and replayed without it.
+            for (eager, fuse) in [(false, true), (true, true), (false, false)] {
                 let options = CompileOptions {
                     devices,
-                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, ..CudaOptions::default() })),
+                    backend: Arc::new(CudaBackend::new(CudaOptions { eager, fuse, ..CudaOptions::default() })),
                     ..CompileOptions::default()
                 };
                 let mut exe = compile(&graph, &options).unwrap();
@@ -65,15 +68,19 @@ fn llama_block_on_the_gpu_matches_the_cpu_reference() {
                     let reference = graph.computation().evaluate(&exe.loaded_inputs()).unwrap();
                     let err =
                         reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
-                    assert!(err <= 10.0 * tolerance(dtype), "{dtype} p = {devices} eager {eager}: error {err}");
+                    assert!(
+                        err <= 10.0 * tolerance(dtype),
+                        "{dtype} p = {devices} eager {eager} fuse {fuse}: error {err}"
+                    );
                 }
             }
         }
     }
 }
 
-/// Without a GPU: the CUDA lowering of a whole LLaMA block at p = 1 and p = 8, run on the
-/// host emulator with the virtual devices on one and on two GPUs, matches the reference.
+/// Without a GPU: the CUDA lowering of a whole LLaMA block at p = 1 and p = 8, with and
+/// without kernel fusion, run on the host emulator with the virtual devices on one and on two
+/// GPUs, matches the reference.
 #[test]
 fn llama_block_lowering_matches_the_reference_on_the_emulator() {
     for dtype in [DType::F32, DType::BF16] {
@@ -84,19 +91,65 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
             let comp = graph.computation();
             let compiled = exe.compiled();
             let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
-            let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+            let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
+            assert!(fusion.fused() >= 1, "p = {devices}: nothing fused");
+            println!("{dtype} p = {devices}: {} pairs fused", fusion.fused());
             let values = exe.loaded_inputs();
             let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
             let reference = comp.evaluate(&values).unwrap();
-            for gpus in [1, 2] {
-                let outs = einsum_cuda::emulate::run(&compiled.graph, &lowered, gpus, &ordered);
-                for (t, out) in comp.saved().iter().zip(&outs) {
-                    let err = scaled_error(out, &reference[t], 1.0);
-                    assert!(err <= 10.0 * tolerance(dtype), "{dtype} p = {devices} on {gpus} GPUs: error {err}");
+            let plans: [(&TaskGraph, &dyn KernelLibrary); 2] =
+                [(&compiled.graph, &kernels), (&fusion.graph, &fusion.kernels)];
+            for (fused, (task_graph, library)) in plans.into_iter().enumerate() {
+                let lowered = einsum_cuda::lower::lower(task_graph, library).unwrap_or_else(|e| panic!("{e}"));
+                for gpus in [1, 2] {
+                    let outs = einsum_cuda::emulate::run(task_graph, &lowered, gpus, &ordered);
+                    for (t, out) in comp.saved().iter().zip(&outs) {
+                        let err = scaled_error(out, &reference[t], 1.0);
+                        let at = format!("{dtype} p = {devices} on {gpus} GPUs, fused {}", fused == 1);
+                        assert!(err <= 10.0 * tolerance(dtype), "{at}: error {err}");
+                    }
                 }
             }
         }
     }
+}
+
+/// Fusion on the small LLaMA block at p = 1: the FFN's SiLU and the multiply by `up` become
+/// one task (their intermediate dropped), and the residual add with the second RMSNorm
+/// another (the sum kept: the last residual add reads it), so two tasks, one buffer and two
+/// kernel launches fewer; the fused kernels are the ones launched.
+#[test]
+fn llama_block_fusion_at_p_1_saves_two_tasks_one_buffer_and_two_launches() {
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::BF16).unwrap();
+    let exe = compile(&graph, &CompileOptions { devices: 1, ..CompileOptions::default() }).unwrap();
+    let compiled = exe.compiled();
+    let kernels = einsum_compile::ComputationKernels(graph.computation(), &compiled.kernels);
+    let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
+    let (before, after) = (&compiled.graph, &fusion.graph);
+    assert_eq!(fusion.fused(), 2);
+    assert_eq!(after.nodes().len(), before.nodes().len() - 2);
+    assert_eq!(after.buffers().len(), before.buffers().len() - 1);
+    assert!(after.check_complete().is_ok());
+    let launches = |g: &TaskGraph, k: &dyn KernelLibrary| {
+        let lowered = einsum_cuda::lower::lower(g, k).unwrap_or_else(|e| panic!("{e}"));
+        let mut names = std::collections::BTreeMap::<String, usize>::new();
+        for op in lowered.ops.iter().flatten() {
+            // The operation's variant: `Unary`, `Binary`, `Rows`, `UnaryBinary`, ...
+            let name = format!("{op:?}").split([' ', '{']).next().unwrap_or_default().to_string();
+            *names.entry(name).or_default() += 1;
+        }
+        names
+    };
+    let (b, a) = (launches(before, &kernels), launches(after, &fusion.kernels));
+    let count = |m: &std::collections::BTreeMap<String, usize>, k: &str| m.get(k).copied().unwrap_or(0);
+    assert_eq!(a.values().sum::<usize>(), b.values().sum::<usize>() - 2, "{b:?} -> {a:?}");
+    assert_eq!((count(&b, "UnaryBinary"), count(&b, "BinaryRmsNorm")), (0, 0), "{b:?}");
+    assert_eq!((count(&a, "UnaryBinary"), count(&a, "BinaryRmsNorm")), (1, 1), "{a:?}");
+    assert_eq!(count(&a, "Unary"), count(&b, "Unary") - 1, "{b:?} -> {a:?}");
+    assert_eq!(count(&a, "Binary"), count(&b, "Binary") - 2, "{b:?} -> {a:?}");
+    assert_eq!(count(&a, "Rows"), count(&b, "Rows") - 1, "{b:?} -> {a:?}");
+    let fused: Vec<&str> = after.nodes().iter().filter(|n| n.label.contains(" + ")).map(|n| n.label.as_str()).collect();
+    assert_eq!(fused.len(), 2, "{fused:?}");
 }
 
 /// The memory-bound kernels' variants engage on a real graph: the small LLaMA block at p = 8
@@ -130,7 +183,7 @@ fn llama_block_lowering_picks_the_fast_memory_bound_kernels() {
 }
 
 /// Without a GPU: the stream plans of a LLaMA block at p = 1 and p = 8 on one and two GPUs,
-/// with 1 and 4 streams per GPU, pass the race checker, which flags any of their waits
+/// with 1 and 4 streams per GPU, unfused and fused, pass the race checker, which flags any of their waits
 /// dropped (a sample of them); and a run with the streams interleaved at random (each
 /// stream's order and the event waits only) matches the reference.
 #[test]
@@ -145,34 +198,42 @@ fn llama_block_stream_plans_are_race_free_and_interleaved_runs_match_the_referen
         let comp = graph.computation();
         let compiled = exe.compiled();
         let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
-        let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+        let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
         let values = exe.loaded_inputs();
         let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
         let reference = comp.evaluate(&values).unwrap();
-        for gpus in [1, 2] {
-            for streams in [1, 4] {
-                let at = format!("p = {devices} on {gpus} GPUs, {streams} streams per GPU");
-                let plan = StreamPlan::new(&compiled.graph, gpus, streams, &lowered.scratch);
-                check(&compiled.graph, &plan, &lowered.scratch).unwrap_or_else(|e| panic!("{at}: {e}"));
-                if devices == 1 && streams == 4 {
-                    let used: std::collections::BTreeSet<_> = plan.stream.iter().collect();
-                    assert!(used.len() > 1, "{at}: independent tasks stay on one stream");
-                }
-                let waits: Vec<(usize, usize)> =
-                    plan.waits.iter().enumerate().flat_map(|(t, w)| (0..w.len()).map(move |i| (t, i))).collect();
-                assert!(devices == 1 && streams == 1 || !waits.is_empty(), "{at}: no event at all");
-                for &(t, i) in waits.iter().step_by((waits.len() / 12).max(1)) {
-                    let mut dropped = plan.clone();
-                    dropped.waits[t].remove(i);
-                    let err = check(&compiled.graph, &dropped, &lowered.scratch);
-                    assert!(matches!(err, Err(RaceError::Race { .. })), "{at}: dropping task {t}'s wait {i}: {err:?}");
-                }
-                let mut e = einsum_cuda::emulate::Emulator::with_streams(&compiled.graph, &lowered, gpus, streams);
-                e.load_all(&ordered).unwrap();
-                let outs = e.run_interleaved(devices as u64 * 10 + streams as u64).unwrap();
-                for (t, out) in comp.saved().iter().zip(&outs) {
-                    let err = scaled_error(out, &reference[t], 1.0);
-                    assert!(err <= 10.0 * tolerance(dtype), "{at}: error {err}");
+        let graphs: [(&TaskGraph, &dyn KernelLibrary); 2] =
+            [(&compiled.graph, &kernels), (&fusion.graph, &fusion.kernels)];
+        for (fused, (task_graph, library)) in graphs.into_iter().enumerate() {
+            let lowered = einsum_cuda::lower::lower(task_graph, library).unwrap_or_else(|e| panic!("{e}"));
+            for gpus in [1, 2] {
+                for streams in [1, 4] {
+                    let at = format!("p = {devices} on {gpus} GPUs, {streams} streams per GPU, fused {}", fused == 1);
+                    let plan = StreamPlan::new(task_graph, gpus, streams, &lowered.scratch);
+                    check(task_graph, &plan, &lowered.scratch).unwrap_or_else(|e| panic!("{at}: {e}"));
+                    if devices == 1 && streams == 4 {
+                        let used: std::collections::BTreeSet<_> = plan.stream.iter().collect();
+                        assert!(used.len() > 1, "{at}: independent tasks stay on one stream");
+                    }
+                    let waits: Vec<(usize, usize)> =
+                        plan.waits.iter().enumerate().flat_map(|(t, w)| (0..w.len()).map(move |i| (t, i))).collect();
+                    assert!(devices == 1 && streams == 1 || !waits.is_empty(), "{at}: no event at all");
+                    for &(t, i) in waits.iter().step_by((waits.len() / 12).max(1)) {
+                        let mut dropped = plan.clone();
+                        dropped.waits[t].remove(i);
+                        let err = check(task_graph, &dropped, &lowered.scratch);
+                        assert!(
+                            matches!(err, Err(RaceError::Race { .. })),
+                            "{at}: dropping task {t}'s wait {i}: {err:?}"
+                        );
+                    }
+                    let mut e = einsum_cuda::emulate::Emulator::with_streams(task_graph, &lowered, gpus, streams);
+                    e.load_all(&ordered).unwrap();
+                    let outs = e.run_interleaved(devices as u64 * 10 + streams as u64).unwrap();
+                    for (t, out) in comp.saved().iter().zip(&outs) {
+                        let err = scaled_error(out, &reference[t], 1.0);
+                        assert!(err <= 10.0 * tolerance(dtype), "{at}: error {err}");
+                    }
                 }
             }
         }

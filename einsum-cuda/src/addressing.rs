@@ -195,8 +195,14 @@ pub fn specialize(op: &mut Op) {
             *index = reduce_index_width(keep, over);
         }
         Op::Unary { x, y, vector, .. } => *vector = aligned(x) && aligned(y),
+        Op::UnaryBinary { x, b, y, vector, .. } => *vector = aligned(x) && aligned(b) && aligned(y),
         Op::Aggregate { srcs, out, vector, .. } => *vector = aligned(out) && srcs.iter().all(aligned),
-        Op::Memcpy { .. } | Op::Rows { .. } | Op::Rope { .. } | Op::Attention { .. } | Op::Gemm { .. } => {}
+        Op::Memcpy { .. }
+        | Op::Rows { .. }
+        | Op::BinaryRmsNorm { .. }
+        | Op::Rope { .. }
+        | Op::Attention { .. }
+        | Op::Gemm { .. } => {}
     }
 }
 

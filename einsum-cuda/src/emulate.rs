@@ -320,6 +320,38 @@ fn apply(m: &mut Memory, op: &Op) {
                 m.st(*y, oy, *dtype, v);
             }
         }
+        Op::UnaryBinary { x, b, y, dtype, unary, binary, unary_first, n, vector } => {
+            if *vector {
+                check_vector(m, &[*x, *b, *y]);
+            }
+            // fused.cu: f(x) stays in f32, one rounding at the store.
+            for i in 0..*n {
+                let (u, v) = (unary.apply(m.ld(*x, i, *dtype)), m.ld(*b, i, *dtype));
+                let r = if *unary_first { binary.apply(u, v) } else { binary.apply(v, u) };
+                m.st(*y, i, *dtype, r);
+            }
+        }
+        Op::BinaryRmsNorm { a, b, w, sum, y, dtype, binary, outer, n, inner, eps } => {
+            // `binary_rmsnorm` of rows.cu: a ⊙ b in f32, rounded only where it is stored.
+            for o in 0..*outer {
+                for inn in 0..*inner {
+                    let at = |j: usize| o * n * inner + j * inner + inn;
+                    let vs: Vec<f32> =
+                        (0..*n).map(|j| binary.apply(m.ld(*a, at(j), *dtype), m.ld(*b, at(j), *dtype))).collect();
+                    if let Some(sum) = sum {
+                        for (j, &v) in vs.iter().enumerate() {
+                            m.st(*sum, at(j), *dtype, v);
+                        }
+                    }
+                    let s: f32 = vs.iter().map(|v| v * v).sum();
+                    let scale = 1.0 / (s / *n as f32 + eps).sqrt();
+                    for (j, &v) in vs.iter().enumerate() {
+                        let r = v * scale * m.ld(*w, j, *dtype);
+                        m.st(*y, at(j), *dtype, r);
+                    }
+                }
+            }
+        }
         Op::Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps } => {
             for o in 0..*outer {
                 for inn in 0..*inner {

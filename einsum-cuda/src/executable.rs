@@ -10,6 +10,7 @@ use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared};
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
 use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspace, label};
+use crate::fusion::fuse;
 use crate::graph_capture::{CaptureError, capture, fork_issue_join};
 use crate::inputs::InputSlots;
 use crate::lower::lower;
@@ -27,12 +28,16 @@ pub struct CudaOptions {
     /// The stream budget of every GPU, shared by the virtual devices it hosts (at least one
     /// stream each; see [`crate::stream_plan`]). 1 gives every virtual device one stream.
     pub streams_per_gpu: usize,
+    /// Fuse adjacent kernel tasks (a unary and the binary reading it, a binary and the
+    /// RMSNorm reading it) before lowering ([`crate::fusion`]); off, every task keeps its own
+    /// kernel (to compare).
+    pub fuse: bool,
 }
 
 impl Default for CudaOptions {
-    /// Captured, every GPU, [`DEFAULT_STREAMS_PER_GPU`] streams per GPU.
+    /// Captured, every GPU, [`DEFAULT_STREAMS_PER_GPU`] streams per GPU, fusion on.
     fn default() -> Self {
-        CudaOptions { eager: false, max_gpus: None, streams_per_gpu: DEFAULT_STREAMS_PER_GPU }
+        CudaOptions { eager: false, max_gpus: None, streams_per_gpu: DEFAULT_STREAMS_PER_GPU, fuse: true }
     }
 }
 
@@ -90,7 +95,8 @@ fn setup(reason: String) -> BackendError {
 impl CudaExecutable {
     /// Prepares `graph`, whose kernel tasks run `kernels` (a library that describes each
     /// kernel's operator, [`KernelLibrary::info`], such as `einsum_compile::ComputationKernels`),
-    /// on the GPUs. Fails, before any CUDA call, with [`BackendError::Unsupported`] naming an
+    /// on the GPUs, after fusing adjacent kernel tasks ([`crate::fusion`]) unless
+    /// [`CudaOptions::fuse`] is off. Fails, before any CUDA call, with [`BackendError::Unsupported`] naming an
     /// operator the backend has no kernel for ([`crate::kernels::registry`]); with
     /// [`BackendError::Unavailable`] when there is no usable CUDA driver ("no CUDA driver
     /// found ..."); with [`BackendError::Task`] naming a kernel task that cannot be lowered;
@@ -101,11 +107,18 @@ impl CudaExecutable {
         kernels: &dyn KernelLibrary,
         options: &CudaOptions,
     ) -> Result<Self, BackendError> {
-        let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
         // Operators with no CUDA kernel are refused first, with no device involved; then a
         // machine without a GPU says so before any other work.
         crate::backend::check_kernels(graph, kernels)?;
         let available = check_cuda()?;
+        let fusion;
+        let (graph, kernels): (&TaskGraph, &dyn KernelLibrary) = if options.fuse {
+            fusion = fuse(graph, kernels).map_err(|e| setup(format!("kernel fusion: {e}")))?;
+            (&fusion.graph, &fusion.kernels)
+        } else {
+            (graph, kernels)
+        };
+        let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
         let lowered = lower(graph, kernels).map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
         let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), options.streams_per_gpu, &lowered.scratch);

@@ -135,6 +135,19 @@ fn grid(n: usize, max: usize, what: &str) -> Result<u32, String> {
     Ok(n as u32)
 }
 
+/// The launch of a row kernel (`rows.cu`: one warp per fibre, 8 per block) over `fibres`
+/// rows of `n` elements; `None` when there is nothing to do.
+fn rows_launch(fibres: usize, n: usize) -> Result<Option<LaunchConfig>, String> {
+    if fibres == 0 || n == 0 {
+        return Ok(None);
+    }
+    Ok(Some(LaunchConfig {
+        grid_dim: (grid(fibres.div_ceil(8), MAX_GRID_X, "row kernel")?, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }))
+}
+
 fn cuda_dtype(d: DType) -> cublas::sys::cudaDataType {
     match d {
         DType::F32 => cublas::sys::cudaDataType::CUDA_R_32F,
@@ -323,15 +336,38 @@ impl Runtime {
                     }
                 }
             }
-            Op::Rows { kernel, x, w, b: bias, y, dtype, outer, n, inner, eps } => {
-                let fibres = outer * inner;
-                if fibres == 0 || *n == 0 {
+            Op::UnaryBinary { x, b: other, y, dtype, unary, binary, unary_first, n, vector } => {
+                if *n == 0 {
                     return Ok(());
                 }
-                let cfg = LaunchConfig {
-                    grid_dim: (grid(fibres.div_ceil(8), MAX_GRID_X, "row kernel")?, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
+                let (uop, scale, bop, first) =
+                    (unary.code(), unary_scalar(*unary), binary.code(), i32::from(*unary_first));
+                let (xp, bp, yp, dt, nn) = (a(x), a(other), a(y), dtype.code(), *n as i64);
+                let f = self.kernel_of(s, op)?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&xp).arg(&bp).arg(&yp).arg(&dt).arg(&uop).arg(&scale).arg(&bop).arg(&first).arg(&nn);
+                let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
+                // SAFETY: matches the signature shared by `unary_binary` and `unary_binary_vec`
+                // (fused.cu); three blocks of n elements, 16-byte aligned on the vector path.
+                unsafe { b.launch(linear(threads)) }.map_err(launch_err)?;
+            }
+            Op::BinaryRmsNorm { a: left, b: right, w, sum, y, dtype, binary, outer, n, inner, eps } => {
+                let Some(cfg) = rows_launch(outer * inner, *n)? else {
+                    return Ok(());
+                };
+                let (ap, bp, wp, yp, dt, code) = (a(left), a(right), a(w), a(y), dtype.code(), binary.code());
+                let sp = sum.map(|p| a(&p)).unwrap_or(0);
+                let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
+                let f = self.function(s, "binary_rmsnorm")?;
+                let mut b = stream.launch_builder(f);
+                b.arg(&ap).arg(&bp).arg(&wp).arg(&sp).arg(&yp).arg(&dt).arg(&code).arg(&o).arg(&nn).arg(&i).arg(eps);
+                // SAFETY: matches `binary_rmsnorm`'s signature (rows.cu); a null `sum` stores
+                // nothing.
+                unsafe { b.launch(cfg) }.map_err(launch_err)?;
+            }
+            Op::Rows { kernel, x, w, b: bias, y, dtype, outer, n, inner, eps } => {
+                let Some(cfg) = rows_launch(outer * inner, *n)? else {
+                    return Ok(());
                 };
                 let (xp, yp, dt) = (a(x), a(y), dtype.code());
                 let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);

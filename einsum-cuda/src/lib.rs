@@ -3,9 +3,11 @@
 //! [`CudaBackend`] implements the core contract ([`einsum_core::Backend`]); its prepared
 //! executable is a [`CudaExecutable`]. [`CudaExecutable::prepare`] refuses, before any CUDA
 //! call, a graph with an operator that has no CUDA kernel (kernels are found by operator
-//! type in [`kernels::registry`]), then lowers every task to device operations
-//! ([`lower`]): cuBLAS strided-batched GEMMs for contractions (planned in
-//! [`kernels::gemm_plan`]), NVRTC-compiled CUDA C kernels for everything else
+//! type in [`kernels::registry`]), fuses adjacent kernel tasks on the task graph
+//! ([`fusion`]: a unary and the binary reading it, a binary and the RMSNorm reading it; off
+//! with [`CudaOptions::fuse`]), then lowers every task to device operations ([`lower`]):
+//! cuBLAS strided-batched GEMMs for contractions (planned in [`kernels::gemm_plan`]),
+//! NVRTC-compiled CUDA C kernels for everything else
 //! ([`kernels::sources`]), box copies for slices, stitches and stores, peer copies for
 //! transfers; the memory-bound kernels' variants (coalesced dimensions, 32-bit indexing,
 //! 16-byte vector accesses) are chosen at lowering by [`addressing`]. [`stream_plan`] maps
@@ -36,6 +38,7 @@ pub mod device;
 pub mod emulate;
 pub mod executable;
 pub mod executor;
+pub mod fusion;
 pub mod graph_capture;
 pub mod inputs;
 pub mod kernels;

@@ -199,6 +199,56 @@ pub enum Op {
         /// The kernel variant (see [`crate::addressing`]).
         access: Access,
     },
+    /// `y = f(x) ⊙ b` (`unary_first`) or `y = b ⊙ f(x)` over `n` contiguous elements of
+    /// one shape, `f(x)` kept in f32 (one rounding, at the store): a unary and the binary
+    /// reading its result, fused ([`crate::fusion`]).
+    UnaryBinary {
+        /// The unary's input.
+        x: Ptr,
+        /// The binary's other operand.
+        b: Ptr,
+        /// Output.
+        y: Ptr,
+        /// Element type.
+        dtype: DType,
+        /// The unary f.
+        unary: UnaryOp,
+        /// The binary ⊙.
+        binary: BinaryOp,
+        /// Whether `f(x)` is the binary's left operand.
+        unary_first: bool,
+        /// Elements.
+        n: usize,
+        /// 16 bytes per thread (the three pointers aligned, see [`crate::addressing`]).
+        vector: bool,
+    },
+    /// RMSNorm over the middle axis of `[outer, n, inner]` of `a ⊙ b` (in f32, not rounded
+    /// before the norm), also storing `a ⊙ b` to `sum` when it has later readers: a binary
+    /// and the RMSNorm reading its result, fused ([`crate::fusion`]).
+    BinaryRmsNorm {
+        /// Left operand.
+        a: Ptr,
+        /// Right operand.
+        b: Ptr,
+        /// The norm's weight (`[n]`).
+        w: Ptr,
+        /// Where `a ⊙ b` is also stored, if anything else reads it.
+        sum: Option<Ptr>,
+        /// The normalized rows.
+        y: Ptr,
+        /// Element type.
+        dtype: DType,
+        /// The ⊙.
+        binary: BinaryOp,
+        /// Product of the extents before the axis.
+        outer: usize,
+        /// The axis' extent.
+        n: usize,
+        /// Product of the extents after it.
+        inner: usize,
+        /// Epsilon.
+        eps: f32,
+    },
     /// Softmax / RMSNorm / LayerNorm over the middle axis of `[outer, n, inner]`.
     Rows {
         /// Which.
@@ -312,7 +362,7 @@ pub enum Op {
 
 impl Op {
     /// The NVRTC kernel a memory-bound operation launches (copy, aggregate, unary, binary,
-    /// reduce), by the variant [`crate::addressing`] chose; `None` for the others (their
+    /// fused unary·binary, reduce), by the variant [`crate::addressing`] chose; `None` for the others (their
     /// kernels are picked by the executor).
     pub fn kernel_name(&self) -> Option<&'static str> {
         let strided = |access: &Access, wide, narrow, vector| match access {
@@ -326,8 +376,14 @@ impl Op {
             Op::Reduce { index: Index::I64, .. } => "reduce",
             Op::Reduce { index: Index::I32, .. } => "reduce32",
             Op::Unary { vector, .. } => ["unary", "unary_vec"][usize::from(*vector)],
+            Op::UnaryBinary { vector, .. } => ["unary_binary", "unary_binary_vec"][usize::from(*vector)],
             Op::Aggregate { vector, .. } => ["aggregate", "aggregate_vec"][usize::from(*vector)],
-            Op::Memcpy { .. } | Op::Rows { .. } | Op::Rope { .. } | Op::Attention { .. } | Op::Gemm { .. } => {
+            Op::Memcpy { .. }
+            | Op::Rows { .. }
+            | Op::BinaryRmsNorm { .. }
+            | Op::Rope { .. }
+            | Op::Attention { .. }
+            | Op::Gemm { .. } => {
                 return None;
             }
         })
@@ -699,6 +755,8 @@ mod tests {
         }
         for vector in [false, true] {
             ops.push(Op::Unary { x: p, y: p, dtype: DType::F32, op: UnaryOp::Relu, n: 4, vector });
+            let (unary, binary, unary_first) = (UnaryOp::Silu, BinaryOp::Mul, true);
+            ops.push(Op::UnaryBinary { x: p, b: p, y: p, dtype: DType::F32, unary, binary, unary_first, n: 4, vector });
             let (dtype, agg) = (DType::F32, Aggregation::Sum);
             ops.push(Op::Aggregate { srcs: vec![p], accumulate: false, out: p, dtype, agg, n: 4, vector });
         }

@@ -5,7 +5,9 @@
 //! barriers). It checks, without a GPU, what the emulator cannot: that the vector
 //! (`copy_vec`, `unary_vec`, `binary_vec`, `aggregate_vec`) and 32-bit (`box_copy32`,
 //! `binary32`, `reduce32`) entry points write exactly what the scalar 64-bit ones write,
-//! byte for byte, and that `aggregate` folds its sources left to right in f32.
+//! byte for byte, that `aggregate` folds its sources left to right in f32, and that the
+//! fused `unary_binary` (and its vector entry) writes the unfused unary and binary run in f32,
+//! rounded once.
 //!
 //! Ignored by default (it needs g++ 12 or later with `_Float16`, as on x86-64 Debian 12);
 //! `.ci/run` runs it with `--include-ignored`. `EINSUMMABLE_CXX` names another compiler.
@@ -16,7 +18,8 @@ use std::process::Command;
 use einsum_cuda::kernels::sources::{self, Module};
 
 /// The modules run on the host.
-const MODULES: [Module; 5] = [sources::COPY, sources::UNARY, sources::BINARY, sources::AGGREGATE, sources::REDUCE];
+const MODULES: [Module; 6] =
+    [sources::COPY, sources::UNARY, sources::BINARY, sources::AGGREGATE, sources::REDUCE, sources::FUSED];
 
 /// The PTX of `common.cuh`'s f16 conversions and their host stand-ins (`prelude.h`).
 const INLINE_PTX: [(&str, &str); 2] = [

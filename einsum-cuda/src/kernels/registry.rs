@@ -2,10 +2,12 @@
 //! `einsum-ops` operator (its `TypeId`) to its lowering ([`CudaKernel`]).
 //!
 //! Adding a CUDA kernel for an operator is one [`CudaKernel`] impl (in
-//! [`crate::kernels::operators`]) and one line in [`table`]. An operator with no entry (a
-//! custom operator defined outside `einsum-ops`, say) is refused before any device is
-//! touched: at compile time by `CudaBackend::check_operator`, and at prepare time by
-//! [`crate::lower::lower`], both with an error naming the operator and its kind.
+//! [`crate::kernels::operators`]) and one line in [`table`]; the operators the fusion pass
+//! makes ([`crate::kernels::fused`]) are [`FusedKernel`]s, listed in the same table. An
+//! operator with no entry (a custom operator defined outside `einsum-ops`, say) is refused
+//! before any device is touched: at compile time by `CudaBackend::check_operator`, and at
+//! prepare time by [`crate::lower::lower`], both with an error naming the operator and its
+//! kind.
 //!
 //! # Design
 //! The kernel library hands the backend each kernel's operator as an `&dyn Any`
@@ -28,6 +30,7 @@ use einsum_ops::rope::Rope;
 use einsum_ops::softmax::Softmax;
 use einsum_ops::unary::Unary;
 
+use crate::kernels::fused::{BinaryRmsNorm, UnaryBinary};
 use crate::lower::{KernelCtx, Op, Ptr};
 
 /// The buffers of one kernel task, before the operator's own data type is known.
@@ -66,6 +69,15 @@ pub trait CudaKernel: AbstractOperator + Sized {
     fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String>;
 }
 
+/// The CUDA lowering of an operator the backend makes itself (the fusion pass's,
+/// [`crate::kernels::fused`]): such an operator is no `einsum-ops` operator (it has no
+/// function specs of its own), so it lowers straight from the kernel task's blocks.
+pub trait FusedKernel: Any {
+    /// Lowers one call on `args`' blocks; may add scratch areas and constant tables through
+    /// `ctx`.
+    fn lower(&self, args: &KernelArgs<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String>;
+}
+
 /// A type-erased lowering: downcasts the operator and lowers the call.
 type LowerFn = fn(&dyn Any, &KernelArgs<'_>, &mut KernelCtx<'_>) -> Result<Vec<Op>, String>;
 
@@ -82,6 +94,11 @@ impl Entry {
     /// The entry of operator type `T`.
     fn of<T: CudaKernel>() -> Entry {
         Entry { type_id: TypeId::of::<T>(), type_name: std::any::type_name::<T>(), lower: lower_as::<T> }
+    }
+
+    /// The entry of fused operator type `T`.
+    fn fused<T: FusedKernel>() -> Entry {
+        Entry { type_id: TypeId::of::<T>(), type_name: std::any::type_name::<T>(), lower: lower_fused::<T> }
     }
 
     /// Lowers one call of `operator` (which must be of this entry's type, as [`find`]
@@ -109,6 +126,17 @@ fn lower_as<T: CudaKernel>(
     op.lower(&call, ctx)
 }
 
+fn lower_fused<T: FusedKernel>(
+    operator: &dyn Any,
+    args: &KernelArgs<'_>,
+    ctx: &mut KernelCtx<'_>,
+) -> Result<Vec<Op>, String> {
+    let op = operator
+        .downcast_ref::<T>()
+        .ok_or_else(|| format!("the kernel table's entry for {} got another type", std::any::type_name::<T>()))?;
+    op.lower(args, ctx)
+}
+
 /// Every CUDA kernel, by operator type: the one place to add one.
 pub fn table() -> &'static [Entry] {
     static TABLE: LazyLock<Vec<Entry>> = LazyLock::new(|| {
@@ -122,6 +150,8 @@ pub fn table() -> &'static [Entry] {
             Entry::of::<Rope>(),
             Entry::of::<Reduce>(),
             Entry::of::<Attention>(),
+            Entry::fused::<UnaryBinary>(),
+            Entry::fused::<BinaryRmsNorm>(),
         ]
     });
     &TABLE
@@ -148,7 +178,7 @@ mod tests {
         for (i, a) in t.iter().enumerate() {
             assert!(t[i + 1..].iter().all(|b| b.type_id != a.type_id), "{} is listed twice", a.type_name);
         }
-        assert_eq!(t.len(), 9);
+        assert_eq!(t.len(), 11);
     }
 
     #[test]

@@ -31,9 +31,17 @@ pub const UNARY: Module =
 /// same-shape 16-byte case.
 pub const BINARY: Module =
     Module { name: "binary", kernels: &["binary", "binary32", "binary_vec"], source: include_str!("cuda/binary.cu") };
-/// Softmax, RMSNorm and LayerNorm over one axis.
-pub const ROWS: Module =
-    Module { name: "rows", kernels: &["softmax", "rmsnorm", "layernorm"], source: include_str!("cuda/rows.cu") };
+/// Softmax, RMSNorm and LayerNorm over one axis, and the RMSNorm of a binary's result
+/// (`binary_rmsnorm`, made by the fusion pass, [`crate::fusion`]).
+pub const ROWS: Module = Module {
+    name: "rows",
+    kernels: &["softmax", "rmsnorm", "layernorm", "binary_rmsnorm"],
+    source: include_str!("cuda/rows.cu"),
+};
+/// A binary with a unary applied to one operand, in one pass (made by the fusion pass,
+/// [`crate::fusion`]), scalar and 16-byte.
+pub const FUSED: Module =
+    Module { name: "fused", kernels: &["unary_binary", "unary_binary_vec"], source: include_str!("cuda/fused.cu") };
 /// Rotary position embeddings.
 pub const ROPE: Module = Module { name: "rope", kernels: &["rope"], source: include_str!("cuda/rope.cu") };
 /// Sum and max reductions (64- and 32-bit indexing).
@@ -56,7 +64,7 @@ pub const ATTENTION: [Module; 2] = [ATTENTION_SIMT, ATTENTION_MMA];
 
 /// Every module whose source does not depend on the operator (attention is compiled per
 /// head dimension).
-pub const FIXED: [Module; 7] = [COPY, AGGREGATE, UNARY, BINARY, ROWS, ROPE, REDUCE];
+pub const FIXED: [Module; 8] = [COPY, AGGREGATE, UNARY, BINARY, ROWS, ROPE, REDUCE, FUSED];
 
 /// The full source of `module`: `defines` (`NAME=value`) as `#define` lines, the generated
 /// operation codes ([`super::codes::header`]), the prelude, then the module.

@@ -1,8 +1,9 @@
-// Runs the memory-bound CUDA kernels' bodies on the host, one thread after another (they use
+// Runs the memory-bound CUDA kernels' bodies (and the fused unary·binary) on the host, one thread after another (they use
 // no shared memory or barriers), so that their vector and 32-bit variants are checked without
 // a GPU: each must write exactly what the scalar 64-bit variant writes, for f32, f16 and bf16,
 // every length up to 69 (vector tails), 1 to 8 aggregation sources with and without
-// accumulation (against a left fold in f32), and random permuted or broadcast 3-d spaces.
+// accumulation (against a left fold in f32), the fused unary·binary against the unfused
+// pair run in f32 and rounded once, and random permuted or broadcast 3-d spaces.
 // Driven by tests/host_cxx.rs, which prepends prelude.h to each module's full source.
 #include "prelude.h"
 #include <algorithm>
@@ -25,6 +26,8 @@ void binary32(const void*, const void*, void*, int, int, Dims);
 void binary_vec(const void*, const void*, void*, int, int, i64);
 void aggregate(Sources, int, int, void*, int, int, i64);
 void aggregate_vec(Sources, int, int, void*, int, int, i64);
+void unary_binary(const void*, const void*, void*, int, int, float, int, int, i64);
+void unary_binary_vec(const void*, const void*, void*, int, int, float, int, int, i64);
 void reduce(const void*, void*, int, int, Dims, Dims);
 void reduce32(const void*, void*, int, int, Dims, Dims);
 }
@@ -46,6 +49,19 @@ void fill_vals(Buf& b, int dt) {
 }
 int fails = 0;
 void check(bool ok, const char* what, int dt, int n) { if (!ok) { ++fails; printf("FAIL %s dt=%d n=%d\n", what, dt, n); } }
+// element i of p (dtype dt) as f32, and f32 v stored rounded to dt as common.cuh's st does
+float to_f32(const unsigned char* p, int dt, int i) {
+    if (dt == 0) { float f; memcpy(&f, p + 4 * i, 4); return f; }
+    unsigned short h; memcpy(&h, p + 2 * i, 2);
+    return dt == 1 ? host_h2f(h) : __uint_as_float((unsigned)h << 16);
+}
+void from_f32(unsigned char* p, int dt, int i, float v) {
+    if (dt == 0) { memcpy(p + 4 * i, &v, 4); return; }
+    unsigned short h;
+    if (dt == 1) h = host_f2h(v);
+    else { unsigned u = __float_as_uint(v); h = (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+    memcpy(p + 2 * i, &h, 2);
+}
 Dims lin(i64 n) { Dims d{}; d.rank = 1; d.shape[0] = n; for (int k = 1; k < 8; ++k) d.shape[k] = 1; d.s0[0] = d.s1[0] = d.s2[0] = 1; return d; }
 int main() {
     for (int dt = 0; dt < 3; ++dt) {
@@ -65,6 +81,29 @@ int main() {
                 launch(3, 4, [&] { binary(x.d, y.d, w1.d, dt, op, lin(n)); });
                 launch(2, 3, [&] { binary_vec(x.d, y.d, w2.d, dt, op, n); });
                 check(!memcmp(w1.d, w2.d, 4096), "binary", dt, n);
+            }
+            // unary_binary: the vector entry writes what the scalar one does, and both write
+            // the unfused pair run in f32 (unary, then binary) rounded once to dt, value for value
+            for (int uop = 0; uop < 6; ++uop) for (int bop = 0; bop < 5; ++bop) for (int first = 0; first < 2; ++first) {
+                w1 = z; w2 = z;
+                launch(3, 4, [&] { unary_binary(x.d, y.d, w1.d, dt, uop, 0.5f, bop, first, n); });
+                launch(2, 3, [&] { unary_binary_vec(x.d, y.d, w2.d, dt, uop, 0.5f, bop, first, n); });
+                check(!memcmp(w1.d, w2.d, 4096), "unary_binary", dt, n);
+                Buf fx, fy, fu, fr, want = z;
+                for (int i = 0; i < n; ++i) {
+                    float vx = to_f32(x.d, dt, i), vy = to_f32(y.d, dt, i);
+                    memcpy(fx.d + 4 * i, &vx, 4); memcpy(fy.d + 4 * i, &vy, 4);
+                }
+                launch(1, 8, [&] { unary(fx.d, fu.d, 0, uop, 0.5f, n); });
+                launch(1, 8, [&] { if (first) binary(fu.d, fy.d, fr.d, 0, bop, lin(n)); else binary(fy.d, fu.d, fr.d, 0, bop, lin(n)); });
+                for (int i = 0; i < n; ++i) { float r; memcpy(&r, fr.d + 4 * i, 4); from_f32(want.d, dt, i, r); }
+                // by value: fmaxf may pick either zero of max(-0, +0)
+                bool same = !memcmp(w1.d + n * es, want.d + n * es, 4096 - n * es);
+                for (int i = 0; i < n; ++i) {
+                    float g = to_f32(w1.d, dt, i), w = to_f32(want.d, dt, i);
+                    if (!(g == w || (std::isnan(g) && std::isnan(w)))) same = false;
+                }
+                check(same, "unary_binary-ref", dt, n);
             }
             // aggregate: k sources vs pairwise reference fold in f32
             Buf srcs[8]; for (auto& s : srcs) fill_vals(s, dt);

@@ -66,3 +66,29 @@ extern "C" __global__ void layernorm(const void* x, const void* w, const void* b
         st(y, base + j * inner, dt, r);
     }
 }
+
+// RMSNorm of a ⊙ b (the binary `op`, e.g. the residual add before a norm) in one pass over
+// the rows: y = v · w / sqrt(mean(v²) + eps) with v = a ⊙ b in f32, and, where `sum` is not
+// null, v rounded to the element type stored there too (for the sum's later readers). The
+// norm uses v unrounded: the unfused add rounded it to the element type before the norm.
+// Built by the fusion pass (einsum-cuda/src/fusion.rs) from a binary and the RMSNorm
+// reading its result.
+extern "C" __global__ void binary_rmsnorm(const void* a, const void* b, const void* w, void* sum, void* y, int dt,
+                                          int op, i64 outer, i64 n, i64 inner, float eps) {
+    i64 base;
+    if (fibre(outer, n, inner, &base) < 0) return;
+    int lane = threadIdx.x % 32;
+    float s = 0.0f;
+    for (i64 j = lane; j < n; j += 32) {
+        i64 at = base + j * inner;
+        float v = binary_apply(op, ld(a, at, dt), ld(b, at, dt));
+        if (sum) st(sum, at, dt, v);
+        s += v * v;
+    }
+    s = warp_sum(s);
+    float scale = 1.0f / sqrtf(s / (float)n + eps);
+    for (i64 j = lane; j < n; j += 32) {
+        i64 at = base + j * inner;
+        st(y, at, dt, binary_apply(op, ld(a, at, dt), ld(b, at, dt)) * scale * ld(w, j, dt));
+    }
+}
