@@ -218,37 +218,11 @@ pub fn check(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) -> Re
 
 #[cfg(test)]
 mod tests {
-    use einsum_core::taskgraph::examples::two_device_gather;
+    use einsum_core::taskgraph::examples::{gather_after_a_slice, two_device_gather};
     use einsum_core::taskgraph::{Boundary, DeviceId};
     use einsum_core::{DType, Interval, TensorType};
 
     use super::*;
-
-    /// Device 1 slices its loaded half (task 2) and sends it to device 0 (task 3), which
-    /// stitches it with its own half (task 4) and stores the result (task 5).
-    fn gather_after_a_slice() -> TaskGraph {
-        let whole = TensorType::zero_bounded(&[4]);
-        let half = |lo: usize| TensorType::from_intervals(vec![Interval { lo, hi: lo + 2 }]);
-        let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype: DType::F32 };
-        let mut g = TaskGraph::new(2, vec![io("x")], vec![io("y")]);
-        let a = g.add_buffer(DeviceId(0), half(0), DType::F32);
-        let b = g.add_buffer(DeviceId(1), half(2), DType::F32);
-        let c = g.add_buffer(DeviceId(1), half(2), DType::F32);
-        let b0 = g.add_buffer(DeviceId(0), half(2), DType::F32);
-        let y = g.add_buffer(DeviceId(0), whole, DType::F32);
-        let tasks = [
-            Task::Load { input: 0, dst: a },
-            Task::Load { input: 0, dst: b },
-            Task::Slice { src: b, dst: c },
-            Task::Transfer { src: c, dst: b0 },
-            Task::Stitch { srcs: vec![a, b0], dst: y },
-            Task::Store { output: 0, src: y },
-        ];
-        for task in tasks {
-            g.push(task, &[], "t").unwrap();
-        }
-        g
-    }
 
     #[test]
     fn planned_streams_are_race_free() {

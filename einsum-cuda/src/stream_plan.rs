@@ -338,38 +338,11 @@ impl StreamPlan {
 
 #[cfg(test)]
 mod tests {
-    use einsum_core::taskgraph::examples::two_device_gather;
+    use einsum_core::taskgraph::examples::{gather_after_a_slice, two_device_gather};
     use einsum_core::taskgraph::{Boundary, DeviceId};
     use einsum_core::{DType, Interval, TensorType};
 
     use super::*;
-
-    /// The two-device gather with a slice on device 1 before the send: tasks `0` load a
-    /// (device 0), `1` load b (device 1), `2` slice b into c (device 1), `3` move c to b0
-    /// (device 0), `4` stitch a and b0 into y, `5` store y. Buffers: a, b, c, b0, y.
-    fn gather_after_a_slice() -> TaskGraph {
-        let whole = TensorType::zero_bounded(&[4]);
-        let half = |lo: usize| TensorType::from_intervals(vec![Interval { lo, hi: lo + 2 }]);
-        let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype: DType::F32 };
-        let mut g = TaskGraph::new(2, vec![io("x")], vec![io("y")]);
-        let a = g.add_buffer(DeviceId(0), half(0), DType::F32);
-        let b = g.add_buffer(DeviceId(1), half(2), DType::F32);
-        let c = g.add_buffer(DeviceId(1), half(2), DType::F32);
-        let b0 = g.add_buffer(DeviceId(0), half(2), DType::F32);
-        let y = g.add_buffer(DeviceId(0), whole, DType::F32);
-        let tasks = [
-            Task::Load { input: 0, dst: a },
-            Task::Load { input: 0, dst: b },
-            Task::Slice { src: b, dst: c },
-            Task::Transfer { src: c, dst: b0 },
-            Task::Stitch { srcs: vec![a, b0], dst: y },
-            Task::Store { output: 0, src: y },
-        ];
-        for task in tasks {
-            g.push(task, &[], "t").unwrap();
-        }
-        g
-    }
 
     #[test]
     fn virtual_devices_share_gpus_round_robin() {

@@ -35,6 +35,34 @@ pub fn two_device_gather() -> TaskGraph {
     g
 }
 
+/// [`two_device_gather`] with a slice on device 1 before the send. Buffers: `0` a
+/// (`x[0..2)`, device 0), `1` b (`x[2..4)`, device 1), `2` c (its slice, device 1), `3` b0
+/// (`[2..4)` on device 0), `4` y (`[0..4)`, device 0). Tasks: `0` load a, `1` load b, `2`
+/// slice b into c, `3` move c to b0, `4` stitch a and b0 into y, `5` store y.
+pub fn gather_after_a_slice() -> TaskGraph {
+    let whole = TensorType::zero_bounded(&[4]);
+    let half = |lo: usize| TensorType::from_intervals(vec![Interval { lo, hi: lo + 2 }]);
+    let io = |n: &str| Boundary { name: n.into(), ty: whole.clone(), dtype: DType::F32 };
+    let mut g = TaskGraph::new(2, vec![io("x")], vec![io("y")]);
+    let a = g.add_buffer(DeviceId(0), half(0), DType::F32);
+    let b = g.add_buffer(DeviceId(1), half(2), DType::F32);
+    let c = g.add_buffer(DeviceId(1), half(2), DType::F32);
+    let b0 = g.add_buffer(DeviceId(0), half(2), DType::F32);
+    let y = g.add_buffer(DeviceId(0), whole, DType::F32);
+    let tasks = [
+        (Task::Load { input: 0, dst: a }, "load a"),
+        (Task::Load { input: 0, dst: b }, "load b"),
+        (Task::Slice { src: b, dst: c }, "slice b"),
+        (Task::Transfer { src: c, dst: b0 }, "move c"),
+        (Task::Stitch { srcs: vec![a, b0], dst: y }, "stitch"),
+        (Task::Store { output: 0, src: y }, "store"),
+    ];
+    for (task, label) in tasks {
+        g.push(task, &[], label).expect("the gather after a slice is a well-formed task graph");
+    }
+    g
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

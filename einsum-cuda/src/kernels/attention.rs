@@ -309,24 +309,29 @@ mod tests {
         out
     }
 
-    fn check(kernel: AttentionKernel, dtype: DType, d: usize, heads: usize, group: usize, lens: &[usize], tol: f32) {
-        let mut rng = SeededRng::new(7 + d as u64 + heads as u64);
-        let bounds = causal_bounds(lens);
-        let n = bounds.len();
-        let kv_heads = heads / group;
-        let scale = 1.0 / (d as f64).sqrt();
-        let shape = AttentionShape {
+    /// A block holding every query and key row of `bounds`, from head 0 and key 0.
+    fn whole(bounds: &[(usize, usize)], heads: usize, group: usize, d: usize, scale: f64) -> AttentionShape<'_> {
+        AttentionShape {
             heads,
-            nq: n,
-            nk: n,
+            nq: bounds.len(),
+            nk: bounds.len(),
             head_dim: d,
             heads_lo: 0,
             kv_lo: 0,
             keys_lo: 0,
             group,
             scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
-            bounds: &bounds,
-        };
+            bounds,
+        }
+    }
+
+    fn check(kernel: AttentionKernel, dtype: DType, d: usize, heads: usize, group: usize, lens: &[usize], tol: f32) {
+        let mut rng = SeededRng::new(7 + d as u64 + heads as u64);
+        let bounds = causal_bounds(lens);
+        let n = bounds.len();
+        let kv_heads = heads / group;
+        let scale = 1.0 / (d as f64).sqrt();
+        let shape = whole(&bounds, heads, group, d, scale);
         let q = rounded(dtype, heads * n * d, &mut rng);
         let k = rounded(dtype, kv_heads * n * d, &mut rng);
         let v = rounded(dtype, kv_heads * n * d, &mut rng);
@@ -373,18 +378,7 @@ mod tests {
         // P: so the emulator really runs the tensor-core blocking, not the CUDA-core one.
         let bounds = causal_bounds(&[200]);
         let (d, n) = (64, 200);
-        let shape = AttentionShape {
-            heads: 1,
-            nq: n,
-            nk: n,
-            head_dim: d,
-            heads_lo: 0,
-            kv_lo: 0,
-            keys_lo: 0,
-            group: 1,
-            scale_log2: 0.125 * std::f32::consts::LOG2_E,
-            bounds: &bounds,
-        };
+        let shape = whole(&bounds, 1, 1, d, 0.125);
         let mut rng = SeededRng::new(3);
         let (q, k, v) = (
             rounded(DType::BF16, n * d, &mut rng),
