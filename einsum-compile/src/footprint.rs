@@ -20,7 +20,7 @@
 //! stack) are counted once per distinct pair when intersecting blocks, then multiplied, so
 //! the estimate costs `O(p²)` box tests per distinct exchange, not per exchange.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use einsum_core::TensorType;
@@ -52,10 +52,10 @@ fn function_bytes(op: &dyn AbstractOperator) -> f64 {
 
 /// Estimated bytes of the logical problem of `comp` on `p` devices (module docs).
 pub fn planning_bytes(comp: &Computation, p: usize) -> f64 {
-    let mut seen: HashMap<String, ()> = HashMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
     let mut bytes = 0.0;
     for (_, op, _) in comp.ops() {
-        if seen.insert(format!("{}:{op:?}", op.kind()), ()).is_some() {
+        if !seen.insert(format!("{}:{op:?}", op.kind())) {
             continue;
         }
         let max: Vec<usize> = op.shardable().iter().map(|s| s.max_parts()).collect();
