@@ -158,9 +158,20 @@ fn bad_arguments_are_typed_errors() {
 
 #[test]
 fn bad_device_lists_fail_on_the_command_line_with_one_json_error() {
+    // 16 devices do not fit the one-node machine named; without --topology it would scale.
     for devices in ["1,x", "0", "1,16"] {
         let run = Command::new(env!("CARGO_BIN_EXE_einsummable"))
-            .args(["experiment", "chains", "--small", "--json", "--devices", devices, "--out"])
+            .args([
+                "experiment",
+                "chains",
+                "--small",
+                "--json",
+                "--topology",
+                "dgx-a100",
+                "--devices",
+                devices,
+                "--out",
+            ])
             .arg(temp_dir("bad-cli"))
             .output()
             .unwrap();
@@ -168,6 +179,21 @@ fn bad_device_lists_fail_on_the_command_line_with_one_json_error() {
         let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
         assert!(json["error"].as_str().is_some_and(|e| e.contains("device")), "{devices}: {json}");
     }
+}
+
+/// Without `--topology`, a device list past one node plans on the default machine scaled to
+/// enough nodes, and the caption names it.
+#[test]
+fn device_lists_past_one_node_scale_the_default_machine() {
+    let run = Command::new(env!("CARGO_BIN_EXE_einsummable"))
+        .args(["experiment", "chains", "--small", "--json", "--devices", "1,16", "--out"])
+        .arg(temp_dir("scaled"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let caption = json["experiments"][0]["caption"].as_str().unwrap();
+    assert!(caption.contains("for dgx-a100x2."), "{caption}");
 }
 
 #[test]

@@ -16,8 +16,9 @@ pub struct Args {
     /// transformer, chains, ablation, exchange, proxy, fit, budget, or all.
     name: String,
     /// The machine: a topology preset or file (`exchange` always uses dgx-v100 and dgx-a100).
-    #[arg(long, default_value = "dgx-a100")]
-    topology: String,
+    /// Without it, dgx-a100 scaled to enough nodes for the largest device count.
+    #[arg(long)]
+    topology: Option<String>,
     /// Device counts p, comma-separated; ablation, exchange and proxy use the largest.
     #[arg(long, default_value = "1,4,8")]
     devices: String,
@@ -47,9 +48,11 @@ pub fn run(a: Args) -> Result<Report> {
     let devices = parse_devices(&a.devices)?;
     // Before hours of planning: an unwritable output directory fails at once.
     super::prepare_dir("--out", &a.out)?;
-    let setup = Setup { topology: a.topology, devices, out_dir: a.out, small: a.small };
+    let largest = devices.iter().copied().max().unwrap_or(1);
+    let chosen = super::choose_topology(a.topology.as_deref(), largest)?;
+    let mut text = chosen.note.map(|n| n + "\n").unwrap_or_default();
+    let setup = Setup { topology: chosen.name, devices, out_dir: a.out, small: a.small };
     let mut runner = Runner::new();
-    let mut text = String::new();
     let mut outcomes = Vec::new();
     for e in experiments {
         let outcome = e.run(&setup, &mut runner)?;
