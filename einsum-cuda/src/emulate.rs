@@ -2,9 +2,10 @@
 //! ([`Emulator::new`]), inputs loaded once into resident regions ([`Emulator::load`]), run
 //! any number of times ([`Emulator::run`]). It runs [`Lowered`] operations in schedule order,
 //! or ([`Emulator::run_interleaved`]) in a random order that respects only what a GPU
-//! guarantees (each stream's issue order and the event waits), on byte arrays laid out exactly as on the GPUs (one pool and one resident region per GPU
-//! at the stream plan's offsets, an aliased transfer's destination sharing its source's bytes
-//! and issuing nothing, pinned outputs, constant tables), with each operation computing
+//! guarantees (each stream's issue order and the event waits), on byte arrays laid out
+//! exactly as on the GPUs (one pool and one resident region per GPU at the stream plan's
+//! offsets, an aliased transfer's destination sharing its source's bytes and issuing nothing,
+//! pinned outputs, constant tables), with each operation computing
 //! what its CUDA kernel computes. It checks the lowering, the pool and resident plans and the
 //! GEMM mapping against the reference on machines without a GPU; the CUDA C itself is
 //! checked by the GPU tests. It also checks the kernel variants [`crate::addressing`] chose

@@ -11,7 +11,6 @@ use einsum_core::DType;
 
 use crate::addressing::{Access, VECTOR_BYTES};
 use crate::device::{DeviceMemory, Gpu, HostMemory};
-use crate::kernels::attention::AttentionKernel;
 use crate::kernels::codes::{OpCode, unary_scalar};
 use crate::kernels::gemm_plan::Gemm;
 use crate::lower::{Lowered, MAX_AGG_SOURCES, Op, Ptr, RowKernel, Space};
@@ -90,9 +89,10 @@ fn linear(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// Elements in one 16-byte vector of `dtype` (`lanes` of `common.cuh`).
-fn vector_lanes(dtype: DType) -> usize {
-    VECTOR_BYTES / dtype.size_bytes()
+/// The launch over `n` elements of `dtype`: a thread per element, or on the vector path a
+/// thread per 16 bytes (`lanes` of `common.cuh` elements).
+fn elementwise(n: usize, dtype: DType, vector: bool) -> LaunchConfig {
+    linear(if vector { n.div_ceil(VECTOR_BYTES / dtype.size_bytes()) } else { n })
 }
 
 /// The `Sources` argument of the `aggregate` kernels (`aggregate.cu`): the source addresses by
@@ -241,7 +241,7 @@ impl Runtime {
                         b.arg(&sp).arg(&dp).arg(&bytes);
                         // SAFETY: matches `copy_vec(src, dst, bytes)`; both pointers are 16-byte
                         // aligned (addressing.rs) and address `bytes` bytes the plan sized.
-                        unsafe { b.launch(linear(n.div_ceil(vector_lanes(*dtype)))) }.map_err(launch_err)?;
+                        unsafe { b.launch(elementwise(n, *dtype, true)) }.map_err(launch_err)?;
                     }
                     Access::Strided(_) => {
                         let zero = 0i64;
@@ -293,11 +293,10 @@ impl Runtime {
                 let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&sources).arg(&k).arg(&acc).arg(&outp).arg(&dt).arg(&code).arg(&nn);
-                let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
                 // SAFETY: matches `aggregate`'s and `aggregate_vec`'s signature (`Sources` by
                 // value, as `AggSources`); k sources and `out` of n elements each, 16-byte
                 // aligned on the vector path.
-                unsafe { b.launch(linear(threads)) }.map_err(launch_err)?;
+                unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
             }
             Op::Unary { x, y, dtype, op: unary, n, vector } => {
                 if *n == 0 {
@@ -308,9 +307,8 @@ impl Runtime {
                 let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
-                let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
                 // SAFETY: matches the signature shared by `unary` and `unary_vec`.
-                unsafe { b.launch(linear(threads)) }.map_err(launch_err)?;
+                unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
             }
             Op::Binary { a: x, b: y, y: out, dtype, op: binary, dims, access } => {
                 let n = dims.volume();
@@ -327,7 +325,7 @@ impl Runtime {
                         b.arg(&nn);
                         // SAFETY: matches `binary_vec(a, b, y, dt, op, n)`; the three pointers
                         // are 16-byte aligned and address n contiguous elements.
-                        unsafe { b.launch(linear(n.div_ceil(vector_lanes(*dtype)))) }.map_err(launch_err)?;
+                        unsafe { b.launch(elementwise(n, *dtype, true)) }.map_err(launch_err)?;
                     }
                     Access::Strided(_) => {
                         b.arg(dims);
@@ -346,10 +344,9 @@ impl Runtime {
                 let f = self.kernel_of(s, op)?;
                 let mut b = stream.launch_builder(f);
                 b.arg(&xp).arg(&bp).arg(&yp).arg(&dt).arg(&uop).arg(&scale).arg(&bop).arg(&first).arg(&nn);
-                let threads = if *vector { n.div_ceil(vector_lanes(*dtype)) } else { *n };
                 // SAFETY: matches the signature shared by `unary_binary` and `unary_binary_vec`
                 // (fused.cu); three blocks of n elements, 16-byte aligned on the vector path.
-                unsafe { b.launch(linear(threads)) }.map_err(launch_err)?;
+                unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
             }
             Op::BinaryRmsNorm { a: left, b: right, w, sum, y, dtype, binary, outer, n, inner, eps } => {
                 let Some(cfg) = rows_launch(outer * inner, *n)? else {
@@ -453,19 +450,11 @@ impl Runtime {
                 let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
                 let hpb = kernel.heads_per_block() as i64;
                 let mut b = stream.launch_builder(f);
-                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_);
-                // The CUDA-core kernel takes the dtype; each tensor-core entry is one dtype's.
-                if matches!(kernel, AttentionKernel::Simt) {
-                    b.arg(&dt);
-                }
-                b.arg(&bp);
+                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);
                 for x in &ints {
                     b.arg(x);
                 }
-                if !matches!(kernel, AttentionKernel::Simt) {
-                    b.arg(&hpb);
-                }
-                b.arg(scale_log2);
+                b.arg(&hpb).arg(scale_log2);
                 let cfg = LaunchConfig {
                     grid_dim: (
                         grid(nq.div_ceil(kernel.positions_per_block(*head_dim)), MAX_GRID_X, "attention query tiles")?,
@@ -475,9 +464,8 @@ impl Runtime {
                     block_dim: (kernel.threads() as u32, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: matches the signature of `attention_simt` (with `dt`) or of the
-                // `attention_mma_*` entries (with heads per block); blocks were checked and the
-                // kernel chosen (alignment, head dim, dtype) when lowering.
+                // SAFETY: matches the signature every attention entry shares; blocks were
+                // checked and the kernel chosen (alignment, head dim, dtype) when lowering.
                 unsafe { b.launch(cfg) }.map_err(launch_err)?;
             }
             Op::Gemm { a: x, b: y, c, dtype, gemm } => self.gemm(s, a(x), a(y), a(c), *dtype, gemm)?,

@@ -170,11 +170,11 @@ impl KernelLibrary for FusedKernels<'_> {
         let mid = self.base.run(f.first, &inputs[..f.first_inputs], std::slice::from_ref(&f.mid))?;
         let mid = mid.into_iter().next().ok_or_else(|| format!("{} returned no output", self.base.name(f.first)))?;
         let mut second: Vec<HostTensor> = inputs[f.first_inputs..].to_vec();
-        second.insert(f.operand, mid.clone());
+        second.insert(f.operand, mid);
         let n = outputs.len() - usize::from(f.keep);
         let mut outs = self.base.run(f.second, &second, &outputs[..n])?;
         if f.keep {
-            outs.push(mid);
+            outs.push(second.swap_remove(f.operand));
         }
         Ok(outs)
     }

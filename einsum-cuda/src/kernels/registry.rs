@@ -108,14 +108,19 @@ impl Entry {
     }
 }
 
+/// `operator` as the type its table entry was made for.
+fn downcast<T: 'static>(operator: &dyn Any) -> Result<&T, String> {
+    operator
+        .downcast_ref::<T>()
+        .ok_or_else(|| format!("the kernel table's entry for {} got another type", std::any::type_name::<T>()))
+}
+
 fn lower_as<T: CudaKernel>(
     operator: &dyn Any,
     args: &KernelArgs<'_>,
     ctx: &mut KernelCtx<'_>,
 ) -> Result<Vec<Op>, String> {
-    let op = operator
-        .downcast_ref::<T>()
-        .ok_or_else(|| format!("the kernel table's entry for {} got another type", std::any::type_name::<T>()))?;
+    let op = downcast::<T>(operator)?;
     if args.ins.len() != args.inputs.len() || args.outs.len() != args.outputs.len() {
         return Err("the kernel task's buffers do not match the function spec".into());
     }
@@ -131,10 +136,7 @@ fn lower_fused<T: FusedKernel>(
     args: &KernelArgs<'_>,
     ctx: &mut KernelCtx<'_>,
 ) -> Result<Vec<Op>, String> {
-    let op = operator
-        .downcast_ref::<T>()
-        .ok_or_else(|| format!("the kernel table's entry for {} got another type", std::any::type_name::<T>()))?;
-    op.lower(args, ctx)
+    downcast::<T>(operator)?.lower(args, ctx)
 }
 
 /// Every CUDA kernel, by operator type: the one place to add one.

@@ -258,15 +258,16 @@ __device__ __forceinline__ void attention_mma(const u16* __restrict__ q, const u
 #endif
 }
 
+// The entries take the arguments of attention_simt; `dt` is implied by the entry.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
-    attention_mma_f16(const void* q, const void* k, const void* v, void* o, const int* bounds, i64 nq, i64 nk,
+    attention_mma_f16(const void* q, const void* k, const void* v, void* o, int dt, const int* bounds, i64 nq, i64 nk,
                       i64 heads_lo, i64 kv_lo, i64 keys_lo, i64 group, i64 hpb, float scale_log2) {
     attention_mma<false>((const u16*)q, (const u16*)k, (const u16*)v, (u16*)o, bounds, nq, nk, heads_lo, kv_lo,
                          keys_lo, group, hpb, scale_log2);
 }
 
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
-    attention_mma_bf16(const void* q, const void* k, const void* v, void* o, const int* bounds, i64 nq, i64 nk,
+    attention_mma_bf16(const void* q, const void* k, const void* v, void* o, int dt, const int* bounds, i64 nq, i64 nk,
                        i64 heads_lo, i64 kv_lo, i64 keys_lo, i64 group, i64 hpb, float scale_log2) {
     attention_mma<true>((const u16*)q, (const u16*)k, (const u16*)v, (u16*)o, bounds, nq, nk, heads_lo, kv_lo,
                         keys_lo, group, hpb, scale_log2);

@@ -31,7 +31,8 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
     attention_simt(const void* q, const void* k, const void* v, void* o, int dt, const int* bounds, i64 nq, i64 nk,
-                   i64 heads_lo, i64 kv_lo, i64 keys_lo, i64 group, float scale_log2) {
+                   i64 heads_lo, i64 kv_lo, i64 keys_lo, i64 group, i64 hpb, float scale_log2) {
+    // The arguments are those of the tensor-core entries; one head per block here (hpb = 1).
     __shared__ float qs[SIMT_ROWS][HEAD_DIM];
     __shared__ float ks[SIMT_KEYS][HEAD_DIM + 1];
     __shared__ float vs[SIMT_KEYS][HEAD_DIM];
