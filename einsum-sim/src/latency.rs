@@ -110,7 +110,7 @@ impl Latency {
     /// No latency anywhere: the pure fluid model.
     pub const ZERO: Latency = Latency { kernel_launch: 0.0, link: 0.0, bus: 0.0, network: 0.0 };
 
-    /// The fields with the names the JSON format gives them, in µs-named order.
+    /// Each field in seconds, with the name the JSON format gives it (in µs there).
     pub fn fields(&self) -> [(&'static str, f64); 4] {
         [
             ("kernel_launch_us", self.kernel_launch),

@@ -324,7 +324,7 @@ mod tests {
 
     /// The DGX-H100 without latencies: the fluid model's exact figures.
     fn h100() -> Topology {
-        Topology::preset("dgx-h100").and_then(|t| t.with_latency(crate::Latency::ZERO)).expect("preset")
+        Topology::preset("dgx-h100").expect("preset").fluid()
     }
 
     fn s(i: usize) -> SiteId {

@@ -174,3 +174,17 @@ fn negative_or_non_finite_latencies_are_refused() {
     assert!(a100().with_latency(Latency { kernel_launch: f64::NAN, ..Latency::ZERO }).is_err());
     assert!(a100().with_latency(Latency { network: f64::INFINITY, ..Latency::ZERO }).is_err());
 }
+
+/// `fluid` is the same machine without latencies or SM counts: the model every figure
+/// before latencies was computed with.
+#[test]
+fn fluid_drops_latencies_and_sm_counts_only() {
+    let a100 = Topology::preset("dgx-a100x2").expect("preset");
+    let fluid = a100.fluid();
+    assert_eq!(*fluid.latency(), Latency::ZERO);
+    assert!(fluid.sites().iter().all(|s| s.sms.is_none()));
+    assert_eq!((fluid.resources(), fluid.nodes(), fluid.name()), (a100.resources(), a100.nodes(), a100.name()));
+    let mut sites = a100.sites().to_vec();
+    sites.iter_mut().for_each(|s| s.sms = None);
+    assert_eq!(fluid.sites(), &sites[..]);
+}

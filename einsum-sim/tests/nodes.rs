@@ -4,11 +4,11 @@
 //! are the bandwidth model's figures, so the presets run without their latencies here
 //! (`tests/latency.rs` covers those).
 
-use einsum_sim::{GB, Latency, SimGraph, SimTask, SiteId, Topology, Trace};
+use einsum_sim::{GB, SimGraph, SimTask, SiteId, Topology, Trace};
 
-/// The preset `name` without latencies.
+/// The preset `name` without latencies or SM counts.
 fn fluid(name: &str) -> Topology {
-    Topology::preset(name).and_then(|t| t.with_latency(Latency::ZERO)).expect("preset")
+    Topology::preset(name).expect("preset").fluid()
 }
 
 fn s(i: usize) -> SiteId {

@@ -7,10 +7,10 @@
 use einsum_sim::{GB, PCIE_BRIDGE, SimGraph, SimTask, SimTaskId, SiteId, Topology, Trace};
 use einsum_sim::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 
-/// The preset `name` without latencies: the paper's examples and DESIGN.md's figures
+/// The preset `name` without latencies or SM counts: the paper's examples and DESIGN.md's figures
 /// are the fluid model's (`tests/latency.rs` covers the latencies).
 fn fluid(name: &str) -> Topology {
-    Topology::preset(name).and_then(|t| t.with_latency(einsum_sim::Latency::ZERO)).expect("preset")
+    Topology::preset(name).expect("preset").fluid()
 }
 
 fn s(i: usize) -> SiteId {

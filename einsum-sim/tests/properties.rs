@@ -19,10 +19,10 @@ use proptest::prelude::*;
 
 const TOL: f64 = 1e-9;
 
-/// The preset `name` without latencies: these are the fluid model's invariants
+/// The preset `name` without latencies or SM counts: these are the fluid model's invariants
 /// (`tests/latency.rs` covers the latencies).
 fn fluid(name: &str) -> Topology {
-    Topology::preset(name).and_then(|t| t.with_latency(einsum_sim::Latency::ZERO)).expect("preset")
+    Topology::preset(name).expect("preset").fluid()
 }
 
 fn s(i: usize) -> SiteId {
@@ -181,6 +181,24 @@ proptest! {
         let tasks = build(&raw);
         let trace = simulate(&topology, &tasks).expect("a DAG with valid sites simulates");
         check_invariants(&topology, &tasks, &trace)?;
+    }
+
+    /// With the presets' latencies, every task still starts when its last dependency ends
+    /// and lasts at least its latency plus its standalone time (the latency is a delay
+    /// before its flows, which then run no faster than alone).
+    #[test]
+    fn with_latencies_every_task_waits_its_latency_then_flows(
+        preset in 0usize..3, raw in prop::collection::vec(raw_task(), 1..12),
+    ) {
+        let topology = Topology::preset(PRESETS[preset]).expect("preset");
+        let tasks = build(&raw);
+        let trace = simulate(&topology, &tasks).expect("simulate");
+        for (i, (task, t)) in tasks.iter().zip(trace.tasks()).enumerate() {
+            let ready = task.deps.iter().map(|d| trace.tasks()[d.0].end).fold(0.0, f64::max);
+            prop_assert!(close(t.start, ready, 1e-12), "task {}: starts at {} not {}", i, t.start, ready);
+            let least = topology.task_latency(&task.kind) + standalone(&topology, task);
+            prop_assert!(t.end - t.start >= least * (1.0 - 1e-9), "task {}: {} < {}", i, t.end - t.start, least);
+        }
     }
 
     #[test]
