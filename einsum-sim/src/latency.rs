@@ -274,7 +274,7 @@ mod tests {
     fn negative_and_non_finite_latencies_are_refused_by_name() {
         assert_eq!(Latency::ZERO.validate(), Ok(()));
         assert_eq!(A100_LATENCY.validate(), Ok(()));
-        let bad = Latency { link: -1.0 * US, ..Latency::ZERO };
+        let bad = Latency { link: -US, ..Latency::ZERO };
         let e = bad.validate().unwrap_err().to_string();
         assert!(e.starts_with("latency.link_us: ") && e.contains("-1"), "{e}");
         let e = Latency { network: f64::INFINITY, ..Latency::ZERO }.validate().unwrap_err().to_string();
