@@ -145,7 +145,10 @@ impl Parser {
         let mut body_started = false;
         loop {
             match self.peek() {
-                Tok::Eof => return Ok(()),
+                Tok::Eof => {
+                    self.map.record(Item::End, self.span());
+                    return Ok(());
+                }
                 Tok::Newline | Tok::Semi => {
                     self.bump();
                 }

@@ -35,6 +35,8 @@ pub enum Item {
     Output(Requirement),
     /// A body action.
     Action(Action),
+    /// The end of the program: where a missing section would have to be written.
+    End,
 }
 
 impl fmt::Display for Item {
@@ -45,6 +47,7 @@ impl fmt::Display for Item {
             Item::Input(a) => write!(f, "IN entry {a}"),
             Item::Output(r) => write!(f, "OUT requirement {r}"),
             Item::Action(a) => write!(f, "action {a}"),
+            Item::End => f.write_str("end of the program"),
         }
     }
 }
