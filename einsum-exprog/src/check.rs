@@ -6,7 +6,7 @@ use std::fmt;
 use crate::ids::{AtomId, PartitionId, SiteId};
 use crate::partition::PartitionSpec;
 use crate::program::{MAX_SIZE_GB, Program};
-use crate::span::{Item, SourceMap, Span};
+use crate::span::{Brief, Item, SourceMap, Span};
 use crate::target::Target;
 
 /// What a static check found.
@@ -19,16 +19,16 @@ pub enum CheckErrorKind {
     #[error("site {0} is not declared in GPUS")]
     UndeclaredSite(SiteId),
     /// A partition name with no declaration.
-    #[error("partition {0} is not declared")]
+    #[error("partition {} is not declared", Brief(.0.as_str()))]
     UnknownPartition(PartitionId),
     /// An atom that `IN` does not place.
-    #[error("atom {0} is not declared in IN")]
+    #[error("atom {} is not declared in IN", Brief(.0.as_str()))]
     UnknownAtom(AtomId),
     /// A partition of no site.
-    #[error("partition {0} is empty")]
+    #[error("partition {} is empty", Brief(.0.as_str()))]
     EmptyPartition(PartitionId),
     /// Two partitions share a site.
-    #[error("site {site} is in both {first} and {second}: partitions must be disjoint")]
+    #[error("site {site} is in both {} and {}: partitions must be disjoint", Brief(first.as_str()), Brief(second.as_str()))]
     PartitionOverlap {
         /// The shared site.
         site: SiteId,
@@ -49,7 +49,7 @@ pub enum CheckErrorKind {
         gpus: usize,
     },
     /// An atom size that is not a positive finite number of GB, at most [`MAX_SIZE_GB`].
-    #[error("atom {atom} has size {size:?} GB; sizes must be positive, finite and at most {max:e} GB", max = MAX_SIZE_GB)]
+    #[error("atom {} has size {size:?} GB; sizes must be positive, finite and at most {max:e} GB", Brief(atom.as_str()), max = MAX_SIZE_GB)]
     BadSize {
         /// The atom.
         atom: AtomId,
