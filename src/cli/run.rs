@@ -265,8 +265,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     }
     text += &memory_text(&exe.compiled().graph, exe.memory_capacity(), exe.memory_budget());
     if let Some(path) = &a.dot {
-        std::fs::write(path, dot(&exe))
-            .map_err(|e| Error::Io { path: path.display().to_string(), message: e.to_string() })?;
+        einsum_core::fsio::write_atomic(path, dot(&exe).as_bytes())?;
         let _ = writeln!(text, "task graph written to {}", path.display());
     }
     let memory = MemoryReport::new(&stats, exe.memory_capacity(), exe.memory_budget());
