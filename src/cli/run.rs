@@ -123,7 +123,9 @@ pub struct RunArgs {
     /// error; a mismatch exits non-zero.
     #[arg(long)]
     check: bool,
-    /// Write every input and saved output as DIR/NAME.npy, with DIR/manifest.json.
+    /// Write every input and saved output as DIR/NAME.npy, with DIR/manifest.json (each file
+    /// atomically, the manifest last). The files an earlier dump's manifest lists are removed
+    /// first; other files in DIR are left alone.
     #[arg(long)]
     dump: Option<PathBuf>,
     /// Untimed runs before the timed ones.
