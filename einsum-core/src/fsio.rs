@@ -107,9 +107,8 @@ pub fn read_capped(path: impl AsRef<Path>, limit: u64) -> Result<String, FileErr
     if meta.is_file() && meta.len() > limit {
         return Err(FileError::new(path, FileErrorKind::TooLarge { limit }));
     }
-    let mut bytes = Vec::new();
     // A regular file's size is a good first guess; a device or pipe reports 0.
-    bytes.reserve(usize::try_from(meta.len().min(limit)).unwrap_or(0));
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(limit)).unwrap_or(0));
     file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| FileError::io(path, e))?;
     if bytes.len() as u64 > limit {
         return Err(FileError::new(path, FileErrorKind::TooLarge { limit }));
