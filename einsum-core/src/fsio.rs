@@ -53,8 +53,13 @@ pub enum FileErrorKind {
 
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.path.display())?;
-        match &self.kind {
+        write!(f, "{}: {}", self.path.display(), self.kind)
+    }
+}
+
+impl fmt::Display for FileErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             FileErrorKind::Io(e) => write!(f, "{e}"),
             FileErrorKind::Directory => f.write_str("is a directory, not a file"),
             FileErrorKind::TooLarge { limit } => {
@@ -85,9 +90,7 @@ impl FileError {
 
     /// The message without the path (for error types that hold the path separately).
     pub fn message(&self) -> String {
-        let full = self.to_string();
-        let prefix = format!("{}: ", self.path.display());
-        full.strip_prefix(&prefix).map_or_else(|| full.clone(), str::to_string)
+        self.kind.to_string()
     }
 }
 
