@@ -528,6 +528,13 @@ fn exprog_files_are_capped_and_named_in_errors() {
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.to_str().unwrap();
     fails_with(&["exprog", "check", d], &format!("{d}: is a directory, not a file"));
+    // A regular file over the cap (sparse: no disk used) is refused from its size, for
+    // programs and topology files alike.
+    let huge = dir.join("huge.json");
+    std::fs::File::create(&huge).unwrap().set_len((64 << 20) + 1).unwrap();
+    let h = huge.to_str().unwrap();
+    fails_with(&["exprog", "check", h], &format!("{h}: larger than the limit"));
+    fails_with(&["plan", "matmul:n=8", "--devices", "2", "--topology", h], &format!("{h}: larger than the limit"));
     let bad = dir.join("bad.exprog");
     std::fs::write(&bad, "IN: A @ 0\nOUT: A @ 1\nA 0 -> 1\n").unwrap();
     let b = bad.to_str().unwrap();
