@@ -661,8 +661,8 @@ impl Topology {
     pub fn load(path: impl AsRef<Path>) -> Result<Topology> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TopologyError::Io { path: shown.clone(), message: e.to_string() })?;
+        let text = einsum_core::fsio::read_capped(path, einsum_core::fsio::MAX_INPUT_FILE_BYTES)
+            .map_err(|e| TopologyError::Io { path: shown.clone(), message: e.message() })?;
         Topology::from_json_str(&text).map_err(|e| TopologyError::File { path: shown, source: Box::new(e) })
     }
 
