@@ -110,11 +110,12 @@ mod hierarchical;
 mod naive;
 mod plan;
 mod search;
+mod stripes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use naive::naive;
-pub use search::{SearchOptions, Synthesis, search, search_observed};
+pub use search::{MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SearchOptions, Synthesis, search, search_observed};
 
 use crate::check::CheckError;
 use crate::cost::SimulateError;

@@ -9,7 +9,7 @@ use einsum_sim::Topology;
 use super::plan::{
     Group, Kind, Load, Plan, SHAPES, Shape, SiteRoutes, build, congestion_aware, groups, pruned, reparent,
 };
-use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, hierarchical, naive};
+use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, hierarchical, naive, stripes};
 use crate::action::Action;
 use crate::aggregate::Aggregate;
 use crate::cost::{Simulation, check_sites, run};
@@ -17,6 +17,7 @@ use crate::ids::{AtomId, SiteId};
 use crate::lower::lower;
 use crate::membership::Membership;
 use crate::program::Program;
+use crate::refine::refine;
 use crate::rewrite::{self, Refusal};
 use einsum_core::SeededRng as Rng;
 
@@ -38,23 +39,54 @@ pub struct SearchOptions {
     /// several nodes (they are never built on a machine of one). Off, the seeds are the flat
     /// ones only: how the gain of knowing the nodes is measured.
     pub hierarchical: bool,
+    /// The most chunks an atom may be cut into ([`crate::refine`]); 1 keeps atoms whole. The
+    /// search tries a few chunk counts up to it (see [`crate::synth`]) and keeps the one of
+    /// the best seed. A caller whose atoms are tensor cells passes
+    /// [`crate::Preamble::max_chunks`], so that every chunk is a non-empty slice.
+    pub max_chunks: usize,
 }
 
 impl Default for SearchOptions {
-    /// Seed 0, 400 iterations, no time limit, temperature 0.05, hierarchical seeds.
+    /// Seed 0, 400 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
+    /// into up to [`MAX_CHUNKS`] chunks.
     fn default() -> Self {
-        SearchOptions { seed: 0, iterations: 400, time_limit: None, temperature: 0.05, hierarchical: true }
+        SearchOptions {
+            seed: 0,
+            iterations: 400,
+            time_limit: None,
+            temperature: 0.05,
+            hierarchical: true,
+            max_chunks: MAX_CHUNKS,
+        }
     }
 }
+
+/// The default [`SearchOptions::max_chunks`]: enough for the DGX-V100's six directed ring
+/// units times eight roots from one indivisible atom per site.
+pub const MAX_CHUNKS: usize = 48;
+
+/// The smallest chunk the search cuts, in GB (4 MB). The fluid simulator has no per-transfer
+/// latency, so it would cut even a 64-byte atom; a transfer costs a few microseconds to set
+/// up, which at NVLink rates (hundreds of GB/s) is the time of a megabyte or so, so chunks of
+/// at least 4 MB keep that unmodelled cost to a fraction of each transfer.
+pub const MIN_CHUNK_GB: f64 = 4e-3;
+
+/// The most atoms a refined preamble may have: chunk counts that would exceed it are not
+/// tried (the cost of evaluating a candidate grows with its actions).
+pub const MAX_REFINED_ATOMS: usize = 512;
 
 /// The result of [`search`].
 #[derive(Clone, Debug)]
 pub struct Synthesis {
-    /// The preamble as given (partitions still declared by size) with the best body found;
-    /// every action of the body is sourced at a site.
+    /// The preamble as given (partitions still declared by size), cut into
+    /// [`Synthesis::chunks`] chunks per atom, with the best body found; every action of the
+    /// body is sourced at a site.
     pub program: Program,
     /// Its simulated completion time.
     pub completion_ms: f64,
+    /// How many chunks every atom was cut into ([`crate::refine`]; 1: none). The program is
+    /// over the chunks: its preamble is [`crate::refine`] of the given one with this count.
+    pub chunks: usize,
     /// The membership it was costed under (valid for it).
     pub membership: Membership,
     /// The naive program's simulated completion time (a seed, so never beaten by
@@ -106,8 +138,10 @@ impl Score {
 
 /// Everything the search carries between candidates.
 struct Search<'a> {
+    /// The preamble, its atoms cut into `chunks` chunks each.
     preamble: Program,
     topology: &'a Topology,
+    chunks: usize,
     machine: SiteRoutes,
     rng: Rng,
     cache: HashMap<(Membership, BTreeSet<Action>), Option<Score>>,
@@ -136,54 +170,52 @@ pub fn search_observed(
     let preamble = checked_preamble(given)?;
     check_sites(&preamble, topology)?;
     let naive_program = naive(&preamble)?;
-    let mut s = Search {
-        machine: SiteRoutes::new(&preamble.sites(), topology),
-        preamble,
-        topology,
-        rng: Rng::new(options.seed),
-        cache: HashMap::new(),
-        evaluated: 0,
-        refused: 0,
-    };
+    let machine = SiteRoutes::new(&preamble.sites(), topology);
+    let canonical = canonical_membership(&preamble)?;
+    let group_count = groups(&preamble, &canonical).map_or(0, |gs| gs.len());
+    let counts = chunk_counts(&preamble, group_count, &machine, options.max_chunks);
 
-    // Seeds: naive, the given body, and structured plans under two placements.
-    let canonical = canonical_membership(&s.preamble)?;
-    let naive_state = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
-    let naive_ms = naive_state.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
-    let mut best: Option<State> = naive_state;
-    let consider = |st: Option<State>, best: &mut Option<State>| {
-        if let Some(st) = st
-            && best.as_ref().is_none_or(|b| st.cost.better(&b.cost))
-        {
-            *best = Some(st);
-        }
-    };
-    if !given.body.is_empty()
-        && let Ok(v) = given.validate()
-    {
-        let body = given.resolve(&v.membership).body;
-        let st = s.state_of_body(&v.membership, body, "the given body")?;
-        consider(st, &mut best);
-    }
-    let mut placements = vec![canonical.clone()];
-    let affinity = affinity_membership(&s.preamble)?;
-    if affinity != canonical {
-        placements.push(affinity);
-    }
-    for m in &placements {
-        let gs = s.groups_under(m)?;
-        for (plans, origin) in s.seed_plans(&gs) {
-            let st = s.state_of_plans(m, gs.clone(), plans, origin);
-            consider(st, &mut best);
-        }
-        for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| options.hierarchical) {
-            if let Some(body) = hierarchical::body(&gs, &balanced_roots(&gs), &s.machine.sites, topology, reduction) {
-                let st = s.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
+    // Seeds, for every chunk count tried: naive and the given body (whole atoms only), and
+    // structured plans under two placements. The search goes on with the best seed's count.
+    let mut naive_ms = f64::INFINITY;
+    let mut chosen: Option<(Search<'_>, State)> = None;
+    for chunks in counts {
+        let Ok(refined) = refine(&preamble, chunks) else { continue };
+        let mut s = Search {
+            machine: machine.clone(),
+            preamble: refined,
+            topology,
+            chunks,
+            rng: Rng::new(options.seed),
+            cache: HashMap::new(),
+            evaluated: 0,
+            refused: 0,
+        };
+        let mut best: Option<State> = None;
+        if chunks == 1 {
+            best = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
+            naive_ms = best.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
+            if !given.body.is_empty()
+                && let Ok(v) = given.validate()
+            {
+                let body = given.resolve(&v.membership).body;
+                let st = s.state_of_body(&v.membership, body, "the given body")?;
                 consider(st, &mut best);
             }
         }
+        s.seed(&canonical, options.hierarchical, &mut best)?;
+        let evaluated = chosen.as_ref().map_or(0, |(c, _)| c.evaluated);
+        match (best, &mut chosen) {
+            (Some(b), Some((c, cb))) if b.cost.better(&cb.cost) => {
+                s.evaluated += evaluated;
+                chosen = Some((s, b));
+            }
+            (Some(b), None) => chosen = Some((s, b)),
+            (_, Some((c, _))) => c.evaluated += s.evaluated,
+            (None, None) => {}
+        }
     }
-    let Some(mut best) = best else {
+    let Some((mut s, mut best)) = chosen else {
         return Err(SynthError::Placement("no seed program could be simulated".to_string()));
     };
 
@@ -234,6 +266,7 @@ pub fn search_observed(
     Ok(Synthesis {
         program,
         completion_ms: simulation.completion_ms,
+        chunks: s.chunks,
         membership: best.membership,
         naive_ms,
         evaluated: s.evaluated,
@@ -245,6 +278,32 @@ pub fn search_observed(
 }
 
 impl Search<'_> {
+    /// Adds to `best` the structured seeds under the canonical placement and the one that
+    /// follows the data: the uniform plans, striped rings and, with `hierarchical`, the
+    /// hierarchical bodies.
+    fn seed(&mut self, canonical: &Membership, hierarchical: bool, best: &mut Option<State>) -> Result<(), SynthError> {
+        let mut placements = vec![canonical.clone()];
+        let affinity = affinity_membership(&self.preamble)?;
+        if affinity != *canonical {
+            placements.push(affinity);
+        }
+        for m in &placements {
+            let gs = self.groups_under(m)?;
+            for (plans, origin) in self.seed_plans(&gs) {
+                let st = self.state_of_plans(m, gs.clone(), plans, origin);
+                consider(st, best);
+            }
+            for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| hierarchical) {
+                let roots = balanced_roots(&gs);
+                if let Some(body) = hierarchical::body(&gs, &roots, &self.machine.sites, self.topology, reduction) {
+                    let st = self.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
+                    consider(st, best);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn groups_under(&self, membership: &Membership) -> Result<Vec<Group>, SynthError> {
         groups(&self.preamble, membership)
             .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
@@ -320,6 +379,9 @@ impl Search<'_> {
             [(forward, "seed: congestion-aware trees"), (backward, "seed: congestion-aware trees, reversed")]
         {
             seeds.push((congestion_aware(gs, &roots, &sequence, &self.machine), name.to_string()));
+        }
+        if let Some(plans) = stripes::striped(gs, &self.machine) {
+            seeds.push((plans, "seed: striped rings".to_string()));
         }
         for &relay in relays {
             let uniform = |kind: &dyn Fn(SiteId) -> Kind, order: usize| -> Vec<Plan> {
@@ -631,6 +693,28 @@ impl Search<'_> {
             origin: format!("rewrite: {name}"),
         })
     }
+}
+
+/// Keeps `st` in `best` if it is better.
+fn consider(st: Option<State>, best: &mut Option<State>) {
+    if let Some(st) = st
+        && best.as_ref().is_none_or(|b| st.cost.better(&b.cost))
+    {
+        *best = Some(st);
+    }
+}
+
+/// The chunk counts the search tries, ascending: 1 (whole atoms), 2, 4 and 8 (pipelining),
+/// and the count that stripes the groups over the machine's rings
+/// ([`stripes::chunks_to_stripe`]), each at most `max_chunks` and leaving at most
+/// [`MAX_REFINED_ATOMS`] atoms and no chunk under [`MIN_CHUNK_GB`].
+fn chunk_counts(preamble: &Program, groups: usize, machine: &SiteRoutes, max_chunks: usize) -> Vec<usize> {
+    let atoms = preamble.inputs.len().max(1);
+    let smallest = preamble.inputs.values().map(|i| i.size_gb).fold(f64::INFINITY, f64::min);
+    let mut counts: BTreeSet<usize> = [2, 4, 8, stripes::chunks_to_stripe(groups, machine)].into_iter().collect();
+    counts.retain(|&k| k <= max_chunks && atoms * k <= MAX_REFINED_ATOMS && smallest / k as f64 >= MIN_CHUNK_GB);
+    counts.insert(1);
+    counts.into_iter().collect()
 }
 
 /// A star plan (reduce to `root`, multicast from it) along the first order.
