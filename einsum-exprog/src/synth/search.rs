@@ -92,6 +92,9 @@ pub struct Synthesis {
     /// The naive program's simulated completion time (a seed, so never beaten by
     /// `completion_ms`).
     pub naive_ms: f64,
+    /// The best seed's simulated completion time, over every chunk count tried: where the
+    /// annealing started, so `seed_ms - completion_ms` is what its iterations earned.
+    pub seed_ms: f64,
     /// Candidates validated and simulated (seeds and annealing; duplicates count once).
     pub evaluated: usize,
     /// Annealing iterations run.
@@ -206,7 +209,8 @@ pub fn search_observed(
         s.seed(&canonical, options.hierarchical, &mut best)?;
         let evaluated = chosen.as_ref().map_or(0, |(c, _)| c.evaluated);
         match (best, &mut chosen) {
-            (Some(b), Some((c, cb))) if b.cost.better(&cb.cost) => {
+            // more chunks only for a shorter completion: a tie keeps the fewer, larger atoms
+            (Some(b), Some((c, cb))) if b.cost.completion < cb.cost.completion * (1.0 - 1e-9) => {
                 s.evaluated += evaluated;
                 chosen = Some((s, b));
             }
@@ -218,6 +222,7 @@ pub fn search_observed(
     let Some((mut s, mut best)) = chosen else {
         return Err(SynthError::Placement("no seed program could be simulated".to_string()));
     };
+    let seed_ms = best.cost.completion;
 
     // Annealing.
     let start = Instant::now();
@@ -269,6 +274,7 @@ pub fn search_observed(
         chunks: s.chunks,
         membership: best.membership,
         naive_ms,
+        seed_ms,
         evaluated: s.evaluated,
         iterations,
         refused: s.refused,
@@ -743,4 +749,88 @@ fn balanced_roots(gs: &[Group]) -> Vec<SiteId> {
             root
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::simulate;
+    use crate::refine::refinement_of;
+    use crate::synth::collectives::{Collective, all_reduce_whole};
+
+    fn options(iterations: usize) -> SearchOptions {
+        SearchOptions { seed: 3, iterations, ..SearchOptions::default() }
+    }
+
+    /// Recursive doubling (Example 5.2) of the whole atoms along every ring order of the
+    /// machine, with and without relays: the fastest such program's time.
+    fn recursive_doubling_ms(preamble: &Program, topology: &Topology) -> f64 {
+        let machine = SiteRoutes::new(&preamble.sites(), topology);
+        let gs = groups(preamble, &preamble.declared_membership()).unwrap();
+        let mut best = f64::INFINITY;
+        for order in 0..machine.orders.len() {
+            for relay in [false, true] {
+                let plan = Plan { kind: Kind::Butterfly, order, relay, salt: 0 };
+                let program = preamble.with_body(gs.iter().flat_map(|g| build(g, &plan, &machine)));
+                best = best.min(simulate(&program, topology).unwrap().completion_ms);
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn indivisible_all_reduce_is_chunked_to_near_its_bound() {
+        let p = all_reduce_whole(8, 1.0);
+        for (name, within) in [("dgx-a100", 1.2), ("dgx-v100", 1.4)] {
+            let t = Topology::preset(name).unwrap();
+            let found = search(&p, &t, options(0)).unwrap();
+            let bound = Collective::AllReduce.bound_ms(8, 1.0, &t);
+            assert!(found.completion_ms <= within * bound, "{name}: {} ms, bound {bound}", found.completion_ms);
+            assert!(found.chunks > 1, "{name}: whole atoms cannot come near the bound");
+            assert_eq!(refinement_of(&p, &found.program), Ok(found.chunks));
+            assert!(found.program.validate_with(&found.membership).is_ok());
+            let rd = recursive_doubling_ms(&p, &t);
+            assert!(found.completion_ms < rd, "{name}: {} ms, recursive doubling {rd} ms", found.completion_ms);
+        }
+    }
+
+    #[test]
+    fn whole_atoms_stay_whole_when_chunks_are_refused() {
+        let p = all_reduce_whole(8, 1.0);
+        let t = Topology::preset("dgx-a100").unwrap();
+        let found = search(&p, &t, SearchOptions { max_chunks: 1, ..options(0) }).unwrap();
+        assert_eq!(found.chunks, 1);
+        assert_eq!(found.program.with_body([]), p);
+        // without chunks an all-reduce of whole atoms is far from its bound
+        assert!(found.completion_ms > 2.0 * Collective::AllReduce.bound_ms(8, 1.0, &t));
+    }
+
+    #[test]
+    fn the_annealing_beats_every_seed_on_the_v100_reduce_scatter() {
+        // No seed routes around the chains' lockstep; a relay the annealing introduces does.
+        let p = Collective::ReduceScatter.preamble(8, 1.0);
+        let t = Topology::preset("dgx-v100").unwrap();
+        let found = search(&p, &t, SearchOptions { seed: 0, iterations: 400, ..SearchOptions::default() }).unwrap();
+        assert!(
+            found.completion_ms < 0.98 * found.seed_ms,
+            "{} ms from a {} ms seed",
+            found.completion_ms,
+            found.seed_ms
+        );
+        assert!(found.program.validate_with(&found.membership).is_ok());
+        let again = simulate(&found.program, &t).unwrap();
+        assert!((again.completion_ms - found.completion_ms).abs() <= 1e-9 * found.completion_ms);
+    }
+
+    #[test]
+    fn chunk_counts_respect_the_limits() {
+        let t = Topology::preset("dgx-v100").unwrap();
+        let p = all_reduce_whole(8, 1.0);
+        let machine = SiteRoutes::new(&p.sites(), &t);
+        assert_eq!(chunk_counts(&p, 1, &machine, 48), vec![1, 2, 4, 8, 48]);
+        assert_eq!(chunk_counts(&p, 1, &machine, 8), vec![1, 2, 4, 8]);
+        // 64 atoms: at most 8 chunks each; 2 MB atoms are never cut
+        assert_eq!(chunk_counts(&Collective::AllReduce.preamble(8, 1.0), 8, &machine, 48), vec![1, 2, 4, 6, 8]);
+        assert_eq!(chunk_counts(&all_reduce_whole(8, 0.002), 1, &machine, 48), vec![1]);
+    }
 }
