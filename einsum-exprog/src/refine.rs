@@ -138,7 +138,7 @@ pub fn refinement_of(original: &Program, refined: &Program) -> Result<usize, Ref
     let n = original.inputs.len().max(1);
     let chunks = refined.inputs.len() / n;
     let not = |reason: String| RefineError::NotARefinement { chunks, reason };
-    if chunks == 0 || refined.inputs.len() % n != 0 {
+    if chunks == 0 || !refined.inputs.len().is_multiple_of(n) {
         return Err(not(format!("{} IN atoms are not a multiple of the preamble's {n}", refined.inputs.len())));
     }
     let expected = refine(&original.with_body([]), chunks)?;
