@@ -2,18 +2,20 @@
 //! on each over its best seed.
 //!
 //! ```text
-//! cargo run --release -p einsum-experiments --example exchange_corpus [-- --iterations N --seed S]
+//! cargo run --release -p einsum-experiments --example exchange_corpus [-- --iterations N --seed S --write DIR]
 //! ```
 //!
-//! For every workload of the `exchange` experiment's two families (the transformer blocks
-//! at the paper's model dimensions and chains A–E, tokens and sizes divided by 8) on `dgx-v100` (8 GPUs) and on
-//! `dgx-a100x2` (two nodes, 16 GPUs), the random plan (`random` optimizer, seed 0) is compiled with naive exchange programs,
-//! and the preamble moving the most bytes is kept (a preamble is the program less its body:
-//! where the producer's blocks are and what the consumer needs). Each is then searched
+//! For every workload of the `exchange` experiment's two families (the transformer blocks at
+//! the paper's model dimensions and chains A–E, tokens and sizes divided by 8) on `dgx-v100`
+//! (8 GPUs) and on `dgx-a100x2` (two nodes, 16 GPUs), the DP's plan is compiled with naive
+//! exchange programs, and the preamble moving the most bytes is kept (a preamble is the
+//! program less its body: where the producer's blocks are and what the consumer needs); plans
+//! whose exchanges are all local are left out. Each is then searched
 //! (`einsum_exprog::synth::search`) and the table gives the naive program, the best seed
 //! (where the annealing starts, over every chunk count), the searched result and the gain
 //! `seed / searched`. The collectives of `einsum_exprog::synth::collectives` on `dgx-v100`
-//! close the table.
+//! close the table. `--write DIR` saves each plan's preamble as an `.exprog` file (the
+//! corpus `einsum-exprog/tests/data/corpus/` holds, read by its `tests/corpus.rs`).
 
 use std::process::ExitCode;
 
@@ -82,19 +84,22 @@ fn largest_preamble(
 
 fn main() -> ExitCode {
     let mut options = SearchOptions::default();
+    let mut write: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let value = args.next().and_then(|v| v.parse::<u64>().ok());
-        match (arg.as_str(), value) {
-            ("--iterations", Some(n)) => options.iterations = n as usize,
-            ("--seed", Some(s)) => options.seed = s,
+        let value = args.next();
+        let number = value.as_deref().and_then(|v| v.parse::<u64>().ok());
+        match (arg.as_str(), number, value) {
+            ("--iterations", Some(n), _) => options.iterations = n as usize,
+            ("--seed", Some(s), _) => options.seed = s,
+            ("--write", _, Some(dir)) => write = Some(dir.into()),
             _ => {
-                eprintln!("expected --iterations N or --seed S, got {arg}");
+                eprintln!("expected --iterations N, --seed S or --write DIR, got {arg}");
                 return ExitCode::FAILURE;
             }
         }
     }
-    match run(options) {
+    match run(options, write.as_deref()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -103,12 +108,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(options: SearchOptions) -> Result<(), Box<dyn std::error::Error>> {
+/// Builds the corpus, writing each plan's preamble to `write` (as
+/// `{machine}-{workload}.exprog`) if given, and prints the table.
+fn run(options: SearchOptions, write: Option<&std::path::Path>) -> Result<(), Box<dyn std::error::Error>> {
     let mut cases: Vec<(String, String, Program)> = Vec::new();
     for &(machine, devices) in MACHINES {
         for (label, workload) in workloads() {
             match largest_preamble(&workload, machine, devices) {
-                Ok(Some(p)) => cases.push((machine.to_string(), label, p)),
+                Ok(Some(p)) => {
+                    if let Some(dir) = write {
+                        let name = format!("{machine}-{}.exprog", label.replace(' ', "-").to_lowercase());
+                        std::fs::write(dir.join(name), format!("# {workload} on {machine}\n{p}"))?;
+                    }
+                    cases.push((machine.to_string(), label, p));
+                }
                 Ok(None) => eprintln!("{machine} {label}: the plan moves nothing"),
                 Err(e) => eprintln!("{machine} {label}: {e}"),
             }
