@@ -81,7 +81,13 @@ pub(crate) fn synthesize(
                     (program, membership, sim.completion_ms)
                 }
                 Schedule::Search { seed, iterations, budget } => {
-                    let options = SearchOptions { seed, iterations, time_limit: budget, ..SearchOptions::default() };
+                    let options = SearchOptions {
+                        seed,
+                        iterations,
+                        time_limit: budget,
+                        max_chunks: pre.max_chunks(),
+                        ..SearchOptions::default()
+                    };
                     let found = search(&pre.program, topology, options).map_err(synth_err)?;
                     (found.program, found.membership, found.completion_ms)
                 }
@@ -104,6 +110,9 @@ pub(crate) fn synthesize(
                 .closure
         }
     };
+    // A searched program may cut the atoms into chunks: lower it against the preamble cut alike.
+    let pre =
+        pre.refined_for(&program).map_err(|e| CompileError::Lowering { label: label(), reason: e.to_string() })?;
     let placement =
         read_placement(&pre, &membership).map_err(|reason| CompileError::Placement { label: label(), reason })?;
     Ok(Synthesized { preamble: pre, program, closure, placement, simulated_ms })

@@ -6,7 +6,8 @@
 //! cargo run --release -p einsum-exprog --example collectives -- --topology dgx-a100x2 [...]
 //! ```
 //!
-//! Each site holds 1 GB (all-gather: 1/8 GB, and ends with 1 GB). `--show` prints the
+//! Each site holds 1 GB (all-gather: 1/8 GB, and ends with 1 GB); `all-reduce (whole)` is
+//! the all-reduce of one indivisible 1 GB atom per site, which only atom refinement chunks. `--show` prints the
 //! searched programs. `--topology NAME` (a machine of several nodes, e.g. `dgx-a100x2`)
 //! prints instead, over all its sites, the best flat synthesis (hierarchical seeds off) next
 //! to the synthesis with them and the lower bound on the traffic between nodes
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use einsum_exprog::simulate;
-use einsum_exprog::synth::collectives::{Collective, per_site_bandwidth};
+use einsum_exprog::synth::collectives::{Collective, all_reduce_whole, per_site_bandwidth};
 use einsum_exprog::synth::{SearchOptions, naive, search};
 use einsum_sim::{GB, Topology};
 
@@ -78,27 +79,34 @@ fn run(options: SearchOptions, show: bool) -> Result<(), Box<dyn std::error::Err
         options.seed, options.iterations
     );
     println!(
-        "{:<9} {:<15} {:>10} {:>11} {:>9} {:>16} {:>10} {:>8}  best found by",
-        "machine", "collective", "naive ms", "searched ms", "bound ms", "searched/naive", "vs bound", "search s"
+        "{:<9} {:<18} {:>10} {:>9} {:>11} {:>9} {:>9} {:>6} {:>8}  best found by",
+        "machine", "collective", "naive ms", "seed ms", "searched ms", "bound ms", "vs bound", "chunks", "search s"
     );
-    for name in ["dgx-a100", "dgx-v100"] {
+    for name in ["dgx-a100", "dgx-h100", "dgx-v100"] {
         let topology = Topology::preset(name)?;
-        for c in Collective::ALL {
-            let preamble = c.preamble(SITES, TOTAL_GB);
+        let cases = Collective::ALL
+            .into_iter()
+            .map(|c| (c.name(), c.preamble(SITES, TOTAL_GB), c.bound_ms(SITES, TOTAL_GB, &topology)))
+            .chain([(
+                "all-reduce (whole)",
+                all_reduce_whole(SITES, TOTAL_GB),
+                Collective::AllReduce.bound_ms(SITES, TOTAL_GB, &topology),
+            )]);
+        for (collective, preamble, bound) in cases {
             let naive_ms = simulate(&naive(&preamble)?, &topology)?.completion_ms;
             let start = Instant::now();
             let found = search(&preamble, &topology, options)?;
             let seconds = start.elapsed().as_secs_f64();
-            let bound = c.bound_ms(SITES, TOTAL_GB, &topology);
             println!(
-                "{:<9} {:<15} {:>10.2} {:>11.2} {:>9.2} {:>16.3} {:>9.2}x {:>8.1}  {} ({} evaluated)",
+                "{:<9} {:<18} {:>10.2} {:>9.2} {:>11.2} {:>9.2} {:>8.2}x {:>6} {:>8.1}  {} ({} evaluated)",
                 name,
-                c.name(),
+                collective,
                 naive_ms,
+                found.seed_ms,
                 found.completion_ms,
                 bound,
-                found.completion_ms / naive_ms,
                 found.completion_ms / bound,
+                found.chunks,
                 seconds,
                 found.origin,
                 found.evaluated,
@@ -111,9 +119,10 @@ fn run(options: SearchOptions, show: bool) -> Result<(), Box<dyn std::error::Err
     let v100 = Topology::preset("dgx-v100")?;
     println!(
         "bound: DESIGN.md's formulas with the per-site bandwidth B = {:.2} GB/s on dgx-v100 (NVLink + the shared \
-         bridge), {:.0} GB/s on dgx-a100",
+         bridge), {:.0} GB/s on dgx-a100, {:.0} GB/s on dgx-h100; `all-reduce (whole)`: one indivisible atom per site",
         per_site_bandwidth(&v100, SITES) / GB,
-        per_site_bandwidth(&Topology::preset("dgx-a100")?, SITES) / GB
+        per_site_bandwidth(&Topology::preset("dgx-a100")?, SITES) / GB,
+        per_site_bandwidth(&Topology::preset("dgx-h100")?, SITES) / GB
     );
     Ok(())
 }

@@ -16,6 +16,9 @@
 //! - Rewrites: [`rewrite`].
 //! - Preambles (Section 5.3): [`preamble`] turns a producer's blocks and placement and a
 //!   consumer's spec into the atoms and the `GPUS`/`PARTITIONS`/`IN`/`OUT` header.
+//! - Refinement: [`refine`] cuts every atom into `k` chunks (and [`Preamble::refined`] the
+//!   cells of a preamble), so that synthesis can pipeline; [`refinement_of`] checks that a
+//!   program over chunks answers a preamble.
 //! - Cost: [`simulate`] lowers a program's closure to an `einsum-sim` task DAG ([`lower()`])
 //!   and simulates it on a topology, choosing the fastest valid membership.
 //! - Synthesis: [`synth::naive`] and [`synth::search`].
@@ -80,6 +83,7 @@ mod partition;
 mod preamble;
 mod printer;
 mod program;
+mod refine;
 mod relabel;
 pub mod rewrite;
 mod span;
@@ -100,6 +104,7 @@ pub use parser::{ParseError, parse, parse_with_spans};
 pub use partition::PartitionSpec;
 pub use preamble::{Atom, AtomCopy, ConsumerInput, Preamble, PreambleError, Side, Upstream, preamble};
 pub use program::{DEFAULT_SIZE_GB, Input, MAX_SIZE_GB, Program, Requirement};
+pub use refine::{RefineError, chunk_name, refine, refinement_of};
 pub use relabel::Relabelling;
 pub use span::{Item, SourceMap, Span};
 pub use target::Target;

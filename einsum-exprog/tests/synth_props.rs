@@ -1,12 +1,12 @@
 //! Properties of synthesis on random preambles: the naive program is valid, and the searched
-//! program is valid, keeps the preamble, is never slower than the naive one, and is a function
+//! program is valid, keeps the preamble (cut into chunks), is never slower than the naive one, and is a function
 //! of the seed.
 
 mod common;
 
 use common::{Partitions, Rng, random_preamble};
-use einsum_exprog::simulate;
 use einsum_exprog::synth::{SearchOptions, naive, search};
+use einsum_exprog::{refine, refinement_of, simulate};
 use einsum_sim::Topology;
 use proptest::prelude::*;
 
@@ -27,7 +27,9 @@ proptest! {
         let found = search(&preamble, &topology, options).unwrap();
         prop_assert!(found.program.validate_with(&found.membership).is_ok(), "{}", found.program);
         prop_assert!(found.program.validate().is_ok());
-        prop_assert_eq!(found.program.with_body([]), preamble.clone());
+        // the preamble, its atoms cut into the chunks the search chose
+        prop_assert_eq!(refinement_of(&preamble, &found.program), Ok(found.chunks));
+        prop_assert_eq!(found.program.with_body([]), refine(&preamble, found.chunks).unwrap());
         prop_assert!(found.completion_ms <= naive_ms, "{} > {}\n{}", found.completion_ms, naive_ms, found.program);
         let again = simulate(&found.program, &topology).unwrap();
         prop_assert!(again.valid);

@@ -10,6 +10,8 @@
 //!   whole arrays.
 //! - [`reduce_scatter`]: the same atoms; site `j` must end with the sum of the `j`-th chunks.
 //! - [`all_gather`]: site `i` holds atom `X{i}`; every site must end with every atom.
+//! - [`all_reduce_whole`]: the all-reduce of one indivisible atom per site (the gradient
+//!   partials of a data-parallel step): only atom refinement can chunk it.
 
 use std::collections::BTreeSet;
 
@@ -135,6 +137,23 @@ pub fn all_reduce(sites: usize, total_gb: f64) -> Program {
     for j in 0..sites {
         for t in 0..sites {
             p.outputs.insert(Requirement::new(chunk_sum(sites, j), Target::Site(SiteId(t))));
+        }
+    }
+    p
+}
+
+/// All-reduce of indivisible partials: site `i` holds one atom `X{i}` of `total_gb`, and
+/// every site must end with `X0+...+X{n-1}`. Nothing in the preamble is cut, so only atom
+/// refinement ([`crate::refine`]) lets a synthesized program pipeline or reduce-scatter it.
+pub fn all_reduce_whole(sites: usize, total_gb: f64) -> Program {
+    let mut p = base(sites);
+    let all: Vec<AtomId> = (0..sites).map(|i| atom(format!("X{i}"))).collect();
+    for (i, x) in all.iter().enumerate() {
+        p.inputs.insert(x.clone(), Input { site: SiteId(i), size_gb: total_gb });
+    }
+    if let Ok(sum) = Aggregate::new(all) {
+        for t in 0..sites {
+            p.outputs.insert(Requirement::new(sum.clone(), Target::Site(SiteId(t))));
         }
     }
     p

@@ -6,6 +6,7 @@
 //! - [`search`]: a seeded, deterministic simulated-annealing search over placements
 //!   (memberships of partitions declared by size) and rewrites of the action set; every
 //!   candidate is validity-checked and costed by [`crate::simulate`]; the cheapest is kept.
+//! - `stripes`: the multi-ring seed (the groups dealt to the machine's directed rings).
 //! - `hierarchical`: the seed bodies that know a multi-node machine's nodes (one of the
 //!   search's seeds; the plan is in its docs).
 //! - [`collectives`]: the requirements of all-reduce, all-gather and reduce-scatter as
@@ -19,6 +20,15 @@
 //! the membership). OUT is first split into *groups*: one per distinct required aggregate,
 //! with every site that needs it and the atoms each site holds.
 //!
+//! 0. **Chunk counts.** The preamble is tried whole and with every atom cut into `k` chunks
+//!    ([`crate::refine`]) for `k` in 2, 4, 8 and the count that stripes the groups over the
+//!    machine's rings (`stripes.rs`: on the DGX-V100, 48 chunks of one atom per site), up to
+//!    [`SearchOptions::max_chunks`], at most [`MAX_REFINED_ATOMS`] atoms and no chunk under
+//!    [`MIN_CHUNK_GB`] (the fluid simulator has no per-transfer latency, so it would cut
+//!    anything). The seeds below are built for each count; the annealing continues with the
+//!    count whose best seed is fastest (a tie keeps fewer chunks). Chunks let chains
+//!    pipeline and let a reduce-scatter exist where the preamble has one indivisible atom
+//!    per site; the result's program is over the chunks ([`Synthesis::chunks`]).
 //! 1. **Seeds**, all validated and simulated: the naive program; the given body, if the
 //!    preamble came with a valid one; and, under two placements (the placement-blind one of
 //!    [`canonical_membership`], and one that puts each partition where its atoms already are),
@@ -29,7 +39,9 @@
 //!    (chains) and binomial trees along ring orders of the machine (the sites in order, the
 //!    Hamiltonian cycle with the widest bottleneck, the best cycle disjoint from it, and their
 //!    reverses: the ring collectives), and recursive doubling (Example 5.2); each with and
-//!    without relays around routes slower than a two-hop alternative.
+//!    without relays around routes slower than a two-hop alternative; and striped rings
+//!    (`stripes.rs`): the groups dealt to the directed rings that share no link, in
+//!    proportion to their bandwidth, each reduced and spread by a chain along its ring.
 //!    On a machine of several nodes, when some group's sites span nodes, two more seeds per
 //!    placement: the bodies of `hierarchical.rs` (reduce inside each node to the site with
 //!    the root's local index, by a star or, in the root's node, a chain; cross between
@@ -58,7 +70,8 @@
 //!    shortening paths other than the critical one count as progress on a makespan plateau;
 //!    the temperature decays geometrically to 1% of [`SearchOptions::temperature`]; after a
 //!    stretch without improvement the walk restarts from the best. The best candidate by
-//!    completion time is returned, so the result is never slower than the naive seed.
+//!    completion time is returned, so the result is never slower than the best seed
+//!    ([`Synthesis::seed_ms`] says how fast that was, and so what the iterations earned).
 //! 3. **Determinism**: every choice comes from a `SeededRng` stream seeded with
 //!    [`SearchOptions::seed`], the budget is an iteration count, and iteration order is that of
 //!    ordered collections; the optional wall-clock cap is the only source of variation.
@@ -110,11 +123,12 @@ mod hierarchical;
 mod naive;
 mod plan;
 mod search;
+mod stripes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use naive::naive;
-pub use search::{SearchOptions, Synthesis, search, search_observed};
+pub use search::{MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SearchOptions, Synthesis, search, search_observed};
 
 use crate::check::CheckError;
 use crate::cost::SimulateError;

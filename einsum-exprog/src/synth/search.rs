@@ -9,7 +9,7 @@ use einsum_sim::Topology;
 use super::plan::{
     Group, Kind, Load, Plan, SHAPES, Shape, SiteRoutes, build, congestion_aware, groups, pruned, reparent,
 };
-use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, hierarchical, naive};
+use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, hierarchical, naive, stripes};
 use crate::action::Action;
 use crate::aggregate::Aggregate;
 use crate::cost::{Simulation, check_sites, run};
@@ -17,6 +17,7 @@ use crate::ids::{AtomId, SiteId};
 use crate::lower::lower;
 use crate::membership::Membership;
 use crate::program::Program;
+use crate::refine::refine;
 use crate::rewrite::{self, Refusal};
 use einsum_core::SeededRng as Rng;
 
@@ -38,28 +39,62 @@ pub struct SearchOptions {
     /// several nodes (they are never built on a machine of one). Off, the seeds are the flat
     /// ones only: how the gain of knowing the nodes is measured.
     pub hierarchical: bool,
+    /// The most chunks an atom may be cut into ([`crate::refine`]); 1 keeps atoms whole. The
+    /// search tries a few chunk counts up to it (see [`crate::synth`]) and keeps the one of
+    /// the best seed. A caller whose atoms are tensor cells passes
+    /// [`crate::Preamble::max_chunks`], so that every chunk is a non-empty slice.
+    pub max_chunks: usize,
 }
 
 impl Default for SearchOptions {
-    /// Seed 0, 400 iterations, no time limit, temperature 0.05, hierarchical seeds.
+    /// Seed 0, 400 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
+    /// into up to [`MAX_CHUNKS`] chunks.
     fn default() -> Self {
-        SearchOptions { seed: 0, iterations: 400, time_limit: None, temperature: 0.05, hierarchical: true }
+        SearchOptions {
+            seed: 0,
+            iterations: 400,
+            time_limit: None,
+            temperature: 0.05,
+            hierarchical: true,
+            max_chunks: MAX_CHUNKS,
+        }
     }
 }
+
+/// The default [`SearchOptions::max_chunks`]: enough for the DGX-V100's six directed ring
+/// units times eight roots from one indivisible atom per site.
+pub const MAX_CHUNKS: usize = 48;
+
+/// The smallest chunk the search cuts, in GB (4 MB). The fluid simulator has no per-transfer
+/// latency, so it would cut even a 64-byte atom; a transfer costs a few microseconds to set
+/// up, which at NVLink rates (hundreds of GB/s) is the time of a megabyte or so, so chunks of
+/// at least 4 MB keep that unmodelled cost to a fraction of each transfer.
+pub const MIN_CHUNK_GB: f64 = 4e-3;
+
+/// The most atoms a refined preamble may have: chunk counts that would exceed it are not
+/// tried (the cost of evaluating a candidate grows with its actions).
+pub const MAX_REFINED_ATOMS: usize = 512;
 
 /// The result of [`search`].
 #[derive(Clone, Debug)]
 pub struct Synthesis {
-    /// The preamble as given (partitions still declared by size) with the best body found;
-    /// every action of the body is sourced at a site.
+    /// The preamble as given (partitions still declared by size), cut into
+    /// [`Synthesis::chunks`] chunks per atom, with the best body found; every action of the
+    /// body is sourced at a site.
     pub program: Program,
     /// Its simulated completion time.
     pub completion_ms: f64,
+    /// How many chunks every atom was cut into ([`crate::refine`]; 1: none). The program is
+    /// over the chunks: its preamble is [`crate::refine`] of the given one with this count.
+    pub chunks: usize,
     /// The membership it was costed under (valid for it).
     pub membership: Membership,
     /// The naive program's simulated completion time (a seed, so never beaten by
     /// `completion_ms`).
     pub naive_ms: f64,
+    /// The best seed's simulated completion time, over every chunk count tried: where the
+    /// annealing started, so `seed_ms - completion_ms` is what its iterations earned.
+    pub seed_ms: f64,
     /// Candidates validated and simulated (seeds and annealing; duplicates count once).
     pub evaluated: usize,
     /// Annealing iterations run.
@@ -106,8 +141,10 @@ impl Score {
 
 /// Everything the search carries between candidates.
 struct Search<'a> {
+    /// The preamble, its atoms cut into `chunks` chunks each.
     preamble: Program,
     topology: &'a Topology,
+    chunks: usize,
     machine: SiteRoutes,
     rng: Rng,
     cache: HashMap<(Membership, BTreeSet<Action>), Option<Score>>,
@@ -136,56 +173,56 @@ pub fn search_observed(
     let preamble = checked_preamble(given)?;
     check_sites(&preamble, topology)?;
     let naive_program = naive(&preamble)?;
-    let mut s = Search {
-        machine: SiteRoutes::new(&preamble.sites(), topology),
-        preamble,
-        topology,
-        rng: Rng::new(options.seed),
-        cache: HashMap::new(),
-        evaluated: 0,
-        refused: 0,
-    };
+    let machine = SiteRoutes::new(&preamble.sites(), topology);
+    let canonical = canonical_membership(&preamble)?;
+    let group_count = groups(&preamble, &canonical).map_or(0, |gs| gs.len());
+    let counts = chunk_counts(&preamble, group_count, &machine, options.max_chunks);
 
-    // Seeds: naive, the given body, and structured plans under two placements.
-    let canonical = canonical_membership(&s.preamble)?;
-    let naive_state = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
-    let naive_ms = naive_state.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
-    let mut best: Option<State> = naive_state;
-    let consider = |st: Option<State>, best: &mut Option<State>| {
-        if let Some(st) = st
-            && best.as_ref().is_none_or(|b| st.cost.better(&b.cost))
-        {
-            *best = Some(st);
-        }
-    };
-    if !given.body.is_empty()
-        && let Ok(v) = given.validate()
-    {
-        let body = given.resolve(&v.membership).body;
-        let st = s.state_of_body(&v.membership, body, "the given body")?;
-        consider(st, &mut best);
-    }
-    let mut placements = vec![canonical.clone()];
-    let affinity = affinity_membership(&s.preamble)?;
-    if affinity != canonical {
-        placements.push(affinity);
-    }
-    for m in &placements {
-        let gs = s.groups_under(m)?;
-        for (plans, origin) in s.seed_plans(&gs) {
-            let st = s.state_of_plans(m, gs.clone(), plans, origin);
-            consider(st, &mut best);
-        }
-        for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| options.hierarchical) {
-            if let Some(body) = hierarchical::body(&gs, &balanced_roots(&gs), &s.machine.sites, topology, reduction) {
-                let st = s.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
+    // Seeds, for every chunk count tried: naive and the given body (whole atoms only), and
+    // structured plans under two placements. The search goes on with the best seed's count.
+    let mut naive_ms = f64::INFINITY;
+    let mut chosen: Option<(Search<'_>, State)> = None;
+    for chunks in counts {
+        let Ok(refined) = refine(&preamble, chunks) else { continue };
+        let mut s = Search {
+            machine: machine.clone(),
+            preamble: refined,
+            topology,
+            chunks,
+            rng: Rng::new(options.seed),
+            cache: HashMap::new(),
+            evaluated: 0,
+            refused: 0,
+        };
+        let mut best: Option<State> = None;
+        if chunks == 1 {
+            best = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
+            naive_ms = best.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
+            if !given.body.is_empty()
+                && let Ok(v) = given.validate()
+            {
+                let body = given.resolve(&v.membership).body;
+                let st = s.state_of_body(&v.membership, body, "the given body")?;
                 consider(st, &mut best);
             }
         }
+        s.seed(&canonical, options.hierarchical, &mut best)?;
+        let evaluated = chosen.as_ref().map_or(0, |(c, _)| c.evaluated);
+        match (best, &mut chosen) {
+            // more chunks only for a shorter completion: a tie keeps the fewer, larger atoms
+            (Some(b), Some((c, cb))) if b.cost.completion < cb.cost.completion * (1.0 - 1e-9) => {
+                s.evaluated += evaluated;
+                chosen = Some((s, b));
+            }
+            (Some(b), None) => chosen = Some((s, b)),
+            (_, Some((c, _))) => c.evaluated += s.evaluated,
+            (None, None) => {}
+        }
     }
-    let Some(mut best) = best else {
+    let Some((mut s, mut best)) = chosen else {
         return Err(SynthError::Placement("no seed program could be simulated".to_string()));
     };
+    let seed_ms = best.cost.completion;
 
     // Annealing.
     let start = Instant::now();
@@ -234,8 +271,10 @@ pub fn search_observed(
     Ok(Synthesis {
         program,
         completion_ms: simulation.completion_ms,
+        chunks: s.chunks,
         membership: best.membership,
         naive_ms,
+        seed_ms,
         evaluated: s.evaluated,
         iterations,
         refused: s.refused,
@@ -245,6 +284,32 @@ pub fn search_observed(
 }
 
 impl Search<'_> {
+    /// Adds to `best` the structured seeds under the canonical placement and the one that
+    /// follows the data: the uniform plans, striped rings and, with `hierarchical`, the
+    /// hierarchical bodies.
+    fn seed(&mut self, canonical: &Membership, hierarchical: bool, best: &mut Option<State>) -> Result<(), SynthError> {
+        let mut placements = vec![canonical.clone()];
+        let affinity = affinity_membership(&self.preamble)?;
+        if affinity != *canonical {
+            placements.push(affinity);
+        }
+        for m in &placements {
+            let gs = self.groups_under(m)?;
+            for (plans, origin) in self.seed_plans(&gs) {
+                let st = self.state_of_plans(m, gs.clone(), plans, origin);
+                consider(st, best);
+            }
+            for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| hierarchical) {
+                let roots = balanced_roots(&gs);
+                if let Some(body) = hierarchical::body(&gs, &roots, &self.machine.sites, self.topology, reduction) {
+                    let st = self.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
+                    consider(st, best);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn groups_under(&self, membership: &Membership) -> Result<Vec<Group>, SynthError> {
         groups(&self.preamble, membership)
             .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
@@ -320,6 +385,9 @@ impl Search<'_> {
             [(forward, "seed: congestion-aware trees"), (backward, "seed: congestion-aware trees, reversed")]
         {
             seeds.push((congestion_aware(gs, &roots, &sequence, &self.machine), name.to_string()));
+        }
+        if let Some(plans) = stripes::striped(gs, &self.machine) {
+            seeds.push((plans, "seed: striped rings".to_string()));
         }
         for &relay in relays {
             let uniform = |kind: &dyn Fn(SiteId) -> Kind, order: usize| -> Vec<Plan> {
@@ -633,6 +701,28 @@ impl Search<'_> {
     }
 }
 
+/// Keeps `st` in `best` if it is better.
+fn consider(st: Option<State>, best: &mut Option<State>) {
+    if let Some(st) = st
+        && best.as_ref().is_none_or(|b| st.cost.better(&b.cost))
+    {
+        *best = Some(st);
+    }
+}
+
+/// The chunk counts the search tries, ascending: 1 (whole atoms), 2, 4 and 8 (pipelining),
+/// and the count that stripes the groups over the machine's rings
+/// ([`stripes::chunks_to_stripe`]), each at most `max_chunks` and leaving at most
+/// [`MAX_REFINED_ATOMS`] atoms and no chunk under [`MIN_CHUNK_GB`].
+fn chunk_counts(preamble: &Program, groups: usize, machine: &SiteRoutes, max_chunks: usize) -> Vec<usize> {
+    let atoms = preamble.inputs.len().max(1);
+    let smallest = preamble.inputs.values().map(|i| i.size_gb).fold(f64::INFINITY, f64::min);
+    let mut counts: BTreeSet<usize> = [2, 4, 8, stripes::chunks_to_stripe(groups, machine)].into_iter().collect();
+    counts.retain(|&k| k <= max_chunks && atoms * k <= MAX_REFINED_ATOMS && smallest / k as f64 >= MIN_CHUNK_GB);
+    counts.insert(1);
+    counts.into_iter().collect()
+}
+
 /// A star plan (reduce to `root`, multicast from it) along the first order.
 fn star(root: SiteId) -> Plan {
     Plan { kind: Kind::Rooted { root, reduce: Shape::Star, spread: Shape::Star }, order: 0, relay: false, salt: 0 }
@@ -659,4 +749,88 @@ fn balanced_roots(gs: &[Group]) -> Vec<SiteId> {
             root
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::simulate;
+    use crate::refine::refinement_of;
+    use crate::synth::collectives::{Collective, all_reduce_whole};
+
+    fn options(iterations: usize) -> SearchOptions {
+        SearchOptions { seed: 3, iterations, ..SearchOptions::default() }
+    }
+
+    /// Recursive doubling (Example 5.2) of the whole atoms along every ring order of the
+    /// machine, with and without relays: the fastest such program's time.
+    fn recursive_doubling_ms(preamble: &Program, topology: &Topology) -> f64 {
+        let machine = SiteRoutes::new(&preamble.sites(), topology);
+        let gs = groups(preamble, &preamble.declared_membership()).unwrap();
+        let mut best = f64::INFINITY;
+        for order in 0..machine.orders.len() {
+            for relay in [false, true] {
+                let plan = Plan { kind: Kind::Butterfly, order, relay, salt: 0 };
+                let program = preamble.with_body(gs.iter().flat_map(|g| build(g, &plan, &machine)));
+                best = best.min(simulate(&program, topology).unwrap().completion_ms);
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn indivisible_all_reduce_is_chunked_to_near_its_bound() {
+        let p = all_reduce_whole(8, 1.0);
+        for (name, within) in [("dgx-a100", 1.2), ("dgx-v100", 1.4)] {
+            let t = Topology::preset(name).unwrap();
+            let found = search(&p, &t, options(0)).unwrap();
+            let bound = Collective::AllReduce.bound_ms(8, 1.0, &t);
+            assert!(found.completion_ms <= within * bound, "{name}: {} ms, bound {bound}", found.completion_ms);
+            assert!(found.chunks > 1, "{name}: whole atoms cannot come near the bound");
+            assert_eq!(refinement_of(&p, &found.program), Ok(found.chunks));
+            assert!(found.program.validate_with(&found.membership).is_ok());
+            let rd = recursive_doubling_ms(&p, &t);
+            assert!(found.completion_ms < rd, "{name}: {} ms, recursive doubling {rd} ms", found.completion_ms);
+        }
+    }
+
+    #[test]
+    fn whole_atoms_stay_whole_when_chunks_are_refused() {
+        let p = all_reduce_whole(8, 1.0);
+        let t = Topology::preset("dgx-a100").unwrap();
+        let found = search(&p, &t, SearchOptions { max_chunks: 1, ..options(0) }).unwrap();
+        assert_eq!(found.chunks, 1);
+        assert_eq!(found.program.with_body([]), p);
+        // without chunks an all-reduce of whole atoms is far from its bound
+        assert!(found.completion_ms > 2.0 * Collective::AllReduce.bound_ms(8, 1.0, &t));
+    }
+
+    #[test]
+    fn the_annealing_beats_every_seed_on_the_v100_reduce_scatter() {
+        // No seed routes around the chains' lockstep; a relay the annealing introduces does.
+        let p = Collective::ReduceScatter.preamble(8, 1.0);
+        let t = Topology::preset("dgx-v100").unwrap();
+        let found = search(&p, &t, SearchOptions { seed: 0, iterations: 400, ..SearchOptions::default() }).unwrap();
+        assert!(
+            found.completion_ms < 0.98 * found.seed_ms,
+            "{} ms from a {} ms seed",
+            found.completion_ms,
+            found.seed_ms
+        );
+        assert!(found.program.validate_with(&found.membership).is_ok());
+        let again = simulate(&found.program, &t).unwrap();
+        assert!((again.completion_ms - found.completion_ms).abs() <= 1e-9 * found.completion_ms);
+    }
+
+    #[test]
+    fn chunk_counts_respect_the_limits() {
+        let t = Topology::preset("dgx-v100").unwrap();
+        let p = all_reduce_whole(8, 1.0);
+        let machine = SiteRoutes::new(&p.sites(), &t);
+        assert_eq!(chunk_counts(&p, 1, &machine, 48), vec![1, 2, 4, 8, 48]);
+        assert_eq!(chunk_counts(&p, 1, &machine, 8), vec![1, 2, 4, 8]);
+        // 64 atoms: at most 8 chunks each; 2 MB atoms are never cut
+        assert_eq!(chunk_counts(&Collective::AllReduce.preamble(8, 1.0), 8, &machine, 48), vec![1, 2, 4, 6, 8]);
+        assert_eq!(chunk_counts(&all_reduce_whole(8, 0.002), 1, &machine, 48), vec![1]);
+    }
 }

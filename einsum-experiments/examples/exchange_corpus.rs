@@ -1,0 +1,169 @@
+//! A corpus of exchange problems taken from real plans, and what the exchange search earns
+//! on each over its best seed.
+//!
+//! ```text
+//! cargo run --release -p einsum-experiments --example exchange_corpus [-- --iterations N --seed S --write DIR]
+//! ```
+//!
+//! For every workload of the `exchange` experiment's two families (the transformer blocks at
+//! the paper's model dimensions and chains A–E, tokens and sizes divided by 8) on `dgx-v100`
+//! (8 GPUs) and on `dgx-a100x2` (two nodes, 16 GPUs), the DP's plan is compiled with naive
+//! exchange programs, and the preamble moving the most bytes is kept (a preamble is the
+//! program less its body: where the producer's blocks are and what the consumer needs); plans
+//! whose exchanges are all local are left out. Each is then searched
+//! (`einsum_exprog::synth::search`) and the table gives the naive program, the best seed
+//! (where the annealing starts, over every chunk count), the searched result and the gain
+//! `seed / searched`. The collectives of `einsum_exprog::synth::collectives` on `dgx-v100`
+//! close the table. `--write DIR` saves each plan's preamble as an `.exprog` file (the
+//! corpus `einsum-exprog/tests/data/corpus/` holds, read by its `tests/corpus.rs`).
+
+use std::process::ExitCode;
+
+use einsum_compile::Schedule;
+use einsum_core::DType;
+use einsum_experiments::Workload;
+use einsum_exprog::Program;
+use einsum_exprog::synth::collectives::{Collective, all_reduce_whole};
+use einsum_exprog::synth::{SearchOptions, naive, search};
+use einsum_logical::{cost_model_by_name, optimizer_by_name};
+use einsum_sim::Topology;
+
+/// The machines and their device counts.
+const MACHINES: &[(&str, usize)] = &[("dgx-v100", 8), ("dgx-a100x2", 16)];
+
+/// The logical optimizer whose plans give the exchanges.
+const STRATEGY: &str = "dp";
+
+/// How much the workloads are shrunk: tokens and chain sizes divided by it (the model
+/// dimensions are the paper's).
+const SCALE: usize = 8;
+
+/// The workloads: the `exchange` experiment's (LLaMA blocks at the paper's dimensions,
+/// chains A–E), their tokens and chain sizes divided by [`SCALE`].
+fn workloads() -> Vec<(String, String)> {
+    let d = "d_model=4096,heads_q=32,heads_kv=8,d_head=128,d_ff=14336";
+    let mut w: Vec<(String, String)> = [(1, 1), (1, 8), (1, 128), (8, 1), (128, 1)]
+        .iter()
+        .map(|&(seqs, k)| {
+            let tokens = seqs * k * 1024 / SCALE;
+            (format!("llama {seqs}x{k}K"), format!("llama-block:tokens={tokens},seqs={seqs},{d}"))
+        })
+        .collect();
+    w.extend(
+        ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|c| (format!("chain {}", c.to_uppercase()), format!("chain-{c}:scale={SCALE}"))),
+    );
+    w
+}
+
+/// The preamble moving the most bytes among the exchange programs of the plan of
+/// `workload` on `machine` with `devices` devices, planned by [`STRATEGY`].
+fn largest_preamble(
+    workload: &str,
+    machine: &str,
+    devices: usize,
+) -> Result<Option<Program>, Box<dyn std::error::Error>> {
+    let graph = Workload::parse(workload)?.build(DType::F16)?;
+    let strategy = optimizer_by_name(STRATEGY, 0)?;
+    let model = cost_model_by_name("time", machine)?;
+    let topology = Topology::named(machine)?;
+    let planned = einsum_compile::plan_and_compile(&einsum_compile::pipeline::Request {
+        comp: graph.computation(),
+        devices,
+        strategy: strategy.as_ref(),
+        cost: model.as_ref(),
+        topology: &topology,
+        schedule: Schedule::Naive,
+        memory_budget: None,
+        host_memory: None,
+    })?;
+    let bytes = |p: &Program| -> f64 { p.inputs.values().map(|i| i.size_gb).sum() };
+    Ok(planned.compiled.programs.iter().map(|e| e.program.with_body([])).max_by(|a, b| bytes(a).total_cmp(&bytes(b))))
+}
+
+fn main() -> ExitCode {
+    let mut options = SearchOptions::default();
+    let mut write: Option<std::path::PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let value = args.next();
+        let number = value.as_deref().and_then(|v| v.parse::<u64>().ok());
+        match (arg.as_str(), number, value) {
+            ("--iterations", Some(n), _) => options.iterations = n as usize,
+            ("--seed", Some(s), _) => options.seed = s,
+            ("--write", _, Some(dir)) => write = Some(dir.into()),
+            _ => {
+                eprintln!("expected --iterations N, --seed S or --write DIR, got {arg}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    match run(options, write.as_deref()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds the corpus, writing each plan's preamble to `write` (as
+/// `{machine}-{workload}.exprog`) if given, and prints the table.
+fn run(options: SearchOptions, write: Option<&std::path::Path>) -> Result<(), Box<dyn std::error::Error>> {
+    let mut cases: Vec<(String, String, Program)> = Vec::new();
+    for &(machine, devices) in MACHINES {
+        for (label, workload) in workloads() {
+            match largest_preamble(&workload, machine, devices) {
+                Ok(Some(p)) if naive(&p)?.body.is_empty() => {
+                    eprintln!("{machine} {label}: nothing to move (every atom is where it is needed)")
+                }
+                Ok(Some(p)) => {
+                    if let Some(dir) = write {
+                        let name = format!("{machine}-{}.exprog", label.replace(' ', "-").to_lowercase());
+                        std::fs::write(dir.join(name), format!("# {workload} on {machine}\n{p}"))?;
+                    }
+                    cases.push((machine.to_string(), label, p));
+                }
+                Ok(None) => eprintln!("{machine} {label}: the plan moves nothing"),
+                Err(e) => eprintln!("{machine} {label}: {e}"),
+            }
+        }
+    }
+    for c in Collective::ALL {
+        cases.push(("dgx-v100".into(), c.name().into(), c.preamble(8, 1.0)));
+    }
+    cases.push(("dgx-v100".into(), "all-reduce (whole)".into(), all_reduce_whole(8, 1.0)));
+
+    println!("search seed {}, {} iterations", options.seed, options.iterations);
+    println!(
+        "| machine | case | atoms | GB in | naive ms | best seed ms | searched ms | gain | chunks | best found by |\n\
+         |---|---|---|---|---|---|---|---|---|---|"
+    );
+    let (mut wins, mut ties, mut losses) = (0, 0, 0);
+    for (machine, label, preamble) in &cases {
+        let topology = Topology::named(machine)?;
+        let found = search(preamble, &topology, options)?;
+        let gain = found.seed_ms / found.completion_ms;
+        if found.completion_ms < found.seed_ms * (1.0 - 1e-9) {
+            wins += 1;
+        }
+        if found.completion_ms > found.seed_ms * (1.0 + 1e-9) {
+            losses += 1;
+        } else if found.completion_ms >= found.seed_ms * (1.0 - 1e-9) {
+            ties += 1;
+        }
+        println!(
+            "| {machine} | {label} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {gain:.3} | {} | {} |",
+            preamble.inputs.len(),
+            preamble.inputs.values().map(|i| i.size_gb).sum::<f64>(),
+            found.naive_ms,
+            found.seed_ms,
+            found.completion_ms,
+            found.chunks,
+            found.origin,
+        );
+    }
+    println!("search beat its best seed on {wins} of {} cases, lost on {losses}", wins + ties + losses);
+    Ok(())
+}

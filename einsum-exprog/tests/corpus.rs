@@ -1,0 +1,51 @@
+//! The exchange corpus: preambles taken from real plans (`tests/data/corpus/`, written by
+//! `cargo run --release -p einsum-experiments --example exchange_corpus -- --write DIR`: the
+//! largest exchange of the DP's plan of the LLaMA block 1×1K and chains A–D on `dgx-v100`
+//! and `dgx-a100x2`). On each, the search must never lose to its best seed, must beat it on at
+//! least a third of the cases, and must beat it on chain B on `dgx-v100`, where deleting a
+//! transfer that no seed leaves out pays.
+
+use std::path::PathBuf;
+
+use einsum_exprog::synth::{SearchOptions, search};
+use einsum_sim::Topology;
+
+/// Every corpus file, with its machine (the file name up to the workload).
+fn corpus() -> Vec<(String, String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/corpus");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            let machine = ["dgx-v100", "dgx-a100x2"].into_iter().find(|m| name.starts_with(&format!("{m}-"))).unwrap();
+            (name.clone(), machine.to_string(), std::fs::read_to_string(&path).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_search_earns_its_iterations_on_the_corpus() {
+    let cases = corpus();
+    assert_eq!(cases.len(), 10);
+    let options = SearchOptions { seed: 0, iterations: 400, ..SearchOptions::default() };
+    let mut wins = Vec::new();
+    for (name, machine, src) in &cases {
+        let preamble = einsum_exprog::load(src).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let topology = Topology::preset(machine).unwrap();
+        let found = search(&preamble, &topology, options).unwrap();
+        assert!(found.program.validate_with(&found.membership).is_ok(), "{name}");
+        assert!(
+            found.completion_ms <= found.seed_ms,
+            "{name}: {} after a {} ms seed",
+            found.completion_ms,
+            found.seed_ms
+        );
+        if found.completion_ms < found.seed_ms * (1.0 - 1e-9) {
+            wins.push(name.clone());
+        }
+    }
+    assert!(3 * wins.len() >= cases.len(), "the search beat its best seed only on {wins:?}");
+    assert!(wins.iter().any(|w| w == "dgx-v100-chain-b"), "{wins:?}");
+}
