@@ -1,6 +1,8 @@
-//! The host memory planning and compiling will take, estimated before either allocates, so
-//! that a plan too large for the machine running the compiler is refused with the estimate
-//! and the limit instead of exhausting memory.
+//! The size of a compile, estimated before anything is built, so that a plan too large for
+//! the machine running the compiler is refused with the estimate and the limit instead of
+//! exhausting its memory or running for hours: the host memory planning and compiling will
+//! take (checked by `plan_and_compile`), and the graph's task count and largest exchange
+//! ([`compile_estimate`], checked against [`LIMITS`] by [`crate::compile`] itself).
 //!
 //! Two estimates, each an upper-leaning count of what dominates, times measured bytes:
 //! - [`planning_bytes`], before the logical problem is built: every distinct operator (equal
@@ -9,7 +11,7 @@
 //!   function specs holding one box per input and output; the problem keeps each spec and
 //!   interns its block sets ([`PLANNING_OVERHEAD`]).
 //! - [`compile_bytes`], once the specs are chosen and before physical compilation: the
-//!   task graph's tasks, counted as one kernel per function spec, its loads, and for every
+//!   task graph's tasks ([`compile_estimate`]), counted as one kernel per function spec, its loads, and for every
 //!   input produced by another operator one transfer per (producer function, consumer
 //!   function) pair whose blocks intersect (what the naive program moves; the searched one
 //!   moves no more pieces), times [`BYTES_PER_TASK`], which covers the task, its buffers
