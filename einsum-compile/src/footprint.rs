@@ -123,9 +123,9 @@ impl CompileLimits {
 
 /// The limits [`crate::compile`] checks.
 ///
-/// - Tasks: physical compilation and the whole-plan prediction cost about 10 µs of CPU per
-///   task at p ≤ 72 on this 2-core machine (the 80-layer LLaMA-3-70B stack on `nvl72`: 0.89 M
-///   tasks in 8–12 s), so 4 M tasks bound a compile of that kind near a minute and its host
+/// - Tasks: physical compilation and the whole-plan prediction cost 7–16 µs of CPU per task
+///   at p ≤ 72 on this 2-core machine (the 80-layer LLaMA-3-70B stack on `nvl72`: 1.11 M
+///   tasks in 8–9 s), so 4 M tasks bound a compile of that kind near a minute and its host
 ///   memory near [`BYTES_PER_TASK`] × 4 M = 8 GB.
 /// - Pieces of one exchange: the simulator refills the max-min rates of a connected group of
 ///   transfers at every event, and the transfers of one all-to-all exchange are one group
