@@ -1,6 +1,8 @@
-//! The host memory planning and compiling will take, estimated before either allocates, so
-//! that a plan too large for the machine running the compiler is refused with the estimate
-//! and the limit instead of exhausting memory.
+//! The size of a compile, estimated before anything is built, so that a plan too large for
+//! the machine running the compiler is refused with the estimate and the limit instead of
+//! exhausting its memory or running for hours: the host memory planning and compiling will
+//! take (checked by `plan_and_compile`), and the graph's task count and largest exchange
+//! ([`compile_estimate`], checked against [`LIMITS`] by [`crate::compile`] itself).
 //!
 //! Two estimates, each an upper-leaning count of what dominates, times measured bytes:
 //! - [`planning_bytes`], before the logical problem is built: every distinct operator (equal
@@ -9,7 +11,7 @@
 //!   function specs holding one box per input and output; the problem keeps each spec and
 //!   interns its block sets ([`PLANNING_OVERHEAD`]).
 //! - [`compile_bytes`], once the specs are chosen and before physical compilation: the
-//!   task graph's tasks, counted as one kernel per function spec, its loads, and for every
+//!   task graph's tasks ([`compile_estimate`]), counted as one kernel per function spec, its loads, and for every
 //!   input produced by another operator one transfer per (producer function, consumer
 //!   function) pair whose blocks intersect (what the naive program moves; the searched one
 //!   moves no more pieces), times [`BYTES_PER_TASK`], which covers the task, its buffers
@@ -25,6 +27,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use einsum_core::TensorType;
 use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, Node, OpId, factorizations};
+
+use crate::{CompileError, Schedule};
 
 /// Bytes one task of the compiled graph costs on the host, all told: measured as the growth
 /// of peak resident memory with the task count of `einsummable plan
@@ -77,9 +81,75 @@ fn intersecting_pairs(producer: &[&TensorType], consumer: &[&TensorType]) -> usi
     consumer.iter().map(|c| producer.iter().filter(|b| b.intersect(c).is_some()).count()).sum()
 }
 
-/// Estimated bytes of compiling `comp` with `specs` on `p` devices (module docs). Operators
-/// without a spec count as reading their inputs whole on one device.
+/// How large a compiled plan will be, counted from its specs before anything is synthesized
+/// ([`compile_estimate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileEstimate {
+    /// Tasks of the graph: one kernel and one load per input per function spec, and one
+    /// transfer per intersecting (producer function, consumer function) pair of every
+    /// exchange (an upper bound on the naive program's transfers).
+    pub tasks: usize,
+    /// The intersecting pairs of the largest single exchange: the transfers that share the
+    /// machine at once when it is simulated.
+    pub largest_exchange: usize,
+}
+
+/// The largest plans [`crate::compile`] accepts; above either limit it refuses up front
+/// ([`crate::CompileError::TooLarge`]) instead of compiling for minutes or hours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// The most tasks of the graph ([`CompileEstimate::tasks`]).
+    pub tasks: usize,
+    /// The most pieces of one exchange ([`CompileEstimate::largest_exchange`]) with the
+    /// naive schedule, which simulates each program once.
+    pub exchange_pieces: usize,
+}
+
+impl CompileLimits {
+    /// The most pieces of one exchange under `schedule`. Simulating an exchange of `k`
+    /// pieces costs up to `k²` (see [`LIMITS`]); the naive schedule simulates each program
+    /// once, a search at least once per iteration and once more for its start, so its limit
+    /// is [`CompileLimits::exchange_pieces`] over the square root of that count: the same
+    /// bound on `k²` times the simulations.
+    pub fn exchange_pieces_for(&self, schedule: Schedule) -> usize {
+        match schedule {
+            Schedule::Naive => self.exchange_pieces,
+            Schedule::Search { iterations, .. } => {
+                (self.exchange_pieces as f64 / ((iterations + 1) as f64).sqrt()).floor() as usize
+            }
+        }
+    }
+}
+
+/// The limits [`crate::compile`] checks.
+///
+/// - Tasks: physical compilation and the whole-plan prediction cost 7–16 µs of CPU per task
+///   at p ≤ 72 on this 2-core machine (the 80-layer LLaMA-3-70B stack on `nvl72`: 1.11 M
+///   tasks in 8–9 s), so 4 M tasks bound a compile of that kind near a minute and its host
+///   memory near [`BYTES_PER_TASK`] × 4 M = 8 GB.
+/// - Pieces of one exchange: the simulator refills the max-min rates of a connected group of
+///   transfers at every event, and the transfers of one all-to-all exchange are one group
+///   finishing one by one, so simulating an exchange of `k` pieces costs up to `k²`: the
+///   per-task cost is not flat in the device count. Measured on `llama-block` over a switched
+///   machine of `p` copies of the `dgx-h100` site (2 loaded cores, CPU time of `plan`):
+///   p = 128 (largest exchange 8 448 pieces) 1.7 s, p = 256 (33 280 pieces) 27 s, so one
+///   at the limit takes a few minutes at most; p = 512 (262 144 pieces) and p = 1024
+///   (1 048 576) are refused, where p = 1024 had not finished after 400 s. A search
+///   simulates each program many times, so its limit is lower
+///   ([`CompileLimits::exchange_pieces_for`]: 9 176 pieces at the CLI's 50 iterations,
+///   which admits every all-to-all up to p = 95).
+pub const LIMITS: CompileLimits = CompileLimits { tasks: 4_000_000, exchange_pieces: 65_536 };
+
+/// Estimated bytes of compiling `comp` with `specs` on `p` devices (module docs):
+/// [`CompileEstimate::tasks`] times [`BYTES_PER_TASK`].
 pub fn compile_bytes(comp: &Computation, specs: &HashMap<OpId, JoinAggSpec>, p: usize) -> f64 {
+    compile_estimate(comp, specs, p).tasks as f64 * BYTES_PER_TASK
+}
+
+/// The size of the graph of `comp` compiled with `specs` on `p` devices
+/// ([`CompileEstimate`]). Operators without a spec count as reading their inputs whole on
+/// one device.
+pub fn compile_estimate(comp: &Computation, specs: &HashMap<OpId, JoinAggSpec>, p: usize) -> CompileEstimate {
     let mut tasks = 0usize;
     let mut exchanges: HashMap<(u64, usize, u64, usize), (usize, usize)> = HashMap::new();
     for (id, _, args) in comp.ops() {
@@ -101,8 +171,35 @@ pub fn compile_bytes(comp: &Computation, specs: &HashMap<OpId, JoinAggSpec>, p: 
                 .1 += 1;
         }
     }
-    tasks += exchanges.values().map(|(pairs, times)| pairs * times).sum::<usize>();
-    tasks as f64 * BYTES_PER_TASK
+    CompileEstimate {
+        tasks: tasks + exchanges.values().map(|(pairs, times)| pairs * times).sum::<usize>(),
+        largest_exchange: exchanges.values().map(|(pairs, _)| *pairs).max().unwrap_or(0),
+    }
+}
+
+/// The estimate of compiling `comp` with `specs` on `p` devices under `schedule`
+/// ([`compile_estimate`]), or [`CompileError::TooLarge`] naming the first limit it exceeds.
+pub fn check_size(
+    comp: &Computation,
+    specs: &HashMap<OpId, JoinAggSpec>,
+    p: usize,
+    schedule: Schedule,
+    limits: &CompileLimits,
+) -> Result<CompileEstimate, CompileError> {
+    let estimate = compile_estimate(comp, specs, p);
+    let too_large = |what: &'static str, estimate: usize, limit: usize| CompileError::TooLarge {
+        devices: p,
+        what,
+        estimate,
+        limit,
+    };
+    if estimate.tasks > limits.tasks {
+        Err(too_large("tasks", estimate.tasks, limits.tasks))
+    } else if estimate.largest_exchange > limits.exchange_pieces_for(schedule) {
+        Err(too_large("pieces in one exchange", estimate.largest_exchange, limits.exchange_pieces_for(schedule)))
+    } else {
+        Ok(estimate)
+    }
 }
 
 /// The memory this process may still take: `MemAvailable` of `/proc/meminfo`, in bytes, or

@@ -265,6 +265,23 @@ pub enum CompileError {
         /// whichever is smaller.
         budget: f64,
     },
+    /// The plan is larger than [`footprint::LIMITS`] allow (its task count, or the pieces of
+    /// one exchange): refused before synthesizing anything, since compiling and predicting
+    /// it would take many minutes.
+    #[error(
+        "compiling this plan on {devices} devices needs an estimated {estimate} {what}, more than the limit \
+         of {limit} (past it, compiling takes many minutes); use fewer devices or a smaller workload"
+    )]
+    TooLarge {
+        /// The device count.
+        devices: usize,
+        /// What is over its limit: `tasks` or `pieces in one exchange`.
+        what: &'static str,
+        /// The estimate ([`footprint::compile_estimate`]).
+        estimate: usize,
+        /// Its limit.
+        limit: usize,
+    },
     /// The whole-plan prediction failed.
     #[error("predicting the compiled graph: {0}")]
     Predict(#[from] PredictError),
@@ -311,6 +328,8 @@ pub fn compile(
         }
         validate_spec(op, spec, Some(p)).map_err(|source| CompileError::InvalidSpec { op: name(id), source })?;
     }
+    let estimate = footprint::check_size(comp, specs, p, options.schedule, &footprint::LIMITS)?;
+    tracing::debug!(tasks = estimate.tasks, largest_exchange = estimate.largest_exchange, "estimated the graph");
 
     let boundary = |t: TensorId, label: String| -> Result<Boundary, CompileError> {
         let desc = comp.desc(t)?;

@@ -1,6 +1,7 @@
 //! Synthesizing one input's exchange program and reading the consumer's placement from it.
 
 use std::collections::BTreeSet;
+use std::rc::Rc;
 
 use einsum_core::DType;
 use einsum_core::taskgraph::DeviceId;
@@ -22,7 +23,7 @@ use crate::reuse::{Reused, SynthesisCache};
 pub(crate) struct Synthesized {
     pub preamble: Preamble,
     pub program: Program,
-    pub closure: Closure,
+    pub closure: Rc<Closure>,
     /// The site of every consumer function spec (from the membership of `S1..Sp`).
     pub placement: Vec<DeviceId>,
     pub simulated_ms: f64,
@@ -95,7 +96,7 @@ pub(crate) fn synthesize(
             let validation = program
                 .validate_with(&membership)
                 .map_err(|source| CompileError::Invalid { label: label(), source })?;
-            let fresh = Reused { program, membership, closure: Some(validation.closure), simulated_ms };
+            let fresh = Reused { program, membership, closure: Some(Rc::new(validation.closure)), simulated_ms };
             cache.insert(key, canonical, fresh.clone());
             fresh
         }
@@ -103,12 +104,12 @@ pub(crate) fn synthesize(
     let Reused { program, membership, closure, simulated_ms } = reused;
     let closure = match closure {
         Some(c) => c,
-        None => {
+        None => Rc::new(
             program
                 .validate_with(&membership)
                 .map_err(|source| CompileError::Invalid { label: label(), source })?
-                .closure
-        }
+                .closure,
+        ),
     };
     // A searched program may cut the atoms into chunks: lower it against the preamble cut alike.
     let pre =

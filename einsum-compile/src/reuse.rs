@@ -28,6 +28,7 @@
 //! [`compile`]: crate::compile
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use einsum_exprog::{Closure, Membership, Program, Relabelling};
 use einsum_sim::Topology;
@@ -40,8 +41,10 @@ pub(crate) struct Reused {
     /// The membership it is valid under.
     pub membership: Membership,
     /// Its closure under that membership, when reused unchanged (`None`: renamed, so the
-    /// caller computes it while validating).
-    pub closure: Option<Closure>,
+    /// caller computes it while validating). Shared, not copied, by every exchange that
+    /// reuses it: a closure holds a set of atoms per step, and cloning it on every hit
+    /// cost more than the lookup.
+    pub closure: Option<Rc<Closure>>,
     /// Its simulated completion time, ms.
     pub simulated_ms: f64,
 }

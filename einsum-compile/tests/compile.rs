@@ -501,6 +501,61 @@ fn random_dag(seed: u64, n: usize) -> Computation {
     c
 }
 
+/// The estimate behind the up-front refusal: a row-split matmul feeding one that reads its
+/// whole input (split by output columns) is an all-to-all, `p²` intersecting pairs, on top
+/// of one kernel and one load per input per function spec; a limit one below either figure
+/// refuses the plan naming it, and `compile` builds no more transfers than it counts.
+#[test]
+fn plans_above_the_size_limits_are_refused_with_the_estimate() {
+    use einsum_compile::footprint::{CompileEstimate, CompileLimits, LIMITS, check_size, compile_estimate};
+    let xd = desc(&[("i", 8), ("j", 8)]);
+    let mut comp = Computation::new();
+    let x = comp.add_input("x", xd.clone());
+    let w = comp.add_input("w", xd.clone());
+    let a = comp.add_op("a", Box::new(Einsum::matmul(&xd, &xd).unwrap()), &[x, w]).unwrap()[0];
+    let b = comp.add_op("b", Box::new(Einsum::matmul(&xd, &xd).unwrap()), &[a, w]).unwrap()[0];
+    comp.save(b).unwrap();
+    let p = 4;
+    let (_, op, _) = comp.ops().next().unwrap();
+    let choices = enumerate_specs(op, p).unwrap();
+    let pick = |wanted: fn(&FunctionSpec) -> bool| -> JoinAggSpec {
+        choices.iter().find(|c| c.spec.functions.iter().all(wanted)).expect("a spec of that shape").spec.clone()
+    };
+    // Rows of the output split 4 ways; and the whole first input read by every function.
+    let rows = pick(|f| f.outputs[0].shape() == [2, 8]);
+    let whole = pick(|f| f.inputs[0].shape() == [8, 8] && f.outputs[0].shape() == [8, 2]);
+    let ids: Vec<OpId> = comp.ops().map(|(id, _, _)| id).collect();
+    let specs: HashMap<OpId, JoinAggSpec> = HashMap::from([(ids[0], rows), (ids[1], whole)]);
+    let estimate = compile_estimate(&comp, &specs, p);
+    assert_eq!(estimate, CompileEstimate { tasks: 2 * p * 3 + p * p, largest_exchange: p * p });
+    let exact = CompileLimits { tasks: estimate.tasks, exchange_pieces: estimate.largest_exchange };
+    assert_eq!(check_size(&comp, &specs, p, Schedule::Naive, &exact), Ok(estimate));
+    let err = check_size(&comp, &specs, p, Schedule::Naive, &CompileLimits { tasks: estimate.tasks - 1, ..exact })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CompileError::TooLarge { devices: p, what: "tasks", estimate: estimate.tasks, limit: estimate.tasks - 1 }
+    );
+    assert!(err.to_string().contains(&format!("estimated {} tasks", estimate.tasks)), "{err}");
+    let err =
+        check_size(&comp, &specs, p, Schedule::Naive, &CompileLimits { exchange_pieces: 15, ..exact }).unwrap_err();
+    assert_eq!(err, CompileError::TooLarge { devices: p, what: "pieces in one exchange", estimate: 16, limit: 15 });
+    // A search simulates each program once per iteration and once more: 48 iterations
+    // divide the naive limit by 7.
+    let search = Schedule::Search { seed: 0, iterations: 48, budget: None };
+    let pieces = CompileLimits { exchange_pieces: 7 * 16, ..exact };
+    assert_eq!(pieces.exchange_pieces_for(search), 16);
+    assert_eq!(check_size(&comp, &specs, p, search, &pieces), Ok(estimate));
+    let err = check_size(&comp, &specs, p, search, &CompileLimits { exchange_pieces: 7 * 16 - 1, ..exact });
+    assert!(matches!(err, Err(CompileError::TooLarge { estimate: 16, limit: 15, .. })), "{err:?}");
+    assert!(estimate.tasks < LIMITS.tasks && estimate.largest_exchange < LIMITS.exchange_pieces);
+    let options =
+        CompileOptions { devices: p, schedule: Schedule::Naive, topology: switch(p, 80.0), memory_budget: None };
+    let compiled = compile(&comp, &specs, &options).unwrap();
+    let transfers = compiled.graph.nodes().iter().filter(|n| matches!(n.task, Task::Transfer { .. })).count();
+    assert!(transfers > 0 && transfers <= p * p, "{transfers} transfers");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 

@@ -33,11 +33,21 @@ pub(super) fn stats(g: &TaskGraph) -> MemoryStats {
     let mut s = MemoryStats { resident_bytes: vec![0; n], transient_peak_bytes: vec![0; n], ..MemoryStats::default() };
     let last = g.last_readers();
     let mut live = vec![0usize; n];
-    // Transient buffers freed after each task.
-    let mut frees: Vec<Vec<usize>> = vec![Vec::new(); g.nodes().len()];
+    // The buffers freed after each task, flat: those freed after task `i` are
+    // `freed[start[i]..start[i + 1]]` (a counting sort by last reader, so no list per task).
+    let mut start = vec![0usize; g.nodes().len() + 1];
+    for t in last.iter().flatten() {
+        start[t.0 as usize + 1] += 1;
+    }
+    for i in 0..g.nodes().len() {
+        start[i + 1] += start[i];
+    }
+    let mut freed = vec![0usize; start[g.nodes().len()]];
+    let mut next = start.clone();
     for (b, l) in last.iter().enumerate() {
         if let Some(t) = l {
-            frees[t.0 as usize].push(b);
+            freed[next[t.0 as usize]] = b;
+            next[t.0 as usize] += 1;
         }
     }
     for (i, node) in g.nodes().iter().enumerate() {
@@ -46,7 +56,7 @@ pub(super) fn stats(g: &TaskGraph) -> MemoryStats {
             s.bytes_moved += g.buffer(src).bytes();
         }
         let resident = matches!(node.task, Task::Load { .. });
-        for b in node.task.writes() {
+        for &b in node.task.written_buffers() {
             let buf = g.buffer(b);
             let d = buf.device.0 as usize;
             if resident {
@@ -60,7 +70,7 @@ pub(super) fn stats(g: &TaskGraph) -> MemoryStats {
                 live[d] -= buf.bytes();
             }
         }
-        for &b in &frees[i] {
+        for &b in &freed[start[i]..start[i + 1]] {
             let buf = &g.buffers()[b];
             if !g.is_resident(super::BufferId(b as u32)) {
                 live[buf.device.0 as usize] -= buf.bytes();

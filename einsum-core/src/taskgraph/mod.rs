@@ -27,6 +27,7 @@ pub mod examples;
 mod interpret;
 mod memory;
 
+use std::collections::HashMap;
 use std::fmt;
 
 use crate::{Aggregation, DType, TensorType, check_tiling};
@@ -139,24 +140,35 @@ pub enum Task {
 impl Task {
     /// The buffers the task reads.
     pub fn reads(&self) -> Vec<BufferId> {
-        match self {
-            Task::Load { .. } => Vec::new(),
-            Task::Slice { src, .. } | Task::Transfer { src, .. } | Task::Store { src, .. } => vec![*src],
-            Task::Aggregate { srcs, .. } | Task::Stitch { srcs, .. } => srcs.clone(),
-            Task::Kernel { inputs, .. } => inputs.clone(),
-        }
+        self.read_buffers().to_vec()
     }
 
     /// The buffers the task writes.
     pub fn writes(&self) -> Vec<BufferId> {
+        self.written_buffers().to_vec()
+    }
+
+    /// [`Task::reads`] without allocating: graph building and statistics look at every
+    /// task's buffers several times, so they borrow them.
+    pub fn read_buffers(&self) -> &[BufferId] {
+        match self {
+            Task::Load { .. } => &[],
+            Task::Slice { src, .. } | Task::Transfer { src, .. } | Task::Store { src, .. } => std::slice::from_ref(src),
+            Task::Aggregate { srcs, .. } | Task::Stitch { srcs, .. } => srcs,
+            Task::Kernel { inputs, .. } => inputs,
+        }
+    }
+
+    /// [`Task::writes`] without allocating.
+    pub fn written_buffers(&self) -> &[BufferId] {
         match self {
             Task::Load { dst, .. }
             | Task::Slice { dst, .. }
             | Task::Transfer { dst, .. }
             | Task::Aggregate { dst, .. }
-            | Task::Stitch { dst, .. } => vec![*dst],
-            Task::Kernel { outputs, .. } => outputs.clone(),
-            Task::Store { .. } => Vec::new(),
+            | Task::Stitch { dst, .. } => std::slice::from_ref(dst),
+            Task::Kernel { outputs, .. } => outputs,
+            Task::Store { .. } => &[],
         }
     }
 
@@ -218,8 +230,10 @@ pub struct TaskGraph {
     nodes: Vec<Node>,
     inputs: Vec<Boundary>,
     outputs: Vec<Boundary>,
-    /// Every `Load` so far: (input, destination buffer).
-    loads: Vec<(usize, BufferId)>,
+    /// Every `Load` so far, by (input, device, block): its destination buffer. A map, not
+    /// a list, so that refusing a duplicate resident copy costs a lookup per load instead
+    /// of a scan of every earlier load (quadratic in the loads of a many-layer graph).
+    loads: HashMap<(usize, DeviceId, TensorType), BufferId>,
 }
 
 impl TaskGraph {
@@ -286,7 +300,7 @@ impl TaskGraph {
         let id = TaskId(self.nodes.len() as u32);
         self.check(&task, &label)?;
         let mut all: Vec<TaskId> = deps.to_vec();
-        for b in task.reads() {
+        for &b in task.read_buffers() {
             all.push(self.writer(b).expect("checked: every read buffer has a writer"));
         }
         if let Some(bad) = all.iter().find(|d| d.0 >= id.0) {
@@ -298,11 +312,12 @@ impl TaskGraph {
         }
         all.sort();
         all.dedup();
-        for b in task.writes() {
+        for &b in task.written_buffers() {
             self.writer[b.0 as usize] = Some(id);
         }
         if let Task::Load { input, dst } = &task {
-            self.loads.push((*input, *dst));
+            let buf = &self.buffers[dst.0 as usize];
+            self.loads.insert((*input, buf.device, buf.ty.clone()), *dst);
         }
         self.nodes.push(Node { task, deps: all, label });
         Ok(id)
@@ -310,7 +325,7 @@ impl TaskGraph {
 
     fn check(&self, task: &Task, label: &str) -> Result<(), TaskGraphError> {
         let fail = |reason: String| Err(TaskGraphError { label: label.to_string(), kind: task.kind(), reason });
-        for b in task.reads().into_iter().chain(task.writes()) {
+        for &b in task.read_buffers().iter().chain(task.written_buffers()) {
             if b.0 as usize >= self.buffers.len() {
                 return fail(format!("unknown buffer {}", b.0));
             }
@@ -323,12 +338,12 @@ impl TaskGraph {
                 ));
             }
         }
-        for b in task.reads() {
+        for &b in task.read_buffers() {
             if self.writer(b).is_none() {
                 return fail(format!("reads buffer {} before any task writes it", b.0));
             }
         }
-        for b in task.writes() {
+        for &b in task.written_buffers() {
             if self.writer(b).is_some() {
                 return fail(format!("buffer {} is already written", b.0));
             }
@@ -346,12 +361,8 @@ impl TaskGraph {
                     i.ty,
                     i.dtype
                 )),
-                Some(i) => match self
-                    .loads
-                    .iter()
-                    .find(|(j, b)| j == input && buf(b).device == buf(dst).device && buf(b).ty == buf(dst).ty)
-                {
-                    Some((_, b)) => fail(format!(
+                Some(i) => match self.loads.get(&(*input, buf(dst).device, buf(dst).ty.clone())) {
+                    Some(b) => fail(format!(
                         "block {} of input `{}` is already resident on {} as buffer {}",
                         buf(dst).ty,
                         i.name,
@@ -426,7 +437,7 @@ impl TaskGraph {
     pub fn last_readers(&self) -> Vec<Option<TaskId>> {
         let mut last = vec![None; self.buffers.len()];
         for (i, n) in self.nodes.iter().enumerate() {
-            for b in n.task.reads() {
+            for &b in n.task.read_buffers() {
                 last[b.0 as usize] = Some(TaskId(i as u32));
             }
         }
