@@ -446,12 +446,14 @@ fn plan_json_has_the_documented_fields_and_types() {
 /// `run --json` prints `RunReport`'s fields, in declaration order, with their types.
 #[test]
 fn run_json_has_the_documented_fields_and_types() {
-    const RUN_KEYS: [&str; 14] = [
+    const RUN_KEYS: [&str; 16] = [
         "workload",
         "devices",
         "topology",
         "ok",
         "max_rel_error",
+        "tolerance",
+        "mismatch",
         "wall_ms",
         "device_ms",
         "runs",
@@ -480,5 +482,5 @@ fn run_json_has_the_documented_fields_and_types() {
     // Without --check, the error is null but present.
     let (keys, v) = report(&einsummable(&["run", "matmul:n=16", "--devices", "2", "--json"]));
     assert_eq!(keys, RUN_KEYS);
-    assert!(v["max_rel_error"].is_null());
+    assert!(v["max_rel_error"].is_null() && v["tolerance"].is_null() && v["mismatch"].is_null());
 }

@@ -34,6 +34,9 @@ pub fn run(a: Args) -> Result<Report> {
         text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12.3e}\n", o.name, o.kind, o.specs, o.checked, o.max_error);
     }
     text += &format!("whole graph, random spec per operator: rel err {:.3e}\n", report.graph_error);
+    if let Some(why) = &report.graph_mismatch {
+        text += &format!("whole graph: {why}\n");
+    }
     text += if report.passed() { "PASS\n" } else { "FAIL\n" };
     let json = CheckReport {
         workload: &a.workload,
@@ -42,6 +45,7 @@ pub fn run(a: Args) -> Result<Report> {
         tolerance: report.tolerance.into(),
         ops: report.ops.iter().map(CheckedOp::new).collect(),
         graph_error: report.graph_error.into(),
+        graph_mismatch: report.graph_mismatch.as_deref(),
         passed: report.passed(),
     };
     Ok(Report::new(&json, text, report.passed()))
@@ -57,12 +61,16 @@ pub struct CheckReport<'a> {
     pub devices: usize,
     /// The storage dtype's name.
     pub dtype: &'static str,
-    /// The largest error that passes at this dtype (an f32 widened to f64, as are the errors).
+    /// The largest error that passes: that of the least precise dtype among the
+    /// operators' outputs (an f32 widened to f64, as are the errors).
     pub tolerance: f64,
     /// Every operator's checks, in the computation's order.
     pub ops: Vec<CheckedOp<'a>>,
     /// The error of the whole graph under a random spec per operator.
     pub graph_error: f64,
+    /// Why the whole graph's outputs fail at any tolerance (an output missing or of
+    /// another type, a difference that is not finite), or `null`.
+    pub graph_mismatch: Option<&'a str>,
     /// Whether every error is within the tolerance (the exit code is 1 otherwise).
     pub passed: bool,
 }
