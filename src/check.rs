@@ -34,7 +34,9 @@ pub fn tolerance(dtype: DType) -> f32 {
 /// The tolerance of a computation: that of the least precise dtype among its operators'
 /// outputs (f32 when it has no operator).
 pub fn computation_tolerance(comp: &Computation) -> f32 {
-    comp.ops().flat_map(|(_, op, _)| op.outputs().iter().map(|d| tolerance(d.dtype))).fold(tolerance(DType::F32), f32::max)
+    comp.ops()
+        .flat_map(|(_, op, _)| op.outputs().iter().map(|d| tolerance(d.dtype)))
+        .fold(tolerance(DType::F32), f32::max)
 }
 
 /// The error of `got` against the reference `want`: `max|got - want|` over the elements,

@@ -101,7 +101,10 @@ fn non_finite_differences_fail_at_any_tolerance() {
     let name = |_| "y".to_string();
     let c = Comparison::new(&HashMap::from([(t, finite.clone())]), &HashMap::from([(t, inf.clone())]), name);
     assert!(!c.passes(f32::INFINITY), "{c:?}");
-    assert!(c.mismatch.as_deref().is_some_and(|m| m == "output `y` element 0 (row-major) is 1, the reference holds inf"), "{c:?}");
+    assert!(
+        c.mismatch.as_deref().is_some_and(|m| m == "output `y` element 0 (row-major) is 1, the reference holds inf"),
+        "{c:?}"
+    );
     assert_eq!(c.compared, 0);
 }
 

@@ -307,7 +307,7 @@ fn adversarial_inputs_fail_fast_with_typed_errors() {
     let roomy = dir.join("roomy.json");
     std::fs::write(
         &roomy,
-        r#"{"name": "roomy", "sites": 2, "site": {"hbm_gbps": 900, "hbm_gb": 1e9, "tflops": {"f16": 1, "bf16": 1, "f32": 1}}, "fallback": {"shared": "bus", "gbps": 10}}"#,
+        r#"{"name": "roomy", "sites": 2, "site": {"hbm_gbps": 900, "hbm_gb": 1e5, "tflops": {"f16": 1, "bf16": 1, "f32": 1}}, "fallback": {"shared": "bus", "gbps": 10}}"#,
     )
     .unwrap();
     let empty = dir.join("empty.exprog");
