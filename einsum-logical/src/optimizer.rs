@@ -158,7 +158,7 @@ const TABLE: &[OptimizerEntry] = &[
         name: "ilp",
         about: "the exact optimum over the whole DAG, by an ILP",
         baseline: false,
-        build: |_| Box::new(crate::Ilp),
+        build: |_| Box::new(crate::Ilp::default()),
     },
     OptimizerEntry {
         name: "data",

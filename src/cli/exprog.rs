@@ -45,6 +45,9 @@ pub enum Command {
         /// Iterations of the search.
         #[arg(long, default_value_t = SearchOptions::default().iterations)]
         iterations: usize,
+        /// Wall time in seconds the search may take, on top of the iteration cap.
+        #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+        synthesis_budget: f64,
     },
 }
 
@@ -92,7 +95,8 @@ pub fn run(command: Command) -> Result<Report> {
             };
             Ok(Report::new(&json, text, sim.valid))
         }
-        Command::Synthesize { file, topology, mode, seed, iterations } => {
+        Command::Synthesize { file, topology, mode, seed, iterations, synthesis_budget } => {
+            let time_limit = Some(super::synthesis_budget(synthesis_budget)?);
             let preamble = load(&read(&file)?)?;
             let topo = Topology::named(&topology)?;
             let (program, completion_ms, membership, search) = match mode {
@@ -102,7 +106,7 @@ pub fn run(command: Command) -> Result<Report> {
                     (program, sim.completion_ms, sim.membership, None)
                 }
                 Synthesis::Search => {
-                    let options = SearchOptions { seed, iterations, ..SearchOptions::default() };
+                    let options = SearchOptions { seed, iterations, time_limit, ..SearchOptions::default() };
                     // A bar on a terminal only: logs and pipes get the result alone.
                     let mut bar = Progress::new("search", iterations, std::io::stderr().is_terminal());
                     bar.start(&file);

@@ -148,17 +148,11 @@ impl Synthesis {
 
     /// The compile schedule: with `search`, the seed, the iteration cap and the wall-time
     /// budget (`--synthesis-budget`, seconds) per exchange program.
-    pub fn schedule(self, seed: u64, iterations: usize, budget_s: Option<f64>) -> Result<Schedule> {
-        let budget = match budget_s {
-            None => None,
-            Some(s) if s.is_finite() && s > 0.0 => Some(std::time::Duration::from_secs_f64(s)),
-            Some(s) => {
-                return Err(Error::Usage(format!("--synthesis-budget: {s} is not a positive number of seconds")));
-            }
-        };
+    pub fn schedule(self, seed: u64, iterations: usize, budget_s: f64) -> Result<Schedule> {
+        let budget = synthesis_budget(budget_s)?;
         Ok(match self {
             Synthesis::Naive => Schedule::Naive,
-            Synthesis::Search => Schedule::Search { seed, iterations, budget },
+            Synthesis::Search => Schedule::Search { seed, iterations, budget: Some(budget) },
         })
     }
 }
@@ -166,6 +160,26 @@ impl Synthesis {
 impl fmt::Display for Synthesis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The default of `--synthesis-budget`: the wall time in seconds one exchange program's
+/// search may take. The iteration cap (`--iterations`) ends a search first at its default on
+/// any machine this runs on, so results stay reproducible; the budget bounds a search given a
+/// huge cap (`--iterations 18446744073709551615` returns after this many seconds per program).
+pub const DEFAULT_SYNTHESIS_BUDGET_S: f64 = 10.0;
+
+/// `--synthesis-budget SECONDS` as a duration: positive and finite, and no more than a
+/// year (so that it is a `Duration`).
+pub fn synthesis_budget(seconds: f64) -> Result<std::time::Duration> {
+    const YEAR_S: f64 = 365.0 * 24.0 * 3600.0;
+    if seconds.is_finite() && seconds > 0.0 && seconds <= YEAR_S {
+        Ok(std::time::Duration::from_secs_f64(seconds))
+    } else {
+        Err(Error::Usage(format!(
+            "--synthesis-budget: {seconds} is not a number of seconds in (0, {YEAR_S}] (default \
+             {DEFAULT_SYNTHESIS_BUDGET_S})"
+        )))
     }
 }
 

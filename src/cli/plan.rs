@@ -36,9 +36,10 @@ pub struct Args {
     #[arg(long, default_value_t = 50)]
     iterations: usize,
     /// Wall time in seconds each exchange program's search may take (with --schedule
-    /// search), on top of the iteration cap; results then depend on the machine's speed.
-    #[arg(long, value_name = "SECONDS")]
-    synthesis_budget: Option<f64>,
+    /// search), on top of the iteration cap; a search it cuts short depends on the
+    /// machine's speed.
+    #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+    synthesis_budget: f64,
     /// Seed of the random strategy and of the search.
     #[arg(long, default_value_t = 0)]
     seed: u64,

@@ -59,9 +59,10 @@ pub struct CompileArgs {
     #[arg(long, default_value_t = 50)]
     iterations: usize,
     /// Wall time in seconds each exchange program's search may take (with --schedule
-    /// search), on top of the iteration cap; results then depend on the machine's speed.
-    #[arg(long, value_name = "SECONDS")]
-    synthesis_budget: Option<f64>,
+    /// search), on top of the iteration cap; a search it cuts short depends on the
+    /// machine's speed.
+    #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+    synthesis_budget: f64,
     #[arg(long, help = super::scaled_topology_help("at least as many sites as devices"))]
     topology: Option<String>,
     /// Seed of the random data, the random optimizer and the search.
