@@ -61,9 +61,10 @@ fn a_budget_that_is_no_duration_is_refused() {
 
 /// The problem of the issue: a 2-layer stack at p = 6 under the proxy cost, which microlp
 /// did not solve in 300 s (the DP plans it in a millisecond).
+const STACK: &str = "llama:layers=2,tokens=64,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=128";
+
 fn hard_problem() -> Problem {
-    let workload = "llama:layers=2,tokens=64,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=128";
-    let graph = Workload::parse(workload).unwrap().build(DType::F32).unwrap();
+    let graph = Workload::parse(STACK).unwrap().build(DType::F32).unwrap();
     Problem::new(graph.computation(), 6, &PaperProxy).unwrap()
 }
 
@@ -74,6 +75,30 @@ fn the_ilp_stops_at_its_node_cap_and_says_so() {
     match capped.solve(&problem) {
         Err(Error::SolverLimit { limit, .. }) => assert!(limit.contains("1 branch-and-bound nodes"), "{limit}"),
         other => panic!("expected the node cap to stop the solve, got {other:?}"),
+    }
+    // The command line's limits reach the strategy, and its error says what stopped it.
+    let out = einsummable(&[
+        "plan",
+        STACK,
+        "--devices",
+        "6",
+        "--cost",
+        "proxy",
+        "--optimizer",
+        "ilp",
+        "--ilp-node-limit",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("stopped at its cap of 1 branch-and-bound nodes") && err.contains("--ilp-node-limit"),
+        "{err}"
+    );
+    for bad in ["--ilp-node-limit=0", "--ilp-time-limit=0", "--ilp-time-limit=nan"] {
+        let out = einsummable(&["plan", "matmul:n=8", "--optimizer", "ilp", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(&bad[..16]), "{bad}: {err}");
     }
 }
 

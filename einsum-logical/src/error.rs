@@ -48,7 +48,8 @@ pub enum Error {
     /// vouch for.
     #[error(
         "ILP solver ({solver}): stopped at its {limit} before proving the optimum (the ilp strategy returns only \
-         proven optima); give it more, or use the dp strategy, which is exact on trees and takes milliseconds"
+         proven optima); raise its limits (`--ilp-time-limit`, `--ilp-node-limit`), or use the dp strategy, which is \
+         exact on trees and takes milliseconds"
     )]
     SolverLimit {
         /// The solver: `microlp` or `HiGHS`.

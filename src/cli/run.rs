@@ -9,7 +9,7 @@ use std::{
 };
 
 use einsum_core::taskgraph::Task;
-use einsum_logical::{cost_model_entry, optimizer_by_name};
+use einsum_logical::cost_model_entry;
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::{
     BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Workload, backend_by_name,
@@ -49,6 +49,14 @@ pub struct CompileArgs {
     /// The logical optimizer.
     #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
     optimizer: String,
+    /// Wall time in seconds the ilp optimizer's solver may take per solve before it gives
+    /// up with an error (it returns only proven optima).
+    #[arg(long, value_name = "SECONDS", default_value_t = einsum_logical::Ilp::DEFAULT_TIME_LIMIT.as_secs_f64())]
+    ilp_time_limit: f64,
+    /// Branch-and-bound nodes the ilp optimizer's solver may explore per solve: the cap that
+    /// does not depend on the machine's speed.
+    #[arg(long, value_name = "NODES", default_value_t = einsum_logical::Ilp::DEFAULT_NODE_LIMIT)]
+    ilp_node_limit: u64,
     /// The cost model the optimizer minimizes.
     #[arg(long, default_value = "time", value_parser = super::cost_names())]
     cost: String,
@@ -89,7 +97,8 @@ impl CompileArgs {
             &self.backend,
             &BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) },
         )?;
-        let optimizer = Arc::from(optimizer_by_name(&self.optimizer, self.seed)?);
+        let optimizer =
+            Arc::from(super::optimizer(&self.optimizer, self.seed, self.ilp_time_limit, self.ilp_node_limit)?);
         // The topology before the cost model, which is built from it.
         let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
