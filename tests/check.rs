@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 use einsum_core::TensorType;
 use einsum_joinagg::{OpId, TensorId};
 use einsum_logical::{LogicalOptimizer, Problem};
-use einsummable::check::{Comparison, compare_with_reference, computation_tolerance, tensor_error, tolerance};
+use einsummable::check::{Comparison, compare_with_reference, computation_tolerance, depth, tensor_error, tolerance};
 use einsummable::{CompileOptions, CpuBackend, DType, Executable, Graph, HostTensor, Workload, compile};
 
 /// Splits every operator's aggregated indices (those of no output) `p` ways where it can,
@@ -38,8 +38,8 @@ impl LogicalOptimizer for SplitContraction {
     }
 }
 
-/// A bf16 matmul on 8 devices, each holding one eighth of the contraction, run (with
-/// `fault` injected, if any) on seeded random inputs.
+/// `graph` on 8 devices, each operator holding one eighth of its contraction where it can,
+/// run on `backend` (which may inject a fault) on seeded random inputs.
 fn run_split_matmul(graph: &Graph, backend: CpuBackend) -> Executable<'_> {
     let options = CompileOptions::new().devices(8).optimizer(Arc::new(SplitContraction)).backend(Arc::new(backend));
     let mut exe = compile(graph, &options).expect("compiles");
@@ -71,6 +71,24 @@ fn run_check_fails_in_bf16_when_one_partial_sum_is_dropped() {
     println!("honest {honest:?}, one partial sum dropped {broken:?}");
     assert!(!broken.passes(tol), "a lost partial sum passed: {broken:?}");
     assert!(broken.max_error <= 10.0 * tol, "the old tolerance would have caught it: {broken:?}");
+}
+
+/// In a LLaMA block (12 operators deep, so held to `6e-2 · sqrt(12)`), one lost partial sum
+/// of its first split contraction still fails the check, and the honest run passes.
+#[test]
+fn run_check_fails_in_bf16_when_a_block_loses_one_partial_sum() {
+    let block = "llama-block:tokens=32,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48";
+    let graph = Workload::parse(block).unwrap().build(DType::BF16).unwrap();
+    let comp = graph.computation();
+    assert_eq!(depth(comp), 12);
+    let tol = computation_tolerance(comp);
+    assert_eq!(tol, tolerance(DType::BF16) * 12f32.sqrt());
+    let honest = compare_with_reference(&run_split_matmul(&graph, CpuBackend::new())).unwrap();
+    assert!(honest.passes(tol), "{honest:?}");
+    let faulty = CpuBackend::new().with_fault(einsum_cpu::Fault::DropAggregationInput);
+    let broken = compare_with_reference(&run_split_matmul(&graph, faulty)).unwrap();
+    println!("block: honest {honest:?}, one partial sum dropped {broken:?}, tolerance {tol}");
+    assert!(!broken.passes(tol), "a lost partial sum passed: {broken:?}");
 }
 
 fn vector(values: &[f32]) -> HostTensor {

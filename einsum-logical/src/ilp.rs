@@ -249,7 +249,7 @@ fn solve(model: good_lp::solvers::highs::HighsProblem, limits: &Ilp, columns: &[
     };
     let started = std::time::Instant::now();
     match model.solve() {
-        Ok(solution) if solution.status() == SolutionStatus::Optimal => {
+        Ok(solution) if matches!(solution.status(), SolutionStatus::Optimal) => {
             Ok(columns.iter().map(|&v| solution.value(v)).collect())
         }
         Ok(_) => Err(limit()),

@@ -28,7 +28,10 @@ pub struct Args {
 pub fn run(a: Args) -> Result<Report> {
     let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
     let report = check_computation(graph.computation(), a.devices, a.max_specs, a.seed)?;
-    let mut text = format!("{} on {} devices ({}), tolerance {:e}\n", a.workload, a.devices, a.dtype, report.tolerance);
+    let mut text = format!(
+        "{} on {} devices ({}), tolerance {:e} per operator, {:.3e} for the whole graph\n",
+        a.workload, a.devices, a.dtype, report.tolerance, report.graph_tolerance
+    );
     text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12}\n", "operator", "kind", "specs", "checked", "max rel err");
     for o in &report.ops {
         text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12.3e}\n", o.name, o.kind, o.specs, o.checked, o.max_error);
@@ -43,6 +46,7 @@ pub fn run(a: Args) -> Result<Report> {
         devices: a.devices,
         dtype: a.dtype.name(),
         tolerance: report.tolerance.into(),
+        graph_tolerance: report.graph_tolerance.into(),
         ops: report.ops.iter().map(CheckedOp::new).collect(),
         graph_error: report.graph_error.into(),
         graph_mismatch: report.graph_mismatch.as_deref(),
@@ -64,6 +68,9 @@ pub struct CheckReport<'a> {
     /// The largest error that passes: that of the least precise dtype among the
     /// operators' outputs (an f32 widened to f64, as are the errors).
     pub tolerance: f64,
+    /// The largest error of the whole graph that passes: `tolerance` times the square root
+    /// of the graph's depth in operators, as `run --check` holds runs to.
+    pub graph_tolerance: f64,
     /// Every operator's checks, in the computation's order.
     pub ops: Vec<CheckedOp<'a>>,
     /// The error of the whole graph under a random spec per operator.

@@ -130,8 +130,9 @@ pub struct RunArgs {
     compile: CompileArgs,
     /// Also run the single-device reference on the same inputs and report the largest
     /// error; it exits non-zero above `check`'s tolerance (f32 1e-5, f16 1e-2, bf16 6e-2,
-    /// relative to the largest output magnitude), on any NaN or one-sided infinity, and
-    /// when there is no output to compare.
+    /// relative to the largest output magnitude, times the square root of the graph's depth
+    /// in operators), on any NaN or one-sided infinity, and when there is no output to
+    /// compare.
     #[arg(long)]
     check: bool,
     /// Write every input and saved output as DIR/NAME.npy, with DIR/manifest.json.
@@ -198,7 +199,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
     if let Some(c) = &check {
         let _ = writeln!(
             text,
-            "max error against the single-device reference: {:.3e}, tolerance {tolerance:e} ({})",
+            "max error against the single-device reference: {:.3e}, tolerance {tolerance:.3e} ({})",
             c.max_error,
             if ok { "PASS" } else { "FAIL" }
         );
@@ -396,8 +397,9 @@ pub struct RunReport<'a> {
     /// With `--check`, the largest error of an output against the single-device reference
     /// (scaled by the reference's magnitude; an f32 widened to f64); `null` without it.
     pub max_rel_error: Option<f64>,
-    /// With `--check`, the tolerance it was held to: `check`'s for the least precise dtype
-    /// of the computation (f32 `1e-5`, f16 `1e-2`, bf16 `6e-2`); `null` without it.
+    /// With `--check`, the tolerance it was held to, `check`'s for the whole graph: that of
+    /// the least precise dtype of the computation (f32 `1e-5`, f16 `1e-2`, bf16 `6e-2`) times
+    /// the square root of its depth in operators; `null` without it.
     pub tolerance: Option<f64>,
     /// With `--check`, why it failed at any tolerance, if it did: no output compared, an
     /// output missing or of another type, a difference that is not finite (a NaN, or an
