@@ -442,3 +442,51 @@ impl Context<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::{Aggregation, taskgraph::Boundary, taskgraph::DeviceId};
+
+    use super::*;
+
+    struct NoKernels;
+    impl KernelLibrary for NoKernels {
+        fn run(&self, _: usize, _: &[HostTensor], _: &[(TensorType, DType)]) -> Result<Vec<HostTensor>, String> {
+            Err("no kernels".into())
+        }
+        fn name(&self, k: usize) -> String {
+            format!("kernel {k}")
+        }
+    }
+
+    /// Device 0 sums three inputs (two sent by device 1); the fault loses the last one, in
+    /// that task only.
+    #[test]
+    fn the_injected_fault_drops_the_last_source_of_the_first_aggregation() {
+        let ty = TensorType::zero_bounded(&[2]);
+        let io = |n: &str| Boundary { name: n.into(), ty: ty.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(2, vec![io("a"), io("b"), io("c")], vec![io("s"), io("t")]);
+        let local = g.add_buffer(DeviceId(0), ty.clone(), DType::F32);
+        let (b1, c1) =
+            (g.add_buffer(DeviceId(1), ty.clone(), DType::F32), g.add_buffer(DeviceId(1), ty.clone(), DType::F32));
+        let (b0, c0) =
+            (g.add_buffer(DeviceId(0), ty.clone(), DType::F32), g.add_buffer(DeviceId(0), ty.clone(), DType::F32));
+        let (s, t) =
+            (g.add_buffer(DeviceId(0), ty.clone(), DType::F32), g.add_buffer(DeviceId(0), ty.clone(), DType::F32));
+        g.push(Task::Load { input: 0, dst: local }, &[], "load a").unwrap();
+        g.push(Task::Load { input: 1, dst: b1 }, &[], "load b").unwrap();
+        g.push(Task::Load { input: 2, dst: c1 }, &[], "load c").unwrap();
+        g.push(Task::Transfer { src: b1, dst: b0 }, &[], "send b").unwrap();
+        g.push(Task::Transfer { src: c1, dst: c0 }, &[], "send c").unwrap();
+        g.push(Task::Aggregate { srcs: vec![local, b0, c0], dst: s, agg: Aggregation::Sum }, &[], "a+b+c").unwrap();
+        g.push(Task::Aggregate { srcs: vec![b0, c0], dst: t, agg: Aggregation::Sum }, &[], "b+c").unwrap();
+        g.push(Task::Store { output: 0, src: s }, &[], "store s").unwrap();
+        g.push(Task::Store { output: 1, src: t }, &[], "store t").unwrap();
+        let value = |x: f32| HostTensor::from_f32(ty.clone(), DType::F32, vec![x, 10.0 * x]).unwrap();
+        let inputs = [value(1.0), value(2.0), value(4.0)];
+        let honest = CpuBackend::with_threads(2).execute(&g, &NoKernels, &inputs).unwrap();
+        assert_eq!(honest, vec![value(7.0), value(6.0)]);
+        let faulty = CpuBackend::with_threads(2).with_fault(Fault::DropAggregationInput);
+        assert_eq!(faulty.execute(&g, &NoKernels, &inputs).unwrap(), vec![value(3.0), value(6.0)]);
+    }
+}
