@@ -41,10 +41,25 @@ pub enum Error {
     /// A topology that cannot be loaded.
     #[error(transparent)]
     Topology(#[from] einsum_sim::TopologyError),
-    /// A file that cannot be read.
+    /// A file that cannot be read or written (missing, unreadable, over the size cap of
+    /// [`MAX_INPUT_FILE_BYTES`](einsum_core::fsio::MAX_INPUT_FILE_BYTES), not UTF-8, ...),
+    /// naming it.
+    #[error(transparent)]
+    File(#[from] einsum_core::fsio::FileError),
+    /// A failure about the contents of a file (an exchange program that does not parse,
+    /// check, validate, simulate or synthesize): the file, then the error, which names the
+    /// line and column where it can.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        source: Box<Error>,
+    },
+    /// A directory that cannot be created, probed or written.
     #[error("{path}: {message}")]
     Io {
-        /// The file.
+        /// The directory or file.
         path: String,
         /// What went wrong.
         message: String,
@@ -68,6 +83,13 @@ pub enum Error {
     /// A bad command-line argument.
     #[error("{0}")]
     Usage(String),
+}
+
+impl Error {
+    /// This error, as one about the contents of the file `path` ([`Error::InFile`]).
+    pub fn in_file(self, path: &std::path::Path) -> Self {
+        Error::InFile { path: path.to_path_buf(), source: Box::new(self) }
+    }
 }
 
 impl From<einsum_compile::PipelineError> for Error {

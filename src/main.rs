@@ -55,8 +55,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            // Bad arguments: with --json, stdout still holds exactly one JSON object.
-            if std::env::args().any(|a| a == "--json") {
+            // Bad arguments: with --json, stdout still holds exactly one JSON object. The
+            // arguments are read as OS strings: one that is not UTF-8 must not panic here
+            // (clap reports it as the error).
+            if std::env::args_os().skip(1).any(|a| a == "--json") {
                 println!("{}", to_json(&ErrorReport { error: e.to_string().trim_end() }));
             }
             eprint!("{e}");

@@ -484,3 +484,98 @@ fn run_json_has_the_documented_fields_and_types() {
     assert_eq!(keys, RUN_KEYS);
     assert!(v["max_rel_error"].is_null() && v["tolerance"].is_null() && v["mismatch"].is_null());
 }
+
+/// Runs the binary with OS-string arguments (some not UTF-8).
+#[cfg(unix)]
+fn einsummable_os(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_einsummable")).args(args).output().expect("the binary runs")
+}
+
+/// Non-UTF-8 arguments panicked on clap's error path (with empty stdout under `--json`);
+/// paths that are not UTF-8 are paths like any other.
+#[cfg(unix)]
+#[test]
+fn non_utf8_arguments_get_typed_errors() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = OsStr::from_bytes(b"matmul\xff");
+    for args in
+        [&[OsStr::new("plan"), bad, OsStr::new("--json")][..], &[OsStr::new("--json"), OsStr::new("specs"), bad]]
+    {
+        let out = einsummable_os(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked") && err.contains("invalid UTF-8"), "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+        assert!(v["error"].as_str().unwrap().contains("invalid UTF-8"), "{v}");
+    }
+    let dir = std::env::temp_dir().join(format!("einsummable-cli-nonutf8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(OsStr::from_bytes(b"prog-\xff.exprog"));
+    std::fs::write(&file, "IN: A @ 0\nOUT: A @ 1\nA @ 0 -> 1\n").unwrap();
+    let out = einsummable_os(&[OsStr::new("exprog"), OsStr::new("check"), file.as_os_str(), OsStr::new("--json")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["file"].as_str().unwrap().ends_with("prog-\u{fffd}.exprog"), "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Input files are read under a size cap and named in every error about them.
+#[cfg(unix)]
+#[test]
+fn exprog_files_are_capped_and_named_in_errors() {
+    fails_with(&["exprog", "check", "/dev/zero"], "/dev/zero: larger than the limit of 67108864 bytes");
+    fails_with(&["exprog", "simulate", "/dev/zero", "--topology", "dgx-a100"], "larger than the limit");
+    let dir = std::env::temp_dir().join(format!("einsummable-cli-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    fails_with(&["exprog", "check", d], &format!("{d}: is a directory, not a file"));
+    // A regular file over the cap (sparse: no disk used) is refused from its size, for
+    // programs and topology files alike.
+    let huge = dir.join("huge.json");
+    std::fs::File::create(&huge).unwrap().set_len((64 << 20) + 1).unwrap();
+    let h = huge.to_str().unwrap();
+    fails_with(&["exprog", "check", h], &format!("{h}: larger than the limit"));
+    fails_with(&["plan", "matmul:n=8", "--devices", "2", "--topology", h], &format!("{h}: larger than the limit"));
+    let bad = dir.join("bad.exprog");
+    std::fs::write(&bad, "IN: A @ 0\nOUT: A @ 1\nA 0 -> 1\n").unwrap();
+    let b = bad.to_str().unwrap();
+    fails_with(&["exprog", "check", b], &format!("{b}: line 3, column 3: expected '@'"));
+    fails_with(&["exprog", "synthesize", b, "--topology", "dgx-a100"], &format!("{b}: line 3"));
+    // Validity and simulation errors name the file too.
+    std::fs::write(&bad, "IN: A @ 0\nOUT: A @ 1\n").unwrap();
+    fails_with(&["exprog", "check", b], &format!("{b}: line 2, column 6: OUT requirement A @ 1 is not met"));
+    std::fs::write(&bad, "IN: A @ 0\nOUT: A @ 9\nA @ 0 -> 9\n").unwrap();
+    fails_with(&["exprog", "simulate", b, "--topology", "dgx-a100"], &format!("{b}: "));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A second `--dump` into the same directory replaces the first dump's files (those its
+/// manifest lists) and leaves other files alone.
+#[test]
+fn a_second_dump_clears_the_first() {
+    let dir = std::env::temp_dir().join(format!("einsummable-cli-redump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("README"), "mine").unwrap();
+    let d = dir.to_str().unwrap();
+    let dump = |workload: &str| {
+        let out = einsummable(&["run", workload, "--devices", "2", "--dump", d]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+        let mut listed: Vec<String> =
+            manifest["tensors"].as_array().unwrap().iter().map(|t| t["file"].as_str().unwrap().to_string()).collect();
+        listed.extend(["README".to_string(), "manifest.json".to_string()]);
+        listed.sort();
+        let mut files: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        files.sort();
+        assert_eq!(files, listed, "{workload}: the directory holds exactly the manifest's files and README");
+        listed
+    };
+    let first = dump("ffn:tokens=8,d_model=4,d_ff=8");
+    let second = dump("matmul:n=8");
+    assert!(first.iter().any(|f| !second.contains(f)), "the workloads dump different tensors");
+    std::fs::remove_dir_all(&dir).ok();
+}

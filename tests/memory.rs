@@ -25,8 +25,12 @@ fn request<'a>(
 }
 
 /// The dgx-a100 topology and the time model on it.
+/// The DGX-A100 as the pure fluid and roofline model (`Topology::fluid`): the budgets below
+/// were calibrated on the plans the `time` model chooses without latencies.
 fn a100() -> (Topology, Time) {
-    (Topology::named("dgx-a100").unwrap(), Time::on(Machine::by_name("dgx-a100").unwrap()))
+    let topology = Topology::named("dgx-a100").unwrap().fluid();
+    let model = Time::on(Machine::from_topology(&topology));
+    (topology, model)
 }
 
 /// The DP's plan for 8 devices without a budget, and its highest compiled peak.

@@ -5,8 +5,8 @@ use std::process::Command;
 
 use einsum_core::taskgraph::{DeviceId, Task};
 use einsum_joinagg::Node;
-use einsum_logical::{Dp, LogicalOptimizer, Machine, PaperProxy, Time};
-use einsum_sim::{Precision, Roofline, Topology};
+use einsum_logical::{Dp, LogicalOptimizer, Machine, PaperProxy, Time, kernel_work};
+use einsum_sim::{Roofline, Topology};
 use einsummable::{CompileOptions, DType, Workload, compile};
 
 /// Section 6.2: on one 128K-token sequence at p = 8 the optimizer derives DeepSpeed-Ulysses:
@@ -59,8 +59,10 @@ fn llama_block_prediction_lies_between_busiest_device_and_fully_serial() {
     let predicted = exe.predicted_ms() / 1e3;
     assert!(predicted.is_finite() && predicted > 0.0, "{predicted}");
 
-    // DGX-A100 by hand: 300 GB/s NVSwitch ports, 1555 GB/s HBM at 0.85 for copies
+    // DGX-A100 by hand: 300 GB/s NVSwitch ports, 1555 GB/s HBM at 0.85 for copies, each
+    // kernel and copy after its launch latency and each transfer after its setup latency
     let a100 = Topology::preset("dgx-a100").unwrap();
+    let (launch, setup) = (a100.latency().kernel_launch, a100.latency().link);
     let roofline = Roofline::default();
     let (comp, compiled) = (graph.computation(), exe.compiled());
     let g = &compiled.graph;
@@ -73,15 +75,14 @@ fn llama_block_prediction_lies_between_busiest_device_and_fully_serial() {
                 let call = &compiled.kernels[*kernel];
                 let Some(Node::Op { op, .. }) = comp.node(call.op) else { panic!("kernel of a non-operator") };
                 let DeviceId(d) = g.buffer(outputs[0]).device;
-                let (flops, io) = (op.flops(&call.function), op.bytes(&call.function));
-                let t = roofline.kernel_seconds(&a100.sites()[0], op.kernel_class(), flops, io, Precision::F16);
+                let t = launch + roofline.kernel_seconds(&a100.sites()[0], &kernel_work(op.as_ref(), &call.function));
                 per_device[d as usize] += t;
                 t
             }
-            Task::Transfer { src, .. } => bytes(*src) / 300e9,
-            Task::Slice { dst, .. } => 2.0 * bytes(*dst) / (1555e9 * 0.85),
+            Task::Transfer { src, .. } => setup + bytes(*src) / 300e9,
+            Task::Slice { dst, .. } => launch + 2.0 * bytes(*dst) / (1555e9 * 0.85),
             Task::Aggregate { srcs, dst, .. } | Task::Stitch { srcs, dst } => {
-                (srcs.iter().map(|&b| bytes(b)).sum::<f64>() + bytes(*dst)) / (1555e9 * 0.85)
+                launch + (srcs.iter().map(|&b| bytes(b)).sum::<f64>() + bytes(*dst)) / (1555e9 * 0.85)
             }
             Task::Load { .. } | Task::Store { .. } => 0.0,
         };

@@ -66,9 +66,9 @@ mod reuse;
 use std::collections::HashMap;
 
 use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, Task, TaskGraph};
-use einsum_core::{DType, TaskGraphError, TensorType};
+use einsum_core::{TaskGraphError, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
-use einsum_sim::{Precision, Roofline, Topology};
+use einsum_sim::{Roofline, Topology};
 
 pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
@@ -281,14 +281,6 @@ struct Produced<'a> {
     placement: Vec<DeviceId>,
     buffers: Vec<BufferId>,
     aggregation: einsum_core::Aggregation,
-}
-
-fn precision(dtype: DType) -> Precision {
-    match dtype {
-        DType::F32 => Precision::F32,
-        DType::F16 => Precision::F16,
-        DType::BF16 => Precision::BF16,
-    }
 }
 
 /// Compiles `comp`, each operator decomposed by its spec in `specs`, to a task graph over

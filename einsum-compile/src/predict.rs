@@ -6,7 +6,7 @@
 //!
 //! | graph task  | simulator task                                                          |
 //! |-------------|-------------------------------------------------------------------------|
-//! | `Kernel`    | [`TaskKind::Compute`]: the [`Roofline`] time of its operator on its function spec ([`AbstractOperator::flops`], [`AbstractOperator::bytes`], class from [`AbstractOperator::kind`], precision from its first output's dtype) |
+//! | `Kernel`    | [`TaskKind::Compute`]: the [`Roofline`] time of its operator on its function spec ([`einsum_logical::kernel_work`]: [`AbstractOperator::flops`], [`AbstractOperator::bytes`], its output elements, class from [`AbstractOperator::kind`], precision from its first output's dtype); the simulator adds the topology's kernel launch latency |
 //! | `Transfer`  | [`TaskKind::Transfer`] of the buffer's bytes                            |
 //! | `Aggregate` | [`TaskKind::Aggregate`] reading every piece and writing the result      |
 //! | `Slice`, `Stitch` | [`TaskKind::Aggregate`] (an HBM copy) reading and writing the block |
@@ -24,12 +24,11 @@
 //! The simulation runs everything as early as the dependencies allow: kernels on different
 //! devices overlap, kernels on one device share its compute, and transfers overlap kernels.
 
-use einsum_core::DType;
 use einsum_core::taskgraph::{BufferId, Task, TaskGraph};
 use einsum_joinagg::{AbstractOperator, Computation, Node};
 use einsum_sim::{Roofline, SimError, SimTask, SimTaskId, SiteId, TaskKind, Topology, Trace};
 
-use super::{KernelCall, precision};
+use super::KernelCall;
 
 /// Why a task graph could not be predicted.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -114,9 +113,7 @@ fn kernel_seconds(
     roofline: &Roofline,
 ) -> f64 {
     let Some(s) = topology.site(site) else { return 0.0 };
-    let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
-    let f = &call.function;
-    roofline.kernel_seconds(s, op.kernel_class(), op.flops(f), op.bytes(f), precision(dtype))
+    roofline.kernel_seconds(s, &einsum_logical::kernel_work(op, &call.function))
 }
 
 /// Predicts the run of a compiled graph on `topology` by simulating it once (module docs);

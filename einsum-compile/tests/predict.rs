@@ -27,8 +27,10 @@ fn tt(lo: &[usize], hi: &[usize]) -> TensorType {
     TensorType::new(lo, hi).unwrap()
 }
 
+/// The DGX-A100 as the pure fluid and roofline model (no latencies, no wave quantization):
+/// the figures these tests compute by hand (`einsum-sim`'s tests cover the other terms).
 fn a100() -> Topology {
-    Topology::preset("dgx-a100").unwrap()
+    Topology::preset("dgx-a100").unwrap().fluid()
 }
 
 fn options(p: usize) -> CompileOptions {

@@ -11,6 +11,7 @@
 //! - [`TaskGraph`]: the backend-independent executable IR, and the one backend contract:
 //!   [`Backend`] prepares a graph with its [`KernelLibrary`] into a [`Prepared`] executable
 //!   (load inputs once, run many), every failure a typed [`BackendError`].
+//! - [`fsio`]: reading user files under a size cap and writing output files atomically.
 //!
 //! **Architecture invariant:** this crate knows nothing about operators, specs or
 //! optimizers; a task graph names devices and kernels by index only.
@@ -21,6 +22,7 @@ mod backend;
 mod desc;
 mod dtype;
 mod error;
+pub mod fsio;
 mod host_tensor;
 mod interval;
 mod kernel_class;

@@ -6,7 +6,7 @@ use std::fmt;
 use crate::ids::{AtomId, PartitionId, SiteId};
 use crate::partition::PartitionSpec;
 use crate::program::{MAX_SIZE_GB, Program};
-use crate::span::{Item, SourceMap, Span};
+use crate::span::{Brief, Item, SourceMap, Span};
 use crate::target::Target;
 
 /// What a static check found.
@@ -19,16 +19,16 @@ pub enum CheckErrorKind {
     #[error("site {0} is not declared in GPUS")]
     UndeclaredSite(SiteId),
     /// A partition name with no declaration.
-    #[error("partition {0} is not declared")]
+    #[error("partition {} is not declared", Brief(.0.as_str()))]
     UnknownPartition(PartitionId),
     /// An atom that `IN` does not place.
-    #[error("atom {0} is not declared in IN")]
+    #[error("atom {} is not declared in IN", Brief(.0.as_str()))]
     UnknownAtom(AtomId),
     /// A partition of no site.
-    #[error("partition {0} is empty")]
+    #[error("partition {} is empty", Brief(.0.as_str()))]
     EmptyPartition(PartitionId),
     /// Two partitions share a site.
-    #[error("site {site} is in both {first} and {second}: partitions must be disjoint")]
+    #[error("site {site} is in both {} and {}: partitions must be disjoint", Brief(first.as_str()), Brief(second.as_str()))]
     PartitionOverlap {
         /// The shared site.
         site: SiteId,
@@ -49,7 +49,7 @@ pub enum CheckErrorKind {
         gpus: usize,
     },
     /// An atom size that is not a positive finite number of GB, at most [`MAX_SIZE_GB`].
-    #[error("atom {atom} has size {size:?} GB; sizes must be positive, finite and at most {max:e} GB", max = MAX_SIZE_GB)]
+    #[error("atom {} has size {size:?} GB; sizes must be positive, finite and at most {max:e} GB", Brief(atom.as_str()), max = MAX_SIZE_GB)]
     BadSize {
         /// The atom.
         atom: AtomId,
@@ -59,7 +59,17 @@ pub enum CheckErrorKind {
     /// An action that sends from a site to the same site.
     #[error("sends to its own source site {0}")]
     SelfTransfer(SiteId),
+    /// A program with nothing in it: it asks for nothing, so it would be vacuously valid.
+    #[error("the program is empty: {NEEDS_IN_AND_OUT}")]
+    EmptyProgram,
+    /// A program without `OUT` requirements (a body alone, or only `IN`): it asks for
+    /// nothing, so it would be vacuously valid.
+    #[error("the program has no OUT section: {NEEDS_IN_AND_OUT}")]
+    NoOutputs,
 }
+
+/// What [`CheckErrorKind::EmptyProgram`] and [`CheckErrorKind::NoOutputs`] tell the user.
+const NEEDS_IN_AND_OUT: &str = "an exchange program needs IN (where each atom starts) and OUT (what must end up where)";
 
 /// A static-check failure: the item at fault, where it was written (when known) and what.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,7 +87,11 @@ impl fmt::Display for CheckError {
         if let Some(span) = self.span {
             write!(f, "{span}: ")?;
         }
-        write!(f, "{}: {}", self.item, self.kind)
+        // A failure of the whole program names no item: its kind says what is missing.
+        if *self.item != Item::End {
+            write!(f, "{}: ", self.item)?;
+        }
+        write!(f, "{}", self.kind)
     }
 }
 
@@ -99,14 +113,20 @@ impl Program {
         errors.into_iter().next().map_or(Ok(()), Err)
     }
 
-    /// Every static-check failure: undeclared sites, unknown atoms and partitions, partitions
-    /// that are empty, overlap, do not cover `GPUS` or whose sizes do not add up to it, bad
-    /// sizes, self-transfers. (Duplicates in `IN`, `GPUS` or partition lists cannot be
-    /// represented and are syntax errors.)
+    /// Every static-check failure: a program without `OUT` requirements (which would be
+    /// vacuously valid), undeclared sites, unknown atoms and partitions, partitions that are
+    /// empty, overlap, do not cover `GPUS` or whose sizes do not add up to it, bad sizes,
+    /// self-transfers. (Duplicates in `IN`, `GPUS` or partition lists cannot be represented
+    /// and are syntax errors.)
     pub fn check_all(&self) -> Vec<CheckError> {
         let mut errors = Vec::new();
         let mut push =
             |item: Item, kind: CheckErrorKind| errors.push(CheckError { item: Box::new(item), span: None, kind });
+
+        if self.outputs.is_empty() {
+            let empty = self.inputs.is_empty() && self.body.is_empty() && self.gpus.is_none();
+            push(Item::End, if empty { CheckErrorKind::EmptyProgram } else { CheckErrorKind::NoOutputs });
+        }
 
         if let Some(gpus) = &self.gpus {
             let mut site = |s: SiteId, item: &Item| {
@@ -246,6 +266,27 @@ mod tests {
         assert!(first_error("IN: A @ 0\nA @ 0 -> 0").contains("own source"));
         let p: Program = "GPUS: 0\nPARTITIONS: G {1}".parse().unwrap();
         assert!(p.check_all().iter().any(|e| e.kind == CheckErrorKind::UndeclaredSite(SiteId(1))));
+    }
+
+    /// The fuzz target's first input, the empty string: `Program::check` accepted what `load`
+    /// refused. Both now refuse a program without `OUT`, with the same kind of error.
+    #[test]
+    fn check_and_load_agree_on_programs_without_out() {
+        for (src, kind) in [
+            ("", CheckErrorKind::EmptyProgram),
+            ("# a comment\n", CheckErrorKind::EmptyProgram),
+            ("IN: A @ 0", CheckErrorKind::NoOutputs),
+            ("GPUS: 0", CheckErrorKind::NoOutputs),
+            ("IN: A @ 0; B @ 1\nA @ 0 -> 1", CheckErrorKind::NoOutputs),
+        ] {
+            let p: Program = src.parse().unwrap();
+            assert_eq!(p.check().map_err(|e| e.kind), Err(kind.clone()), "{src:?}");
+            match crate::load(src) {
+                Err(crate::Error::Check(e)) => assert_eq!(e.kind, kind, "{src:?}"),
+                other => panic!("{src:?}: load gave {other:?}"),
+            }
+        }
+        assert_eq!(first_error("IN: A @ 0\n"), format!("line 2, column 1: {}", CheckErrorKind::NoOutputs));
     }
 
     #[test]

@@ -354,7 +354,7 @@ mod tests {
         assert!(e.to_string().contains("site 9 is not a site of dgx-h100"), "{e}");
         let p: Program = "IN: A @ 0\nB @ 0 -> 1".parse().unwrap();
         assert!(matches!(simulate(&p, &h100()), Err(SimulateError::Invalid(ValidityError::Check(_)))));
-        let p: Program = "IN: A @ 0; B @ 1\nA+B @ 0 -> 1".parse().unwrap();
+        let p: Program = "IN: A @ 0; B @ 1\nOUT: A+B @ 1\nA+B @ 0 -> 1".parse().unwrap();
         assert!(matches!(simulate(&p, &h100()), Err(SimulateError::Invalid(ValidityError::Invalid(_)))));
     }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::parser::ParseError;
-use crate::span::Span;
+use crate::span::{Brief, Span};
 
 /// A token kind.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,8 +29,7 @@ pub(crate) enum Tok {
 impl fmt::Display for Tok {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Tok::Ident(s) => write!(f, "`{s}`"),
-            Tok::Number(s) => write!(f, "`{s}`"),
+            Tok::Ident(s) | Tok::Number(s) => write!(f, "`{}`", Brief(s.as_str())),
             Tok::At => f.write_str("'@'"),
             Tok::Arrow => f.write_str("'->'"),
             Tok::Comma => f.write_str("','"),

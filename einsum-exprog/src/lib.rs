@@ -123,28 +123,7 @@ pub enum Error {
 pub fn load(src: &str) -> Result<Program, Error> {
     let (program, map) = parse_with_spans(src)?;
     program.check_in(&map)?;
-    require_out(&program, src)?;
     Ok(program)
-}
-
-/// A program file without `OUT` requirements asks for nothing (an empty file, a body alone,
-/// or only `IN`), so it would be vacuously valid; [`load`] and [`load_valid`] refuse it,
-/// pointing at the end of the source.
-fn require_out(program: &Program, src: &str) -> Result<(), ParseError> {
-    if !program.outputs.is_empty() {
-        return Ok(());
-    }
-    let line = src.lines().count().max(1);
-    let column = src.lines().last().map_or(0, |l| l.chars().count()) + 1;
-    let empty = program.inputs.is_empty() && program.body.is_empty() && program.gpus.is_none();
-    let what = if empty { "the program is empty" } else { "the program has no OUT section" };
-    Err(ParseError {
-        line,
-        column,
-        message: format!(
-            "{what}: an exchange program needs IN (where each atom starts) and OUT (what must end up where)"
-        ),
-    })
 }
 
 /// [`load`], then [`Program::validate`]; an invalid program's error names the line of the
@@ -152,7 +131,6 @@ fn require_out(program: &Program, src: &str) -> Result<(), ParseError> {
 pub fn load_valid(src: &str) -> Result<(Program, Validation), Error> {
     let (program, map) = parse_with_spans(src)?;
     program.check_in(&map)?;
-    require_out(&program, src)?;
     let validation = program.validate().map_err(|e| e.locate(&map))?;
     Ok((program, validation))
 }

@@ -10,7 +10,7 @@ use crate::ids::{AtomId, PartitionId, SiteId};
 use crate::lexer::{Tok, Token, tokenize};
 use crate::partition::PartitionSpec;
 use crate::program::{DEFAULT_SIZE_GB, Input, Program, Requirement};
-use crate::span::{Item, SourceMap, Span};
+use crate::span::{Brief, Item, SourceMap, Span};
 use crate::target::Target;
 
 /// A syntax error: where and what was expected.
@@ -145,7 +145,10 @@ impl Parser {
         let mut body_started = false;
         loop {
             match self.peek() {
-                Tok::Eof => return Ok(()),
+                Tok::Eof => {
+                    self.map.record(Item::End, self.span());
+                    return Ok(());
+                }
                 Tok::Newline | Tok::Semi => {
                     self.bump();
                 }
@@ -225,7 +228,7 @@ impl Parser {
             let span = self.span();
             let atom = self.atom()?;
             if !atoms.insert(atom.clone()) {
-                return Err(error(span, format!("atom {atom} appears twice in the aggregate")));
+                return Err(error(span, format!("atom {} appears twice in the aggregate", Brief(atom.as_str()))));
             }
             if *self.peek() != Tok::Plus {
                 break;
@@ -298,9 +301,12 @@ impl Parser {
             let (name, span) = self.ident("a partition name, as in `G1 {size 4}`")?;
             let name = PartitionId::new(&name).map_err(|e| error(span, e.to_string()))?;
             if let Some(first) = spans.get(&name) {
-                return Err(error(span, format!("partition {name} is declared twice (first at {first})")));
+                return Err(error(
+                    span,
+                    format!("partition {} is declared twice (first at {first})", Brief(name.as_str())),
+                ));
             }
-            self.expect(Tok::LBrace, &format!("'{{' after partition name {name}"))?;
+            self.expect(Tok::LBrace, &format!("'{{' after partition name {}", Brief(name.as_str())))?;
             self.skip_newlines();
             let spec = self.partition_spec(&name)?;
             spans.insert(name.clone(), span);
@@ -323,19 +329,26 @@ impl Parser {
                     self.bump();
                     text.parse::<usize>().map_err(|_| error(span, format!("partition size {text} is too large")))?
                 }
-                _ => return Err(self.expected(&format!("a whole number after 'size' in partition {name}"))),
+                _ => {
+                    return Err(
+                        self.expected(&format!("a whole number after 'size' in partition {}", Brief(name.as_str())))
+                    );
+                }
             };
             self.skip_newlines();
-            self.expect(Tok::RBrace, &format!("'}}' after the size of partition {name}"))?;
+            self.expect(Tok::RBrace, &format!("'}}' after the size of partition {}", Brief(name.as_str())))?;
             return Ok(PartitionSpec::Size(size));
         }
         let mut members = BTreeSet::new();
         if *self.peek() != Tok::RBrace {
             loop {
                 let span = self.span();
-                let site = self.site(&format!("a site number or 'size' in partition {name}"))?;
+                let site = self.site(&format!("a site number or 'size' in partition {}", Brief(name.as_str())))?;
                 if !members.insert(site) {
-                    return Err(error(span, format!("site {site} is listed twice in partition {name}")));
+                    return Err(error(
+                        span,
+                        format!("site {site} is listed twice in partition {}", Brief(name.as_str())),
+                    ));
                 }
                 self.skip_newlines();
                 if *self.peek() != Tok::Comma {
@@ -345,7 +358,7 @@ impl Parser {
                 self.skip_newlines();
             }
         }
-        self.expect(Tok::RBrace, &format!("',' or '}}' in partition {name}"))?;
+        self.expect(Tok::RBrace, &format!("',' or '}}' in partition {}", Brief(name.as_str())))?;
         Ok(PartitionSpec::Members(members))
     }
 
@@ -358,11 +371,14 @@ impl Parser {
             let span = self.span();
             let atom = self.atom()?;
             if let Some(first) = spans.get(&atom) {
-                return Err(error(span, format!("atom {atom} is placed twice in IN (first at {first})")));
+                return Err(error(
+                    span,
+                    format!("atom {} is placed twice in IN (first at {first})", Brief(atom.as_str())),
+                ));
             }
-            self.expect(Tok::At, &format!("'@' after atom {atom} in IN"))?;
+            self.expect(Tok::At, &format!("'@' after atom {} in IN", Brief(atom.as_str())))?;
             self.skip_newlines();
-            let site = self.site(&format!("the site number of atom {atom}"))?;
+            let site = self.site(&format!("the site number of atom {}", Brief(atom.as_str())))?;
             let size_gb = if *self.peek() == Tok::LParen { self.size()? } else { DEFAULT_SIZE_GB };
             spans.insert(atom.clone(), span);
             self.map.record(Item::Input(atom.clone()), span);
@@ -418,7 +434,7 @@ impl Parser {
         loop {
             let span = self.span();
             let aggregate = self.aggregate()?;
-            self.expect(Tok::At, &format!("'@' after aggregate {aggregate} in OUT"))?;
+            self.expect(Tok::At, &format!("'@' after aggregate {} in OUT", Brief(&aggregate)))?;
             self.skip_newlines();
             for target in self.targets("a site number or partition name")? {
                 let r = Requirement { aggregate: aggregate.clone(), target };
@@ -438,7 +454,7 @@ impl Parser {
     fn action_line(&mut self) -> Result<(), ParseError> {
         let span = self.span();
         let aggregate = self.aggregate()?;
-        self.expect(Tok::At, &format!("'@' after aggregate {aggregate}"))?;
+        self.expect(Tok::At, &format!("'@' after aggregate {}", Brief(&aggregate)))?;
         self.skip_newlines();
         let sources = self.targets("a site number or partition name")?;
         let mut dests = BTreeSet::new();

@@ -11,7 +11,7 @@ use crate::membership::Membership;
 use crate::membership_search::{Goal, search_membership};
 use crate::partition::PartitionSpec;
 use crate::program::{Program, Requirement};
-use crate::span::{Item, SourceMap, Span};
+use crate::span::{Brief, Item, SourceMap, Span};
 
 /// Why a program is not valid under some membership.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,14 +47,16 @@ impl fmt::Display for Failure {
         match self {
             Failure::NotEnabled { action, site } => write!(
                 f,
-                "action {action} is never enabled at site {site}: no disjoint aggregates materialised there make up {}",
-                action.aggregate
+                "action {} is never enabled at site {site}: no disjoint aggregates materialised there make up {}",
+                Brief(action),
+                Brief(&action.aggregate)
             ),
             Failure::MissingOutput { requirement, site } => {
                 write!(
                     f,
-                    "OUT requirement {requirement} is not met: {} never reaches site {site}",
-                    requirement.aggregate
+                    "OUT requirement {} is not met: {} never reaches site {site}",
+                    Brief(requirement),
+                    Brief(&requirement.aggregate)
                 )
             }
         }
@@ -85,7 +87,7 @@ impl fmt::Display for Invalid {
             write!(f, " (and {} more failures)", self.failures - 1)?;
         }
         if !self.membership.0.is_empty() {
-            write!(f, " with {}", self.membership)?;
+            write!(f, " with {}", Brief(&self.membership))?;
         }
         Ok(())
     }
@@ -115,7 +117,7 @@ pub enum ValidityError {
         nodes: usize,
     },
     /// An exact-cover search ran past its budget (a pathological program).
-    #[error("gave up deciding whether {action} is enabled at site {site}: too many overlapping pieces")]
+    #[error("gave up deciding whether {} is enabled at site {site}: too many overlapping pieces", Brief(action))]
     CoverLimit {
         /// The action.
         action: Action,

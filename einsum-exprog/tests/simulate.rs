@@ -14,8 +14,10 @@ fn example(name: &str) -> Program {
     load(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The preset as the pure fluid model (no latencies): the paper's figures and the exact
+/// sums below are that model's (`einsum-sim/tests/latency.rs` covers the latencies).
 fn topology(name: &str) -> Topology {
-    Topology::preset(name).unwrap()
+    Topology::preset(name).unwrap().fluid()
 }
 
 fn assert_about(what: &str, actual_ms: f64, paper_ms: f64) {

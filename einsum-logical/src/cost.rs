@@ -4,8 +4,8 @@
 use std::fmt;
 
 use einsum_core::{DType, TensorDesc};
-use einsum_joinagg::{AbstractOperator, JoinAggSpec};
-use einsum_sim::{ComputeRates, Precision, Roofline, SiteId, Topology};
+use einsum_joinagg::{AbstractOperator, FunctionSpec, JoinAggSpec};
+use einsum_sim::{ComputeRates, KernelWork, Precision, Roofline, Site, SiteId, Topology};
 
 use crate::{Error, Result};
 
@@ -139,15 +139,53 @@ pub(crate) fn aggregation_elements(spec: &JoinAggSpec, outputs: usize) -> Vec<f6
         .collect()
 }
 
+/// `⌈log₂ m⌉`: the rounds of a tree that combines `m` whole copies.
+fn tree_rounds(m: usize) -> f64 {
+    f64::from(usize::BITS - m.saturating_sub(1).leading_zeros())
+}
+
+/// The most [`tree_rounds`] any output box of `spec` needs (0 when no box is produced twice).
+fn aggregation_rounds(spec: &JoinAggSpec, outputs: usize) -> f64 {
+    (0..outputs)
+        .flat_map(|j| spec.output_multiplicities(j).into_iter().map(|(_, m)| tree_rounds(m)))
+        .fold(0.0, f64::max)
+}
+
+/// One function spec of `op` as the roofline times it ([`Roofline::kernel_seconds`]): its
+/// class, FLOPs and HBM bytes as the operator gives them, the elements of all its output
+/// blocks (how many tiles it runs as), at the precision of its first output's dtype. The
+/// whole-plan prediction (`einsum_compile::predict`) and the [`Time`] model both build their
+/// kernels with it, so they time every kernel alike.
+pub fn kernel_work(op: &dyn AbstractOperator, f: &FunctionSpec) -> KernelWork {
+    let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
+    KernelWork {
+        class: op.kernel_class(),
+        flops: op.flops(f),
+        bytes: op.bytes(f),
+        output_elements: f.outputs.iter().map(|o| o.volume() as f64).sum(),
+        precision: precision(dtype),
+    }
+}
+
+/// The compute rate a kernel storing `dtype` runs at.
+fn precision(dtype: DType) -> Precision {
+    match dtype {
+        DType::F32 => Precision::F32,
+        DType::F16 => Precision::F16,
+        DType::BF16 => Precision::BF16,
+    }
+}
+
 /// Per output, the largest `⌈log₂ m⌉·|box|` over its distinct boxes produced `m` times: the
 /// elements one device must receive, one after another, to ⊕-combine the `m` copies of a box
 /// when they travel whole. A tree reduction (the fastest way to combine whole copies) takes
 /// `⌈log₂ m⌉` rounds, each of which moves a full copy over some device's link; rounds of one
 /// box cannot overlap, so no spreading over the `p` devices' links can beat it.
 pub(crate) fn aggregation_round_elements(spec: &JoinAggSpec, outputs: usize) -> Vec<f64> {
-    let rounds = |m: usize| f64::from(usize::BITS - m.saturating_sub(1).leading_zeros());
     (0..outputs)
-        .map(|j| spec.output_multiplicities(j).iter().map(|(b, m)| rounds(*m) * b.volume() as f64).fold(0.0, f64::max))
+        .map(|j| {
+            spec.output_multiplicities(j).iter().map(|(b, m)| tree_rounds(*m) * b.volume() as f64).fold(0.0, f64::max)
+        })
         .collect()
 }
 
@@ -181,7 +219,8 @@ impl CostModel for PaperProxy {
 }
 
 /// The per-device figures of a topology that the [`Time`] model needs: the slowest
-/// device's compute rates, HBM bandwidth and interconnect bandwidth (each direction).
+/// device's compute rates, HBM bandwidth, SM count and interconnect bandwidth (each
+/// direction), and the machine's kernel launch and slowest transfer setup latencies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Machine {
     /// The topology's name.
@@ -193,6 +232,14 @@ pub struct Machine {
     /// Interconnect bytes per second of the slowest device, each direction (see
     /// [`Machine::from_topology`]); infinite on a machine of one device.
     pub link_bandwidth: f64,
+    /// Streaming multiprocessors of the device with the fewest (`None` when some device's
+    /// count is not given: kernels are then not quantized in waves).
+    pub sms: Option<usize>,
+    /// Seconds to launch one kernel ([`einsum_sim::Latency::kernel_launch`]).
+    pub kernel_launch: f64,
+    /// Seconds to set up one transfer on the slowest kind of path
+    /// ([`Topology::max_transfer_latency`]); zero on a machine of one device.
+    pub transfer_latency: f64,
 }
 
 /// The topology preset called `name` or, when `name` is the path of a file, the custom
@@ -205,7 +252,8 @@ fn load_topology(name: &str) -> Result<Topology> {
 impl Machine {
     /// The figures of a topology read from `einsum-sim`: the smallest of every device's
     /// [`Topology::injection_bandwidth`] (infinite on a single-device machine, which never
-    /// communicates) and the slowest device's compute rates and HBM bandwidth.
+    /// communicates), the slowest device's compute rates, HBM bandwidth and SM count, and the
+    /// topology's latencies (its slowest kind of transfer path).
     pub fn from_topology(topology: &Topology) -> Machine {
         let sites = topology.sites();
         let link_bandwidth =
@@ -216,6 +264,23 @@ impl Machine {
             compute: ComputeRates { f16: slowest(|c| c.f16), bf16: slowest(|c| c.bf16), f32: slowest(|c| c.f32) },
             hbm_bandwidth: sites.iter().map(|s| s.hbm_bandwidth).fold(f64::INFINITY, f64::min),
             link_bandwidth,
+            sms: sites.iter().map(|s| s.sms).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().min()),
+            kernel_launch: topology.latency().kernel_launch,
+            transfer_latency: topology.max_transfer_latency(),
+        }
+    }
+
+    /// The slowest device as a [`Site`], for [`Roofline::kernel_seconds`] (its HBM capacity,
+    /// which no kernel time reads, is left at zero).
+    pub fn device(&self) -> Site {
+        Site {
+            hbm_bandwidth: self.hbm_bandwidth,
+            hbm_capacity: 0.0,
+            compute: self.compute,
+            egress: None,
+            ingress: None,
+            nic: None,
+            sms: self.sms,
         }
     }
 
@@ -227,11 +292,7 @@ impl Machine {
 
     /// FLOP/s of one device for kernels storing `dtype`.
     pub fn flops(&self, dtype: DType) -> f64 {
-        self.compute.rate(match dtype {
-            DType::F32 => Precision::F32,
-            DType::F16 => Precision::F16,
-            DType::BF16 => Precision::BF16,
-        })
+        self.compute.rate(precision(dtype))
     }
 }
 
@@ -241,11 +302,19 @@ impl Machine {
 /// attention leaves one device with most of the work.
 ///
 /// **Kernels are timed by the same roofline as the whole-plan prediction**
-/// ([`einsum_sim::Roofline`], its documented efficiencies by default): the larger of the
-/// function spec's FLOPs over the efficient share of the device's peak rate and its HBM bytes
-/// ([`AbstractOperator::bytes`]) over the efficient share of its bandwidth, so that the
-/// optimizer and the prediction agree on what compute costs (a memory-bound normalization is
-/// not priced at tensor-core speed).
+/// ([`Roofline::kernel_seconds`] of [`kernel_work`], its documented efficiencies by
+/// default): the larger of the function spec's FLOPs over the efficient share of the
+/// device's peak rate (scaled by the wave quantization of its output tiles on the device's
+/// SMs) and its HBM bytes ([`AbstractOperator::bytes`]) over the efficient share of its
+/// bandwidth, plus the machine's kernel launch latency, so that the optimizer and the
+/// prediction agree on what compute costs (a memory-bound normalization is not priced at
+/// tensor-core speed, and a kernel split into slivers pays its launch and its idle SMs).
+///
+/// **Every communication phase pays a transfer setup.** A repartition, a join and an
+/// aggregation that move bytes each add the machine's slowest transfer setup latency
+/// ([`Machine::transfer_latency`]) once (their transfers run in parallel), and the
+/// aggregation's tree of whole copies adds it once per round; the simulator charges the same
+/// latency per transfer (`einsum_sim::Latency`).
 ///
 /// **Computation inputs are resident.** The join sub-cost is charged only for inputs an
 /// operator produces ([`Source::Op`](crate::Source::Op)); a computation input ([`Source::Input`](crate::Source::Input): weights, the
@@ -285,8 +354,19 @@ impl Time {
         Self { machine, roofline: Roofline::default() }
     }
 
+    /// One communication phase moving `bytes` spread over `p` devices' links: its setup
+    /// latency and its bytes (nothing when it moves nothing).
     fn seconds(&self, bytes: f64, p: usize) -> f64 {
-        if bytes == 0.0 { 0.0 } else { bytes / (p as f64 * self.machine.link_bandwidth) }
+        if bytes == 0.0 {
+            0.0
+        } else {
+            self.machine.transfer_latency + bytes / (p as f64 * self.machine.link_bandwidth)
+        }
+    }
+
+    /// A kernel's seconds: its launch and its roofline time on the machine's slowest device.
+    fn kernel(&self, work: &KernelWork) -> f64 {
+        self.machine.kernel_launch + self.roofline.kernel_seconds(&self.machine.device(), work)
     }
 }
 
@@ -320,13 +400,13 @@ impl CostModel for Time {
             .zip(op.outputs())
             .map(|(e, d)| e * width(d))
             .fold(0.0, f64::max);
-        let dtype = op.outputs().first().map_or(DType::F32, |d| d.dtype);
-        let (class, peak) = (op.kernel_class(), self.machine.flops(dtype));
-        let kernel = |f| self.roofline.seconds(class, op.flops(f), op.bytes(f), peak, self.machine.hbm_bandwidth);
+        // The tree's rounds each pay a setup; `seconds` already charges the first.
+        let tree_setups = (aggregation_rounds(spec, op.outputs().len()) - 1.0).max(0.0) * self.machine.transfer_latency;
+        let tree = if rounds == 0.0 { 0.0 } else { self.seconds(rounds, 1) + tree_setups };
         SpecCost {
             join: self.seconds(join, p),
-            aggregation: self.seconds(aggregation, p).max(self.seconds(rounds, 1)),
-            compute: spec.functions.iter().map(kernel).fold(0.0, f64::max),
+            aggregation: self.seconds(aggregation, p).max(tree),
+            compute: spec.functions.iter().map(|f| self.kernel(&kernel_work(op, f))).fold(0.0, f64::max),
         }
     }
 }
@@ -397,6 +477,33 @@ mod tests {
         let err = Machine::by_name("dgx-b200").unwrap_err().to_string();
         assert!(err.contains("dgx-b200") && err.contains("dgx-a100"), "{err}");
         assert!(cost_model_by_name("flops", "dgx-a100").is_err());
+    }
+
+    /// The `time` model sees the simulator's latencies and wave quantization: a repartition
+    /// pays one transfer setup, a kernel its launch, and a GEMM of 64 tiles on 108 SMs runs at
+    /// 64/108 of its roofline; on the same machine without latencies only the waves remain.
+    #[test]
+    fn time_charges_launches_setups_and_waves() {
+        use einsum_ops::einsum::Einsum;
+        let a100 = Topology::preset("dgx-a100").unwrap();
+        let machine = Machine::from_topology(&a100);
+        assert_eq!((machine.sms, machine.kernel_launch, machine.transfer_latency), (Some(108), 2e-6, 3e-6));
+        let time = Time::on(machine);
+        let fluid = Time::on(Machine::from_topology(&a100.with_latency(einsum_sim::Latency::ZERO).unwrap()));
+        let d = TensorDesc::of(&[("i", 8)], DType::F16).unwrap();
+        assert_eq!(fluid.repartition(&d, 8), 16.0 / (8.0 * 300e9));
+        assert_eq!(time.repartition(&d, 8), 3e-6 + 16.0 / (8.0 * 300e9));
+
+        let a = TensorDesc::of(&[("i", 1024), ("k", 4096)], DType::F16).unwrap();
+        let b = TensorDesc::of(&[("k", 4096), ("j", 1024)], DType::F16).unwrap();
+        let mm = Einsum::matmul(&a, &b).unwrap();
+        let whole = einsum_joinagg::request_spec(&mm, &vec![1; mm.shardable().len()]).unwrap();
+        let roofline = 2.0 * 1024.0 * 1024.0 * 4096.0 / (312e12 * 0.75);
+        let waves = 108.0 / 64.0;
+        let fluid_compute = fluid.spec(&mm, &whole, 1, &[true, true]).compute;
+        assert!((fluid_compute / (roofline * waves) - 1.0).abs() < 1e-12, "{fluid_compute}");
+        let compute = time.spec(&mm, &whole, 1, &[true, true]).compute;
+        assert!((compute - (2e-6 + roofline * waves)).abs() < 1e-15, "{compute}");
     }
 
     #[test]

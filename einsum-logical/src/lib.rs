@@ -55,6 +55,7 @@ mod switch;
 pub use baselines::{BASELINES, Data, Megatron, Mesh2d, Ulysses};
 pub use cost::{
     CostModel, CostModelEntry, Machine, PaperProxy, SpecCost, Time, cost_model_by_name, cost_model_entry, cost_models,
+    kernel_work,
 };
 pub use dp::Dp;
 pub use einsum_joinagg::{IndexRole, OpRole};

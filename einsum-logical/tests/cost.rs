@@ -26,8 +26,14 @@ fn relu_then_matmul() -> Computation {
     comp
 }
 
+/// The DGX-A100's figures without latencies or SM count: the bandwidth and roofline terms
+/// these tests compute by hand (the unit tests of `cost.rs` cover the latency and wave terms).
+fn a100() -> Machine {
+    Machine { sms: None, kernel_launch: 0.0, transfer_latency: 0.0, ..Machine::by_name("dgx-a100").unwrap() }
+}
+
 fn time() -> Time {
-    Time::on(Machine::by_name("dgx-a100").unwrap())
+    Time::on(a100())
 }
 
 /// Bytes of input `k`'s blocks summed over the function specs of candidate `n`.
@@ -43,7 +49,7 @@ fn close(a: f64, b: f64) -> bool {
 fn time_charges_no_join_for_a_resident_weight_and_the_proxy_does() {
     let comp = relu_then_matmul();
     let p = 4;
-    let bandwidth = Machine::by_name("dgx-a100").unwrap().link_bandwidth;
+    let bandwidth = a100().link_bandwidth;
     let time = Problem::new(&comp, p, &time()).unwrap();
     let proxy = Problem::new(&comp, p, &PaperProxy).unwrap();
     let mm = time.ops.iter().position(|o| o.name == "matmul").unwrap();
@@ -143,7 +149,7 @@ fn candidate(problem: &Problem, op: usize, splits: &[(&str, usize)]) -> usize {
 fn time_joins_only_the_copies_beyond_the_first() {
     let comp = two_matmuls();
     let p = 4;
-    let bw = Machine::by_name("dgx-a100").unwrap().link_bandwidth;
+    let bw = a100().link_bandwidth;
     let problem = Problem::new(&comp, p, &time()).unwrap();
     let mm2 = problem.ops.iter().position(|o| o.name == "mm2").unwrap();
     // l split 4 ways: every spec reads the whole 16×12 h, one copy exists, three more travel:
@@ -166,7 +172,7 @@ fn time_joins_only_the_copies_beyond_the_first() {
 #[test]
 fn time_aggregates_no_faster_than_a_tree_of_whole_copies() {
     let comp = two_matmuls();
-    let bw = Machine::by_name("dgx-a100").unwrap().link_bandwidth;
+    let bw = a100().link_bandwidth;
     for p in [2, 4] {
         let problem = Problem::new(&comp, p, &time()).unwrap();
         let proxy = Problem::new(&comp, p, &PaperProxy).unwrap();

@@ -11,6 +11,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::TopologyError;
+use crate::latency::{Latency, US};
 use crate::nodes::{Fabric, Nodes};
 use crate::plausible::{self, Plausible};
 use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, SiteId, TFLOP, Topology};
@@ -92,6 +93,81 @@ impl<'de, Q: Quantity> Deserialize<'de> for Scaled<Q> {
     }
 }
 
+/// A latency in µs as written, held in seconds: in its [plausible range](crate::plausible),
+/// zero included (the default, meaning no latency).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Micros(f64);
+
+impl<'de> Deserialize<'de> for Micros {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct NonNegative;
+        impl Visitor<'_> for NonNegative {
+            type Value = Micros;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a number of µs in {}", plausible::LATENCY)
+            }
+            fn visit_f64<E: de::Error>(self, x: f64) -> std::result::Result<Micros, E> {
+                Ok(Micros(plausible::LATENCY.check(x).map_err(E::custom)? * US))
+            }
+            fn visit_i64<E: de::Error>(self, x: i64) -> std::result::Result<Micros, E> {
+                self.visit_f64(x as f64)
+            }
+            fn visit_u64<E: de::Error>(self, x: u64) -> std::result::Result<Micros, E> {
+                self.visit_f64(x as f64)
+            }
+        }
+        deserializer.deserialize_f64(NonNegative)
+    }
+}
+
+/// `sms`: a positive count of streaming multiprocessors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct SmCount(usize);
+
+impl<'de> Deserialize<'de> for SmCount {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Count;
+        impl Visitor<'_> for Count {
+            type Value = SmCount;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a positive count of SMs")
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> std::result::Result<SmCount, E> {
+                match usize::try_from(n) {
+                    Ok(n) if n > 0 => Ok(SmCount(n)),
+                    _ => Err(E::custom(format!("expected a positive count of SMs, got {n}"))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> std::result::Result<SmCount, E> {
+                Err(E::custom(format!("expected a positive count of SMs, got {n}")))
+            }
+        }
+        deserializer.deserialize_u64(Count)
+    }
+}
+
+/// `latency`: every field optional, zero by default.
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+struct LatencyFile {
+    kernel_launch_us: Option<Micros>,
+    link_us: Option<Micros>,
+    bus_us: Option<Micros>,
+    network_us: Option<Micros>,
+}
+
+impl LatencyFile {
+    fn latency(self) -> Latency {
+        let s = |m: Option<Micros>| m.map_or(0.0, |m| m.0);
+        Latency {
+            kernel_launch: s(self.kernel_launch_us),
+            link: s(self.link_us),
+            bus: s(self.bus_us),
+            network: s(self.network_us),
+        }
+    }
+}
+
 /// A site index as written; its range is checked once the number of sites is known.
 #[derive(Clone, Copy, Debug)]
 struct SiteIndex(u64);
@@ -155,6 +231,7 @@ struct SiteFile {
     egress_gbps: Option<Gbps>,
     ingress_gbps: Option<Gbps>,
     nic_gbps: Option<Gbps>,
+    sms: Option<SmCount>,
 }
 
 /// `sites`: a count of identical sites, or one object per site.
@@ -328,6 +405,7 @@ struct TopologyFile {
     fallback: Option<FallbackFile>,
     nodes: Option<NodesFile>,
     fabric: Option<FabricFile>,
+    latency: Option<Object<LatencyFile>>,
 }
 
 /// `own` completed by `default`; a field missing from both is an error at `path`.
@@ -344,6 +422,7 @@ fn complete(own: SiteFile, default: SiteFile, path: &str) -> Result<Site> {
         egress: giga(own.egress_gbps, default.egress_gbps),
         ingress: giga(own.ingress_gbps, default.ingress_gbps),
         nic: giga(own.nic_gbps, default.nic_gbps),
+        sms: own.sms.or(default.sms).map(|c| c.0),
     })
 }
 
@@ -425,7 +504,8 @@ fn build(file: TopologyFile) -> Result<Topology> {
         })
         .collect::<Result<_>>()?;
     let nodes = build_nodes(file.nodes, file.fabric, n)?;
-    Topology::with_nodes(file.name, sites, links, file.fallback.map(|f| f.0), nodes)
+    let latency = file.latency.map_or(Latency::ZERO, |Object(l)| l.latency());
+    Topology::with_nodes(file.name, sites, links, file.fallback.map(|f| f.0), nodes)?.with_latency(latency)
 }
 
 /// A data error from `serde_path_to_error` as a [`TopologyError::Field`], said the way the
@@ -488,7 +568,22 @@ fn site_value(site: &Site) -> Value {
     if let Some(nic) = site.nic {
         m.insert("nic_gbps".into(), number(nic / GB));
     }
+    if let Some(sms) = site.sms {
+        m.insert("sms".into(), Value::from(sms));
+    }
     Value::Object(m)
+}
+
+/// Seconds as the µs a file gives, the shortest decimal that reads back to the same seconds.
+fn micros(seconds: f64) -> Value {
+    let us = seconds / US;
+    let rounded = (us * 1e9).round() / 1e9;
+    number(if rounded * US == seconds { rounded } else { us })
+}
+
+/// Every latency field, in µs.
+fn latency_value(latency: &Latency) -> Value {
+    Value::Object(latency.fields().iter().map(|&(k, v)| (k.to_string(), micros(v))).collect())
 }
 
 fn link_value(link: &Link) -> Value {
@@ -606,8 +701,8 @@ impl Topology {
     pub fn load(path: impl AsRef<Path>) -> Result<Topology> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TopologyError::Io { path: shown.clone(), message: e.to_string() })?;
+        let text = einsum_core::fsio::read_capped(path, einsum_core::fsio::MAX_INPUT_FILE_BYTES)
+            .map_err(|e| TopologyError::Io { path: shown.clone(), message: e.message() })?;
         Topology::from_json_str(&text).map_err(|e| TopologyError::File { path: shown, source: Box::new(e) })
     }
 
@@ -632,6 +727,9 @@ impl Topology {
             m.insert("nodes".into(), nodes_value(nodes));
             m.insert("fabric".into(), fabric_value(nodes.fabric()));
         }
+        if *self.latency() != Latency::ZERO {
+            m.insert("latency".into(), latency_value(self.latency()));
+        }
         Value::Object(m)
     }
 
@@ -640,7 +738,7 @@ impl Topology {
     pub fn to_json_string(&self) -> String {
         let value = self.to_json_value();
         let mut out = String::from("{\n");
-        let keys = ["name", "sites", "site", "links", "fallback", "nodes", "fabric"];
+        let keys = ["name", "sites", "site", "links", "fallback", "nodes", "fabric", "latency"];
         let present: Vec<_> = keys.iter().filter_map(|k| value.get(k).map(|v| (*k, v))).collect();
         for (i, (key, v)) in present.iter().enumerate() {
             out.push_str(&format!("  \"{key}\": "));
@@ -666,7 +764,22 @@ impl Topology {
 fn compact(value: &Value) -> String {
     match value {
         Value::Object(m) => {
-            let order = ["a", "b", "shared", "gbps", "hbm_gbps", "hbm_gb", "tflops", "f16", "bf16", "f32"];
+            let order = [
+                "a",
+                "b",
+                "shared",
+                "gbps",
+                "hbm_gbps",
+                "hbm_gb",
+                "tflops",
+                "f16",
+                "bf16",
+                "f32",
+                "kernel_launch_us",
+                "link_us",
+                "bus_us",
+                "network_us",
+            ];
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort_by_key(|k| order.iter().position(|o| o == k).unwrap_or(order.len()));
             let parts: Vec<String> =
@@ -878,6 +991,57 @@ mod tests {
         let written = t.to_json_string();
         assert!(written.contains("\"sites\": [\n"), "{written}");
         assert_eq!(Topology::from_json_str(&written), Ok(t));
+    }
+
+    #[test]
+    fn latency_and_sms_round_trip_and_default_to_none() {
+        let text = format!(
+            r#"{{"name": "lat", "sites": [{{"sms": 80}}, {{}}], {SITE}, "fallback": {{"shared": "bus", "gbps": 3}},
+                "latency": {{"kernel_launch_us": 2, "link_us": 0.5, "bus_us": 10, "network_us": 0}}}}"#
+        );
+        let t = Topology::from_json_str(&text).expect("valid");
+        assert_eq!((t.sites()[0].sms, t.sites()[1].sms), (Some(80), None));
+        let l = *t.latency();
+        assert_eq!((l.kernel_launch, l.link, l.bus, l.network), (2.0 * US, 0.5 * US, 10.0 * US, 0.0));
+        let written = t.to_json_string();
+        assert!(
+            written.contains(r#""latency": {"kernel_launch_us": 2, "link_us": 0.5, "bus_us": 10, "network_us": 0}"#),
+            "{written}"
+        );
+        assert_eq!(Topology::from_json_str(&written), Ok(t));
+        // Missing fields are zero; no `latency` at all is the zero latency, and is not written.
+        let some = Topology::from_json_str(&text.replace(r#""link_us": 0.5, "#, "")).expect("valid");
+        assert_eq!(some.latency().link, 0.0);
+        let none = Topology::from_json_str(&format!(
+            r#"{{"name": "x", "sites": 2, {SITE}, "fallback": {{"shared": "b", "gbps": 1}}}}"#
+        ))
+        .expect("valid");
+        assert_eq!(*none.latency(), Latency::ZERO);
+        assert!(!none.to_json_string().contains("latency"));
+    }
+
+    #[test]
+    fn bad_latencies_and_sm_counts_are_named() {
+        let with = |latency: &str| err(&format!(r#"{{"name": "x", "sites": 1, {SITE}, "latency": {latency}}}"#));
+        assert_eq!(
+            with(r#"{"link_us": -1}"#),
+            "latency.link_us: -1 µs is out of range: a latency must lie in [0, 1e6] µs"
+        );
+        assert!(
+            with(r#"{"bus_us": "slow"}"#).starts_with("latency.bus_us: invalid type"),
+            "{}",
+            with(r#"{"bus_us": "slow"}"#)
+        );
+        assert!(with(r#"{"link_ms": 1}"#).starts_with("latency.link_ms: unknown field"));
+        assert!(with("[1, 2]").starts_with("latency: invalid type: sequence, expected an object"));
+        let e = err(
+            r#"{"name": "x", "sites": 1, "site": {"hbm_gbps": 1, "hbm_gb": 1, "tflops": {"f16": 1, "bf16": 1, "f32": 1}, "sms": 0}}"#,
+        );
+        assert_eq!(e, "site.sms: expected a positive count of SMs, got 0");
+        let e = err(
+            r#"{"name": "x", "sites": 1, "site": {"hbm_gbps": 1, "hbm_gb": 1, "tflops": {"f16": 1, "bf16": 1, "f32": 1}, "sms": 1.5}}"#,
+        );
+        assert!(e.starts_with("site.sms: invalid type"), "{e}");
     }
 
     #[test]

@@ -12,8 +12,12 @@
 //!   kernels) as fluid flows that share every resource they cross max-min fairly,
 //!   recomputing rates at each start and finish, and returns a [`Trace`]. Kernels are flows
 //!   through a per-site compute resource, so kernels on one site share it.
-//! - [`Roofline`]: kernel times from FLOPs, bytes and per-class efficiencies, for
-//!   predicting whole plans.
+//! - [`Roofline`]: kernel times from FLOPs, bytes and per-class efficiencies, with the wave
+//!   quantization of tiled kernels on the site's SMs (`efficiency.rs`), for predicting whole
+//!   plans.
+//! - [`Latency`]: what a task waits before its flows start: kernel launch, and transfer
+//!   setup per kind of path (link or switch, shared bus, network). Zero unless a topology
+//!   sets it; the presets carry public figures (`latency.rs`).
 //! - Lower bounds for collectives ([`all_reduce_bound`] and friends).
 //!
 //! Units: sizes in bytes with [`GB`] = 1e9 bytes, bandwidths in bytes/s, times in seconds
@@ -49,12 +53,13 @@
 //! {
 //!   "name": "my-box",
 //!   "sites": 4,
-//!   "site": {"hbm_gbps": 900, "hbm_gb": 32, "tflops": {"f16": 125, "bf16": 15.7, "f32": 15.7}},
+//!   "site": {"hbm_gbps": 900, "hbm_gb": 32, "tflops": {"f16": 125, "bf16": 15.7, "f32": 15.7}, "sms": 80},
 //!   "links": [
 //!     {"a": 0, "b": 1, "gbps": 50},
 //!     {"a": 2, "b": 3, "gbps": 25}
 //!   ],
-//!   "fallback": {"shared": "pcie-bridge", "gbps": 15.75}
+//!   "fallback": {"shared": "pcie-bridge", "gbps": 15.75},
+//!   "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5}
 //! }
 //! ```
 //!
@@ -64,7 +69,9 @@
 //! - `site` (required when `sites` is a count): a site object: `hbm_gbps` (HBM bandwidth),
 //!   `hbm_gb` (HBM capacity), `tflops` (`{"f16", "bf16", "f32"}`, dense peak), and optional
 //!   `egress_gbps` / `ingress_gbps` (caps on everything the site sends / receives, like an
-//!   NVSwitch port).
+//!   NVSwitch port) and `sms` (its streaming multiprocessors, a positive integer: tiled
+//!   kernels with fewer output tiles than a whole number of waves lose throughput; without
+//!   it kernels reach their roofline at any size).
 //! - `links` (default `[]`): `{"a", "b", "gbps"}` joins distinct sites `a` and `b` (0-based;
 //!   each pair once) with `gbps` in *each* direction.
 //! - `fallback` (optional): what carries traffic between sites of one node that no link
@@ -79,31 +86,41 @@
 //!   other nodes crosses it), links may join only sites of one node, and `fabric` is
 //!   required: `"non-blocking"` (only the two NICs limit a transfer between nodes) or
 //!   `{"shared": NAME, "gbps": G}` (one resource of `G` GB/s total that all traffic between
-//!   nodes also crosses). Two DGX-H100 nodes, as the `dgx-h100x2` preset:
+//!   nodes also crosses).
+//! - `latency` (optional): `{"kernel_launch_us", "link_us", "bus_us", "network_us"}`, each
+//!   optional, in µs, zero or more, **0 by default** (a file without `latency` is the pure
+//!   fluid model): the launch of every kernel, aggregation or local copy; the setup of a
+//!   transfer over a link or a `"switch"` fallback; through a shared fallback; between
+//!   nodes. A task waits its latency before its bytes start to flow ([`Latency`]).
+//!
+//! Two DGX-H100 nodes, as the `dgx-h100x2` preset:
 //!
 //! ```json
 //! {
 //!   "name": "dgx-h100x2",
 //!   "sites": 16,
 //!   "site": {"hbm_gbps": 3350, "hbm_gb": 80, "tflops": {"f16": 989, "bf16": 989, "f32": 67},
-//!            "egress_gbps": 450, "ingress_gbps": 450, "nic_gbps": 50},
+//!            "egress_gbps": 450, "ingress_gbps": 450, "nic_gbps": 50, "sms": 132},
 //!   "fallback": "switch",
 //!   "nodes": 2,
-//!   "fabric": "non-blocking"
+//!   "fabric": "non-blocking",
+//!   "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5}
 //! }
 //! ```
 //!
 //! Every physical value must lie in its plausible range ([`plausible`]: bandwidths
-//! 1e-3 to 1e7 GB/s, capacities 1e-3 to 1e5 GB, compute rates 1e-3 to 1e5 TFLOP/s), which
-//! refuses zero, negative, overflowing and absurd values; unknown and repeated fields are
-//! errors; every error names its field, as in
+//! 1e-3 to 1e7 GB/s, capacities 1e-3 to 1e5 GB, compute rates 1e-3 to 1e5 TFLOP/s,
+//! latencies 0 to 1e6 µs), which refuses zero (but for latencies), negative, overflowing and
+//! absurd values; unknown and repeated fields are errors; every error names its field, as in
 //! `links[3].gbps: -1 GB/s is out of range: a bandwidth must lie in [0.001, 1e7] GB/s`. [`Topology::to_json_string`]
 //! writes this format and loading it back gives an equal topology.
 #![warn(missing_docs)]
 
 mod bounds;
+mod efficiency;
 mod error;
 mod json;
+mod latency;
 mod maxmin;
 mod nodes;
 pub mod plausible;
@@ -115,15 +132,23 @@ mod topology;
 mod trace;
 
 pub use bounds::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
+pub use efficiency::{
+    A100_SMS, B200_SMS, H100_SMS, TILE_ELEMENTS, V100_SMS, is_tiled, kernel_wave_efficiency, output_tiles,
+    wave_efficiency,
+};
 pub use error::{SimError, TopologyError};
+pub use latency::{
+    A100_LATENCY, CUDA_GRAPH_KERNEL_LAUNCH_US, H100_LATENCY, INFINIBAND_TRANSFER_US, Latency, NVL72_LATENCY,
+    NVLINK_TRANSFER_US, PCIE_BRIDGE_TRANSFER_US, US, V100_LATENCY,
+};
 pub use nodes::{Fabric, Nodes};
 pub use presets::{
     GPUS_PER_NODE, NODE_PRESETS, PCIE_BRIDGE, PRESETS, V100_DOUBLE_LINKS, V100_SINGLE_LINKS, preset_forms,
     scaled_preset,
 };
 pub use roofline::{
-    ATTENTION_COMPUTE_EFFICIENCY, ELEMENTWISE_COMPUTE_EFFICIENCY, Efficiency, KernelClass, MATMUL_COMPUTE_EFFICIENCY,
-    MEMORY_EFFICIENCY, Roofline,
+    ATTENTION_COMPUTE_EFFICIENCY, ELEMENTWISE_COMPUTE_EFFICIENCY, Efficiency, KernelClass, KernelWork,
+    MATMUL_COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY, Roofline,
 };
 pub use simulate::simulate;
 pub use task::{SimGraph, SimTask, SimTaskId, TaskKind};

@@ -13,6 +13,9 @@
 //! | bandwidth | `hbm_gbps`, `egress_gbps`, `ingress_gbps`, `nic_gbps`, `links[i].gbps`, `fallback.gbps`, `fabric.gbps` | GB/s | 1e-3 ..= 1e7 |
 //! | memory capacity | `hbm_gb` | GB | 1e-3 ..= 1e5 |
 //! | compute rate | `tflops.f16`, `tflops.bf16`, `tflops.f32` | TFLOP/s | 1e-3 ..= 1e5 |
+//! | latency | `latency.kernel_launch_us`, `latency.link_us`, `latency.bus_us`, `latency.network_us` | µs | 0 ..= 1e6 |
+//!
+//! A latency may be zero (the default: none).
 //!
 //! For scale: an H200's HBM moves 4.8e3 GB/s and holds 141 GB, a B200 computes 2.25e3
 //! TFLOP/s in bf16, a switched fabric of 1024 nodes at 400 GB/s carries 4e5 GB/s, and
@@ -46,8 +49,12 @@ pub const CAPACITY: Plausible = Plausible { what: "a memory capacity", unit: "GB
 /// Dense peak compute rates in TFLOP/s (`tflops`).
 pub const COMPUTE: Plausible = Plausible { what: "a compute rate", unit: "TFLOP/s", min: 1e-3, max: 1e5 };
 
+/// Latencies in µs (`latency`): zero, the default, means none; a second is beyond any
+/// launch, link or network delay.
+pub const LATENCY: Plausible = Plausible { what: "a latency", unit: "µs", min: 0.0, max: 1e6 };
+
 /// Every range, for documentation and tests.
-pub const ALL: [Plausible; 3] = [BANDWIDTH, CAPACITY, COMPUTE];
+pub const ALL: [Plausible; 4] = [BANDWIDTH, CAPACITY, COMPUTE, LATENCY];
 
 impl Plausible {
     /// `x` when it lies in the range; else a message saying the value, the unit and the
@@ -86,7 +93,8 @@ mod tests {
         for r in ALL {
             assert_eq!(r.check(r.min), Ok(r.min));
             assert_eq!(r.check(r.max), Ok(r.max));
-            for bad in [0.0, -1.0, 1e-300, 1e308, f64::NAN, f64::INFINITY, r.min / 2.0, r.max * 2.0] {
+            let below = if r.min > 0.0 { vec![0.0, 1e-300, r.min / 2.0] } else { vec![] };
+            for bad in below.into_iter().chain([-1.0, 1e308, f64::NAN, f64::INFINITY, r.max * 2.0]) {
                 let e = r.check(bad).unwrap_err();
                 assert!(e.contains("is out of range") && e.contains(r.unit), "{e}");
             }

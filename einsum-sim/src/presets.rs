@@ -19,7 +19,7 @@
 //!   SuperPOD reference architectures build a full-bisection fat tree, one rail per GPU
 //!   index), so a transfer between nodes crosses only the sender's NIC egress and the
 //!   receiver's NIC ingress; GPUDirect RDMA moves it GPU→PCIe→NIC, not over NVLink (see
-//!   `nodes.rs`). The fluid model has no per-message latency (InfiniBand's is a few µs).
+//!   `nodes.rs`).
 //!   `dgx-a100x1` is `dgx-a100` (named so), and likewise for the H100.
 //! - `nvl72`: a GB200 NVL72 rack, 72 Blackwell GPUs in one NVLink switch domain: 900 GB/s
 //!   per GPU per direction (fifth-generation NVLink, 1.8 TB/s bidirectional; the rack's
@@ -30,8 +30,17 @@
 //!   GPUs): FP16/BF16 Tensor Core 10 PFLOPS *with sparsity*, so 2,500 TFLOP/s dense per GPU;
 //!   FP32 160 TFLOPS (non-tensor, no sparsity), so 80 TFLOP/s per GPU. Its NICs are not
 //!   modelled: the rack is one node.
+//!
+//! Every preset also gives each GPU its SM count (whitepaper figures, `efficiency.rs`:
+//! 108 on the A100, 132 on the H100, 80 on the V100, 148 on the B200) and the machine its
+//! latencies (`latency.rs`: 2 µs per graph-launched kernel, 3 µs per NVLink or NVSwitch
+//! transfer, 10 µs through the DGX-1V's PCIe bridge, 5 µs between nodes over InfiniBand).
+//! [`Topology::with_latency`] with [`Latency::ZERO`] gives the pure fluid model of the same
+//! machine.
 
+use crate::efficiency::{A100_SMS, B200_SMS, H100_SMS, V100_SMS};
 use crate::error::TopologyError;
+use crate::latency::{A100_LATENCY, H100_LATENCY, Latency, NVL72_LATENCY, V100_LATENCY};
 use crate::nodes::{Fabric, Nodes};
 use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, Topology};
 
@@ -67,6 +76,8 @@ struct DgxGpu {
     hbm_gb: f64,
     compute: ComputeRates,
     nic_gbps: f64,
+    sms: usize,
+    latency: Latency,
 }
 
 /// The GPU of a DGX family (`dgx-a100`, `dgx-h100`), or `None` for another name.
@@ -78,6 +89,8 @@ fn dgx_gpu(family: &str) -> Option<DgxGpu> {
             hbm_gb: 40.0,
             compute: ComputeRates::tflops(312.0, 312.0, 19.5),
             nic_gbps: 25.0,
+            sms: A100_SMS,
+            latency: A100_LATENCY,
         }),
         "dgx-h100" => Some(DgxGpu {
             nvswitch_gbps: 450.0,
@@ -85,6 +98,8 @@ fn dgx_gpu(family: &str) -> Option<DgxGpu> {
             hbm_gb: 80.0,
             compute: ComputeRates::tflops(989.0, 989.0, 67.0),
             nic_gbps: 50.0,
+            sms: H100_SMS,
+            latency: H100_LATENCY,
         }),
         _ => None,
     }
@@ -97,13 +112,15 @@ fn dgx_name(family: &str, nodes: usize) -> String {
 
 /// `nodes` DGX nodes of `gpu`, named `name`. One node has no NICs (nothing leaves it).
 fn dgx(name: String, gpu: &DgxGpu, nodes: usize) -> Result<Topology, TopologyError> {
-    let site = Site::new(gpu.hbm_gbps, gpu.hbm_gb, gpu.compute).with_endpoint_caps(gpu.nvswitch_gbps);
-    if nodes == 1 {
-        return Topology::new(name, vec![site; GPUS_PER_NODE], vec![], Some(Fallback::Switch));
-    }
-    let site = site.with_nic(gpu.nic_gbps);
-    let layout = Nodes::blocks(nodes, GPUS_PER_NODE, Fabric::NonBlocking);
-    Topology::with_nodes(name, vec![site; nodes * GPUS_PER_NODE], vec![], Some(Fallback::Switch), Some(layout))
+    let site = Site::new(gpu.hbm_gbps, gpu.hbm_gb, gpu.compute).with_endpoint_caps(gpu.nvswitch_gbps).with_sms(gpu.sms);
+    let topology = if nodes == 1 {
+        Topology::new(name, vec![site; GPUS_PER_NODE], vec![], Some(Fallback::Switch))
+    } else {
+        let site = site.with_nic(gpu.nic_gbps);
+        let layout = Nodes::blocks(nodes, GPUS_PER_NODE, Fabric::NonBlocking);
+        Topology::with_nodes(name, vec![site; nodes * GPUS_PER_NODE], vec![], Some(Fallback::Switch), Some(layout))
+    };
+    topology?.with_latency(gpu.latency)
 }
 
 /// `name` as `FAMILYxN` with a DGX family and a decimal `N`: the family and `N`.
@@ -114,19 +131,25 @@ fn parse_node_preset(name: &str) -> Option<(&str, &str)> {
 }
 
 fn dgx_v100() -> Topology {
-    let site = Site::new(900.0, 32.0, ComputeRates::tflops(125.0, 15.7, 15.7));
+    let site = Site::new(900.0, 32.0, ComputeRates::tflops(125.0, 15.7, 15.7)).with_sms(V100_SMS);
     let links = V100_DOUBLE_LINKS
         .iter()
         .map(|&(a, b)| Link::gbps(a, b, 50.0))
         .chain(V100_SINGLE_LINKS.iter().map(|&(a, b)| Link::gbps(a, b, 25.0)))
         .collect();
     let bridge = Fallback::Shared { name: PCIE_BRIDGE.to_string(), bandwidth: 15.75 * GB };
-    Topology::new("dgx-v100", vec![site; 8], links, Some(bridge)).expect("the dgx-v100 preset is valid")
+    Topology::new("dgx-v100", vec![site; 8], links, Some(bridge))
+        .and_then(|t| t.with_latency(V100_LATENCY))
+        .expect("the dgx-v100 preset is valid")
 }
 
 fn nvl72() -> Topology {
-    let site = Site::new(8000.0, 192.0, ComputeRates::tflops(2500.0, 2500.0, 80.0)).with_endpoint_caps(900.0);
-    Topology::new("nvl72", vec![site; 72], vec![], Some(Fallback::Switch)).expect("the nvl72 preset is valid")
+    let site = Site::new(8000.0, 192.0, ComputeRates::tflops(2500.0, 2500.0, 80.0))
+        .with_endpoint_caps(900.0)
+        .with_sms(B200_SMS);
+    Topology::new("nvl72", vec![site; 72], vec![], Some(Fallback::Switch))
+        .and_then(|t| t.with_latency(NVL72_LATENCY))
+        .expect("the nvl72 preset is valid")
 }
 
 /// The name of the smallest machine of `base`'s family with at least `devices` sites, when

@@ -1,10 +1,10 @@
 //! A roofline model of kernel time, for predicting whole plans.
 //!
-//! A kernel doing `flops` floating-point operations and reading and writing `bytes` of HBM
-//! on a site takes
+//! A kernel doing `flops` floating-point operations, reading and writing `bytes` of HBM and
+//! writing `output_elements` on a site takes
 //!
 //! ```text
-//! max(flops / (peak FLOP/s at its precision × compute efficiency),
+//! max(flops / (peak FLOP/s at its precision × compute efficiency × wave efficiency),
 //!     bytes / (HBM bandwidth × memory efficiency))
 //! ```
 //!
@@ -15,9 +15,14 @@
 //! that comparing predictions with those figures stays an honest test of the model. They are
 //! plain public fields: override them to model other kernels.
 //!
-//! The model ignores kernel launch overheads, the way efficiency falls for small or skinny
-//! shapes, and caches: it is a bound that large, well-shaped kernels approach.
+//! The wave efficiency (`efficiency.rs`) is how far a tiled kernel (GEMM, attention) with few
+//! output tiles falls short of filling the site's SMs; it is 1 for large kernels and where
+//! the site's SM count is not given. The launch of the kernel is not part of this time: it
+//! is a latency of the machine ([`crate::Latency::kernel_launch`]), which the simulator
+//! charges before the kernel starts and the `time` cost model adds to it. The model ignores
+//! skinny shapes beyond their tile count, and caches.
 
+use crate::efficiency::kernel_wave_efficiency;
 use crate::error::SimError;
 use crate::topology::{Precision, Site};
 
@@ -54,6 +59,21 @@ pub const ATTENTION_COMPUTE_EFFICIENCY: f64 = 0.6;
 /// We take 0.25 of the peak. (At f32 the presets' rate is already the CUDA-core rate, so this
 /// is pessimistic there; these kernels are memory-bound at either precision.)
 pub const ELEMENTWISE_COMPUTE_EFFICIENCY: f64 = 0.25;
+
+/// One kernel, as the roofline times it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelWork {
+    /// What kind of kernel it is.
+    pub class: KernelClass,
+    /// Floating-point operations.
+    pub flops: f64,
+    /// HBM bytes read and written.
+    pub bytes: f64,
+    /// Elements written (all outputs together): how many output tiles it runs as.
+    pub output_elements: f64,
+    /// The precision of its arithmetic (the peak rate it runs against).
+    pub precision: Precision,
+}
 
 /// How close each class of kernel gets to the roofline. [`Roofline::default`] is the
 /// documented parameter set (the constants of this module); every field may be overridden.
@@ -107,19 +127,16 @@ impl Roofline {
         Ok(())
     }
 
-    /// Seconds for a kernel of `class` doing `flops` at `precision` and moving `bytes` through
-    /// the HBM of `site`: the larger of its compute time and its memory time (module docs).
-    pub fn kernel_seconds(&self, site: &Site, class: KernelClass, flops: f64, bytes: f64, precision: Precision) -> f64 {
-        self.seconds(class, flops, bytes, site.compute.rate(precision), site.hbm_bandwidth)
-    }
-
-    /// [`Roofline::kernel_seconds`] on a device given by its peak FLOP/s at the kernel's
-    /// precision and its HBM bytes/s (for models that summarise a machine by its slowest
-    /// device rather than a [`Site`]).
-    pub fn seconds(&self, class: KernelClass, flops: f64, bytes: f64, peak_flops: f64, hbm_bandwidth: f64) -> f64 {
-        let e = self.efficiency(class);
-        let compute = flops / (peak_flops * e.compute);
-        let memory = bytes / (hbm_bandwidth * e.memory);
+    /// Seconds for `kernel` on `site`: the larger of its compute time (its FLOPs over the
+    /// efficient share of the site's peak at its precision, scaled by its wave efficiency on
+    /// the site's SMs) and its memory time (module docs). The launch is not included (see the
+    /// module docs). This is the one kernel-time formula: the whole-plan prediction and the
+    /// `time` cost model both call it.
+    pub fn kernel_seconds(&self, site: &Site, kernel: &KernelWork) -> f64 {
+        let e = self.efficiency(kernel.class);
+        let waves = kernel_wave_efficiency(kernel.class, kernel.output_elements, site.sms);
+        let compute = kernel.flops / (site.compute.rate(kernel.precision) * e.compute * waves);
+        let memory = kernel.bytes / (site.hbm_bandwidth * e.memory);
         compute.max(memory)
     }
 
@@ -137,17 +154,42 @@ mod tests {
     use super::*;
     use crate::topology::{ComputeRates, GB, TFLOP};
 
+    fn work(class: KernelClass, flops: f64, bytes: f64, output_elements: f64, precision: Precision) -> KernelWork {
+        KernelWork { class, flops, bytes, output_elements, precision }
+    }
+
     #[test]
     fn kernels_are_bound_by_the_slower_of_compute_and_memory() {
         let site = Site::new(1000.0, 10.0, ComputeRates::tflops(100.0, 100.0, 10.0));
         let r = Roofline::default();
         // 1.5 TFLOP at 0.75 of 100 TFLOP/s: 20 ms; 1 GB at 0.85 of 1000 GB/s: 1.18 ms
-        let t = r.kernel_seconds(&site, KernelClass::Matmul, 1.5 * TFLOP, GB, Precision::F16);
+        let t = r.kernel_seconds(&site, &work(KernelClass::Matmul, 1.5 * TFLOP, GB, 1e9, Precision::F16));
         assert_eq!(t, 1.5 * TFLOP / (100.0 * TFLOP * 0.75));
         // 1 GFLOP at 0.25 of 10 TFLOP/s (f32): 0.4 ms; 10 GB at 0.85 of 1000 GB/s: 11.8 ms
-        let t = r.kernel_seconds(&site, KernelClass::Elementwise, 1e9, 10.0 * GB, Precision::F32);
+        let t = r.kernel_seconds(&site, &work(KernelClass::Elementwise, 1e9, 10.0 * GB, 1.0, Precision::F32));
         assert_eq!(t, 10.0 * GB / (1000.0 * GB * 0.85));
         assert_eq!(r.copy_bytes(0.85 * GB), GB);
+    }
+
+    /// A 1024 × 1024 × 4096 f16 GEMM on an A100 is compute-bound, and its 64 output tiles
+    /// fill 64 of the 108 SMs: it takes 108/64 of its roofline time. The same GEMM with
+    /// 16 times the rows fills 9.5 of 10 waves.
+    #[test]
+    fn a_small_gemm_is_slower_than_roofline_by_wave_quantization() {
+        let a100 = crate::Topology::preset("dgx-a100").expect("preset").sites()[0];
+        assert_eq!(a100.sms, Some(crate::efficiency::A100_SMS));
+        let r = Roofline::default();
+        let (m, n, k) = (1024.0, 1024.0, 4096.0);
+        let gemm =
+            |m: f64| work(KernelClass::Matmul, 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n), m * n, Precision::F16);
+        let roofline = |m: f64| 2.0 * m * n * k / (312.0 * TFLOP * 0.75);
+        let small = r.kernel_seconds(&a100, &gemm(m));
+        assert!((small / roofline(m) - 108.0 / 64.0).abs() < 1e-12, "{}", small / roofline(m));
+        let large = r.kernel_seconds(&a100, &gemm(16.0 * m));
+        assert!((large / roofline(16.0 * m) - 1080.0 / 1024.0).abs() < 1e-12);
+        // Without an SM count the kernel reaches its roofline at any size.
+        let plain = Site { sms: None, ..a100 };
+        assert_eq!(r.kernel_seconds(&plain, &gemm(m)), roofline(m));
     }
 
     #[test]

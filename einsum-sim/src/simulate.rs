@@ -14,11 +14,14 @@
 //! the busy resources, never a pass over every resource of the machine.
 //!
 //! A task starts the instant its last dependency ends; a task with no bytes to move ends
-//! the instant it starts, and so can release its dependents at the same instant.
+//! the instant it starts, and so can release its dependents at the same instant. A task with
+//! a latency ([`Topology::task_latency`], `latency.rs`) waits that long after it starts
+//! before its flows enter; the waiting tasks' wake-up times are events like completions.
 
 use std::collections::VecDeque;
 
 use crate::error::SimError;
+use crate::latency::Waiting;
 use crate::maxmin::FairShare;
 use crate::task::{SimTask, SimTaskId, TaskKind};
 use crate::topology::{ResourceId, SiteId, Topology};
@@ -91,6 +94,7 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
     let mut share = FairShare::new(capacity);
     let mut flows: Vec<Flow> = Vec::new();
     let mut active: Vec<usize> = Vec::new();
+    let mut waiting = Waiting::default();
     let mut now = 0.0_f64;
     let mut done = 0usize;
 
@@ -107,7 +111,14 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
 
     loop {
         while let Some(i) = ready.pop_front() {
-            traces[i].start = now;
+            if traces[i].start.is_nan() {
+                traces[i].start = now;
+                let latency = topology.task_latency(&tasks[i].kind);
+                if latency > 0.0 {
+                    waiting.push(now + latency, i);
+                    continue;
+                }
+            }
             for (flow, route) in flows_of(topology, i, &tasks[i]) {
                 let trace = &mut traces[i];
                 for &r in &route {
@@ -130,17 +141,21 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
                 done += 1;
             }
         }
-        if active.is_empty() {
+        if active.is_empty() && waiting.is_empty() {
             break;
         }
 
         // Only the components whose flows changed get new rates.
         share.update();
-        let step = active.iter().map(|&f| flows[f].remaining / share.rate(f)).fold(f64::INFINITY, f64::min);
+        let mut step = active.iter().map(|&f| flows[f].remaining / share.rate(f)).fold(f64::INFINITY, f64::min);
+        let wake = waiting.next().filter(|&at| at - now <= step);
+        if let Some(at) = wake {
+            step = at - now;
+        }
         for &r in share.busy() {
             usage[r].busy_time += step;
         }
-        now += step;
+        now = wake.unwrap_or(now + step);
 
         let mut finished = false;
         for &f in &active {
@@ -168,6 +183,7 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
         if finished {
             active.retain(|&f| !flows[f].finished);
         }
+        waiting.pop_due(now, |i| ready.push_back(i));
     }
     debug_assert_eq!(done, n, "the cycle check guarantees every task runs");
 
@@ -306,8 +322,9 @@ mod tests {
     use super::*;
     use crate::topology::GB;
 
+    /// The DGX-H100 without latencies: the fluid model's exact figures.
     fn h100() -> Topology {
-        Topology::preset("dgx-h100").expect("preset")
+        Topology::preset("dgx-h100").expect("preset").fluid()
     }
 
     fn s(i: usize) -> SiteId {

@@ -15,13 +15,18 @@
 //! A machine of several nodes ([`Nodes`]) adds, after those, each site's NIC egress and NIC
 //! ingress and, where the fabric is shared, the fabric. A route between sites of different
 //! nodes is `[nic-out(a), fabric?, nic-in(b)]`: GPUDirect RDMA takes the bytes from the GPU
-//! to its NIC over PCIe, not over the node's NVLink (see `nodes.rs`). The simulator is a
-//! fluid model: no route has a per-message latency.
+//! to its NIC over PCIe, not over the node's NVLink (see `nodes.rs`).
+//!
+//! A topology also carries its [`Latency`] figures (kernel launch, transfer setup per kind
+//! of path; `latency.rs`), zero unless set with [`Topology::with_latency`], and each site
+//! its number of streaming multiprocessors ([`Site::sms`]), which sets how small kernels
+//! fill the device (`efficiency.rs`).
 
 use std::collections::HashMap;
 use std::fmt;
 
 use crate::error::TopologyError;
+use crate::latency::Latency;
 use crate::nodes::{Fabric, Nodes};
 
 /// Bytes in a gigabyte: sizes and bandwidths use decimal units, GB = 1e9 bytes.
@@ -107,6 +112,11 @@ pub struct Site {
     /// it sends to and receives from other nodes. Required on every site of a machine of
     /// several nodes, refused on a machine of one.
     pub nic: Option<f64>,
+    /// Streaming multiprocessors: how many thread blocks of a kernel run at once, which
+    /// sets how far a kernel of few output tiles falls short of the peak (wave quantization,
+    /// see [`crate::Roofline::kernel_seconds`]). `None`: not modelled (every kernel fills
+    /// the device).
+    pub sms: Option<usize>,
 }
 
 impl Site {
@@ -119,6 +129,7 @@ impl Site {
             egress: None,
             ingress: None,
             nic: None,
+            sms: None,
         }
     }
 
@@ -132,6 +143,12 @@ impl Site {
     /// The same site with a NIC of `gbps` GB/s each way (for machines of several nodes).
     pub fn with_nic(mut self, gbps: f64) -> Self {
         self.nic = Some(gbps * GB);
+        self
+    }
+
+    /// The same site with `sms` streaming multiprocessors.
+    pub fn with_sms(mut self, sms: usize) -> Self {
+        self.sms = Some(sms);
         self
     }
 }
@@ -245,6 +262,8 @@ pub struct Topology {
     nic_in: Vec<ResourceId>,
     /// The shared fabric resource, if the fabric is shared.
     fabric: Option<ResourceId>,
+    /// Kernel launch and transfer setup latencies ([`Latency::ZERO`] unless set).
+    latency: Latency,
 }
 
 fn check_positive(value: f64, path: impl FnOnce() -> String) -> Result<(), TopologyError> {
@@ -323,6 +342,9 @@ impl Topology {
             }
             if let Some(e) = site.ingress {
                 check_positive(e, || format!("sites[{i}].ingress_gbps"))?;
+            }
+            if site.sms == Some(0) {
+                return Err(TopologyError::field(format!("sites[{i}].sms"), "expected a positive count, got 0"));
             }
             match (site.nic, &nodes) {
                 (Some(nic), Some(_)) => {
@@ -443,9 +465,35 @@ impl Topology {
             nic_out,
             nic_in,
             fabric,
+            latency: Latency::ZERO,
         };
         topology.check_routes()?;
         Ok(topology)
+    }
+
+    /// The same machine with `latency` (see `latency.rs`); a negative or non-finite figure is
+    /// an error naming its field (`latency.link_us`).
+    pub fn with_latency(mut self, latency: Latency) -> Result<Self, TopologyError> {
+        latency.validate()?;
+        self.latency = latency;
+        Ok(self)
+    }
+
+    /// The same machine as the pure fluid and roofline model: no latencies and no SM counts
+    /// (every kernel reaches its roofline at any size). The figures computed before
+    /// latencies and wave quantization existed are this machine's.
+    pub fn fluid(&self) -> Topology {
+        let mut t = self.clone();
+        t.latency = Latency::ZERO;
+        for site in &mut t.sites {
+            site.sms = None;
+        }
+        t
+    }
+
+    /// The machine's kernel launch and transfer setup latencies.
+    pub fn latency(&self) -> &Latency {
+        &self.latency
     }
 
     /// Every ordered pair of one node must have a route, and every route must cross a

@@ -1,8 +1,15 @@
 //! Machines of several nodes in the simulator: transfers inside a node run at its NVSwitch
 //! port, transfers between nodes at the GPUs' own InfiniBand NICs, and the two do not share a
-//! resource. Expected times come from the vendor figures, not from the presets' code.
+//! resource. Expected times come from the vendor figures, not from the presets' code. These
+//! are the bandwidth model's figures, so the presets run without their latencies here
+//! (`tests/latency.rs` covers those).
 
 use einsum_sim::{GB, SimGraph, SimTask, SiteId, Topology, Trace};
+
+/// The preset `name` without latencies or SM counts.
+fn fluid(name: &str) -> Topology {
+    Topology::preset(name).expect("preset").fluid()
+}
 
 fn s(i: usize) -> SiteId {
     SiteId(i)
@@ -29,7 +36,7 @@ fn run(topology: &Topology, tasks: Vec<SimTask>) -> Trace {
 
 #[test]
 fn inter_node_transfers_run_at_the_nic_and_intra_node_ones_at_nvswitch() {
-    let t = Topology::preset("dgx-a100x2").expect("preset");
+    let t = fluid("dgx-a100x2");
     let bytes = 3.0 * GB;
     // GPU 2 and GPU 6 share node 0: 3 GB / 300 GB/s = 10 ms.
     let inside = run(&t, vec![SimTask::transfer("2->6", s(2), s(6), bytes)]);
@@ -42,7 +49,7 @@ fn inter_node_transfers_run_at_the_nic_and_intra_node_ones_at_nvswitch() {
     assert!(close(across.bytes_through("nic-out[2]"), bytes) && close(across.bytes_through("nic-in[13]"), bytes));
     assert_eq!(across.bytes_through("egress[2]"), 0.0);
 
-    let h = Topology::preset("dgx-h100x2").expect("preset");
+    let h = fluid("dgx-h100x2");
     let across = run(&h, vec![SimTask::transfer("0->8", s(0), s(8), bytes)]);
     assert!(close(across.completion(), bytes / H100_NIC_PER_DIRECTION), "{}", across.completion());
 }
@@ -53,7 +60,7 @@ fn inter_node_transfers_run_at_the_nic_and_intra_node_ones_at_nvswitch() {
 /// (GPUDirect RDMA does not cross the NVSwitch).
 #[test]
 fn nics_are_per_gpu_and_separate_from_nvswitch() {
-    let t = Topology::preset("dgx-a100x2").expect("preset");
+    let t = fluid("dgx-a100x2");
     let bytes = GB;
     let rails: Vec<SimTask> = (0..8).map(|i| SimTask::transfer("rail", s(i), s(8 + i), bytes)).collect();
     let trace = run(&t, rails);
@@ -73,7 +80,7 @@ fn nics_are_per_gpu_and_separate_from_nvswitch() {
 /// sender's NIC three times.
 #[test]
 fn a_multicast_across_nodes_is_one_flow_per_destination() {
-    let t = Topology::preset("dgx-h100x4").expect("preset");
+    let t = fluid("dgx-h100x4");
     let bytes = 0.5 * GB;
     let trace = run(&t, vec![SimTask::multicast("bcast", s(0), vec![s(8), s(16), s(24)], bytes)]);
     assert!(close(trace.completion(), 3.0 * bytes / H100_NIC_PER_DIRECTION), "{}", trace.completion());
@@ -95,7 +102,7 @@ mod props {
             let sites = 8 * nodes;
             let (a, b) = (a % sites, b % sites);
             prop_assume!(a != b);
-            let t = Topology::preset(&format!("dgx-a100x{nodes}")).expect("preset");
+            let t = fluid(&format!("dgx-a100x{nodes}"));
             let trace = run(&t, vec![SimTask::transfer("x", s(a), s(b), gb * GB)]);
             let rate = if a / 8 == b / 8 { A100_NVLINK_PER_DIRECTION } else { A100_NIC_PER_DIRECTION };
             prop_assert!(close(trace.completion(), gb * GB / rate), "{} -> {}: {}", a, b, trace.completion());

@@ -7,6 +7,12 @@
 use einsum_sim::{GB, PCIE_BRIDGE, SimGraph, SimTask, SimTaskId, SiteId, Topology, Trace};
 use einsum_sim::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 
+/// The preset `name` without latencies or SM counts: the paper's examples and DESIGN.md's figures
+/// are the fluid model's (`tests/latency.rs` covers the latencies).
+fn fluid(name: &str) -> Topology {
+    Topology::preset(name).expect("preset").fluid()
+}
+
 fn s(i: usize) -> SiteId {
     SiteId(i)
 }
@@ -27,7 +33,7 @@ fn assert_ms(what: &str, actual_s: f64, expected_ms: f64) {
 
 #[test]
 fn example_5_1_peer_to_peer_swap_on_dgx_h100() {
-    let h100 = Topology::preset("dgx-h100").expect("preset");
+    let h100 = fluid("dgx-h100");
     let mut g = SimGraph::new();
     let a = g.push(SimTask::transfer("A @ 0 -> 1", s(0), s(1), GB));
     let b = g.push(SimTask::transfer("B @ 1 -> 0", s(1), s(0), GB));
@@ -77,7 +83,7 @@ fn recursive_doubling(topology: &Topology) -> Trace {
 
 #[test]
 fn example_5_2_recursive_doubling_on_dgx_h100() {
-    let h100 = Topology::preset("dgx-h100").expect("preset");
+    let h100 = fluid("dgx-h100");
     let trace = recursive_doubling(&h100);
     assert_ms("Example 5.2 completion", trace.completion(), 6.2);
     let expected = 2.0 * (GB / (450.0 * GB) + 3.0 * GB / (3350.0 * GB));
@@ -111,7 +117,7 @@ fn pairs_then_partners(topology: &Topology, partner: impl Fn(usize) -> usize) ->
 
 #[test]
 fn example_5_3_topology_aware_placement_on_dgx_v100() {
-    let v100 = Topology::preset("dgx-v100").expect("preset");
+    let v100 = fluid("dgx-v100");
     // G1 = {0,1,4,5}, G2 = {2,3,6,7}: partners across the sockets 0<->4, 1<->5, 2<->6, 3<->7
     let trace = pairs_then_partners(&v100, |i| i ^ 4);
     assert_ms("Example 5.3 completion", trace.completion(), 67.0);
@@ -128,7 +134,7 @@ fn example_5_3_topology_aware_placement_on_dgx_v100() {
 
 #[test]
 fn example_5_3_placement_through_the_bridge_is_slower() {
-    let v100 = Topology::preset("dgx-v100").expect("preset");
+    let v100 = fluid("dgx-v100");
     let good = pairs_then_partners(&v100, |i| i ^ 4);
     // Same groups, but each site's partner is an unlinked site of its group's other pair:
     // 0<->5, 1<->4, 2<->7, 3<->6 all go through the one 15.75 GB/s bridge.
@@ -152,7 +158,7 @@ fn example_5_3_placement_through_the_bridge_is_slower() {
 
 #[test]
 fn multicast_divides_the_source_egress_on_nvswitch() {
-    let h100 = Topology::preset("dgx-h100").expect("preset");
+    let h100 = fluid("dgx-h100");
     let mut g = SimGraph::new();
     let m = g.push(SimTask::multicast("A @ 0 -> 1, 2, 3", s(0), vec![s(1), s(2), s(3)], GB));
     let trace = g.simulate(&h100).expect("simulate");
@@ -161,7 +167,7 @@ fn multicast_divides_the_source_egress_on_nvswitch() {
     assert_eq!(t.deliveries.len(), 3);
     assert!(t.deliveries.iter().all(|&(_, at)| at == t.end));
     // on the V100 the sub-flows use separate links: 0->3 and 0->4 double, 0->1 single
-    let v100 = Topology::preset("dgx-v100").expect("preset");
+    let v100 = fluid("dgx-v100");
     let mut g = SimGraph::new();
     g.push(SimTask::multicast("A @ 0 -> 1, 3, 4", s(0), vec![s(1), s(3), s(4)], GB));
     let trace = g.simulate(&v100).expect("simulate");
@@ -179,7 +185,7 @@ fn lower_bounds_from_design() {
     assert!(within(broadcast_bound(bytes, n, bw), bytes / bw, 1e-15));
     // a ring-free broadcast by multicast from one source meets neither more nor less than
     // its egress allows: n-1 copies through one 450 GB/s port
-    let h100 = Topology::preset("dgx-h100").expect("preset");
+    let h100 = fluid("dgx-h100");
     let mut g = SimGraph::new();
     g.push(SimTask::multicast("bcast", s(0), (1..8).map(s).collect(), GB));
     let trace = g.simulate(&h100).expect("simulate");

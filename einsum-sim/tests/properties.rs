@@ -19,6 +19,12 @@ use proptest::prelude::*;
 
 const TOL: f64 = 1e-9;
 
+/// The preset `name` without latencies or SM counts: these are the fluid model's invariants
+/// (`tests/latency.rs` covers the latencies).
+fn fluid(name: &str) -> Topology {
+    Topology::preset(name).expect("preset").fluid()
+}
+
 fn s(i: usize) -> SiteId {
     SiteId(i)
 }
@@ -171,10 +177,28 @@ proptest! {
 
     #[test]
     fn random_dags_keep_the_invariants(preset in 0usize..3, raw in prop::collection::vec(raw_task(), 1..12)) {
-        let topology = Topology::preset(PRESETS[preset]).expect("preset");
+        let topology = fluid(PRESETS[preset]);
         let tasks = build(&raw);
         let trace = simulate(&topology, &tasks).expect("a DAG with valid sites simulates");
         check_invariants(&topology, &tasks, &trace)?;
+    }
+
+    /// With the presets' latencies, every task still starts when its last dependency ends
+    /// and lasts at least its latency plus its standalone time (the latency is a delay
+    /// before its flows, which then run no faster than alone).
+    #[test]
+    fn with_latencies_every_task_waits_its_latency_then_flows(
+        preset in 0usize..3, raw in prop::collection::vec(raw_task(), 1..12),
+    ) {
+        let topology = Topology::preset(PRESETS[preset]).expect("preset");
+        let tasks = build(&raw);
+        let trace = simulate(&topology, &tasks).expect("simulate");
+        for (i, (task, t)) in tasks.iter().zip(trace.tasks()).enumerate() {
+            let ready = task.deps.iter().map(|d| trace.tasks()[d.0].end).fold(0.0, f64::max);
+            prop_assert!(close(t.start, ready, 1e-12), "task {}: starts at {} not {}", i, t.start, ready);
+            let least = topology.task_latency(&task.kind) + standalone(&topology, task);
+            prop_assert!(t.end - t.start >= least * (1.0 - 1e-9), "task {}: {} < {}", i, t.end - t.start, least);
+        }
     }
 
     #[test]
@@ -183,7 +207,7 @@ proptest! {
         raw in prop::collection::vec(raw_task(), 1..10),
         k in prop_oneof![Just(0.5), Just(2.0), Just(3.0)],
     ) {
-        let topology = Topology::preset(PRESETS[preset]).expect("preset");
+        let topology = fluid(PRESETS[preset]);
         let tasks = build(&raw);
         let trace = simulate(&topology, &tasks).expect("simulate");
         let bigger = simulate(&topology, &scaled(&tasks, k)).expect("simulate");
@@ -201,7 +225,7 @@ proptest! {
     fn a_lone_transfer_runs_at_its_route_bottleneck(
         preset in 0usize..3, src in 0usize..8, hop in 1usize..8, gb in 0.001f64..10.0,
     ) {
-        let topology = Topology::preset(PRESETS[preset]).expect("preset");
+        let topology = fluid(PRESETS[preset]);
         let dst = (src + hop) % 8;
         let trace = simulate(&topology, &[SimTask::transfer("x", s(src), s(dst), gb * GB)]).expect("simulate");
         let bottleneck = topology.route_bandwidth(s(src), s(dst)).expect("route");
@@ -213,7 +237,7 @@ proptest! {
     fn equal_flows_on_one_bottleneck_finish_together(n in 1usize..8, gb in 0.01f64..4.0, switched in 0usize..2) {
         let bytes = gb * GB;
         // NVSwitch: n transfers out of site 0 share its egress.
-        let topology = Topology::preset(["dgx-a100", "dgx-h100"][switched]).expect("preset");
+        let topology = fluid(["dgx-a100", "dgx-h100"][switched]);
         let cap = topology.sites()[0].egress.expect("egress cap");
         let tasks: Vec<SimTask> = (1..=n).map(|d| SimTask::transfer(format!("0->{d}"), s(0), s(d), bytes)).collect();
         let trace = simulate(&topology, &tasks).expect("simulate");
@@ -225,7 +249,7 @@ proptest! {
         let trace = simulate(&topology, &[multicast]).expect("simulate");
         prop_assert!(close(trace.completion(), n as f64 * bytes / cap, 1e-12));
         // V100: n transfers between unlinked pairs share the PCIe bridge.
-        let v100 = Topology::preset("dgx-v100").expect("preset");
+        let v100 = fluid("dgx-v100");
         let unlinked: Vec<(usize, usize)> = (0..8)
             .flat_map(|a| (0..8).map(move |b| (a, b)))
             .filter(|&(a, b)| a != b && !v100.linked(s(a), s(b)))
@@ -249,7 +273,7 @@ proptest! {
     fn a_task_on_resources_nobody_else_uses_changes_nothing(
         preset in 0usize..3, raw in prop::collection::vec(raw_task(), 1..10), gb in 0.01f64..2.0,
     ) {
-        let topology = Topology::preset(PRESETS[preset]).expect("preset");
+        let topology = fluid(PRESETS[preset]);
         // keep every random task off site 7's HBM, then add an aggregation there
         let raw: Vec<Raw> = raw.into_iter().map(|mut r| { if r.0 == 2 { r.1 %= 7; } r }).collect();
         let tasks = build(&raw);
@@ -271,7 +295,7 @@ proptest! {
 /// sooner. `a` ends later, but it had slack.
 #[test]
 fn adding_a_task_can_make_completion_earlier() {
-    let h100 = Topology::preset("dgx-h100").expect("preset");
+    let h100 = fluid("dgx-h100");
     let mut g = SimGraph::new();
     g.push(SimTask::transfer("a", s(0), s(1), GB));
     let b = g.push(SimTask::transfer("b", s(5), s(1), GB));

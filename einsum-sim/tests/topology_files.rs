@@ -47,10 +47,11 @@ fn a_hand_written_two_node_file_is_the_preset_and_simulates_identically() {
       "name": "dgx-h100x2",
       "sites": 16,
       "site": {"hbm_gbps": 3350, "hbm_gb": 80, "tflops": {"f16": 989, "bf16": 989, "f32": 67},
-               "egress_gbps": 450, "ingress_gbps": 450, "nic_gbps": 50},
+               "egress_gbps": 450, "ingress_gbps": 450, "nic_gbps": 50, "sms": 132},
       "fallback": "switch",
       "nodes": 2,
-      "fabric": "non-blocking"
+      "fabric": "non-blocking",
+      "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5}
     }"#;
     let from_file = Topology::from_json_str(text).expect("valid");
     let preset = Topology::preset("dgx-h100x2").expect("preset");

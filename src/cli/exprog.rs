@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 
+use einsum_core::fsio::{MAX_INPUT_FILE_BYTES, read_capped};
 use einsum_exprog::{
     Membership, load, load_valid, simulate,
     synth::{self, SearchOptions},
@@ -20,20 +22,20 @@ pub enum Command {
     /// Parses a program, runs the static checks and decides validity (Definition 5.5),
     /// choosing the membership of partitions declared by size.
     Check {
-        /// The `.exprog` file.
-        file: String,
+        #[arg(help = file_help(""))]
+        file: PathBuf,
     },
     /// Simulates a program on a topology and reports its completion time.
     Simulate {
-        /// The `.exprog` file.
-        file: String,
+        #[arg(help = file_help(""))]
+        file: PathBuf,
         #[arg(long, help = super::topology_help("the machine"))]
         topology: String,
     },
     /// Synthesizes a body for a program's preamble (its GPUS, PARTITIONS, IN and OUT).
     Synthesize {
-        /// The `.exprog` file (its body, if any, seeds the search).
-        file: String,
+        #[arg(help = file_help("; its body, if any, seeds the search"))]
+        file: PathBuf,
         #[arg(long, help = super::topology_help("the machine"))]
         topology: String,
         /// How the body is synthesized.
@@ -55,7 +57,8 @@ pub enum Command {
 pub fn run(command: Command) -> Result<Report> {
     match command {
         Command::Check { file } => {
-            let (program, validation) = load_valid(&read(&file)?)?;
+            let (program, validation) = load_valid(&read(&file)?).map_err(|e| Error::from(e).in_file(&file))?;
+            let file = file.display().to_string();
             let text = format!(
                 "{file}: valid; {} actions; membership {}\n",
                 program.body.len(),
@@ -70,9 +73,10 @@ pub fn run(command: Command) -> Result<Report> {
             Ok(Report::new(&json, text, true))
         }
         Command::Simulate { file, topology } => {
-            let program = load(&read(&file)?)?;
+            let program = load(&read(&file)?).map_err(|e| Error::from(e).in_file(&file))?;
             let topo = Topology::named(&topology)?;
-            let sim = simulate(&program, &topo)?;
+            let sim = simulate(&program, &topo).map_err(|e| Error::from(e).in_file(&file))?;
+            let file = file.display().to_string();
             let bridge = sim.trace.bytes_through(PCIE_BRIDGE);
             let mut text = format!(
                 "{file} on {topology}: {} ms ({} ms of transfers), membership {}\n",
@@ -97,20 +101,23 @@ pub fn run(command: Command) -> Result<Report> {
         }
         Command::Synthesize { file, topology, mode, seed, iterations, synthesis_budget } => {
             let time_limit = Some(super::synthesis_budget(synthesis_budget)?);
-            let preamble = load(&read(&file)?)?;
+            let in_file = |e: Error| e.in_file(&file);
+            let preamble = load(&read(&file)?).map_err(|e| in_file(e.into()))?;
             let topo = Topology::named(&topology)?;
+            let shown = file.display().to_string();
             let (program, completion_ms, membership, search) = match mode {
                 Synthesis::Naive => {
-                    let program = synth::naive(&preamble)?;
-                    let sim = simulate(&program, &topo)?;
+                    let program = synth::naive(&preamble).map_err(|e| in_file(e.into()))?;
+                    let sim = simulate(&program, &topo).map_err(|e| in_file(e.into()))?;
                     (program, sim.completion_ms, sim.membership, None)
                 }
                 Synthesis::Search => {
                     let options = SearchOptions { seed, iterations, time_limit, ..SearchOptions::default() };
                     // A bar on a terminal only: logs and pipes get the result alone.
                     let mut bar = Progress::new("search", iterations, std::io::stderr().is_terminal());
-                    bar.start(&file);
-                    let s = synth::search_observed(&preamble, &topo, options, &mut |_| bar.done())?;
+                    bar.start(&shown);
+                    let s = synth::search_observed(&preamble, &topo, options, &mut |_| bar.done())
+                        .map_err(|e| in_file(e.into()))?;
                     bar.finish();
                     let search = SearchReport { naive_ms: s.naive_ms, evaluated: s.evaluated, origin: s.origin };
                     (s.program, s.completion_ms, s.membership, Some(search))
@@ -122,7 +129,7 @@ pub fn run(command: Command) -> Result<Report> {
                 membership_text(&membership)
             );
             let json = SynthesizeReport {
-                file: &file,
+                file: &shown,
                 topology: &topology,
                 mode: mode.name(),
                 completion_ms,
@@ -135,8 +142,15 @@ pub fn run(command: Command) -> Result<Report> {
     }
 }
 
-fn read(path: &str) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.to_string(), message: e.to_string() })
+/// The help of an `.exprog` file argument, with the size cap and `more` to say.
+fn file_help(more: &str) -> String {
+    format!("The `.exprog` file (UTF-8 text of at most {} MiB{more})", MAX_INPUT_FILE_BYTES >> 20)
+}
+
+/// The text of an `.exprog` file, refused past [`MAX_INPUT_FILE_BYTES`] (so `/dev/zero`
+/// or a runaway pipe fails instead of exhausting memory).
+fn read(path: &Path) -> Result<String> {
+    Ok(read_capped(path, MAX_INPUT_FILE_BYTES)?)
 }
 
 fn round(ms: f64) -> String {

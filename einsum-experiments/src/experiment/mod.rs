@@ -197,7 +197,9 @@ fn write_files(dir: &Path, name: &str, table: &Table, chart: &BarChart) -> Resul
     let mut files = Vec::new();
     for (ext, text) in [("csv", table.to_csv()), ("md", table.to_markdown()), ("svg", svg)] {
         let path = dir.join(format!("{name}.{ext}"));
-        std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        // Atomically: an error part-way leaves the previous file, never a truncated one.
+        einsum_core::fsio::write_atomic(&path, text.as_bytes())
+            .map_err(|e| Error::Io { path: path.display().to_string(), message: e.message() })?;
         files.push(path);
     }
     Ok(files)
