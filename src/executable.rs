@@ -329,6 +329,11 @@ impl Executable<'_> {
         Ok(())
     }
 
+    /// The computation compiled (the graph's).
+    pub fn computation(&self) -> &Computation {
+        self.graph.computation()
+    }
+
     /// The loaded inputs, by tensor id (for a reference run on the same values).
     pub fn loaded_inputs(&self) -> HashMap<TensorId, HostTensor> {
         self.inputs.iter().zip(&self.loaded).filter_map(|(t, v)| v.clone().map(|v| (*t, v))).collect()

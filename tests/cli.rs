@@ -307,7 +307,7 @@ fn adversarial_inputs_fail_fast_with_typed_errors() {
     let roomy = dir.join("roomy.json");
     std::fs::write(
         &roomy,
-        r#"{"name": "roomy", "sites": 2, "site": {"hbm_gbps": 900, "hbm_gb": 1e9, "tflops": {"f16": 1, "bf16": 1, "f32": 1}}, "fallback": {"shared": "bus", "gbps": 10}}"#,
+        r#"{"name": "roomy", "sites": 2, "site": {"hbm_gbps": 900, "hbm_gb": 1e5, "tflops": {"f16": 1, "bf16": 1, "f32": 1}}, "fallback": {"shared": "bus", "gbps": 10}}"#,
     )
     .unwrap();
     let empty = dir.join("empty.exprog");
@@ -446,12 +446,14 @@ fn plan_json_has_the_documented_fields_and_types() {
 /// `run --json` prints `RunReport`'s fields, in declaration order, with their types.
 #[test]
 fn run_json_has_the_documented_fields_and_types() {
-    const RUN_KEYS: [&str; 14] = [
+    const RUN_KEYS: [&str; 16] = [
         "workload",
         "devices",
         "topology",
         "ok",
         "max_rel_error",
+        "tolerance",
+        "mismatch",
         "wall_ms",
         "device_ms",
         "runs",
@@ -480,7 +482,7 @@ fn run_json_has_the_documented_fields_and_types() {
     // Without --check, the error is null but present.
     let (keys, v) = report(&einsummable(&["run", "matmul:n=16", "--devices", "2", "--json"]));
     assert_eq!(keys, RUN_KEYS);
-    assert!(v["max_rel_error"].is_null());
+    assert!(v["max_rel_error"].is_null() && v["tolerance"].is_null() && v["mismatch"].is_null());
 }
 
 /// Runs the binary with OS-string arguments (some not UTF-8).

@@ -97,6 +97,21 @@ use memory::Memory;
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
     threads: usize,
+    /// The fault to inject, in tests of the checks only.
+    #[cfg(any(test, feature = "fault-injection"))]
+    fault: Option<Fault>,
+}
+
+/// A wrong result the CPU backend produces on purpose, so that a test can show that a
+/// check catches it. It exists only in this crate's tests and with the `fault-injection`
+/// feature (which the workspace's tests enable): no build of the command line has it.
+#[cfg(any(test, feature = "fault-injection"))]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The first `Aggregate` task with several sources (in task id order) leaves out its
+    /// last source: one partial sum of a split contraction is lost.
+    DropAggregationInput,
 }
 
 /// What one run did, measured.
@@ -131,7 +146,35 @@ impl CpuBackend {
 
     /// A backend with `threads` worker threads (at least one).
     pub fn with_threads(threads: usize) -> Self {
-        Self { threads: threads.max(1) }
+        Self {
+            threads: threads.max(1),
+            #[cfg(any(test, feature = "fault-injection"))]
+            fault: None,
+        }
+    }
+
+    /// The same backend, injecting `fault` into every run (tests of the checks only).
+    #[cfg(any(test, feature = "fault-injection"))]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        self.fault = Some(fault);
+        self
+    }
+
+    /// The task whose last aggregation source every run leaves out: none, but under an
+    /// injected [`Fault::DropAggregationInput`].
+    fn dropped_source(&self, graph: &TaskGraph) -> Option<TaskId> {
+        #[cfg(any(test, feature = "fault-injection"))]
+        if self.fault == Some(Fault::DropAggregationInput) {
+            return graph
+                .nodes()
+                .iter()
+                .position(|n| matches!(&n.task, Task::Aggregate { srcs, .. } if srcs.len() > 1))
+                .map(|t| TaskId(t as u32));
+        }
+        let _ = graph;
+        None
     }
 
     /// The number of worker threads.
@@ -152,6 +195,7 @@ impl CpuBackend {
             threads: self.threads,
             resident: vec![None; graph.buffers().len()],
             loaded: vec![false; graph.inputs().len()],
+            dropped_source: self.dropped_source(graph),
         })
     }
 
@@ -188,6 +232,9 @@ pub struct CpuExecutable<'k> {
     resident: Vec<Option<Arc<HostTensor>>>,
     /// Per input, whether it has been loaded.
     loaded: Vec<bool>,
+    /// The `Aggregate` task that leaves out its last source: always `None` outside tests
+    /// of the checks (see `Fault`).
+    dropped_source: Option<TaskId>,
 }
 
 impl fmt::Debug for CpuExecutable<'_> {
@@ -260,7 +307,13 @@ impl CpuExecutable<'_> {
             let node = &graph.nodes()[id.0 as usize];
             let fail = |reason: String| BackendError::Task { task: id, label: node.label.clone(), reason };
             let ctx = Context { graph, kernels, memory: &memory };
-            match ctx.run(&node.task).map_err(fail)? {
+            let task = match &node.task {
+                Task::Aggregate { srcs, dst, agg } if self.dropped_source == Some(id) => {
+                    &Task::Aggregate { srcs: srcs[..srcs.len() - 1].to_vec(), dst: *dst, agg: *agg }
+                }
+                task => task,
+            };
+            match ctx.run(task).map_err(fail)? {
                 Done::Resident => {}
                 Done::Wrote(blocks) => {
                     if let Task::Transfer { src, .. } = node.task {
@@ -387,5 +440,53 @@ impl Context<'_> {
             }
             Task::Store { output, src } => Done::Stored(*output, HostTensor::clone(&*self.get(*src)?)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::{Aggregation, taskgraph::Boundary, taskgraph::DeviceId};
+
+    use super::*;
+
+    struct NoKernels;
+    impl KernelLibrary for NoKernels {
+        fn run(&self, _: usize, _: &[HostTensor], _: &[(TensorType, DType)]) -> Result<Vec<HostTensor>, String> {
+            Err("no kernels".into())
+        }
+        fn name(&self, k: usize) -> String {
+            format!("kernel {k}")
+        }
+    }
+
+    /// Device 0 sums three inputs (two sent by device 1); the fault loses the last one, in
+    /// that task only.
+    #[test]
+    fn the_injected_fault_drops_the_last_source_of_the_first_aggregation() {
+        let ty = TensorType::zero_bounded(&[2]);
+        let io = |n: &str| Boundary { name: n.into(), ty: ty.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(2, vec![io("a"), io("b"), io("c")], vec![io("s"), io("t")]);
+        let local = g.add_buffer(DeviceId(0), ty.clone(), DType::F32);
+        let (b1, c1) =
+            (g.add_buffer(DeviceId(1), ty.clone(), DType::F32), g.add_buffer(DeviceId(1), ty.clone(), DType::F32));
+        let (b0, c0) =
+            (g.add_buffer(DeviceId(0), ty.clone(), DType::F32), g.add_buffer(DeviceId(0), ty.clone(), DType::F32));
+        let (s, t) =
+            (g.add_buffer(DeviceId(0), ty.clone(), DType::F32), g.add_buffer(DeviceId(0), ty.clone(), DType::F32));
+        g.push(Task::Load { input: 0, dst: local }, &[], "load a").unwrap();
+        g.push(Task::Load { input: 1, dst: b1 }, &[], "load b").unwrap();
+        g.push(Task::Load { input: 2, dst: c1 }, &[], "load c").unwrap();
+        g.push(Task::Transfer { src: b1, dst: b0 }, &[], "send b").unwrap();
+        g.push(Task::Transfer { src: c1, dst: c0 }, &[], "send c").unwrap();
+        g.push(Task::Aggregate { srcs: vec![local, b0, c0], dst: s, agg: Aggregation::Sum }, &[], "a+b+c").unwrap();
+        g.push(Task::Aggregate { srcs: vec![b0, c0], dst: t, agg: Aggregation::Sum }, &[], "b+c").unwrap();
+        g.push(Task::Store { output: 0, src: s }, &[], "store s").unwrap();
+        g.push(Task::Store { output: 1, src: t }, &[], "store t").unwrap();
+        let value = |x: f32| HostTensor::from_f32(ty.clone(), DType::F32, vec![x, 10.0 * x]).unwrap();
+        let inputs = [value(1.0), value(2.0), value(4.0)];
+        let honest = CpuBackend::with_threads(2).execute(&g, &NoKernels, &inputs).unwrap();
+        assert_eq!(honest, vec![value(7.0), value(6.0)]);
+        let faulty = CpuBackend::with_threads(2).with_fault(Fault::DropAggregationInput);
+        assert_eq!(faulty.execute(&g, &NoKernels, &inputs).unwrap(), vec![value(3.0), value(6.0)]);
     }
 }

@@ -42,6 +42,21 @@ pub enum Error {
     /// The ILP solver failed.
     #[error("ILP solver: {0}")]
     Solver(String),
+    /// The ILP solver reached its time limit or node cap
+    /// ([`Ilp::time_limit`](crate::Ilp::time_limit), [`Ilp::node_limit`](crate::Ilp::node_limit))
+    /// before proving the optimum; the strategy returns no plan rather than one it cannot
+    /// vouch for.
+    #[error(
+        "ILP solver ({solver}): stopped at its {limit} before proving the optimum (the ilp strategy returns only \
+         proven optima); raise its limits (`--ilp-time-limit`, `--ilp-node-limit`), or use the dp strategy, which is \
+         exact on trees and takes milliseconds"
+    )]
+    SolverLimit {
+        /// The solver: `microlp` or `HiGHS`.
+        solver: &'static str,
+        /// Which limit, with its value (`time limit of 60 s`, `cap of 100000 branch-and-bound nodes`).
+        limit: String,
+    },
     /// Even the plan with the least resident memory
     /// ([`Problem::min_resident_bytes`](crate::Problem::min_resident_bytes)) needs more bytes
     /// per device than the budget (the driver adds the transient memory of the compiled

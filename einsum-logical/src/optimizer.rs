@@ -118,6 +118,8 @@ pub trait LogicalOptimizer: Send + Sync {
 pub struct OptimizerParams {
     /// Seed of the randomized strategies (`random`).
     pub seed: u64,
+    /// The `ilp` strategy with its limits (by default [`Ilp::default`](crate::Ilp)'s).
+    pub ilp: crate::Ilp,
 }
 
 /// One strategy of the [`optimizers`] table: its command-line name, a one-line description,
@@ -158,7 +160,7 @@ const TABLE: &[OptimizerEntry] = &[
         name: "ilp",
         about: "the exact optimum over the whole DAG, by an ILP",
         baseline: false,
-        build: |_| Box::new(crate::Ilp),
+        build: |p| Box::new(p.ilp),
     },
     OptimizerEntry {
         name: "data",
@@ -232,9 +234,10 @@ pub fn optimizer_entry(name: &str) -> Result<&'static OptimizerEntry> {
     })
 }
 
-/// The strategy called `name` in the [`optimizers`] table; `seed` drives `random`.
+/// The strategy called `name` in the [`optimizers`] table; `seed` drives `random`, and
+/// `ilp` has its default limits.
 pub fn optimizer_by_name(name: &str, seed: u64) -> Result<Box<dyn LogicalOptimizer>> {
-    Ok((optimizer_entry(name)?.build)(&OptimizerParams { seed }))
+    Ok((optimizer_entry(name)?.build)(&OptimizerParams { seed, ..OptimizerParams::default() }))
 }
 
 #[cfg(test)]

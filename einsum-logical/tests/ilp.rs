@@ -36,7 +36,7 @@ fn check_exact(r: &Recipe) -> Result<(), TestCaseError> {
     let comp = build(r, MAX_ASSIGNMENTS);
     let cost = model(r.time);
     let problem = Problem::new(&comp, r.p, cost.as_ref()).expect("problem");
-    let choice = Ilp.solve(&problem).expect("ilp");
+    let choice = Ilp::default().solve(&problem).expect("ilp");
     let ilp = problem.total(&choice).expect("total");
     let best = exhaustive_minimum(&problem);
     prop_assert!(close(ilp, best), "ilp {ilp} vs exhaustive {best} ({} ops)", problem.ops.len());
@@ -50,7 +50,7 @@ fn check_dp_against_ilp(r: &Recipe) -> Result<(), TestCaseError> {
     let comp = build(r, usize::MAX);
     let cost = model(r.time);
     let problem = Problem::new(&comp, r.p, cost.as_ref()).expect("problem");
-    let ilp = problem.total(&Ilp.solve(&problem).expect("ilp")).expect("total");
+    let ilp = problem.total(&Ilp::default().solve(&problem).expect("ilp")).expect("total");
     let dp = problem.total(&Dp.solve(&problem).expect("dp")).expect("total");
     if r.dag {
         prop_assert!(ilp <= dp * (1.0 + 1e-9), "ilp {ilp} > dp {dp}");
@@ -102,7 +102,7 @@ fn matmul(n: usize) -> Computation {
 fn matmul_gets_the_3d_grid() {
     let n = 12;
     for (p, q) in [(8, 2), (27, 3)] {
-        let plan = Ilp.optimize(&matmul(n), p, &PaperProxy).expect("plan");
+        let plan = Ilp::default().optimize(&matmul(n), p, &PaperProxy).expect("plan");
         assert_eq!(plan.optimizer, "ilp");
         let splits: Vec<usize> = plan.ops[0].splits.iter().map(|(_, c)| *c).collect();
         assert_eq!(splits, vec![q; 3], "p = {p}");
@@ -140,7 +140,7 @@ fn same_problem_same_choice() {
         ops: (0..4).map(|k| OpRecipe { kind: k, args: [k as usize, 2 * k as usize + 1] }).collect(),
     };
     let problem = Problem::new(&build(&r, MAX_ASSIGNMENTS), r.p, model(r.time).as_ref()).expect("problem");
-    assert_eq!(Ilp.solve(&problem).expect("first"), Ilp.solve(&problem).expect("second"));
+    assert_eq!(Ilp::default().solve(&problem).expect("first"), Ilp::default().solve(&problem).expect("second"));
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn computation_without_operators_has_an_empty_plan() {
     let x = comp.add_input("x", TensorDesc::of(&[("i", 4)], DType::F32).expect("desc"));
     comp.save(x).expect("save");
     let problem = Problem::new(&comp, 2, &PaperProxy).expect("problem");
-    assert_eq!(Ilp.solve(&problem).expect("solve"), Vec::<usize>::new());
+    assert_eq!(Ilp::default().solve(&problem).expect("solve"), Vec::<usize>::new());
 }
 
 #[test]
@@ -158,5 +158,5 @@ fn non_finite_cost_is_a_solver_error() {
     let mut candidates = problem.ops[0].candidates.to_vec();
     candidates[0].cost.join = f64::NAN;
     problem.ops[0].candidates = candidates.into();
-    assert!(matches!(Ilp.solve(&problem), Err(Error::Solver(_))));
+    assert!(matches!(Ilp::default().solve(&problem), Err(Error::Solver(_))));
 }

@@ -112,7 +112,7 @@ fn check_budgeted(r: &Recipe, frac: f64) -> Result<(), TestCaseError> {
     let Some((problem, _)) = budgeted(r, frac) else { return Ok(()) };
     let budget = problem.memory_budget.unwrap();
     let mut totals = Vec::new();
-    let strategies: [&dyn LogicalOptimizer; 4] = [&Dp, &Ilp, &Greedy, &Random { seed: 7 }];
+    let strategies: [&dyn LogicalOptimizer; 4] = [&Dp, &Ilp::default(), &Greedy, &Random { seed: 7 }];
     for s in strategies {
         let plan = s.plan(&problem).unwrap();
         prop_assert!(within(plan.resident_bytes, budget), "{}: {} > {budget}", s.name(), plan.resident_bytes);
@@ -155,7 +155,7 @@ fn a_budget_below_the_least_plan_does_not_fit_anywhere() {
     let problem = Problem::new(&relu_then_matmul(16, 8, 12), 4, &PaperProxy).unwrap();
     let least = problem.min_resident_bytes();
     let problem = problem.with_memory_budget(Some(least * 0.5)).unwrap();
-    let strategies: [&dyn LogicalOptimizer; 5] = [&Dp, &Ilp, &Greedy, &Random { seed: 1 }, &Data];
+    let strategies: [&dyn LogicalOptimizer; 5] = [&Dp, &Ilp::default(), &Greedy, &Random { seed: 1 }, &Data];
     for s in strategies {
         let err = s.plan(&problem).unwrap_err();
         let Error::DoesNotFit { need, budget, devices, min_devices } = err else { panic!("{}: {err}", s.name()) };
@@ -164,7 +164,7 @@ fn a_budget_below_the_least_plan_does_not_fit_anywhere() {
         assert!(min_devices > 4, "{}: {min_devices}", s.name());
         assert_eq!(min_devices, 8);
     }
-    for s in [&Dp as &dyn LogicalOptimizer, &Ilp, &Greedy, &Random { seed: 1 }] {
+    for s in [&Dp as &dyn LogicalOptimizer, &Ilp::default(), &Greedy, &Random { seed: 1 }] {
         assert!(matches!(s.solve(&problem), Err(Error::DoesNotFit { .. })), "{}", s.name());
     }
 }
@@ -236,7 +236,7 @@ fn a_budget_moves_the_dp_off_the_3d_grid() {
         .map(|c| c.cost.total())
         .fold(f64::INFINITY, f64::min);
     assert_eq!(planned.total, cheapest_fitting);
-    assert_eq!(Ilp.optimize_within(&comp, 8, &PaperProxy, Some(budget)).unwrap().total, cheapest_fitting);
+    assert_eq!(Ilp::default().optimize_within(&comp, 8, &PaperProxy, Some(budget)).unwrap().total, cheapest_fitting);
 }
 
 /// `layers` pre-norm gated FFN blocks with residuals, in f16, each with its own weights.
@@ -314,11 +314,11 @@ fn measure_the_dp_gap() {
         };
         let Some((problem, free)) = budgeted(&r, rng.unit()) else { continue };
         let unbudgeted = problem.clone().with_memory_budget(None).unwrap();
-        let free_ilp = unbudgeted.total(&Ilp.solve(&unbudgeted).unwrap()).unwrap();
+        let free_ilp = unbudgeted.total(&Ilp::default().solve(&unbudgeted).unwrap()).unwrap();
         unconstrained[usize::from(r.dag)] =
             unconstrained[usize::from(r.dag)].max(unbudgeted.total(&free).unwrap() / free_ilp.max(f64::MIN_POSITIVE));
         let dp = problem.total(&Dp.solve(&problem).unwrap()).unwrap();
-        let ilp = problem.total(&Ilp.solve(&problem).unwrap()).unwrap();
+        let ilp = problem.total(&Ilp::default().solve(&problem).unwrap()).unwrap();
         let (worst, worse, count) = &mut stats[usize::from(r.dag)];
         *count += 1;
         let ratio = if ilp > 0.0 {

@@ -13,41 +13,74 @@ use serde_json::{Map, Value};
 use crate::error::TopologyError;
 use crate::latency::{Latency, US};
 use crate::nodes::{Fabric, Nodes};
+use crate::plausible::{self, Plausible};
 use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, SiteId, TFLOP, Topology};
 
 type Result<T> = std::result::Result<T, TopologyError>;
 
-/// A positive number in the file's unit, held in base units (bytes, FLOP): the file value
-/// times `SCALE`. Zero, negative, non-finite and overflowing values are refused where read.
+/// A physical value in the file's unit, held in base units (bytes/s, bytes, FLOP/s): the file
+/// value times [`Quantity::SCALE`]. A value outside its [plausible range](crate::plausible)
+/// (zero, negative, NaN, or so large it would overflow in base units) is refused where read.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Scaled<const SCALE: u64>(f64);
+struct Scaled<Q>(f64, std::marker::PhantomData<Q>);
 
-/// GB/s or GB in the file, bytes/s or bytes held.
-type Giga = Scaled<1_000_000_000>;
+/// A kind of physical value of the file: its unit's size in base units and its plausible
+/// range.
+trait Quantity {
+    /// Base units per file unit (1e9 bytes in a GB).
+    const SCALE: f64;
+    /// The range a file value must lie in.
+    const RANGE: Plausible;
+}
+
+/// GB/s in the file, bytes/s held.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bandwidth;
+/// GB in the file, bytes held.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Capacity;
 /// TFLOP/s in the file, FLOP/s held.
-type Tera = Scaled<1_000_000_000_000>;
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Compute;
 
-const _: () = assert!(GB == 1e9 && TFLOP == 1e12);
+impl Quantity for Bandwidth {
+    const SCALE: f64 = GB;
+    const RANGE: Plausible = plausible::BANDWIDTH;
+}
+impl Quantity for Capacity {
+    const SCALE: f64 = GB;
+    const RANGE: Plausible = plausible::CAPACITY;
+}
+impl Quantity for Compute {
+    const SCALE: f64 = TFLOP;
+    const RANGE: Plausible = plausible::COMPUTE;
+}
 
-impl<'de, const SCALE: u64> Deserialize<'de> for Scaled<SCALE> {
+/// A bandwidth (GB/s in the file).
+type Gbps = Scaled<Bandwidth>;
+/// A memory capacity (GB in the file).
+type Gb = Scaled<Capacity>;
+/// A compute rate (TFLOP/s in the file).
+type Tera = Scaled<Compute>;
+
+// Every plausible value stays finite in base units.
+const _: () = assert!(
+    plausible::BANDWIDTH.max * GB < f64::MAX
+        && plausible::CAPACITY.max * GB < f64::MAX
+        && plausible::COMPUTE.max * TFLOP < f64::MAX
+);
+
+impl<'de, Q: Quantity> Deserialize<'de> for Scaled<Q> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        struct Positive<const SCALE: u64>;
-        impl<const SCALE: u64> Visitor<'_> for Positive<SCALE> {
-            type Value = Scaled<SCALE>;
+        struct InRange<Q>(std::marker::PhantomData<Q>);
+        impl<Q: Quantity> Visitor<'_> for InRange<Q> {
+            type Value = Scaled<Q>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a positive number")
+                write!(f, "a number of {} in {}", Q::RANGE.unit, Q::RANGE)
             }
             fn visit_f64<E: de::Error>(self, x: f64) -> std::result::Result<Self::Value, E> {
-                if !(x.is_finite() && x > 0.0) {
-                    return Err(E::custom(format!("expected a positive number, got {x}")));
-                }
-                let scaled = x * SCALE as f64;
-                if !scaled.is_finite() {
-                    return Err(E::custom(format!(
-                        "{x:e} is too large: times {SCALE:e} (to base units) it exceeds the largest finite number"
-                    )));
-                }
-                Ok(Scaled(scaled))
+                let x = Q::RANGE.check(x).map_err(E::custom)?;
+                Ok(Scaled(x * Q::SCALE, std::marker::PhantomData))
             }
             fn visit_i64<E: de::Error>(self, x: i64) -> std::result::Result<Self::Value, E> {
                 self.visit_f64(x as f64)
@@ -56,12 +89,12 @@ impl<'de, const SCALE: u64> Deserialize<'de> for Scaled<SCALE> {
                 self.visit_f64(x as f64)
             }
         }
-        deserializer.deserialize_f64(Positive::<SCALE>)
+        deserializer.deserialize_f64(InRange::<Q>(std::marker::PhantomData))
     }
 }
 
-/// A latency in µs as written, held in seconds: finite and not negative (zero is the
-/// default and means no latency).
+/// A latency in µs as written, held in seconds: in its [plausible range](crate::plausible),
+/// zero included (the default, meaning no latency).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Micros(f64);
 
@@ -71,13 +104,10 @@ impl<'de> Deserialize<'de> for Micros {
         impl Visitor<'_> for NonNegative {
             type Value = Micros;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number of µs, zero or more")
+                write!(f, "a number of µs in {}", plausible::LATENCY)
             }
             fn visit_f64<E: de::Error>(self, x: f64) -> std::result::Result<Micros, E> {
-                if !(x.is_finite() && x >= 0.0) {
-                    return Err(E::custom(format!("expected a number of µs, zero or more, got {x}")));
-                }
-                Ok(Micros(x * US))
+                Ok(Micros(plausible::LATENCY.check(x).map_err(E::custom)? * US))
             }
             fn visit_i64<E: de::Error>(self, x: i64) -> std::result::Result<Micros, E> {
                 self.visit_f64(x as f64)
@@ -195,12 +225,12 @@ struct TflopsFile {
 #[derive(Deserialize, Default, Clone, Copy)]
 #[serde(deny_unknown_fields)]
 struct SiteFile {
-    hbm_gbps: Option<Giga>,
-    hbm_gb: Option<Giga>,
+    hbm_gbps: Option<Gbps>,
+    hbm_gb: Option<Gb>,
     tflops: Option<Object<TflopsFile>>,
-    egress_gbps: Option<Giga>,
-    ingress_gbps: Option<Giga>,
-    nic_gbps: Option<Giga>,
+    egress_gbps: Option<Gbps>,
+    ingress_gbps: Option<Gbps>,
+    nic_gbps: Option<Gbps>,
     sms: Option<SmCount>,
 }
 
@@ -257,7 +287,7 @@ impl<'de, V: Visitor<'de>> fmt::Display for Expecting<'_, V> {
 struct LinkFile {
     a: SiteIndex,
     b: SiteIndex,
-    gbps: Giga,
+    gbps: Gbps,
 }
 
 /// `{"shared": NAME, "gbps": G}`.
@@ -265,7 +295,7 @@ struct LinkFile {
 #[serde(deny_unknown_fields)]
 struct SharedFile {
     shared: String,
-    gbps: Giga,
+    gbps: Gbps,
 }
 
 /// `fallback`: `"switch"` or a shared resource.
@@ -381,9 +411,9 @@ struct TopologyFile {
 /// `own` completed by `default`; a field missing from both is an error at `path`.
 fn complete(own: SiteFile, default: SiteFile, path: &str) -> Result<Site> {
     let missing = |key: &str| TopologyError::field(format!("{path}.{key}"), "missing (give it here or in `site`)");
-    let giga = |own: Option<Giga>, default: Option<Giga>| own.or(default).map(|x| x.0);
+    let giga = |own: Option<Gbps>, default: Option<Gbps>| own.or(default).map(|x| x.0);
     let hbm_bandwidth = giga(own.hbm_gbps, default.hbm_gbps).ok_or_else(|| missing("hbm_gbps"))?;
-    let hbm_capacity = giga(own.hbm_gb, default.hbm_gb).ok_or_else(|| missing("hbm_gb"))?;
+    let hbm_capacity = own.hbm_gb.or(default.hbm_gb).map(|x| x.0).ok_or_else(|| missing("hbm_gb"))?;
     let Object(tflops) = own.tflops.or(default.tflops).ok_or_else(|| missing("tflops"))?;
     Ok(Site {
         hbm_bandwidth,
@@ -625,6 +655,16 @@ impl Topology {
         let Object(file): Object<TopologyFile> = serde_path_to_error::deserialize(&mut json).map_err(|e| {
             if e.inner().classify() == serde_json::error::Category::Data {
                 field_error(e.path(), e.inner())
+            } else if e.inner().to_string().starts_with("number out of range") {
+                // A number beyond f64 (`1e400`) fails in the tokenizer, but the path is known.
+                TopologyError::field(
+                    e.path().to_string(),
+                    format!(
+                        "the number at line {} column {} is out of range (beyond the largest finite number)",
+                        e.inner().line(),
+                        e.inner().column()
+                    ),
+                )
             } else {
                 syntax(e.into_inner())
             }
@@ -787,7 +827,7 @@ mod tests {
         let three_good = r#"{"a": 0, "b": 1, "gbps": 1}, {"a": 0, "b": 2, "gbps": 1}, {"a": 0, "b": 3, "gbps": 1}"#;
         assert_eq!(
             links(&format!(r#"[{three_good}, {{"a": 1, "b": 2, "gbps": -1}}]"#)),
-            "links[3].gbps: expected a positive number, got -1"
+            "links[3].gbps: -1 GB/s is out of range: a bandwidth must lie in [0.001, 1e7] GB/s"
         );
         assert!(links(r#"[{"a": 0, "b": 9, "gbps": 1}]"#).starts_with("links[0].b: site 9 is out of range"));
         assert!(
@@ -796,10 +836,9 @@ mod tests {
         );
         assert!(links(r#"[{"a": 0, "gbps": 1}]"#).starts_with("links[0].b: missing"));
         assert!(links(r#"[{"a": 0, "b": 1, "gpbs": 1}]"#).starts_with("links[0].gpbs: unknown field"));
-        assert!(
-            links(r#"[{"a": 0, "b": 1, "gbps": "fast"}]"#)
-                .starts_with(r#"links[0].gbps: invalid type: string "fast", expected a positive number"#)
-        );
+        assert!(links(r#"[{"a": 0, "b": 1, "gbps": "fast"}]"#).starts_with(
+            r#"links[0].gbps: invalid type: string "fast", expected a number of GB/s in [0.001, 1e7] GB/s"#
+        ));
         assert!(links(r#"{}"#).starts_with("links: invalid type: map, expected a sequence"));
 
         assert!(err(r#"{"sites": 2}"#).starts_with("name: missing"));
@@ -814,7 +853,7 @@ mod tests {
         );
         assert!(
             err(&format!(r#"{{"name": "x", "sites": [{{}}, {{"hbm_gbps": 0}}], {SITE}}}"#))
-                .starts_with("sites[1].hbm_gbps: expected a positive number")
+                .starts_with("sites[1].hbm_gbps: 0 GB/s is out of range")
         );
         assert!(err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "fallback": "bus"}}"#)).starts_with("fallback: "));
         assert!(
@@ -844,7 +883,7 @@ mod tests {
         );
         let huge =
             err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "links": [{{"a": 0, "b": 1, "gbps": 1e308}}]}}"#));
-        assert!(huge.starts_with("links[0].gbps: 1e308 is too large"), "{huge}");
+        assert_eq!(huge, "links[0].gbps: 1e308 GB/s is out of range: a bandwidth must lie in [0.001, 1e7] GB/s");
         assert!(!huge.contains("inf"), "{huge}");
         assert_eq!(
             err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "fallback": {{"shared": "b", "gbps": 1, "x": 1}}}}"#)),
@@ -858,6 +897,86 @@ mod tests {
             err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "links": [{{"a": -1, "b": 0, "gbps": 1}}]}}"#))
                 .starts_with("links[0].a: expected a site index, got -1")
         );
+    }
+
+    /// Every physical field of the format, with a file that sets it to `value` (the other
+    /// fields plausible).
+    fn physical_fields(value: &str) -> Vec<(&'static str, String)> {
+        let site = |hbm_gbps: &str, hbm_gb: &str, f16: &str, egress: &str| {
+            format!(
+                r#""site": {{"hbm_gbps": {hbm_gbps}, "hbm_gb": {hbm_gb}, "tflops": {{"f16": {f16}, "bf16": 1, "f32": 1}}, "egress_gbps": {egress}, "nic_gbps": 1}}"#
+            )
+        };
+        let file = |site: String, link: &str, fallback: &str, fabric: &str| {
+            format!(
+                r#"{{"name": "x", "sites": 4, {site}, "links": [{{"a": 0, "b": 1, "gbps": {link}}}], "fallback": {{"shared": "bus", "gbps": {fallback}}}, "nodes": 2, "fabric": {{"shared": "spine", "gbps": {fabric}}}}}"#
+            )
+        };
+        let v = value;
+        vec![
+            ("site.hbm_gbps", file(site(v, "1", "1", "1"), "1", "1", "1")),
+            ("site.hbm_gb", file(site("1", v, "1", "1"), "1", "1", "1")),
+            ("site.tflops.f16", file(site("1", "1", v, "1"), "1", "1", "1")),
+            ("site.egress_gbps", file(site("1", "1", "1", v), "1", "1", "1")),
+            ("links[0].gbps", file(site("1", "1", "1", "1"), v, "1", "1")),
+            ("fallback.gbps", file(site("1", "1", "1", "1"), "1", v, "1")),
+            ("fabric.gbps", file(site("1", "1", "1", "1"), "1", "1", v)),
+        ]
+    }
+
+    #[test]
+    fn implausible_values_are_refused_naming_their_field() {
+        // The file itself is valid.
+        for (_, text) in physical_fields("2") {
+            Topology::from_json_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+        for value in ["1e-300", "1e308", "0", "-3", "1e400"] {
+            for (path, text) in physical_fields(value) {
+                let e = err(&text);
+                assert!(e.starts_with(&format!("{path}: ")) && e.contains("is out of range"), "{value}: {e}");
+                assert!(!e.contains("inf"), "{e}");
+            }
+        }
+        // All values tiny: refused at the first, not predicted in 1.9e295 s.
+        let tiny = r#"{"name": "x", "sites": 2, "site": {"hbm_gbps": 1e-300, "hbm_gb": 1e-300, "tflops": {"f16": 1e-300, "bf16": 1e-300, "f32": 1e-300}}, "fallback": {"shared": "b", "gbps": 1e-300}}"#;
+        assert_eq!(err(tiny), "site.hbm_gbps: 1e-300 GB/s is out of range: a bandwidth must lie in [0.001, 1e7] GB/s");
+        assert_eq!(
+            err(&format!(r#"{{"name": "x", "sites": 2, {SITE}, "fallback": {{"shared": "", "gbps": 1}}}}"#)),
+            "fallback.shared: expected a non-empty name"
+        );
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_at_every_level() {
+        let site = r#"{"hbm_gbps": 900, "hbm_gb": 32, "tflops": {"f16": 1, "bf16": 1, "f32": 1}}"#;
+        let cases = [
+            (r#""name": "x", "name": "x", "sites": 2"#.to_string(), "name"),
+            (r#""name": "x", "sites": 2, "fallback": "switch""#.to_string(), "fallback"),
+            (r#""name": "x", "sites": 2, "site": {"hbm_gbps": 900, "hbm_gbps": 900}"#.to_string(), "site.hbm_gbps"),
+            (
+                r#""name": "x", "sites": 2, "site": {"tflops": {"f16": 1, "bf16": 1, "bf16": 2}}"#.to_string(),
+                "site.tflops.bf16",
+            ),
+            (format!(r#""name": "x", "sites": [{site}, {{"hbm_gb": 1, "hbm_gb": 2}}]"#), "sites[1].hbm_gb"),
+            (format!(r#""name": "x", "sites": 2, "site": {site}, "links": [{{"a": 0, "a": 1}}]"#), "links[0].a"),
+            (
+                format!(r#""name": "x", "sites": 2, "site": {site}, "fallback": {{"shared": "b", "shared": "c"}}"#),
+                "fallback.shared",
+            ),
+            (
+                format!(r#""name": "x", "sites": 2, "site": {site}, "nodes": 2, "fabric": {{"gbps": 1, "gbps": 1}}"#),
+                "fabric.gbps",
+            ),
+        ];
+        for (body, path) in cases {
+            // The repeated key of the second case is the last one: `fallback` twice.
+            let text = if path == "fallback" {
+                format!(r#"{{{body}, "site": {site}, "fallback": "switch"}}"#)
+            } else {
+                format!("{{{body}}}")
+            };
+            assert_eq!(err(&text), format!("{path}: duplicate field (each field may appear once)"), "{text}");
+        }
     }
 
     #[test]
@@ -904,7 +1023,10 @@ mod tests {
     #[test]
     fn bad_latencies_and_sm_counts_are_named() {
         let with = |latency: &str| err(&format!(r#"{{"name": "x", "sites": 1, {SITE}, "latency": {latency}}}"#));
-        assert_eq!(with(r#"{"link_us": -1}"#), "latency.link_us: expected a number of µs, zero or more, got -1");
+        assert_eq!(
+            with(r#"{"link_us": -1}"#),
+            "latency.link_us: -1 µs is out of range: a latency must lie in [0, 1e6] µs"
+        );
         assert!(
             with(r#"{"bus_us": "slow"}"#).starts_with("latency.bus_us: invalid type"),
             "{}",

@@ -108,9 +108,11 @@
 //! }
 //! ```
 //!
-//! Numbers must be positive (and finite in bytes or FLOP), latencies zero or more and finite; unknown and repeated fields are
-//! errors; every error names its field, as
-//! in `links[3].gbps: expected a positive number, got -1`. [`Topology::to_json_string`]
+//! Every physical value must lie in its plausible range ([`plausible`]: bandwidths
+//! 1e-3 to 1e7 GB/s, capacities 1e-3 to 1e5 GB, compute rates 1e-3 to 1e5 TFLOP/s,
+//! latencies 0 to 1e6 µs), which refuses zero (but for latencies), negative, overflowing and
+//! absurd values; unknown and repeated fields are errors; every error names its field, as in
+//! `links[3].gbps: -1 GB/s is out of range: a bandwidth must lie in [0.001, 1e7] GB/s`. [`Topology::to_json_string`]
 //! writes this format and loading it back gives an equal topology.
 #![warn(missing_docs)]
 
@@ -121,6 +123,7 @@ mod json;
 mod latency;
 mod maxmin;
 mod nodes;
+pub mod plausible;
 mod presets;
 mod roofline;
 mod simulate;

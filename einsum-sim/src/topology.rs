@@ -424,7 +424,7 @@ impl Topology {
         let shared = match &fallback {
             Some(Fallback::Shared { name, bandwidth }) => {
                 if name.is_empty() {
-                    return Err(TopologyError::field("fallback.name", "expected a non-empty name"));
+                    return Err(TopologyError::field("fallback.shared", "expected a non-empty name"));
                 }
                 check_positive(*bandwidth, || "fallback.gbps".to_string())?;
                 match &nodes {
@@ -443,7 +443,7 @@ impl Topology {
             nic_in = nics.iter().enumerate().map(|(i, &c)| push(ResourceKind::NicIngress(SiteId(i)), c)).collect();
             if let Fabric::Shared { name, bandwidth } = nodes.fabric() {
                 if name.is_empty() {
-                    return Err(TopologyError::field("fabric.name", "expected a non-empty name"));
+                    return Err(TopologyError::field("fabric.shared", "expected a non-empty name"));
                 }
                 check_positive(*bandwidth, || "fabric.gbps".to_string())?;
                 fabric = Some(push(ResourceKind::Shared(name.clone()), *bandwidth));
@@ -866,7 +866,7 @@ mod tests {
         let spine = Fabric::Shared { name: "spine".into(), bandwidth: -1.0 };
         assert!(err(vec![nic(); 2], vec![], Nodes::new(vec![0, 1], spine)).starts_with("fabric.gbps: "));
         let unnamed = Fabric::Shared { name: String::new(), bandwidth: 1.0 };
-        assert!(err(vec![nic(); 2], vec![], Nodes::new(vec![0, 1], unnamed)).starts_with("fabric.name: "));
+        assert!(err(vec![nic(); 2], vec![], Nodes::new(vec![0, 1], unnamed)).starts_with("fabric.shared: "));
         let e = Topology::new("t", vec![nic(); 2], vec![], Some(Fallback::Switch)).unwrap_err().to_string();
         assert!(e.starts_with("sites[0].nic_gbps: a NIC carries traffic between nodes"), "{e}");
         // Pairs inside a node still need a route; pairs of different nodes have their NICs.

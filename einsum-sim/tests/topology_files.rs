@@ -146,7 +146,10 @@ fn bad_files_say_which_file_and_which_field() {
     std::fs::write(&path, text).expect("write");
     let err = Topology::load(&path).unwrap_err();
     let TopologyError::File { source, .. } = &err else { panic!("expected a file error, got {err:?}") };
-    assert_eq!(source.to_string(), "links[8].gbps: expected a positive number, got -25");
+    assert_eq!(
+        source.to_string(),
+        "links[8].gbps: -25 GB/s is out of range: a bandwidth must lie in [0.001, 1e7] GB/s"
+    );
     assert!(err.to_string().starts_with(&path.display().to_string()));
     std::fs::remove_dir_all(&dir).ok();
 }

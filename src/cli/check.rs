@@ -28,20 +28,28 @@ pub struct Args {
 pub fn run(a: Args) -> Result<Report> {
     let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
     let report = check_computation(graph.computation(), a.devices, a.max_specs, a.seed)?;
-    let mut text = format!("{} on {} devices ({}), tolerance {:e}\n", a.workload, a.devices, a.dtype, report.tolerance);
+    let mut text = format!(
+        "{} on {} devices ({}), tolerance {:e} per operator, {:.3e} for the whole graph\n",
+        a.workload, a.devices, a.dtype, report.tolerance, report.graph_tolerance
+    );
     text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12}\n", "operator", "kind", "specs", "checked", "max rel err");
     for o in &report.ops {
         text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12.3e}\n", o.name, o.kind, o.specs, o.checked, o.max_error);
     }
     text += &format!("whole graph, random spec per operator: rel err {:.3e}\n", report.graph_error);
+    if let Some(why) = &report.graph_mismatch {
+        text += &format!("whole graph: {why}\n");
+    }
     text += if report.passed() { "PASS\n" } else { "FAIL\n" };
     let json = CheckReport {
         workload: &a.workload,
         devices: a.devices,
         dtype: a.dtype.name(),
         tolerance: report.tolerance.into(),
+        graph_tolerance: report.graph_tolerance.into(),
         ops: report.ops.iter().map(CheckedOp::new).collect(),
         graph_error: report.graph_error.into(),
+        graph_mismatch: report.graph_mismatch.as_deref(),
         passed: report.passed(),
     };
     Ok(Report::new(&json, text, report.passed()))
@@ -57,12 +65,19 @@ pub struct CheckReport<'a> {
     pub devices: usize,
     /// The storage dtype's name.
     pub dtype: &'static str,
-    /// The largest error that passes at this dtype (an f32 widened to f64, as are the errors).
+    /// The largest error that passes: that of the least precise dtype among the
+    /// operators' outputs (an f32 widened to f64, as are the errors).
     pub tolerance: f64,
+    /// The largest error of the whole graph that passes: `tolerance` times the square root
+    /// of the graph's depth in operators, as `run --check` holds runs to.
+    pub graph_tolerance: f64,
     /// Every operator's checks, in the computation's order.
     pub ops: Vec<CheckedOp<'a>>,
     /// The error of the whole graph under a random spec per operator.
     pub graph_error: f64,
+    /// Why the whole graph's outputs fail at any tolerance (an output missing or of
+    /// another type, a difference that is not finite), or `null`.
+    pub graph_mismatch: Option<&'a str>,
     /// Whether every error is within the tolerance (the exit code is 1 otherwise).
     pub passed: bool,
 }

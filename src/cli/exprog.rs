@@ -47,6 +47,9 @@ pub enum Command {
         /// Iterations of the search.
         #[arg(long, default_value_t = SearchOptions::default().iterations)]
         iterations: usize,
+        /// Wall time in seconds the search may take, on top of the iteration cap.
+        #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+        synthesis_budget: f64,
     },
 }
 
@@ -96,7 +99,8 @@ pub fn run(command: Command) -> Result<Report> {
             };
             Ok(Report::new(&json, text, sim.valid))
         }
-        Command::Synthesize { file, topology, mode, seed, iterations } => {
+        Command::Synthesize { file, topology, mode, seed, iterations, synthesis_budget } => {
+            let time_limit = Some(super::synthesis_budget(synthesis_budget)?);
             let in_file = |e: Error| e.in_file(&file);
             let preamble = load(&read(&file)?).map_err(|e| in_file(e.into()))?;
             let topo = Topology::named(&topology)?;
@@ -108,7 +112,7 @@ pub fn run(command: Command) -> Result<Report> {
                     (program, sim.completion_ms, sim.membership, None)
                 }
                 Synthesis::Search => {
-                    let options = SearchOptions { seed, iterations, ..SearchOptions::default() };
+                    let options = SearchOptions { seed, iterations, time_limit, ..SearchOptions::default() };
                     // A bar on a terminal only: logs and pipes get the result alone.
                     let mut bar = Progress::new("search", iterations, std::io::stderr().is_terminal());
                     bar.start(&shown);

@@ -148,17 +148,11 @@ impl Synthesis {
 
     /// The compile schedule: with `search`, the seed, the iteration cap and the wall-time
     /// budget (`--synthesis-budget`, seconds) per exchange program.
-    pub fn schedule(self, seed: u64, iterations: usize, budget_s: Option<f64>) -> Result<Schedule> {
-        let budget = match budget_s {
-            None => None,
-            Some(s) if s.is_finite() && s > 0.0 => Some(std::time::Duration::from_secs_f64(s)),
-            Some(s) => {
-                return Err(Error::Usage(format!("--synthesis-budget: {s} is not a positive number of seconds")));
-            }
-        };
+    pub fn schedule(self, seed: u64, iterations: usize, budget_s: f64) -> Result<Schedule> {
+        let budget = synthesis_budget(budget_s)?;
         Ok(match self {
             Synthesis::Naive => Schedule::Naive,
-            Synthesis::Search => Schedule::Search { seed, iterations, budget },
+            Synthesis::Search => Schedule::Search { seed, iterations, budget: Some(budget) },
         })
     }
 }
@@ -167,6 +161,45 @@ impl fmt::Display for Synthesis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// The default of `--synthesis-budget`: the wall time in seconds one exchange program's
+/// search may take. The iteration cap (`--iterations`) ends a search first at its default on
+/// any machine this runs on, so results stay reproducible; the budget bounds a search given a
+/// huge cap (`--iterations 18446744073709551615` returns after this many seconds per program).
+pub const DEFAULT_SYNTHESIS_BUDGET_S: f64 = 10.0;
+
+/// `--synthesis-budget SECONDS` as a duration (see [`seconds`]).
+pub fn synthesis_budget(s: f64) -> Result<std::time::Duration> {
+    seconds("--synthesis-budget", s)
+}
+
+/// The value of the wall-time option `flag` as a duration: positive and finite, and no more
+/// than a year (so that it is a `Duration`).
+fn seconds(flag: &str, seconds: f64) -> Result<std::time::Duration> {
+    const YEAR_S: f64 = 365.0 * 24.0 * 3600.0;
+    if seconds.is_finite() && seconds > 0.0 && seconds <= YEAR_S {
+        Ok(std::time::Duration::from_secs_f64(seconds))
+    } else {
+        Err(Error::Usage(format!("{flag}: {seconds} is not a number of seconds in (0, {YEAR_S}]")))
+    }
+}
+
+/// The strategy `--optimizer` names, with `--seed` and the ILP's limits
+/// (`--ilp-time-limit SECONDS`, positive and at most a year; `--ilp-node-limit`, at least 1).
+pub fn optimizer(
+    name: &str,
+    seed: u64,
+    ilp_time_limit_s: f64,
+    ilp_node_limit: u64,
+) -> Result<Box<dyn einsum_logical::LogicalOptimizer>> {
+    let entry = einsum_logical::optimizer_entry(name)?;
+    let time_limit = seconds("--ilp-time-limit", ilp_time_limit_s)?;
+    if ilp_node_limit == 0 {
+        return Err(Error::Usage("--ilp-node-limit must be at least 1 (branch-and-bound nodes)".into()));
+    }
+    let ilp = einsum_logical::Ilp { time_limit, node_limit: ilp_node_limit };
+    Ok((entry.build)(&einsum_logical::OptimizerParams { seed, ilp }))
 }
 
 /// Parses `--memory-budget GB` into bytes per device; it must be positive and finite.

@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeMap, time::Instant};
 
-use einsum_logical::{PlannedOp, Problem, cost_model_by_name, optimizer_by_name};
+use einsum_logical::{PlannedOp, Problem, cost_model_by_name};
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::{Result, Workload};
@@ -24,6 +24,14 @@ pub struct Args {
     /// The logical optimizer.
     #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
     optimizer: String,
+    /// Wall time in seconds the ilp optimizer's solver may take per solve before it gives
+    /// up with an error (it returns only proven optima).
+    #[arg(long, value_name = "SECONDS", default_value_t = einsum_logical::Ilp::DEFAULT_TIME_LIMIT.as_secs_f64())]
+    ilp_time_limit: f64,
+    /// Branch-and-bound nodes the ilp optimizer's solver may explore per solve: the cap that
+    /// does not depend on the machine's speed.
+    #[arg(long, value_name = "NODES", default_value_t = einsum_logical::Ilp::DEFAULT_NODE_LIMIT)]
+    ilp_node_limit: u64,
     /// The cost model the optimizer minimizes.
     #[arg(long, default_value = "time", value_parser = super::cost_names())]
     cost: String,
@@ -36,9 +44,10 @@ pub struct Args {
     #[arg(long, default_value_t = 50)]
     iterations: usize,
     /// Wall time in seconds each exchange program's search may take (with --schedule
-    /// search), on top of the iteration cap; results then depend on the machine's speed.
-    #[arg(long, value_name = "SECONDS")]
-    synthesis_budget: Option<f64>,
+    /// search), on top of the iteration cap; a search it cuts short depends on the
+    /// machine's speed.
+    #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+    synthesis_budget: f64,
     /// Seed of the random strategy and of the search.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -64,7 +73,7 @@ enum Physical {
 /// Runs `plan`.
 pub fn run(a: Args) -> Result<Report> {
     let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
-    let strategy = optimizer_by_name(&a.optimizer, a.seed)?;
+    let strategy = super::optimizer(&a.optimizer, a.seed, a.ilp_time_limit, a.ilp_node_limit)?;
     let ChosenTopology { name: topology_name, topology, note } = choose_topology(a.topology.as_deref(), a.devices)?;
     let model = cost_model_by_name(&a.cost, &topology_name)?;
     let schedule = a.schedule.schedule(a.seed, a.iterations, a.synthesis_budget)?;

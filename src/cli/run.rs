@@ -8,13 +8,12 @@ use std::{
     sync::Arc,
 };
 
-use einsum_core::scaled_error;
 use einsum_core::taskgraph::Task;
-use einsum_logical::{cost_model_entry, optimizer_by_name};
+use einsum_logical::cost_model_entry;
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::{
     BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Workload, backend_by_name,
-    check::tolerance,
+    check::{compare_with_reference, computation_tolerance},
     compile,
     dump::{Dumped, dump},
 };
@@ -50,6 +49,14 @@ pub struct CompileArgs {
     /// The logical optimizer.
     #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
     optimizer: String,
+    /// Wall time in seconds the ilp optimizer's solver may take per solve before it gives
+    /// up with an error (it returns only proven optima).
+    #[arg(long, value_name = "SECONDS", default_value_t = einsum_logical::Ilp::DEFAULT_TIME_LIMIT.as_secs_f64())]
+    ilp_time_limit: f64,
+    /// Branch-and-bound nodes the ilp optimizer's solver may explore per solve: the cap that
+    /// does not depend on the machine's speed.
+    #[arg(long, value_name = "NODES", default_value_t = einsum_logical::Ilp::DEFAULT_NODE_LIMIT)]
+    ilp_node_limit: u64,
     /// The cost model the optimizer minimizes.
     #[arg(long, default_value = "time", value_parser = super::cost_names())]
     cost: String,
@@ -60,9 +67,10 @@ pub struct CompileArgs {
     #[arg(long, default_value_t = 50)]
     iterations: usize,
     /// Wall time in seconds each exchange program's search may take (with --schedule
-    /// search), on top of the iteration cap; results then depend on the machine's speed.
-    #[arg(long, value_name = "SECONDS")]
-    synthesis_budget: Option<f64>,
+    /// search), on top of the iteration cap; a search it cuts short depends on the
+    /// machine's speed.
+    #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+    synthesis_budget: f64,
     #[arg(long, help = super::scaled_topology_help("at least as many sites as devices"))]
     topology: Option<String>,
     /// Seed of the random data, the random optimizer and the search.
@@ -89,7 +97,8 @@ impl CompileArgs {
             &self.backend,
             &BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) },
         )?;
-        let optimizer = Arc::from(optimizer_by_name(&self.optimizer, self.seed)?);
+        let optimizer =
+            Arc::from(super::optimizer(&self.optimizer, self.seed, self.ilp_time_limit, self.ilp_node_limit)?);
         // The topology before the cost model, which is built from it.
         let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
@@ -120,7 +129,10 @@ pub struct RunArgs {
     #[command(flatten)]
     compile: CompileArgs,
     /// Also run the single-device reference on the same inputs and report the largest
-    /// error; a mismatch exits non-zero.
+    /// error; it exits non-zero above `check`'s tolerance (f32 1e-5, f16 1e-2, bf16 6e-2,
+    /// relative to the largest output magnitude, times the square root of the graph's depth
+    /// in operators), on any NaN or one-sided infinity, and when there is no output to
+    /// compare.
     #[arg(long)]
     check: bool,
     /// Write every input and saved output as DIR/NAME.npy, with DIR/manifest.json (each file
@@ -164,13 +176,9 @@ pub fn run(a: RunArgs) -> Result<Report> {
     // The device time only where the backend measured every timed run.
     let device_ms = (device_times.len() == times.len()).then(|| median(&mut device_times));
     let comp = graph.computation();
-    let (max_error, ok) = if a.check {
-        let reference = comp.evaluate(&exe.loaded_inputs())?;
-        let err = reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
-        (Some(err), err <= 10.0 * tolerance(a.compile.dtype))
-    } else {
-        (None, true)
-    };
+    let tolerance = computation_tolerance(comp);
+    let check = if a.check { Some(compare_with_reference(&exe)?) } else { None };
+    let ok = check.as_ref().is_none_or(|c| c.passes(tolerance));
     if let Some(dir) = &a.dump {
         let name = |t: &einsum_joinagg::TensorId| comp.node(t.op).map_or_else(String::new, |n| n.name().to_string());
         let inputs = exe.loaded_inputs();
@@ -190,19 +198,25 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
     let device = device_ms.map_or_else(String::new, |d| format!(" ({d:.3} ms on the device)"));
     let _ = writeln!(text, "ran in {wall_ms:.3} ms{device}{runs} on the {} backend", a.compile.backend);
-    if let Some(err) = max_error {
+    if let Some(c) = &check {
         let _ = writeln!(
             text,
-            "max error against the single-device reference: {err:.3e} ({})",
+            "max error against the single-device reference: {:.3e}, tolerance {tolerance:.3e} ({})",
+            c.max_error,
             if ok { "PASS" } else { "FAIL" }
         );
+        if let Some(why) = &c.mismatch {
+            let _ = writeln!(text, "FAIL: {why}");
+        }
     }
     let json = RunReport {
         workload: &a.compile.workload,
         devices: a.compile.devices,
         topology: &topology.name,
         ok,
-        max_rel_error: max_error.map(f64::from),
+        max_rel_error: check.as_ref().map(|c| f64::from(c.max_error)),
+        tolerance: check.as_ref().map(|_| f64::from(tolerance)),
+        mismatch: check.as_ref().and_then(|c| c.mismatch.clone()),
         wall_ms,
         device_ms,
         runs: times.len(),
@@ -379,11 +393,19 @@ pub struct RunReport<'a> {
     /// The topology compiled for: `--topology` as given, or the default preset chosen for
     /// the devices (`dgx-a100x2` for 16).
     pub topology: &'a str,
-    /// False only when `--check` found an error above the dtype's tolerance.
+    /// False only when `--check` failed: an error above the tolerance, or a mismatch.
     pub ok: bool,
     /// With `--check`, the largest error of an output against the single-device reference
     /// (scaled by the reference's magnitude; an f32 widened to f64); `null` without it.
     pub max_rel_error: Option<f64>,
+    /// With `--check`, the tolerance it was held to, `check`'s for the whole graph: that of
+    /// the least precise dtype of the computation (f32 `1e-5`, f16 `1e-2`, bf16 `6e-2`) times
+    /// the square root of its depth in operators; `null` without it.
+    pub tolerance: Option<f64>,
+    /// With `--check`, why it failed at any tolerance, if it did: no output compared, an
+    /// output missing or of another type, a difference that is not finite (a NaN, or an
+    /// infinity on one side only); `null` otherwise.
+    pub mismatch: Option<String>,
     /// The median wall time of the timed runs, in ms.
     pub wall_ms: f64,
     /// The median device time of the timed runs, in ms, where the backend measures it
