@@ -110,16 +110,29 @@ impl CompileLimits {
     /// pieces costs up to `k²` (see [`LIMITS`]); the naive schedule simulates each program
     /// once, a search at least once per iteration and once more for its start, so its limit
     /// is [`CompileLimits::exchange_pieces`] over the square root of that count: the same
-    /// bound on `k²` times the simulations.
+    /// bound on `k²` times the simulations. A search with a wall-time budget stops its
+    /// annealing by time whatever its cap, so it is charged for at most
+    /// [`BUDGETED_SEARCH_SIMULATIONS`]: what the budget does not bound is its start (the
+    /// seeds) and the iteration that crosses the budget.
     pub fn exchange_pieces_for(&self, schedule: Schedule) -> usize {
         match schedule {
             Schedule::Naive => self.exchange_pieces,
-            Schedule::Search { iterations, .. } => {
-                (self.exchange_pieces as f64 / ((iterations + 1) as f64).sqrt()).floor() as usize
+            Schedule::Search { iterations, budget, .. } => {
+                let simulations = match budget {
+                    Some(_) => iterations.min(BUDGETED_SEARCH_SIMULATIONS),
+                    None => iterations,
+                } as f64
+                    + 1.0;
+                (self.exchange_pieces as f64 / simulations.sqrt()).floor() as usize
             }
         }
     }
 }
+
+/// The simulations a search with a wall-time budget is charged for by
+/// [`CompileLimits::exchange_pieces_for`]: the CLI's default iteration cap, the count the
+/// search's limit was measured at (9 176 pieces).
+pub const BUDGETED_SEARCH_SIMULATIONS: usize = 50;
 
 /// The limits [`crate::compile`] checks.
 ///

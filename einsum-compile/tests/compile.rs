@@ -507,7 +507,10 @@ fn random_dag(seed: u64, n: usize) -> Computation {
 /// refuses the plan naming it, and `compile` builds no more transfers than it counts.
 #[test]
 fn plans_above_the_size_limits_are_refused_with_the_estimate() {
-    use einsum_compile::footprint::{CompileEstimate, CompileLimits, LIMITS, check_size, compile_estimate};
+    use einsum_compile::footprint::{
+        BUDGETED_SEARCH_SIMULATIONS, CompileEstimate, CompileLimits, LIMITS, check_size, compile_estimate,
+    };
+    use std::time::Duration;
     let xd = desc(&[("i", 8), ("j", 8)]);
     let mut comp = Computation::new();
     let x = comp.add_input("x", xd.clone());
@@ -548,6 +551,13 @@ fn plans_above_the_size_limits_are_refused_with_the_estimate() {
     assert_eq!(check_size(&comp, &specs, p, search, &pieces), Ok(estimate));
     let err = check_size(&comp, &specs, p, search, &CompileLimits { exchange_pieces: 7 * 16 - 1, ..exact });
     assert!(matches!(err, Err(CompileError::TooLarge { estimate: 16, limit: 15, .. })), "{err:?}");
+    // A budget stops the annealing by time: however high the cap, the search is charged
+    // for BUDGETED_SEARCH_SIMULATIONS; without one, the cap counts (and never overflows).
+    let budgeted = Schedule::Search { seed: 0, iterations: usize::MAX, budget: Some(Duration::from_secs(1)) };
+    let charged = ((BUDGETED_SEARCH_SIMULATIONS + 1) as f64).sqrt();
+    assert_eq!(LIMITS.exchange_pieces_for(budgeted), (LIMITS.exchange_pieces as f64 / charged) as usize);
+    let capped = Schedule::Search { seed: 0, iterations: usize::MAX, budget: None };
+    assert_eq!(LIMITS.exchange_pieces_for(capped), 0);
     assert!(estimate.tasks < LIMITS.tasks && estimate.largest_exchange < LIMITS.exchange_pieces);
     let options =
         CompileOptions { devices: p, schedule: Schedule::Naive, topology: switch(p, 80.0), memory_budget: None };

@@ -258,16 +258,18 @@ fn copy_region<T: Copy>(src: &[T], src_ty: &TensorType, dst: &mut [T], dst_ty: &
 
 /// Normwise relative error `max|a - b| / max|b|` of `a` against the reference `b`.
 ///
-/// Returns infinity when the types differ or a value is NaN, and the absolute error when `b`
-/// is all zeros.
+/// Returns infinity when the types differ or a difference is not finite, and the absolute
+/// error when `b` is all zeros.
 pub fn relative_error(a: &HostTensor, b: &HostTensor) -> f32 {
     scaled_error(a, b, 0.0)
 }
 
 /// `max|a - b| / max(max|b|, floor)`: relative error for a reference at or above `floor`,
 /// absolute error (at the scale `floor`) below it, so a reference that cancels to near zero
-/// is not judged on its own tiny scale. Infinite when the types differ or a value is NaN;
-/// the absolute error when the scale is zero.
+/// is not judged on its own tiny scale. Infinite when the types differ or any difference is
+/// not finite (a NaN on either side, an infinity on one side, or infinities on both: ∞ − ∞
+/// is no evidence of agreement), so that a `max` over several errors can never drop a
+/// mismatch as NaN; the absolute error when the scale is zero.
 pub fn scaled_error(a: &HostTensor, b: &HostTensor, floor: f32) -> f32 {
     if a.ty != b.ty {
         return f32::INFINITY;
@@ -276,7 +278,7 @@ pub fn scaled_error(a: &HostTensor, b: &HostTensor, floor: f32) -> f32 {
     let mut diff = 0.0f32;
     for (x, y) in a.iter().zip(&b) {
         let d = (x - y).abs();
-        if d.is_nan() {
+        if !d.is_finite() {
             return f32::INFINITY;
         }
         diff = diff.max(d);
@@ -371,5 +373,11 @@ mod tests {
         assert!((scaled_error(&a, &b, 4.0) - 0.2 / 4.0).abs() < 1e-6);
         let nan = HostTensor::from_f32(TensorType::zero_bounded(&[2]), DType::F32, vec![f32::NAN, 2.0]).unwrap();
         assert_eq!(relative_error(&nan, &b), f32::INFINITY);
+        // An infinite reference against a finite result used to give ∞/∞ = NaN, which a
+        // `max` fold over several outputs drops.
+        let inf = HostTensor::from_f32(TensorType::zero_bounded(&[2]), DType::F32, vec![f32::INFINITY, 2.0]).unwrap();
+        assert_eq!(scaled_error(&a, &inf, 1.0), f32::INFINITY);
+        assert_eq!(scaled_error(&inf, &inf, 1.0), f32::INFINITY);
+        assert_eq!([0.5, scaled_error(&a, &inf, 1.0)].into_iter().fold(0.0, f32::max), f32::INFINITY);
     }
 }

@@ -24,8 +24,8 @@
 //!    ([`crate::refine`]) for `k` in 2, 4, 8 and the count that stripes the groups over the
 //!    machine's rings (`stripes.rs`: on the DGX-V100, 48 chunks of one atom per site), up to
 //!    [`SearchOptions::max_chunks`], at most [`MAX_REFINED_ATOMS`] atoms and no chunk under
-//!    [`MIN_CHUNK_GB`] (the fluid simulator has no per-transfer latency, so it would cut
-//!    anything). The seeds below are built for each count; the annealing continues with the
+//!    [`MIN_CHUNK_GB`] (a pure fluid topology, one without latencies, would make any cut
+//!    look free). The seeds below are built for each count; the annealing continues with the
 //!    count whose best seed is fastest (a tie keeps fewer chunks). Chunks let chains
 //!    pipeline and let a reduce-scatter exist where the preamble has one indivisible atom
 //!    per site; the result's program is over the chunks ([`Synthesis::chunks`]).

@@ -65,10 +65,12 @@ impl Default for SearchOptions {
 /// units times eight roots from one indivisible atom per site.
 pub const MAX_CHUNKS: usize = 48;
 
-/// The smallest chunk the search cuts, in GB (4 MB). The fluid simulator has no per-transfer
-/// latency, so it would cut even a 64-byte atom; a transfer costs a few microseconds to set
-/// up, which at NVLink rates (hundreds of GB/s) is the time of a megabyte or so, so chunks of
-/// at least 4 MB keep that unmodelled cost to a fraction of each transfer.
+/// The smallest chunk the search cuts, in GB (4 MB). A transfer costs a few microseconds to
+/// set up, which at NVLink rates (hundreds of GB/s) is the time of a megabyte or so, so chunks
+/// of at least 4 MB keep that cost to a fraction of each transfer. The presets' latencies
+/// (`einsum_sim::Latency`) charge it, but a topology without a `latency` object is the pure
+/// fluid model, on which any cut looks free; the floor also bounds the candidates the search
+/// simulates.
 pub const MIN_CHUNK_GB: f64 = 4e-3;
 
 /// The most atoms a refined preamble may have: chunk counts that would exceed it are not
@@ -807,12 +809,13 @@ mod tests {
 
     #[test]
     fn the_annealing_beats_every_seed_on_the_v100_reduce_scatter() {
-        // No seed routes around the chains' lockstep; a relay the annealing introduces does.
+        // No seed routes around the chains' lockstep; a rewrite the annealing applies does
+        // (2.0% faster with the preset's latencies, 4.0% on the pure fluid model).
         let p = Collective::ReduceScatter.preamble(8, 1.0);
         let t = Topology::preset("dgx-v100").unwrap();
         let found = search(&p, &t, SearchOptions { seed: 0, iterations: 400, ..SearchOptions::default() }).unwrap();
         assert!(
-            found.completion_ms < 0.98 * found.seed_ms,
+            found.completion_ms < 0.99 * found.seed_ms,
             "{} ms from a {} ms seed",
             found.completion_ms,
             found.seed_ms
