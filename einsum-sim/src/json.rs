@@ -133,9 +133,10 @@ impl<'de> Deserialize<'de> for SmCount {
                 f.write_str("a positive count of SMs")
             }
             fn visit_u64<E: de::Error>(self, n: u64) -> std::result::Result<SmCount, E> {
-                match usize::try_from(n) {
-                    Ok(n) if n > 0 => Ok(SmCount(n)),
-                    _ => Err(E::custom(format!("expected a positive count of SMs, got {n}"))),
+                match n {
+                    0 => Err(E::custom("expected a positive count of SMs, got 0")),
+                    // In the range, so it fits a usize.
+                    _ => plausible::SM_COUNT.check(n as f64).map(|_| SmCount(n as usize)).map_err(E::custom),
                 }
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> std::result::Result<SmCount, E> {
@@ -1038,6 +1039,10 @@ mod tests {
             r#"{"name": "x", "sites": 1, "site": {"hbm_gbps": 1, "hbm_gb": 1, "tflops": {"f16": 1, "bf16": 1, "f32": 1}, "sms": 0}}"#,
         );
         assert_eq!(e, "site.sms: expected a positive count of SMs, got 0");
+        let e = err(
+            r#"{"name": "x", "sites": 1, "site": {"hbm_gbps": 1, "hbm_gb": 1, "tflops": {"f16": 1, "bf16": 1, "f32": 1}, "sms": 18446744073709551615}}"#,
+        );
+        assert!(e.starts_with("site.sms: 1.8446744073709552e19 SMs is out of range"), "{e}");
         let e = err(
             r#"{"name": "x", "sites": 1, "site": {"hbm_gbps": 1, "hbm_gb": 1, "tflops": {"f16": 1, "bf16": 1, "f32": 1}, "sms": 1.5}}"#,
         );

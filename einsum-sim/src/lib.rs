@@ -110,7 +110,7 @@
 //!
 //! Every physical value must lie in its plausible range ([`plausible`]: bandwidths
 //! 1e-3 to 1e7 GB/s, capacities 1e-3 to 1e5 GB, compute rates 1e-3 to 1e5 TFLOP/s,
-//! latencies 0 to 1e6 µs), which refuses zero (but for latencies), negative, overflowing and
+//! latencies 0 to 1e6 µs, SM counts 1 to 1e5), which refuses zero (but for latencies), negative, overflowing and
 //! absurd values; unknown and repeated fields are errors; every error names its field, as in
 //! `links[3].gbps: -1 GB/s is out of range: a bandwidth must lie in [0.001, 1e7] GB/s`. [`Topology::to_json_string`]
 //! writes this format and loading it back gives an equal topology.

@@ -14,6 +14,7 @@
 //! | memory capacity | `hbm_gb` | GB | 1e-3 ..= 1e5 |
 //! | compute rate | `tflops.f16`, `tflops.bf16`, `tflops.f32` | TFLOP/s | 1e-3 ..= 1e5 |
 //! | latency | `latency.kernel_launch_us`, `latency.link_us`, `latency.bus_us`, `latency.network_us` | µs | 0 ..= 1e6 |
+//! | streaming multiprocessors | `sms` | SMs | 1 ..= 1e5 |
 //!
 //! A latency may be zero (the default: none).
 //!
@@ -53,8 +54,12 @@ pub const COMPUTE: Plausible = Plausible { what: "a compute rate", unit: "TFLOP/
 /// launch, link or network delay.
 pub const LATENCY: Plausible = Plausible { what: "a latency", unit: "µs", min: 0.0, max: 1e6 };
 
+/// Counts of streaming multiprocessors (`sms`): 132 on an H100; a larger count makes every
+/// small kernel look wave-quantized to nothing (see `efficiency.rs`), so a typo is refused.
+pub const SM_COUNT: Plausible = Plausible { what: "a count of SMs", unit: "SMs", min: 1.0, max: 1e5 };
+
 /// Every range, for documentation and tests.
-pub const ALL: [Plausible; 4] = [BANDWIDTH, CAPACITY, COMPUTE, LATENCY];
+pub const ALL: [Plausible; 5] = [BANDWIDTH, CAPACITY, COMPUTE, LATENCY, SM_COUNT];
 
 impl Plausible {
     /// `x` when it lies in the range; else a message saying the value, the unit and the
