@@ -234,6 +234,11 @@ fn solver(unsolved: good_lp::variable::UnsolvedProblem) -> Result<good_lp::solve
 
 /// Solves on HiGHS within `limits` (its `time_limit` and `mip_max_nodes` options): every
 /// column's value, in creation order, when the optimum is proven.
+///
+/// HiGHS proves an optimum with model status `Optimal`, which good_lp reports as
+/// [`SolutionStatus::GapLimit`](good_lp::SolutionStatus::GapLimit) whenever the final gap is
+/// positive, even by rounding, with our zero gap tolerances; both mean HiGHS finished its
+/// search. A limit reached (time, nodes, iterations) is `TimeLimit` in good_lp's terms.
 #[cfg(feature = "highs")]
 fn solve(model: good_lp::solvers::highs::HighsProblem, limits: &Ilp, columns: &[Variable]) -> Result<Vec<f64>> {
     use good_lp::{Solution, SolutionStatus};
@@ -249,7 +254,7 @@ fn solve(model: good_lp::solvers::highs::HighsProblem, limits: &Ilp, columns: &[
     };
     let started = std::time::Instant::now();
     match model.solve() {
-        Ok(solution) if matches!(solution.status(), SolutionStatus::Optimal) => {
+        Ok(solution) if matches!(solution.status(), SolutionStatus::Optimal | SolutionStatus::GapLimit) => {
             Ok(columns.iter().map(|&v| solution.value(v)).collect())
         }
         Ok(_) => Err(limit()),
