@@ -65,7 +65,7 @@ mod reuse;
 
 use std::collections::HashMap;
 
-use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, Task, TaskGraph};
+use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, MemoryStats, Task, TaskGraph};
 use einsum_core::{TaskGraphError, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
 use einsum_sim::{Roofline, Topology};
@@ -73,7 +73,7 @@ use einsum_sim::{Roofline, Topology};
 pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use pipeline::{PipelineError, plan_and_compile};
-pub use predict::{PredictError, predict, simulator_tasks};
+pub use predict::{PredictError, predict, predict_ms, simulator_tasks};
 
 use einsum_exprog::PreambleError;
 use einsum_exprog::Program;
@@ -149,6 +149,9 @@ pub struct Compiled {
     /// Predicted time in ms: the completion of the whole task graph simulated on the
     /// topology with the default [`Roofline`] (see the module docs and [`predict()`]).
     pub predicted_ms: f64,
+    /// The graph's memory statistics (`graph.stats()`), computed once for the budget check
+    /// and kept, so that reports need not walk a million-task graph again.
+    pub stats: MemoryStats,
 }
 
 /// Why a computation could not be compiled.
@@ -502,7 +505,7 @@ pub fn compile(
             return Err(CompileError::OutOfMemory { device, peak, resident, budget });
         }
     }
-    let predicted_ms = predict(comp, &graph, &kernels, topology, &Roofline::default())?.completion_ms();
+    let predicted_ms = predict_ms(comp, &graph, &kernels, topology, &Roofline::default())?;
     tracing::info!(
         tasks = graph.nodes().len(),
         exchange_programs = programs.len(),
@@ -511,5 +514,5 @@ pub fn compile(
         predicted_ms,
         "compiled the task graph"
     );
-    Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms })
+    Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms, stats })
 }
