@@ -64,6 +64,7 @@ mod predict;
 mod reuse;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, MemoryStats, Task, TaskGraph};
 use einsum_core::{TaskGraphError, TensorType};
@@ -129,8 +130,9 @@ pub struct ExchangeProgram {
     pub op: OpId,
     /// Its input slot.
     pub input: usize,
-    /// The program (preamble and synthesized body).
-    pub program: Program,
+    /// The program (preamble and synthesized body), shared by every exchange of the compile
+    /// that repeats the same request (the layers of a stack).
+    pub program: Arc<Program>,
     /// Its simulated completion time on the topology.
     pub simulated_ms: f64,
 }
@@ -401,7 +403,7 @@ pub fn compile(
             };
             blocks[k] = Some(lower_exchange(&mut graph, &s.preamble, &s.closure, &sources)?);
             tracing::debug!(op = %op_name, input = k, simulated_ms = s.simulated_ms, "exchange program");
-            programs.push(ExchangeProgram { op: id, input: k, program: s.program, simulated_ms: s.simulated_ms });
+            programs.push(ExchangeProgram { op: id, input: k, program: Arc::clone(&s.program), simulated_ms: s.simulated_ms });
         }
         let placement = placement.unwrap_or_else(|| (0..p as u32).map(DeviceId).collect());
         tracing::debug!(
