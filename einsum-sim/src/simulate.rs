@@ -527,6 +527,34 @@ mod tests {
         assert!(matches!(simulate(&t, &[SimTask::compute("far", s(8), 1.0)]), Err(SimError::UnknownSite { .. })));
     }
 
+    /// `simulate_completion` runs the event loop of `simulate` and must give its completion
+    /// bit for bit, here with latencies (tasks waiting before their flows), shared links,
+    /// multicasts and zero-byte tasks, on two machines; and fail alike.
+    #[test]
+    fn the_completion_alone_is_the_traced_completion_bit_for_bit() {
+        let mut tasks = vec![
+            SimTask::compute("k0", s(0), 1.3e-4),
+            SimTask::compute("k1", s(1), 0.7e-4),
+            SimTask::multicast("m", s(0), vec![s(1), s(2), s(3)], 0.3 * GB).after([SimTaskId(0)]),
+            SimTask::transfer("empty", s(2), s(1), 0.0).after([SimTaskId(1)]),
+        ];
+        for i in 0..12 {
+            let dep = SimTaskId(tasks.len() - 1 - i % 3);
+            tasks.push(SimTask::transfer("t", s(i % 4), s((i + 1 + i / 4) % 4), (1 + i) as f64 * 0.01 * GB).after([dep]));
+            tasks.push(SimTask::aggregate("a", s(i % 4), 1e8, 5e7).after([SimTaskId(tasks.len() - 1)]));
+        }
+        for name in ["dgx-h100", "dgx-v100", "dgx-a100x2"] {
+            let t = Topology::preset(name).expect("preset");
+            assert!(t.latency().kernel_launch > 0.0, "{name}");
+            let traced = simulate(&t, &tasks).expect("simulate").completion();
+            assert!(traced > 0.0);
+            assert_eq!(simulate_completion(&t, &tasks).expect("completion").to_bits(), traced.to_bits(), "{name}");
+        }
+        let bad = vec![SimTask::transfer("x", s(0), s(1), GB).after([SimTaskId(0)])];
+        assert_eq!(simulate_completion(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
+        assert_eq!(simulate_completion(&h100(), &[]).unwrap(), 0.0);
+    }
+
     #[test]
     fn a_faster_flow_takes_what_a_slower_one_leaves() {
         // 0->1 and 2->1 share ingress[1]; 2->3 shares egress[2] with 2->1. Max-min: all three
