@@ -289,7 +289,10 @@ fn plan_prices_one_machine_and_predicts_on_another() {
         &einsummable(&["plan", "matmul:n=64", "--topology", "dgx-h100", "--cost-topology", "dgx-v100"]).stdout,
     )
     .to_string();
-    assert!(text.contains("the cost model prices `dgx-v100`; the plan is compiled for and predicted on `dgx-h100`"), "{text}");
+    assert!(
+        text.contains("the cost model prices `dgx-v100`; the plan is compiled for and predicted on `dgx-h100`"),
+        "{text}"
+    );
     fails_with(&["plan", "matmul:n=64", "--cost-topology", "dgx-b200"], "dgx-b200");
 }
 

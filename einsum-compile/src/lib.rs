@@ -403,7 +403,12 @@ pub fn compile(
             };
             blocks[k] = Some(lower_exchange(&mut graph, &s.preamble, &s.closure, &sources)?);
             tracing::debug!(op = %op_name, input = k, simulated_ms = s.simulated_ms, "exchange program");
-            programs.push(ExchangeProgram { op: id, input: k, program: Arc::clone(&s.program), simulated_ms: s.simulated_ms });
+            programs.push(ExchangeProgram {
+                op: id,
+                input: k,
+                program: Arc::clone(&s.program),
+                simulated_ms: s.simulated_ms,
+            });
         }
         let placement = placement.unwrap_or_else(|| (0..p as u32).map(DeviceId).collect());
         tracing::debug!(

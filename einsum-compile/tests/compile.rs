@@ -595,7 +595,7 @@ fn a_repeated_exchange_request_is_answered_once() {
         let w_desc = desc(&[(from, 8), (to, 8)]);
         let w = comp.add_input(format!("w{layer}"), w_desc.clone());
         let mm = Einsum::matmul(&x_desc, &w_desc).unwrap();
-        let out = comp.add_op(&format!("mm{layer}"), Box::new(mm), &[x, w]).unwrap()[0];
+        let out = comp.add_op(format!("mm{layer}"), Box::new(mm), &[x, w]).unwrap()[0];
         ops.push((out.op, split));
         x = out;
     }

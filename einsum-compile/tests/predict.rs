@@ -157,7 +157,12 @@ fn the_untraced_prediction_is_the_traced_one_bit_for_bit() {
         let c = compile(&comp, &specs, &options).unwrap();
         let traced = predict(&comp, &c.graph, &c.kernels, &topology, &Roofline::default()).unwrap().completion_ms();
         let alone = predict_ms(&comp, &c.graph, &c.kernels, &topology, &Roofline::default()).unwrap();
-        assert_eq!((alone.to_bits(), c.predicted_ms.to_bits()), (traced.to_bits(), traced.to_bits()), "{}", topology.name());
+        assert_eq!(
+            (alone.to_bits(), c.predicted_ms.to_bits()),
+            (traced.to_bits(), traced.to_bits()),
+            "{}",
+            topology.name()
+        );
     }
     let (comp, graph, calls) = two_kernels(1);
     let one_site = Topology::new("one", vec![a100().sites()[0]], vec![], None).unwrap();

@@ -64,7 +64,7 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
         .iter()
         .zip(record.details)
         .enumerate()
-        .map(|(i, (t, (resources, deliveries)))| TaskTrace {
+        .map(|(i, (t, Detail { resources, deliveries }))| TaskTrace {
             label: t.label.clone(),
             kind: t.kind.clone(),
             start: times.start[i],
@@ -123,8 +123,14 @@ impl Record for Nothing {
 
 /// Records every task's resources and deliveries and every resource's usage.
 struct Full {
-    details: Vec<(Vec<ResourceId>, Vec<(SiteId, f64)>)>,
+    details: Vec<Detail>,
     usage: Vec<ResourceUsage>,
+}
+
+/// What [`Full`] records of one task beyond its times (the fields of its [`TaskTrace`]).
+struct Detail {
+    resources: Vec<ResourceId>,
+    deliveries: Vec<(SiteId, f64)>,
 }
 
 impl Full {
@@ -148,7 +154,7 @@ impl Full {
                     TaskKind::Multicast { dsts, .. } => dsts.iter().map(|d| (*d, f64::NAN)).collect(),
                     TaskKind::Aggregate { .. } | TaskKind::Compute { .. } => Vec::new(),
                 };
-                (Vec::new(), deliveries)
+                Detail { resources: Vec::new(), deliveries }
             })
             .collect();
         Full { details, usage }
@@ -157,7 +163,7 @@ impl Full {
 
 impl Record for Full {
     fn route(&mut self, task: usize, route: &[usize]) {
-        let resources = &mut self.details[task].0;
+        let resources = &mut self.details[task].resources;
         for &r in route {
             if !resources.contains(&ResourceId(r)) {
                 resources.push(ResourceId(r));
@@ -166,7 +172,7 @@ impl Record for Full {
     }
 
     fn delivered(&mut self, task: usize, delivery: usize, at: f64) {
-        self.details[task].1[delivery].1 = at;
+        self.details[task].deliveries[delivery].1 = at;
     }
 
     fn busy(&mut self, busy: &[usize], step: f64) {
@@ -338,7 +344,6 @@ fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<(Flow, Vec<usi
         }
     }
 }
-
 
 /// Validates sites, byte counts and dependencies, and rejects cycles.
 fn check(topology: &Topology, tasks: &[SimTask]) -> Result<(), SimError> {
@@ -540,7 +545,9 @@ mod tests {
         ];
         for i in 0..12 {
             let dep = SimTaskId(tasks.len() - 1 - i % 3);
-            tasks.push(SimTask::transfer("t", s(i % 4), s((i + 1 + i / 4) % 4), (1 + i) as f64 * 0.01 * GB).after([dep]));
+            tasks.push(
+                SimTask::transfer("t", s(i % 4), s((i + 1 + i / 4) % 4), (1 + i) as f64 * 0.01 * GB).after([dep]),
+            );
             tasks.push(SimTask::aggregate("a", s(i % 4), 1e8, 5e7).after([SimTaskId(tasks.len() - 1)]));
         }
         for name in ["dgx-h100", "dgx-v100", "dgx-a100x2"] {

@@ -127,7 +127,8 @@ pub fn run(a: Args) -> Result<Report> {
 
     let mut text = note.map_or_else(String::new, |n| format!("{n}\n"));
     if let Some(priced) = &a.cost_topology {
-        text += &format!("the cost model prices `{priced}`; the plan is compiled for and predicted on `{topology_name}`\n");
+        text +=
+            &format!("the cost model prices `{priced}`; the plan is compiled for and predicted on `{topology_name}`\n");
     }
     text += &format!(
         "{} on {} devices: {} optimizer, {} cost ({}), {optimize_ms:.1} ms\n",
