@@ -25,6 +25,13 @@
 //!   does not reuse across renamings: its placement is defined by site order (the identity
 //!   placement), which a renaming does not keep.
 //!
+//! # Requests repeated exactly
+//! Before any of this, [`SynthesisCache::request`] answers a request equal to an earlier one
+//! in everything synthesis reads (producer and consumer specs, output and input, placements,
+//! dtype: [`crate::placement::RequestKey`]) with the earlier answer itself, shared: the
+//! preamble, closure, placement and program are a function of the request, the schedule and
+//! the topology, so nothing is built again, not even the canonical key.
+//!
 //! [`compile`]: crate::compile
 
 use std::collections::HashMap;
