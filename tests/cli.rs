@@ -266,6 +266,36 @@ fn plan_and_explain_scale_the_default_and_accept_node_presets() {
     fails_with(&["run", "matmul:n=8", "--topology", "dgx-b200"], "dgx-a100xN, dgx-h100xN (N nodes of 8 GPUs)");
 }
 
+/// `--cost-topology` prices the plan on one machine and compiles and predicts it on
+/// `--topology`: naming the same machine changes nothing; naming a slower one raises the
+/// model's cost while the prediction stays on `--topology`.
+#[test]
+fn plan_prices_one_machine_and_predicts_on_another() {
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "ffn:tokens=256,d_model=128,d_ff=512", "--topology", "dgx-h100", "--json"];
+        args.extend_from_slice(extra);
+        report(&einsummable(&args)).1
+    };
+    let alone = plan(&[]);
+    let same = plan(&["--cost-topology", "dgx-h100"]);
+    for key in ["total_cost", "predicted_ms", "ops", "topology"] {
+        assert_eq!(alone[key], same[key], "{key}");
+    }
+    let v100 = plan(&["--cost-topology", "dgx-v100"]);
+    assert_eq!(v100["topology"], "dgx-h100");
+    assert!(v100["total_cost"].as_f64().unwrap() > alone["total_cost"].as_f64().unwrap(), "{v100}");
+    assert!(v100["predicted_ms"].is_f64(), "{v100}");
+    let text = String::from_utf8_lossy(
+        &einsummable(&["plan", "matmul:n=64", "--topology", "dgx-h100", "--cost-topology", "dgx-v100"]).stdout,
+    )
+    .to_string();
+    assert!(
+        text.contains("the cost model prices `dgx-v100`; the plan is compiled for and predicted on `dgx-h100`"),
+        "{text}"
+    );
+    fails_with(&["plan", "matmul:n=64", "--cost-topology", "dgx-b200"], "dgx-b200");
+}
+
 /// `--help` lists every preset and form of `--topology`, and the scaled default.
 #[test]
 fn help_lists_the_presets_and_the_default() {

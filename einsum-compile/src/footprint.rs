@@ -15,7 +15,7 @@
 //!   input produced by another operator one transfer per (producer function, consumer
 //!   function) pair whose blocks intersect (what the naive program moves; the searched one
 //!   moves no more pieces), times [`BYTES_PER_TASK`], which covers the task, its buffers
-//!   and label, the exchange programs and closures behind it, and the simulator's trace of
+//!   and label, the exchange programs and closures behind it, and the simulator's state for
 //!   it in the prediction.
 //!
 //! Equal exchanges (the same producer spec, output, consumer spec and input: the layers of a
@@ -32,9 +32,10 @@ use crate::{CompileError, Schedule};
 
 /// Bytes one task of the compiled graph costs on the host, all told: measured as the growth
 /// of peak resident memory with the task count of `einsummable plan
-/// llama:layers=L,tokens=8192,seqs=1` on a 72-site switched topology (L = 1 and 8: about
-/// 1.45 kB per task), rounded up for margin.
-pub const BYTES_PER_TASK: f64 = 2048.0;
+/// llama:layers=L,tokens=8192,seqs=1` on a 72-site switched topology (L = 1, 8 and 32: about
+/// 0.70 kB per task since the prediction keeps no trace and repeated exchanges share their
+/// program; 1.45 kB before), rounded up for margin.
+pub const BYTES_PER_TASK: f64 = 1024.0;
 
 /// Bytes one interval of one box costs in an enumerated spec (two `usize` bounds), and the
 /// fixed cost of a box (its `Vec` header and allocation).
@@ -136,10 +137,10 @@ pub const BUDGETED_SEARCH_SIMULATIONS: usize = 50;
 
 /// The limits [`crate::compile`] checks.
 ///
-/// - Tasks: physical compilation and the whole-plan prediction cost 7–16 µs of CPU per task
-///   at p ≤ 72 on this 2-core machine (the 80-layer LLaMA-3-70B stack on `nvl72`: 1.11 M
-///   tasks in 8–9 s), so 4 M tasks bound a compile of that kind near a minute and its host
-///   memory near [`BYTES_PER_TASK`] × 4 M = 8 GB.
+/// - Tasks: physical compilation and the whole-plan prediction cost 3–5 µs of CPU per task
+///   at p ≤ 72 on this 2-core machine (the 80-layer LLaMA-3-70B stack on `nvl72`: 1.67 M
+///   tasks in 7.8 s), so 4 M tasks bound a compile of that kind near half a minute and its
+///   host memory near [`BYTES_PER_TASK`] × 4 M = 4 GB.
 /// - Pieces of one exchange: the simulator refills the max-min rates of a connected group of
 ///   transfers at every event, and the transfers of one all-to-all exchange are one group
 ///   finishing one by one, so simulating an exchange of `k` pieces costs up to `k²`: the

@@ -64,8 +64,9 @@ mod predict;
 mod reuse;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, Task, TaskGraph};
+use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, MemoryStats, Task, TaskGraph};
 use einsum_core::{TaskGraphError, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
 use einsum_sim::{Roofline, Topology};
@@ -73,7 +74,7 @@ use einsum_sim::{Roofline, Topology};
 pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use pipeline::{PipelineError, plan_and_compile};
-pub use predict::{PredictError, predict, simulator_tasks};
+pub use predict::{PredictError, predict, predict_ms, simulator_tasks};
 
 use einsum_exprog::PreambleError;
 use einsum_exprog::Program;
@@ -129,8 +130,9 @@ pub struct ExchangeProgram {
     pub op: OpId,
     /// Its input slot.
     pub input: usize,
-    /// The program (preamble and synthesized body).
-    pub program: Program,
+    /// The program (preamble and synthesized body), shared by every exchange of the compile
+    /// that repeats the same request (the layers of a stack).
+    pub program: Arc<Program>,
     /// Its simulated completion time on the topology.
     pub simulated_ms: f64,
 }
@@ -149,6 +151,9 @@ pub struct Compiled {
     /// Predicted time in ms: the completion of the whole task graph simulated on the
     /// topology with the default [`Roofline`] (see the module docs and [`predict()`]).
     pub predicted_ms: f64,
+    /// The graph's memory statistics (`graph.stats()`), computed once for the budget check
+    /// and kept, so that reports need not walk a million-task graph again.
+    pub stats: MemoryStats,
 }
 
 /// Why a computation could not be compiled.
@@ -398,7 +403,12 @@ pub fn compile(
             };
             blocks[k] = Some(lower_exchange(&mut graph, &s.preamble, &s.closure, &sources)?);
             tracing::debug!(op = %op_name, input = k, simulated_ms = s.simulated_ms, "exchange program");
-            programs.push(ExchangeProgram { op: id, input: k, program: s.program, simulated_ms: s.simulated_ms });
+            programs.push(ExchangeProgram {
+                op: id,
+                input: k,
+                program: Arc::clone(&s.program),
+                simulated_ms: s.simulated_ms,
+            });
         }
         let placement = placement.unwrap_or_else(|| (0..p as u32).map(DeviceId).collect());
         tracing::debug!(
@@ -502,7 +512,7 @@ pub fn compile(
             return Err(CompileError::OutOfMemory { device, peak, resident, budget });
         }
     }
-    let predicted_ms = predict(comp, &graph, &kernels, topology, &Roofline::default())?.completion_ms();
+    let predicted_ms = predict_ms(comp, &graph, &kernels, topology, &Roofline::default())?;
     tracing::info!(
         tasks = graph.nodes().len(),
         exchange_programs = programs.len(),
@@ -511,5 +521,5 @@ pub fn compile(
         predicted_ms,
         "compiled the task graph"
     );
-    Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms })
+    Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms, stats })
 }

@@ -104,9 +104,8 @@ impl MemoryReport {
 
 /// The text report: the budget, every device's peak, and the fullest device's resident and
 /// transient parts with its largest residents.
-pub fn memory_text(graph: &TaskGraph, capacity: f64, budget: f64) -> String {
-    let stats = graph.stats();
-    let fullest = fullest_device(&stats);
+pub fn memory_text(graph: &TaskGraph, stats: &MemoryStats, capacity: f64, budget: f64) -> String {
+    let fullest = fullest_device(stats);
     let d = fullest.0 as usize;
     let peaks: Vec<String> = stats.peak_bytes.iter().map(|&b| format!("{:.2}", b as f64 / 1e9)).collect();
     let largest: Vec<String> =

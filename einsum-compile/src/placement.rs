@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use einsum_core::DType;
 use einsum_core::taskgraph::DeviceId;
@@ -22,7 +23,7 @@ use crate::reuse::{Reused, SynthesisCache};
 /// An exchange program chosen for one consumer input, with what lowering needs.
 pub(crate) struct Synthesized {
     pub preamble: Preamble,
-    pub program: Program,
+    pub program: Arc<Program>,
     pub closure: Rc<Closure>,
     /// The site of every consumer function spec (from the membership of `S1..Sp`).
     pub placement: Vec<DeviceId>,
@@ -47,8 +48,49 @@ pub(crate) struct Request<'a> {
 
 /// Builds the preamble, synthesizes a body with `schedule` (or takes it from `cache`, see
 /// [`crate::reuse`]), validates it under the membership it was costed with, and reads the
-/// consumer's placement from that membership.
+/// consumer's placement from that membership. A request equal to an earlier one of the same
+/// compile (the same producer and consumer specs, placements and dtype: a layer of a stack
+/// repeating the exchange of the layer before it) gets the earlier answer, shared, without
+/// building its preamble again: everything here is a function of the request, the schedule
+/// and the topology.
 pub(crate) fn synthesize(
+    req: &Request<'_>,
+    schedule: Schedule,
+    topology: &Topology,
+    cache: &mut SynthesisCache,
+) -> Result<Rc<Synthesized>, CompileError> {
+    let key = RequestKey {
+        producer: req.producer.clone(),
+        output: req.output,
+        producer_placement: req.producer_placement.to_vec(),
+        consumer: req.consumer.clone(),
+        input: req.input,
+        dtype: req.dtype,
+        fixed: req.fixed.map(<[DeviceId]>::to_vec),
+    };
+    if let Some(done) = cache.request(&key) {
+        return Ok(done);
+    }
+    let done = Rc::new(synthesize_afresh(req, schedule, topology, cache)?);
+    cache.remember_request(key, Rc::clone(&done));
+    Ok(done)
+}
+
+/// Everything a [`Request`] is answered from except its label (which only names it in
+/// errors): the key of [`SynthesisCache::request`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RequestKey {
+    producer: JoinAggSpec,
+    output: usize,
+    producer_placement: Vec<DeviceId>,
+    consumer: JoinAggSpec,
+    input: usize,
+    dtype: DType,
+    fixed: Option<Vec<DeviceId>>,
+}
+
+/// [`synthesize`] for a request not seen before in this compile.
+fn synthesize_afresh(
     req: &Request<'_>,
     schedule: Schedule,
     topology: &Topology,
@@ -116,7 +158,7 @@ pub(crate) fn synthesize(
         pre.refined_for(&program).map_err(|e| CompileError::Lowering { label: label(), reason: e.to_string() })?;
     let placement =
         read_placement(&pre, &membership).map_err(|reason| CompileError::Placement { label: label(), reason })?;
-    Ok(Synthesized { preamble: pre, program, closure, placement, simulated_ms })
+    Ok(Synthesized { preamble: pre, program: Arc::new(program), closure, placement, simulated_ms })
 }
 
 /// The device of each consumer function spec: the one member of its partition; the sites

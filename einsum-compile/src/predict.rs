@@ -65,6 +65,19 @@ pub fn simulator_tasks(
     topology: &Topology,
     roofline: &Roofline,
 ) -> Result<Vec<SimTask>, PredictError> {
+    tasks_of(comp, graph, kernels, topology, roofline, true)
+}
+
+/// [`simulator_tasks`], with each task's label copied from the graph when `labels` holds and
+/// left empty (no allocation) otherwise.
+fn tasks_of(
+    comp: &Computation,
+    graph: &TaskGraph,
+    kernels: &[KernelCall],
+    topology: &Topology,
+    roofline: &Roofline,
+    labels: bool,
+) -> Result<Vec<SimTask>, PredictError> {
     let site = |b: BufferId| SiteId(graph.buffer(b).device.0 as usize);
     let bytes = |b: BufferId| graph.buffer(b).bytes() as f64;
     let copy = |at: SiteId, read: f64, write: f64| TaskKind::Aggregate {
@@ -98,7 +111,8 @@ pub fn simulator_tasks(
             }
         };
         let deps = node.deps.iter().map(|d| SimTaskId(d.0 as usize)).collect();
-        tasks.push(SimTask { label: node.label.clone(), kind, deps });
+        let label = if labels { node.label.clone() } else { String::new() };
+        tasks.push(SimTask { label, kind, deps });
     }
     Ok(tasks)
 }
@@ -129,4 +143,28 @@ pub fn predict(
     roofline.validate()?;
     let tasks = simulator_tasks(comp, graph, kernels, topology, roofline)?;
     Ok(einsum_sim::simulate(topology, &tasks)?)
+}
+
+/// [`predict()`]'s [`Trace::completion_ms`], bit for bit, without its trace: the simulator
+/// tasks carry no labels and the simulation records only when tasks end
+/// ([`einsum_sim::simulate_completion`]), which keeps a million-task prediction within a
+/// fraction of the memory. Fails as [`predict()`] does, with the same labelled errors (on
+/// failure the labelled tasks are built again to say which task failed).
+pub fn predict_ms(
+    comp: &Computation,
+    graph: &TaskGraph,
+    kernels: &[KernelCall],
+    topology: &Topology,
+    roofline: &Roofline,
+) -> Result<f64, PredictError> {
+    roofline.validate()?;
+    let tasks = tasks_of(comp, graph, kernels, topology, roofline, false)?;
+    match einsum_sim::simulate_completion(topology, &tasks) {
+        Ok(seconds) => Ok(seconds * 1e3),
+        // Labels change no check, so the labelled run fails too, naming the task.
+        Err(unlabelled) => {
+            drop(tasks);
+            Err(predict(comp, graph, kernels, topology, roofline).err().unwrap_or(unlabelled.into()))
+        }
+    }
 }

@@ -25,6 +25,13 @@
 //!   does not reuse across renamings: its placement is defined by site order (the identity
 //!   placement), which a renaming does not keep.
 //!
+//! # Requests repeated exactly
+//! Before any of this, [`SynthesisCache::request`] answers a request equal to an earlier one
+//! in everything synthesis reads (producer and consumer specs, output and input, placements,
+//! dtype: [`crate::placement::RequestKey`]) with the earlier answer itself, shared: the
+//! preamble, closure, placement and program are a function of the request, the schedule and
+//! the topology, so nothing is built again, not even the canonical key.
+//!
 //! [`compile`]: crate::compile
 
 use std::collections::HashMap;
@@ -32,6 +39,8 @@ use std::rc::Rc;
 
 use einsum_exprog::{Closure, Membership, Program, Relabelling};
 use einsum_sim::Topology;
+
+use crate::placement::{RequestKey, Synthesized};
 
 /// A synthesized exchange program as the cache keeps and returns it.
 #[derive(Clone, Debug)]
@@ -62,6 +71,10 @@ pub(crate) struct SynthesisCache {
     /// Per key, every problem synthesized under it whose result no earlier entry could
     /// stand in for.
     entries: HashMap<String, Vec<Entry>>,
+    /// Every request answered so far, by everything it is answered from
+    /// ([`crate::placement::synthesize`]): a request repeated exactly skips even the
+    /// preamble and the canonical key.
+    requests: HashMap<RequestKey, Rc<Synthesized>>,
     /// Lookups answered from an entry (unchanged or renamed).
     pub hits: usize,
     /// Of those, answered through a renaming other than the identity.
@@ -106,6 +119,19 @@ impl SynthesisCache {
             closure: None,
             simulated_ms: r.simulated_ms,
         })
+    }
+
+    /// The answer to a request equal to `key` made earlier in this compile, counted as a
+    /// hit.
+    pub fn request(&mut self, key: &RequestKey) -> Option<Rc<Synthesized>> {
+        let done = self.requests.get(key)?;
+        self.hits += 1;
+        Some(Rc::clone(done))
+    }
+
+    /// Remembers the answer to a request.
+    pub fn remember_request(&mut self, key: RequestKey, done: Rc<Synthesized>) {
+        self.requests.insert(key, done);
     }
 
     /// Remembers the result of synthesizing the problem with this key and canonical

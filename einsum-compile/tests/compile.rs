@@ -576,3 +576,45 @@ proptest! {
         prop_assert!(check(&comp, p, seed, schedule, &switch(8, 80.0)));
     }
 }
+
+/// A chain of five matmuls `x ← x·wₗ` (x is 8 × 8; even layers read `x(i, j)·w(j, k)`, odd
+/// ones `x(i, k)·w(k, j)`), even layers split by rows (`i`) and odd ones by columns (`j`):
+/// the exchanges into layers 3 and 4 repeat those into layers 1 and 2 exactly (same producer
+/// and consumer specs, same placements), so the compile answers them from the first (one
+/// shared program, `Arc::ptr_eq`), while the two different exchanges stay distinct; and the
+/// result still computes the chain.
+#[test]
+fn a_repeated_exchange_request_is_answered_once() {
+    let p = 4;
+    let mut comp = Computation::new();
+    let mut x = comp.add_input("x", desc(&[("i", 8), ("j", 8)]));
+    let mut ops = Vec::new();
+    for layer in 0..5 {
+        let (from, to, split) = if layer % 2 == 0 { ("j", "k", "i") } else { ("k", "j", "j") };
+        let x_desc = comp.desc(x).unwrap().clone();
+        let w_desc = desc(&[(from, 8), (to, 8)]);
+        let w = comp.add_input(format!("w{layer}"), w_desc.clone());
+        let mm = Einsum::matmul(&x_desc, &w_desc).unwrap();
+        let out = comp.add_op(format!("mm{layer}"), Box::new(mm), &[x, w]).unwrap()[0];
+        ops.push((out.op, split));
+        x = out;
+    }
+    comp.save(x).unwrap();
+    let mut specs = HashMap::new();
+    for (id, op, _) in comp.ops() {
+        let split = ops.iter().find(|(o, _)| *o == id).unwrap().1;
+        let counts: Vec<usize> = op.shardable().iter().map(|s| if s.name == split { p } else { 1 }).collect();
+        specs.insert(id, einsum_joinagg::request_spec(op, &counts).unwrap());
+    }
+    for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None }] {
+        let options = CompileOptions { devices: p, schedule, topology: switch(p, 80.0), memory_budget: None };
+        let compiled = compile(&comp, &specs, &options).unwrap();
+        let program = |layer: usize| &compiled.programs.iter().find(|e| e.op == ops[layer].0).unwrap().program;
+        assert_eq!(compiled.programs.len(), 4, "{schedule:?}");
+        assert!(std::sync::Arc::ptr_eq(program(3), program(1)), "{schedule:?}");
+        assert!(std::sync::Arc::ptr_eq(program(4), program(2)), "{schedule:?}");
+        assert!(!std::sync::Arc::ptr_eq(program(1), program(2)), "{schedule:?}");
+        assert_ne!(**program(1), **program(2), "{schedule:?}");
+        run(&comp, &compiled, 3);
+    }
+}

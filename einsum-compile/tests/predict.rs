@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use einsum_compile::{CompileOptions, KernelCall, PredictError, Schedule, compile, predict};
+use einsum_compile::{CompileOptions, KernelCall, PredictError, Schedule, compile, predict, predict_ms};
 use einsum_core::taskgraph::{Boundary, DeviceId, Task, TaskGraph};
 use einsum_core::{DType, TensorDesc, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId};
@@ -92,12 +92,8 @@ fn a_matmul_split_on_rows_over_two_devices_takes_one_half_time() {
     assert!(close(want, matmul_seconds(512, 1024, 1024)));
 }
 
-/// `y = (a b) c` at p = 2: the first matmul split on its contracted index `j` (each device
-/// holds a partial sum of all of `a b`), the second on the columns `l` of `c` (each device
-/// needs all of `a b`). The exchange program between them is the paper's Example 5.1: swap
-/// the partial sums, aggregate on both devices.
-#[test]
-fn example_5_1_between_two_matmuls_is_kernel_swap_sum_kernel() {
+/// Example 5.1's computation and specs (see the test below), with its sizes `(i, j, k, l)`.
+fn example_5_1() -> (Computation, HashMap<OpId, JoinAggSpec>, (usize, usize, usize, usize)) {
     let (i, j, k, l) = (256, 512, 256, 1024);
     let mut comp = Computation::new();
     let (ad, bd, cd) = (desc(&[("i", i), ("j", j)]), desc(&[("j", j), ("k", k)]), desc(&[("k", k), ("l", l)]));
@@ -120,6 +116,16 @@ fn example_5_1_between_two_matmuls_is_kernel_swap_sum_kernel() {
         (x.op, JoinAggSpec { functions: vec![first(0), first(1)] }),
         (y.op, JoinAggSpec { functions: vec![second(0), second(1)] }),
     ]);
+    (comp, specs, (i, j, k, l))
+}
+
+/// `y = (a b) c` at p = 2: the first matmul split on its contracted index `j` (each device
+/// holds a partial sum of all of `a b`), the second on the columns `l` of `c` (each device
+/// needs all of `a b`). The exchange program between them is the paper's Example 5.1: swap
+/// the partial sums, aggregate on both devices.
+#[test]
+fn example_5_1_between_two_matmuls_is_kernel_swap_sum_kernel() {
+    let (comp, specs, (i, j, k, l)) = example_5_1();
     let compiled = compile(&comp, &specs, &options(2)).unwrap();
     let stats = compiled.graph.stats();
     assert_eq!(stats.tasks.get("transfer"), Some(&2), "{:?}", stats.tasks);
@@ -138,6 +144,30 @@ fn example_5_1_between_two_matmuls_is_kernel_swap_sum_kernel() {
     assert_eq!(compiled.programs.len(), 1);
     let program_ms = (swap + 3.0 * block / HBM) * 1e3;
     assert!(close(compiled.programs[0].simulated_ms, program_ms), "{}", compiled.programs[0].simulated_ms);
+}
+
+/// `predict_ms` (what `compile` reports) is `predict`'s traced completion bit for bit, on a
+/// machine with latencies and wave quantization (the DGX A100 preset) as on the fluid one,
+/// and fails with the same labelled error.
+#[test]
+fn the_untraced_prediction_is_the_traced_one_bit_for_bit() {
+    let (comp, specs, _) = example_5_1();
+    for topology in [Topology::preset("dgx-a100").unwrap(), a100()] {
+        let options = CompileOptions { topology: topology.clone(), ..options(2) };
+        let c = compile(&comp, &specs, &options).unwrap();
+        let traced = predict(&comp, &c.graph, &c.kernels, &topology, &Roofline::default()).unwrap().completion_ms();
+        let alone = predict_ms(&comp, &c.graph, &c.kernels, &topology, &Roofline::default()).unwrap();
+        assert_eq!(
+            (alone.to_bits(), c.predicted_ms.to_bits()),
+            (traced.to_bits(), traced.to_bits()),
+            "{}",
+            topology.name()
+        );
+    }
+    let (comp, graph, calls) = two_kernels(1);
+    let one_site = Topology::new("one", vec![a100().sites()[0]], vec![], None).unwrap();
+    let traced = predict(&comp, &graph, &calls, &one_site, &Roofline::default()).unwrap_err();
+    assert_eq!(predict_ms(&comp, &graph, &calls, &one_site, &Roofline::default()).unwrap_err(), traced);
 }
 
 /// Two independent matmuls of different sizes, by hand in a task graph on two devices:

@@ -17,6 +17,14 @@
 //! the instant it starts, and so can release its dependents at the same instant. A task with
 //! a latency ([`Topology::task_latency`], `latency.rs`) waits that long after it starts
 //! before its flows enter; the waiting tasks' wake-up times are events like completions.
+//!
+//! # Two outputs, one run
+//! [`simulate`] records a full [`Trace`] (every task's label, resources and deliveries, every
+//! resource's usage); [`simulate_completion`] runs the same event loop recording only when
+//! each task ends, for callers that need the completion time alone (the whole-plan
+//! prediction of a million-task graph, where the trace would be most of the memory). The loop
+//! is one generic function over what it records ([`Record`]), so both give the same times bit
+//! for bit.
 
 use std::collections::VecDeque;
 
@@ -49,43 +57,179 @@ struct Flow {
 /// infinite byte count.
 pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimError> {
     check(topology, tasks)?;
-    let n = tasks.len();
-    let mut dependents = vec![Vec::new(); n];
-    let mut pending = vec![0usize; n];
-    for (i, task) in tasks.iter().enumerate() {
-        pending[i] = task.deps.len();
-        for d in &task.deps {
-            dependents[d.0].push(i);
-        }
-    }
-    let mut capacity: Vec<f64> = topology.resources().iter().map(|r| r.capacity).collect();
-    capacity.extend(std::iter::repeat_n(1.0, topology.num_sites()));
-    let mut usage: Vec<ResourceUsage> = topology
-        .resources()
+    let mut record = Full::new(topology, tasks);
+    let times = run(topology, tasks, &mut record);
+    let completion = completion(&times.end);
+    let traces: Vec<TaskTrace> = tasks
         .iter()
-        .map(|r| ResourceUsage { name: r.name(), capacity: r.capacity, busy_time: 0.0, bytes: 0.0 })
-        .chain((0..topology.num_sites()).map(|s| ResourceUsage {
-            name: format!("compute[{s}]"),
-            capacity: 1.0,
-            busy_time: 0.0,
-            bytes: 0.0,
-        }))
-        .collect();
-    let mut traces: Vec<TaskTrace> = tasks
-        .iter()
-        .map(|t| TaskTrace {
+        .zip(record.details)
+        .enumerate()
+        .map(|(i, (t, Detail { resources, deliveries }))| TaskTrace {
             label: t.label.clone(),
             kind: t.kind.clone(),
-            start: f64::NAN,
-            end: f64::NAN,
-            resources: Vec::new(),
-            deliveries: match &t.kind {
-                TaskKind::Transfer { dst, .. } => vec![(*dst, f64::NAN)],
-                TaskKind::Multicast { dsts, .. } => dsts.iter().map(|d| (*d, f64::NAN)).collect(),
-                TaskKind::Aggregate { .. } | TaskKind::Compute { .. } => Vec::new(),
-            },
+            start: times.start[i],
+            end: times.end[i],
+            resources,
+            deliveries,
         })
         .collect();
+    let transfer_time =
+        union_length(traces.iter().filter(|t| t.kind.is_transfer()).map(|t| (t.start, t.end)).collect());
+    Ok(Trace { completion, transfer_time, tasks: traces, usage: record.usage })
+}
+
+/// Seconds until the last of `tasks` ends on `topology` (0 for no tasks): what
+/// [`simulate`]'s [`Trace::completion`] is, bit for bit, without recording the trace (no
+/// per-task labels, resources, deliveries or resource usage are kept). Fails as
+/// [`simulate`] does.
+pub fn simulate_completion(topology: &Topology, tasks: &[SimTask]) -> Result<f64, SimError> {
+    check(topology, tasks)?;
+    Ok(completion(&run(topology, tasks, &mut Nothing).end))
+}
+
+/// The largest end time, folded in task order (as [`simulate`] always has).
+fn completion(end: &[f64]) -> f64 {
+    end.iter().fold(0.0, |acc, &e| acc.max(e))
+}
+
+/// When each task started and ended, in seconds.
+struct Times {
+    start: Vec<f64>,
+    end: Vec<f64>,
+}
+
+/// What the event loop reports beyond start and end times; [`Nothing`] for
+/// [`simulate_completion`], [`Full`] for [`simulate`].
+trait Record {
+    /// Task `task` starts a flow over `route`.
+    fn route(&mut self, task: usize, route: &[usize]);
+    /// Delivery `delivery` of task `task` completed at `at`.
+    fn delivered(&mut self, task: usize, delivery: usize, at: f64);
+    /// The resources in `busy` carried flows for `step` seconds.
+    fn busy(&mut self, busy: &[usize], step: f64);
+    /// A flow of `bytes` over `route` finished.
+    fn moved(&mut self, route: &[usize], bytes: f64);
+}
+
+/// Records nothing.
+struct Nothing;
+
+impl Record for Nothing {
+    fn route(&mut self, _: usize, _: &[usize]) {}
+    fn delivered(&mut self, _: usize, _: usize, _: f64) {}
+    fn busy(&mut self, _: &[usize], _: f64) {}
+    fn moved(&mut self, _: &[usize], _: f64) {}
+}
+
+/// Records every task's resources and deliveries and every resource's usage.
+struct Full {
+    details: Vec<Detail>,
+    usage: Vec<ResourceUsage>,
+}
+
+/// What [`Full`] records of one task beyond its times (the fields of its [`TaskTrace`]).
+struct Detail {
+    resources: Vec<ResourceId>,
+    deliveries: Vec<(SiteId, f64)>,
+}
+
+impl Full {
+    fn new(topology: &Topology, tasks: &[SimTask]) -> Full {
+        let usage = topology
+            .resources()
+            .iter()
+            .map(|r| ResourceUsage { name: r.name(), capacity: r.capacity, busy_time: 0.0, bytes: 0.0 })
+            .chain((0..topology.num_sites()).map(|s| ResourceUsage {
+                name: format!("compute[{s}]"),
+                capacity: 1.0,
+                busy_time: 0.0,
+                bytes: 0.0,
+            }))
+            .collect();
+        let details = tasks
+            .iter()
+            .map(|t| {
+                let deliveries = match &t.kind {
+                    TaskKind::Transfer { dst, .. } => vec![(*dst, f64::NAN)],
+                    TaskKind::Multicast { dsts, .. } => dsts.iter().map(|d| (*d, f64::NAN)).collect(),
+                    TaskKind::Aggregate { .. } | TaskKind::Compute { .. } => Vec::new(),
+                };
+                Detail { resources: Vec::new(), deliveries }
+            })
+            .collect();
+        Full { details, usage }
+    }
+}
+
+impl Record for Full {
+    fn route(&mut self, task: usize, route: &[usize]) {
+        let resources = &mut self.details[task].resources;
+        for &r in route {
+            if !resources.contains(&ResourceId(r)) {
+                resources.push(ResourceId(r));
+            }
+        }
+    }
+
+    fn delivered(&mut self, task: usize, delivery: usize, at: f64) {
+        self.details[task].deliveries[delivery].1 = at;
+    }
+
+    fn busy(&mut self, busy: &[usize], step: f64) {
+        for &r in busy {
+            self.usage[r].busy_time += step;
+        }
+    }
+
+    fn moved(&mut self, route: &[usize], bytes: f64) {
+        for &r in route {
+            self.usage[r].bytes += bytes;
+        }
+    }
+}
+
+/// Each task's dependents, in one flat array (`list[offset[i]..offset[i + 1]]` for task `i`),
+/// in ascending task order: the order in which finishing a task releases them.
+struct Dependents {
+    offset: Vec<usize>,
+    list: Vec<usize>,
+}
+
+impl Dependents {
+    fn of(tasks: &[SimTask]) -> Dependents {
+        let mut offset = vec![0usize; tasks.len() + 1];
+        for task in tasks {
+            for d in &task.deps {
+                offset[d.0 + 1] += 1;
+            }
+        }
+        for i in 0..tasks.len() {
+            offset[i + 1] += offset[i];
+        }
+        let mut next = offset.clone();
+        let mut list = vec![0usize; offset[tasks.len()]];
+        for (i, task) in tasks.iter().enumerate() {
+            for d in &task.deps {
+                list[next[d.0]] = i;
+                next[d.0] += 1;
+            }
+        }
+        Dependents { offset, list }
+    }
+
+    fn of_task(&self, i: usize) -> &[usize] {
+        &self.list[self.offset[i]..self.offset[i + 1]]
+    }
+}
+
+/// The event loop (module docs) over checked `tasks`, reporting to `record`.
+fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Times {
+    let n = tasks.len();
+    let dependents = Dependents::of(tasks);
+    let mut pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
+    let mut capacity: Vec<f64> = topology.resources().iter().map(|r| r.capacity).collect();
+    capacity.extend(std::iter::repeat_n(1.0, topology.num_sites()));
+    let mut times = Times { start: vec![f64::NAN; n], end: vec![f64::NAN; n] };
 
     let mut ready: VecDeque<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
     let mut open = vec![0usize; n];
@@ -99,9 +243,9 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
     let mut done = 0usize;
 
     // Ends `task` at `now` and queues the dependents it releases.
-    let mut finish = |task: usize, now: f64, traces: &mut [TaskTrace], ready: &mut VecDeque<usize>| {
-        traces[task].end = now;
-        for &j in &dependents[task] {
+    let mut finish = |task: usize, now: f64, end: &mut [f64], ready: &mut VecDeque<usize>| {
+        end[task] = now;
+        for &j in dependents.of_task(task) {
             pending[j] -= 1;
             if pending[j] == 0 {
                 ready.push_back(j);
@@ -111,8 +255,8 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
 
     loop {
         while let Some(i) = ready.pop_front() {
-            if traces[i].start.is_nan() {
-                traces[i].start = now;
+            if times.start[i].is_nan() {
+                times.start[i] = now;
                 let latency = topology.task_latency(&tasks[i].kind);
                 if latency > 0.0 {
                     waiting.push(now + latency, i);
@@ -120,12 +264,7 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
                 }
             }
             for (flow, route) in flows_of(topology, i, &tasks[i]) {
-                let trace = &mut traces[i];
-                for &r in &route {
-                    if !trace.resources.contains(&ResourceId(r)) {
-                        trace.resources.push(ResourceId(r));
-                    }
-                }
+                record.route(i, &route);
                 if flow.bytes > 0.0 {
                     open[i] += 1;
                     let id = share.add(route);
@@ -133,11 +272,11 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
                     flows.push(flow);
                     active.push(id);
                 } else if let Some(d) = flow.delivery {
-                    trace.deliveries[d].1 = now;
+                    record.delivered(i, d, now);
                 }
             }
             if open[i] == 0 {
-                finish(i, now, &mut traces, &mut ready);
+                finish(i, now, &mut times.end, &mut ready);
                 done += 1;
             }
         }
@@ -152,9 +291,7 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
         if let Some(at) = wake {
             step = at - now;
         }
-        for &r in share.busy() {
-            usage[r].busy_time += step;
-        }
+        record.busy(share.busy(), step);
         now = wake.unwrap_or(now + step);
 
         let mut finished = false;
@@ -162,16 +299,14 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
             let rate = share.rate(f);
             let flow = &mut flows[f];
             if flow.remaining / rate <= step * (1.0 + FINISH_TIE) {
-                for &r in share.route(f) {
-                    usage[r].bytes += flow.bytes;
-                }
+                record.moved(share.route(f), flow.bytes);
                 flow.finished = true;
                 if let Some(d) = flow.delivery {
-                    traces[flow.task].deliveries[d].1 = now;
+                    record.delivered(flow.task, d, now);
                 }
                 open[flow.task] -= 1;
                 if open[flow.task] == 0 {
-                    finish(flow.task, now, &mut traces, &mut ready);
+                    finish(flow.task, now, &mut times.end, &mut ready);
                     done += 1;
                 }
                 share.remove(f);
@@ -186,11 +321,7 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
         waiting.pop_due(now, |i| ready.push_back(i));
     }
     debug_assert_eq!(done, n, "the cycle check guarantees every task runs");
-
-    let completion = traces.iter().map(|t| t.end).fold(0.0, f64::max);
-    let transfer_time =
-        union_length(traces.iter().filter(|t| t.kind.is_transfer()).map(|t| (t.start, t.end)).collect());
-    Ok(Trace { completion, transfer_time, tasks: traces, usage })
+    times
 }
 
 /// The flows of task `i` with their routes, in the order of its trace's deliveries.
@@ -276,17 +407,12 @@ fn check(topology: &Topology, tasks: &[SimTask]) -> Result<(), SimError> {
 fn check_acyclic(tasks: &[SimTask]) -> Result<(), SimError> {
     let n = tasks.len();
     let mut pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
-    let mut dependents = vec![Vec::new(); n];
-    for (i, t) in tasks.iter().enumerate() {
-        for d in &t.deps {
-            dependents[d.0].push(i);
-        }
-    }
+    let dependents = Dependents::of(tasks);
     let mut queue: Vec<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
     let mut finished = vec![false; n];
     while let Some(i) = queue.pop() {
         finished[i] = true;
-        for &j in &dependents[i] {
+        for &j in dependents.of_task(i) {
             pending[j] -= 1;
             if pending[j] == 0 {
                 queue.push(j);
@@ -404,6 +530,36 @@ mod tests {
             Err(SimError::InvalidBytes { field: "seconds", .. })
         ));
         assert!(matches!(simulate(&t, &[SimTask::compute("far", s(8), 1.0)]), Err(SimError::UnknownSite { .. })));
+    }
+
+    /// `simulate_completion` runs the event loop of `simulate` and must give its completion
+    /// bit for bit, here with latencies (tasks waiting before their flows), shared links,
+    /// multicasts and zero-byte tasks, on two machines; and fail alike.
+    #[test]
+    fn the_completion_alone_is_the_traced_completion_bit_for_bit() {
+        let mut tasks = vec![
+            SimTask::compute("k0", s(0), 1.3e-4),
+            SimTask::compute("k1", s(1), 0.7e-4),
+            SimTask::multicast("m", s(0), vec![s(1), s(2), s(3)], 0.3 * GB).after([SimTaskId(0)]),
+            SimTask::transfer("empty", s(2), s(1), 0.0).after([SimTaskId(1)]),
+        ];
+        for i in 0..12 {
+            let dep = SimTaskId(tasks.len() - 1 - i % 3);
+            tasks.push(
+                SimTask::transfer("t", s(i % 4), s((i + 1 + i / 4) % 4), (1 + i) as f64 * 0.01 * GB).after([dep]),
+            );
+            tasks.push(SimTask::aggregate("a", s(i % 4), 1e8, 5e7).after([SimTaskId(tasks.len() - 1)]));
+        }
+        for name in ["dgx-h100", "dgx-v100", "dgx-a100x2"] {
+            let t = Topology::preset(name).expect("preset");
+            assert!(t.latency().kernel_launch > 0.0, "{name}");
+            let traced = simulate(&t, &tasks).expect("simulate").completion();
+            assert!(traced > 0.0);
+            assert_eq!(simulate_completion(&t, &tasks).expect("completion").to_bits(), traced.to_bits(), "{name}");
+        }
+        let bad = vec![SimTask::transfer("x", s(0), s(1), GB).after([SimTaskId(0)])];
+        assert_eq!(simulate_completion(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
+        assert_eq!(simulate_completion(&h100(), &[]).unwrap(), 0.0);
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub struct Args {
     cost: String,
     #[arg(long, help = super::scaled_topology_help("the machine the time model and the prediction target"))]
     topology: Option<String>,
+    /// The topology (a preset or a file) whose figures the time model prices, when it should
+    /// differ from the one compiled for and predicted on (default: --topology): plans for one
+    /// machine and predicts that plan on another, e.g. to ask how a plan chosen without
+    /// latencies runs with them.
+    #[arg(long, value_name = "TOPOLOGY")]
+    cost_topology: Option<String>,
     /// Exchange programs of the physical compilation.
     #[arg(long, value_enum, default_value_t = Synthesis::Naive)]
     schedule: Synthesis,
@@ -75,7 +81,7 @@ pub fn run(a: Args) -> Result<Report> {
     let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
     let strategy = super::optimizer(&a.optimizer, a.seed, a.ilp_time_limit, a.ilp_node_limit)?;
     let ChosenTopology { name: topology_name, topology, note } = choose_topology(a.topology.as_deref(), a.devices)?;
-    let model = cost_model_by_name(&a.cost, &topology_name)?;
+    let model = cost_model_by_name(&a.cost, a.cost_topology.as_deref().unwrap_or(&topology_name))?;
     let schedule = a.schedule.schedule(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
@@ -105,21 +111,25 @@ pub fn run(a: Args) -> Result<Report> {
             host_memory: None,
         };
         let planned = plan_and_compile(&request)?;
-        let stats = planned.compiled.graph.stats();
+        let stats = &planned.compiled.stats;
         let capacity = capacity(&topology, a.devices);
         let physical = Physical::Predicted {
             predicted_ms: planned.compiled.predicted_ms,
             bytes_moved: stats.bytes_moved,
             compile_ms: planned.compile_ms,
             memory: (
-                memory_text(&planned.compiled.graph, capacity, planned.budget),
-                MemoryReport::new(&stats, capacity, planned.budget),
+                memory_text(&planned.compiled.graph, stats, capacity, planned.budget),
+                MemoryReport::new(stats, capacity, planned.budget),
             ),
         };
         (planned.plan, physical, planned.optimize_ms)
     };
 
     let mut text = note.map_or_else(String::new, |n| format!("{n}\n"));
+    if let Some(priced) = &a.cost_topology {
+        text +=
+            &format!("the cost model prices `{priced}`; the plan is compiled for and predicted on `{topology_name}`\n");
+    }
     text += &format!(
         "{} on {} devices: {} optimizer, {} cost ({}), {optimize_ms:.1} ms\n",
         a.workload, a.devices, a.optimizer, a.cost, plan.unit

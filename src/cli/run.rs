@@ -279,7 +279,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     {
         let _ = writeln!(text, "  device {d}: {r} + {t} = {p} bytes");
     }
-    text += &memory_text(&exe.compiled().graph, exe.memory_capacity(), exe.memory_budget());
+    text += &memory_text(&exe.compiled().graph, &exe.compiled().stats, exe.memory_capacity(), exe.memory_budget());
     if let Some(path) = &a.dot {
         einsum_core::fsio::write_atomic(path, dot(&exe).as_bytes())?;
         let _ = writeln!(text, "task graph written to {}", path.display());
