@@ -17,7 +17,8 @@ use crate::memory_report::{MemoryReport, memory_text};
 /// not be compiled on the topology, `compile_error` saying why).
 #[derive(Serialize)]
 pub struct PlanReport<'a> {
-    /// The workload as given, `name:key=value,...`.
+    /// The workload as given, `name:key=value,...` (from Python: the workload a graph was
+    /// built from, or `graph` for one built call by call).
     pub workload: &'a str,
     /// The number of devices p the plan is for.
     pub devices: usize,
