@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use einsum_core::DType;
-use einsum_joinagg::TensorId;
+use einsum_joinagg::{IndexRole, TensorId};
 use einsummable::{AttentionConfig, BinaryOp, Error, Graph, Packing, ReduceOp, Tensor, UnaryOp, Workload};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -37,8 +37,13 @@ enum Step {
     Rope { x: TensorId, sequence: String, feature: String, theta: f32, packing: Packing },
     Attention { q: TensorId, k: TensorId, v: TensorId, config: AttentionConfig },
     Reduce { x: TensorId, over: Vec<String>, op: ReduceOp },
+    Role { index: String, role: IndexRole },
     Save { t: TensorId },
 }
+
+/// Every index role, for `Graph.role` by name.
+const ROLES: [IndexRole; 5] =
+    [IndexRole::Tokens, IndexRole::QueryBlocks, IndexRole::HeadsKv, IndexRole::HeadsQ, IndexRole::FfnHidden];
 
 impl Step {
     /// Applies the call to `g`: the tensor it made, if any.
@@ -89,6 +94,10 @@ impl Step {
                 let x = t(x)?;
                 let over: Vec<&str> = over.iter().map(String::as_str).collect();
                 g.reduce(x, &over, *op)?
+            }
+            Step::Role { index, role } => {
+                g.role(index, *role)?;
+                return Ok(None);
             }
             Step::Save { t: id } => {
                 let x = t(id)?;
@@ -399,6 +408,18 @@ impl PyGraph {
         let op = ReduceOp::parse(op).map_err(Error::from).py_err()?;
         let step = Step::Reduce { x: self.own(&x)?, over, op };
         self.push_tensor(step)
+    }
+
+    /// Declares that the index `index` has `role` (`tokens`, `query_blocks`, `heads_kv`,
+    /// `heads_q`, `ffn_hidden`) throughout the graph, for the baselines that follow a model's
+    /// structure (`megatron`, `ulysses`): e.g. `g.role("d_ff", "ffn_hidden")`.
+    fn role(&mut self, index: String, role: &str) -> PyResult<()> {
+        let Some(role) = ROLES.into_iter().find(|r| r.name() == role) else {
+            let names: Vec<&str> = ROLES.iter().map(|r| r.name()).collect();
+            return Err(GraphError::new_err(format!("unknown index role `{role}`; valid: {}", names.join(", "))));
+        };
+        self.push(Step::Role { index, role })?;
+        Ok(())
     }
 
     /// Marks `t` as an output: `run` returns it under `name` (default: `t.name`).

@@ -35,6 +35,19 @@ def test_two_layer_ffn_on_4_devices_equals_numpy(optimizer):
     assert any(n > 1 for op in exe.plan()["ops"] for n in op["splits"].values())
 
 
+def test_declared_roles_let_megatron_plan_a_hand_built_graph():
+    g = ffn()
+    with pytest.raises(es.PlanError, match="ffn_hidden"):
+        es.compile(g, devices=4, optimizer="megatron")
+    with pytest.raises(es.GraphError, match="unknown index role `hidden`; valid: tokens"):
+        g.role("d_ff", "hidden")
+    g.role("d_ff", "ffn_hidden")
+    exe = es.compile(g, devices=4, optimizer="megatron")
+    assert [op["splits"].get("d_ff") for op in exe.plan()["ops"]] == [4, 4, 4]
+    values = random_inputs(g, seed=8)
+    assert rel_error(exe.run(values)["y"], reference(values)) <= 1e-5
+
+
 def test_inputs_stay_loaded_between_runs():
     g = ffn()
     exe = es.compile(g, devices=4)
