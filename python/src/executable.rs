@@ -102,8 +102,10 @@ impl PyExecutable {
 impl PyExecutable {
     /// Loads `inputs` (`{input name: ndarray}`, each of the input's dtype and shape) onto the
     /// devices, runs the task graph with the GIL released, and returns every saved output,
-    /// `{output name: ndarray}`. An input given once stays loaded for later runs.
+    /// `{output name: ndarray}`. An input given once stays loaded for later runs. A run
+    /// that needs more host memory than the machine has is refused first (`RunError`).
     fn run<'py>(&mut self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+        self.exe().check_host_memory(false).py_err()?;
         let mut values = Vec::new();
         for (key, array) in inputs.iter() {
             let name: String = key.extract()?;
@@ -167,7 +169,7 @@ impl PyExecutable {
         )
     }
 
-    /// The inputs `run` takes, `{name: (shape, dtype)}`.
+    /// The inputs `run` takes, `[(name, shape, dtype)]` in the graph's order.
     #[getter]
     fn inputs(&self) -> Vec<(String, Vec<usize>, &'static str)> {
         self.inputs.iter().map(|(n, _, d)| (n.clone(), d.shape(), d.dtype.name())).collect()
