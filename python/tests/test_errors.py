@@ -104,3 +104,12 @@ def test_bad_workloads_are_workload_errors():
         es.workload("mlp")
     with pytest.raises(es.WorkloadError):
         es.experiment("figure9")
+
+
+def test_unknown_backend_and_schedule():
+    g, x, w = small()
+    g.save(g.matmul(x, w))
+    with pytest.raises(es.EinsummableError, match="tpu"):
+        es.compile(g, backend="tpu")
+    with pytest.raises(es.EinsummableError, match="schedule `fast`: expected naive or search"):
+        es.compile(g, schedule="fast")

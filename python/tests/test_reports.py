@@ -46,3 +46,9 @@ def test_experiment_runs_small(tmp_path):
 def test_optimizers_table():
     names = [n for n, _ in es.optimizers()]
     assert names[:2] == ["dp", "greedy"] and "megatron" in names
+
+
+def test_search_schedule_is_reported():
+    g = es.workloads.ffn(tokens=64, d_model=32, d_ff=128)
+    plan = es.compile(g, devices=4, schedule="search", seed=1).plan()
+    assert plan["schedule"] == "search" and plan["predicted_ms"] > 0
