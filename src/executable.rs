@@ -185,6 +185,10 @@ pub struct Executable<'g> {
     /// The per-device memory budget the plan fits, and the devices' smallest HBM capacity.
     budget: f64,
     capacity: f64,
+    /// Wall times of the logical optimizer and of physical compilation, in ms (every round
+    /// of the plan-then-compile pipeline added up).
+    optimize_ms: f64,
+    compile_ms: f64,
     /// The task graph prepared on the backend (which holds the kernel library).
     prepared: Box<dyn Prepared + 'g>,
     /// The backend's name, and the host bytes it needs besides the input values
@@ -271,6 +275,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         host_memory: None,
     })?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
+    let (optimize_ms, compile_ms) = (planned.optimize_ms, planned.compile_ms);
     let compiled = Arc::new(planned.compiled);
     let kernels = Arc::new(GraphKernels { comp, compiled: Arc::clone(&compiled) });
     let prepared = backend.prepare(&compiled.graph, kernels)?;
@@ -282,6 +287,8 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         compiled,
         budget,
         capacity,
+        optimize_ms,
+        compile_ms,
         prepared,
         backend: backend.name().to_string(),
         backend_host_bytes,
@@ -394,9 +401,21 @@ impl Executable<'_> {
     }
 
     /// Tasks, bytes moved and memory per device (resident inputs, transient peak, peak) of
-    /// the task graph.
-    pub fn stats(&self) -> MemoryStats {
-        self.compiled.graph.stats()
+    /// the task graph, as computed once by the compile.
+    pub fn stats(&self) -> &MemoryStats {
+        &self.compiled.stats
+    }
+
+    /// Wall time of the logical optimizer in `compile`, in ms (every replanning under the
+    /// memory budget included).
+    pub fn optimize_ms(&self) -> f64 {
+        self.optimize_ms
+    }
+
+    /// Wall time of the physical compilation in `compile` (placement, exchange programs,
+    /// lowering), in ms.
+    pub fn compile_ms(&self) -> f64 {
+        self.compile_ms
     }
 
     /// The predicted time on the topology, in ms: the whole task graph simulated once, roofline

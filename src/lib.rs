@@ -19,6 +19,7 @@ pub mod check;
 pub mod dump;
 mod error;
 mod executable;
+pub mod report;
 
 pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::{Schedule, memory_report, pipeline};

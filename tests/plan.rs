@@ -151,3 +151,29 @@ fn plan_beyond_the_topology_reports_why_it_was_not_compiled() {
     assert_eq!(v["bytes_moved"], serde_json::Value::Null);
     assert!(v["compile_error"].as_str().unwrap().contains("fewer than the 27 devices"), "{v}");
 }
+
+/// `PlanReport::compiled` (what the Python package's `plan()` returns) is `plan --json`'s
+/// object for the same workload and options: the same keys in the same order, the same
+/// plan and the same prediction (only the wall times differ).
+#[test]
+fn the_compiled_plan_report_is_the_plan_commands_object() {
+    let spec = "ffn:tokens=64,d_model=32,d_ff=128";
+    let out = Command::new(env!("CARGO_BIN_EXE_einsummable"))
+        .args(["plan", spec, "--devices", "4", "--topology", "dgx-h100", "--dtype", "f32", "--json"])
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let graph = Workload::parse(spec).unwrap().build(DType::F32).unwrap();
+    let options = CompileOptions::new().devices(4).topology(Topology::named("dgx-h100").unwrap());
+    let exe = compile(&graph, &options).unwrap();
+    let report = einsummable::report::PlanReport::compiled(&exe, spec, "dgx-h100", "naive");
+    let lib: serde_json::Value = serde_json::to_value(&report).unwrap();
+
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&lib), keys(&cli));
+    for key in keys(&cli).iter().filter(|k| !k.ends_with("_ms") || *k == "predicted_ms") {
+        assert_eq!(lib[key], cli[key], "{key}");
+    }
+}

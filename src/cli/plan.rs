@@ -1,13 +1,13 @@
 //! `einsummable plan`: the logical plan of a workload, compiled physically (exchange
 //! programs and task graph, nothing executed) for its predicted time and bytes moved.
 
-use std::{collections::BTreeMap, time::Instant};
+use std::time::Instant;
 
-use einsum_logical::{PlannedOp, Problem, cost_model_by_name};
+use einsum_logical::{Problem, cost_model_by_name};
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
+use einsummable::report::{PlanReport, PlannedOpReport};
 use einsummable::{Result, Workload};
-use serde::Serialize;
 
 use einsummable::DType;
 
@@ -185,91 +185,4 @@ pub fn run(a: Args) -> Result<Report> {
         memory,
     };
     Ok(Report::new(&json, text, true))
-}
-
-/// The `--json` object of `plan`: the logical plan with its cost under the cost model, and
-/// what physical compilation of it predicts (every prediction `null` when the plan could
-/// not be compiled on the topology, `compile_error` saying why).
-#[derive(Serialize)]
-pub struct PlanReport<'a> {
-    /// The workload as given, `name:key=value,...`.
-    pub workload: &'a str,
-    /// The number of devices p the plan is for.
-    pub devices: usize,
-    /// The logical optimizer's name.
-    pub optimizer: &'a str,
-    /// The cost model's name.
-    pub cost_model: &'a str,
-    /// The unit of the costs (`total_cost` and every operator's `cost`).
-    pub unit: &'static str,
-    /// The plan's total cost under the cost model, in `unit`.
-    pub total_cost: f64,
-    /// The bytes the plan moves between devices, by the cost model's count.
-    pub total_bytes: f64,
-    /// Wall time of the logical optimizer (and of any replanning under the budget), in ms.
-    pub optimize_ms: f64,
-    /// Every operator's split and cost, in the plan's order.
-    pub ops: Vec<PlannedOpReport<'a>>,
-    /// The topology (a preset's name or a file) the plan is compiled for: `--topology` as
-    /// given, or the default preset chosen for the devices (`dgx-a100x2` for 16).
-    pub topology: &'a str,
-    /// How exchange programs were synthesised: `naive` or `search`.
-    pub schedule: &'static str,
-    /// The compiled plan's predicted time on the topology in ms; `null` if not compiled.
-    pub predicted_ms: Option<f64>,
-    /// The bytes the compiled task graph moves between devices; `null` if not compiled.
-    pub bytes_moved: Option<usize>,
-    /// Wall time of the physical compilation in ms; `null` if not compiled.
-    pub compile_ms: Option<f64>,
-    /// Why the plan was not compiled (the topology has too few sites); `null` if compiled.
-    pub compile_error: Option<String>,
-    /// What each device keeps in memory; `null` if not compiled.
-    pub memory: Option<MemoryReport>,
-}
-
-/// One operator of [`PlanReport::ops`].
-#[derive(Serialize)]
-pub struct PlannedOpReport<'a> {
-    /// The operator's name in the graph.
-    pub name: &'a str,
-    /// Its kind (`matmul`, `attention`, ...).
-    pub kind: &'a str,
-    /// How many ways each of its shardable indices is split, by index name.
-    pub splits: BTreeMap<&'a str, usize>,
-    /// Its cost under the plan, in the plan's unit.
-    pub cost: OpCostReport,
-}
-
-impl<'a> PlannedOpReport<'a> {
-    fn new(o: &'a PlannedOp) -> Self {
-        let c = &o.cost;
-        PlannedOpReport {
-            name: &o.name,
-            kind: &o.kind,
-            splits: o.splits.iter().map(|(n, c)| (n.as_str(), *c)).collect(),
-            cost: OpCostReport {
-                repartition: c.repartition,
-                join: c.join,
-                aggregation: c.aggregation,
-                compute: c.compute,
-                bytes: c.bytes,
-            },
-        }
-    }
-}
-
-/// The cost of one operator in the plan's unit, split as in Section 4.3, and the bytes it
-/// moves.
-#[derive(Serialize)]
-pub struct OpCostReport {
-    /// Sub-cost (1): inputs whose producer's tiling differs from what the spec needs.
-    pub repartition: f64,
-    /// Sub-cost (2): shipping input blocks to the function specs.
-    pub join: f64,
-    /// Sub-cost (3): combining partial outputs with the operator's ⊕.
-    pub aggregation: f64,
-    /// The slowest device's compute (zero under the proxy).
-    pub compute: f64,
-    /// Bytes the three communication sub-costs move (independent of the model).
-    pub bytes: f64,
 }

@@ -1,16 +1,12 @@
 //! `einsummable run` and `einsummable explain`: compile a workload and run it, or show how
 //! it would run.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    fmt::Write as _,
-    path::PathBuf,
-    sync::Arc,
-};
+use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
 
 use einsum_core::taskgraph::Task;
 use einsum_logical::cost_model_entry;
-use einsummable::memory_report::{MemoryReport, memory_text};
+use einsummable::memory_report::MemoryReport;
+use einsummable::report::{GraphReport, explain_text};
 use einsummable::{
     BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Workload, backend_by_name,
     check::{compare_with_reference, computation_tolerance},
@@ -248,42 +244,13 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     let exe = compile(&graph, &options)?;
     let comp = graph.computation();
     let mut text = summary(&a.compile, &topology, &exe);
-    let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
-    let _ = writeln!(text, "\nlogical plan ({} optimizer, {} cost):", a.compile.optimizer, exe.plan().cost_model);
-    for o in &exe.plan().ops {
-        let place = exe.compiled().placement.get(&o.id).map(|d| d.iter().map(|d| d.0.to_string()).collect::<Vec<_>>());
-        let _ = writeln!(
-            text,
-            "  {:<16} {:<10} {:<28} devices {}",
-            o.name,
-            o.kind,
-            o.splits_label(),
-            place.map_or_else(String::new, |p| p.join(","))
-        );
-    }
-    let _ = writeln!(text, "\nexchange programs:");
-    for p in exe.programs() {
-        let _ = writeln!(
-            text,
-            "# {} input {} ({:.4} ms simulated)\n{}",
-            names.get(&p.op).map_or("", |s| s),
-            p.input,
-            p.simulated_ms,
-            p.program
-        );
-    }
-    let stats = exe.stats();
-    let _ = writeln!(text, "\nmemory per device (resident inputs + transient peak = peak):");
-    for (d, ((r, t), p)) in
-        stats.resident_bytes.iter().zip(&stats.transient_peak_bytes).zip(&stats.peak_bytes).enumerate()
-    {
-        let _ = writeln!(text, "  device {d}: {r} + {t} = {p} bytes");
-    }
-    text += &memory_text(&exe.compiled().graph, &exe.compiled().stats, exe.memory_capacity(), exe.memory_budget());
+    text += &explain_text(&exe);
     if let Some(path) = &a.dot {
         einsum_core::fsio::write_atomic(path, dot(&exe).as_bytes())?;
         let _ = writeln!(text, "task graph written to {}", path.display());
     }
+    let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
+    let stats = exe.stats();
     let memory = MemoryReport::new(&stats, exe.memory_capacity(), exe.memory_budget());
     let json = ExplainReport {
         workload: &a.compile.workload,
@@ -348,38 +315,6 @@ fn dot(exe: &Executable<'_>) -> String {
     }
     out.push_str("}\n");
     out
-}
-
-/// The fields `run` and `explain` share (flattened into their objects): the compiled task
-/// graph's predicted time, traffic, memory and tasks.
-#[derive(Serialize)]
-pub struct GraphReport {
-    /// The simulator's predicted time on the topology, in ms.
-    pub predicted_ms: f64,
-    /// Bytes the task graph moves between devices.
-    pub bytes_moved: usize,
-    /// Per device, the peak bytes: resident plus transient peak.
-    pub peak_bytes_per_device: Vec<usize>,
-    /// Per device, the bytes of computation inputs resident for the executable's lifetime.
-    pub resident_bytes_per_device: Vec<usize>,
-    /// Per device, the peak of the buffers freed after their last reader.
-    pub transient_peak_bytes_per_device: Vec<usize>,
-    /// The number of tasks of each kind (`load`, `transfer`, `kernel`, ...).
-    pub tasks: BTreeMap<&'static str, usize>,
-}
-
-impl GraphReport {
-    fn new(exe: &Executable<'_>) -> Self {
-        let stats = exe.stats();
-        GraphReport {
-            predicted_ms: exe.predicted_ms(),
-            bytes_moved: stats.bytes_moved,
-            peak_bytes_per_device: stats.peak_bytes,
-            resident_bytes_per_device: stats.resident_bytes,
-            transient_peak_bytes_per_device: stats.transient_peak_bytes,
-            tasks: stats.tasks,
-        }
-    }
 }
 
 /// The `--json` object of `run`: whether the run passed, its time, and the compiled task

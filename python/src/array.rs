@@ -1,0 +1,74 @@
+//! NumPy arrays to host tensors and back, through NumPy's own Python API (no C headers):
+//! f32 and f16 as NumPy's `float32` and `float16`, bf16 as the `bfloat16` dtype of the
+//! `ml_dtypes` package where it is installed.
+
+use einsum_core::{DType, HostTensor, TensorDesc};
+use pyo3::prelude::*;
+use pyo3::types::PyByteArray;
+
+use crate::errors::{DTypeError, IntoPy};
+
+/// NumPy's name of `dtype`'s arrays.
+fn numpy_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+    }
+}
+
+/// The NumPy dtype object of `dtype`: bf16 needs `ml_dtypes`, and fails saying so without it.
+fn numpy_dtype<'py>(py: Python<'py>, dtype: DType, what: &str) -> PyResult<Bound<'py, PyAny>> {
+    match dtype {
+        DType::BF16 => py.import("ml_dtypes").and_then(|m| m.getattr("bfloat16")).map_err(|_| {
+            DTypeError::new_err(format!(
+                "{what} is bf16, which NumPy holds only with the ml_dtypes package's bfloat16 \
+                 (pip install ml_dtypes), not installed here; or build the graph in f32 or f16"
+            ))
+        }),
+        other => py.import("numpy")?.getattr(numpy_name(other)),
+    }
+}
+
+/// The host tensor of input `name` (of type `desc`) from `array`: a NumPy array of exactly
+/// the input's dtype and shape (anything else is a `DTypeError` that says what was expected).
+pub fn to_host(array: &Bound<'_, PyAny>, name: &str, desc: &TensorDesc) -> PyResult<HostTensor> {
+    let py = array.py();
+    let np = py.import("numpy")?;
+    let a = np.call_method1("asarray", (array,))?;
+    let got: String = a.getattr("dtype")?.getattr("name")?.extract()?;
+    let want = numpy_name(desc.dtype);
+    if got != want {
+        return Err(DTypeError::new_err(format!(
+            "input `{name}` is {desc}: it needs a {want} array, got {got}{}",
+            if desc.dtype == DType::BF16 { " (bfloat16 arrays come from the ml_dtypes package)" } else { "" }
+        )));
+    }
+    let shape: Vec<usize> = a.getattr("shape")?.extract()?;
+    if shape != desc.shape() {
+        return Err(DTypeError::new_err(format!(
+            "input `{name}` is {desc}: it needs an array of shape {:?}, got {shape:?}",
+            desc.shape()
+        )));
+    }
+    // Row-major, native byte order: the layout `HostTensor::from_ne_bytes` reads.
+    let a = np.call_method1("ascontiguousarray", (a,))?;
+    let a = if a.getattr("dtype")?.getattr("byteorder")?.extract::<String>()? == ">" {
+        let native = a.getattr("dtype")?.call_method1("newbyteorder", ("=",))?;
+        a.call_method1("astype", (native,))?
+    } else {
+        a
+    };
+    let bytes = a.call_method0("tobytes")?;
+    let bytes: &[u8] = bytes.cast::<pyo3::types::PyBytes>()?.as_bytes();
+    HostTensor::from_ne_bytes(desc.tensor_type(), desc.dtype, bytes).py_err()
+}
+
+/// A new, writable NumPy array holding `t` (in its dtype), output `name`.
+pub fn to_numpy<'py>(py: Python<'py>, t: &HostTensor, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let dtype = numpy_dtype(py, t.dtype(), &format!("output `{name}`"))?;
+    let buffer = PyByteArray::new(py, &t.to_ne_bytes());
+    let np = py.import("numpy")?;
+    let flat = np.call_method1("frombuffer", (buffer, dtype))?;
+    flat.call_method1("reshape", (t.ty().shape(),))
+}

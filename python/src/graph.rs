@@ -1,0 +1,472 @@
+//! `einsummable.Graph` and `einsummable.Tensor`: the graph builder of `einsum-graph`, one
+//! method per builder call.
+//!
+//! # Design
+//! A Python graph records every builder call it accepted (a [`Step`]) besides applying it to
+//! its live Rust [`Graph`]. `compile` replays the steps into a new graph that the executable
+//! owns, so an executable is a snapshot: the Python graph can grow (more operators, more
+//! outputs) and be compiled again without touching executables compiled before. The replay
+//! is the same calls in the same order, failed ones included (a failed operator still takes
+//! a node number, e.g. `matmul #3`), so every tensor keeps its id and every node its name;
+//! both are checked.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use einsum_core::DType;
+use einsum_joinagg::{IndexRole, TensorId};
+use einsummable::{AttentionConfig, BinaryOp, Error, Graph, Packing, ReduceOp, Tensor, UnaryOp, Workload};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::errors::{GraphError, IntoPy};
+
+/// Source of distinct ids of Python graphs, so a tensor remembers the graph that made it.
+static NEXT_GRAPH: AtomicU64 = AtomicU64::new(0);
+
+/// One accepted builder call, with its arguments resolved (tensors by id).
+#[derive(Clone, Debug)]
+enum Step {
+    Input { name: String, dims: Vec<(String, usize)>, dtype: DType },
+    Einsum { equation: String, inputs: Vec<TensorId> },
+    Matmul { a: TensorId, b: TensorId },
+    Unary { x: TensorId, op: UnaryOp },
+    Binary { a: TensorId, b: TensorId, op: BinaryOp },
+    Softmax { x: TensorId, index: String },
+    RmsNorm { x: TensorId, weight: TensorId, index: String, eps: f32 },
+    LayerNorm { x: TensorId, weight: TensorId, bias: TensorId, index: String, eps: f32 },
+    Rope { x: TensorId, sequence: String, feature: String, theta: f32, packing: Packing },
+    Attention { q: TensorId, k: TensorId, v: TensorId, config: AttentionConfig },
+    Reduce { x: TensorId, over: Vec<String>, op: ReduceOp },
+    Role { index: String, role: IndexRole },
+    Save { t: TensorId },
+}
+
+/// Every index role, for `Graph.role` by name.
+const ROLES: [IndexRole; 5] =
+    [IndexRole::Tokens, IndexRole::QueryBlocks, IndexRole::HeadsKv, IndexRole::HeadsQ, IndexRole::FfnHidden];
+
+impl Step {
+    /// Applies the call to `g`: the tensor it made, if any.
+    fn apply(&self, g: &mut Graph) -> einsummable::Result<Option<Tensor>> {
+        let t = |id: &TensorId| g.tensor(*id);
+        let made = match self {
+            Step::Input { name, dims, dtype } => {
+                let dims: Vec<(&str, usize)> = dims.iter().map(|(n, e)| (n.as_str(), *e)).collect();
+                g.input(name, &dims, *dtype)?
+            }
+            Step::Einsum { equation, inputs } => {
+                let inputs = inputs.iter().map(t).collect::<Result<Vec<_>, _>>()?;
+                g.einsum(equation, &inputs)?
+            }
+            Step::Matmul { a, b } => {
+                let (a, b) = (t(a)?, t(b)?);
+                g.matmul(a, b)?
+            }
+            Step::Unary { x, op } => {
+                let x = t(x)?;
+                g.unary(x, *op)?
+            }
+            Step::Binary { a, b, op } => {
+                let (a, b) = (t(a)?, t(b)?);
+                g.binary(a, b, *op)?
+            }
+            Step::Softmax { x, index } => {
+                let x = t(x)?;
+                g.softmax(x, index)?
+            }
+            Step::RmsNorm { x, weight, index, eps } => {
+                let (x, w) = (t(x)?, t(weight)?);
+                g.rmsnorm(x, w, index, *eps)?
+            }
+            Step::LayerNorm { x, weight, bias, index, eps } => {
+                let (x, w, b) = (t(x)?, t(weight)?, t(bias)?);
+                g.layernorm(x, w, b, index, *eps)?
+            }
+            Step::Rope { x, sequence, feature, theta, packing } => {
+                let x = t(x)?;
+                g.rope(x, sequence, feature, *theta, packing.clone())?
+            }
+            Step::Attention { q, k, v, config } => {
+                let (q, k, v) = (t(q)?, t(k)?, t(v)?);
+                g.attention(q, k, v, config.clone())?
+            }
+            Step::Reduce { x, over, op } => {
+                let x = t(x)?;
+                let over: Vec<&str> = over.iter().map(String::as_str).collect();
+                g.reduce(x, &over, *op)?
+            }
+            Step::Role { index, role } => {
+                g.role(index, *role)?;
+                return Ok(None);
+            }
+            Step::Save { t: id } => {
+                let x = t(id)?;
+                g.save(x)?;
+                return Ok(None);
+            }
+        };
+        Ok(Some(made))
+    }
+}
+
+/// A handle to a tensor of one `Graph`: its name, named dimensions and dtype.
+#[pyclass(module = "einsummable", name = "Tensor", frozen)]
+pub struct PyTensor {
+    /// The Python graph that made it.
+    pub graph: u64,
+    /// Its id in that graph's computation.
+    pub id: TensorId,
+    /// The name of the node that produced it (an input's name, or e.g. `matmul #3`).
+    name: String,
+    /// Its dimensions, outermost first.
+    dims: Vec<(String, usize)>,
+    dtype: DType,
+}
+
+#[pymethods]
+impl PyTensor {
+    /// The name of the node that produced it: an input's name, or the operator's (`matmul #3`).
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The extents, outermost first (the NumPy shape of its value).
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.dims.iter().map(|d| d.1))
+    }
+
+    /// The index names, outermost first.
+    #[getter]
+    fn indices(&self) -> Vec<String> {
+        self.dims.iter().map(|d| d.0.clone()).collect()
+    }
+
+    /// `{index: extent}`, outermost first.
+    #[getter]
+    fn dims<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (n, e) in &self.dims {
+            d.set_item(n, e)?;
+        }
+        Ok(d)
+    }
+
+    /// The storage dtype: `f32`, `f16` or `bf16`.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.dtype.name()
+    }
+
+    fn __repr__(&self) -> String {
+        let dims: Vec<String> = self.dims.iter().map(|(n, e)| format!("{n}={e}")).collect();
+        format!("Tensor({:?}, [{}], {})", self.name, dims.join(", "), self.dtype.name())
+    }
+}
+
+/// A computation under construction: inputs, operators and saved outputs, with no device,
+/// sharding or communication in it (`compile` decides those). Builder errors raise
+/// `GraphError` with the message naming the operator and the index.
+#[pyclass(module = "einsummable", name = "Graph")]
+pub struct PyGraph {
+    uid: u64,
+    graph: Graph,
+    /// The workload the graph started from (`name:key=value,...`), if any.
+    workload: Option<(String, DType)>,
+    /// Every call, with the tensor it made (`Ok(None)`: none, `Err`: the call failed).
+    steps: Vec<(Step, Result<Option<TensorId>, ()>)>,
+    /// The saved outputs with the names `run` returns them under.
+    outputs: Vec<(String, TensorId)>,
+}
+
+impl PyGraph {
+    fn from_graph(graph: Graph, workload: Option<(String, DType)>) -> Self {
+        let mut g = PyGraph {
+            uid: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
+            graph,
+            workload,
+            steps: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let comp = g.graph.computation();
+        g.outputs = comp.saved().iter().map(|&t| (tensor_name(comp, t), t)).collect();
+        g
+    }
+
+    /// A graph built from the named workload `spec` (e.g. `ffn:tokens=64,d_model=32,d_ff=128`).
+    pub fn from_workload(spec: &str, dtype: DType) -> PyResult<Self> {
+        let graph = Workload::parse(spec).py_err()?.build(dtype).py_err()?;
+        Ok(Self::from_graph(graph, Some((spec.to_string(), dtype))))
+    }
+
+    /// The tensor's id, if the handle is of this graph.
+    fn own(&self, t: &PyTensor) -> PyResult<TensorId> {
+        if t.graph == self.uid {
+            Ok(t.id)
+        } else {
+            Err(GraphError::new_err(format!("tensor `{}` belongs to another graph", t.name)))
+        }
+    }
+
+    /// Applies `step` to the live graph and records it, failed or not; the tensor it made,
+    /// as a handle.
+    fn push(&mut self, step: Step) -> PyResult<Option<PyTensor>> {
+        let made = step.apply(&mut self.graph).map(|t| t.map(|t| t.id()));
+        self.steps.push((step, made.as_ref().map(|id| *id).map_err(|_| ())));
+        made.py_err()?.map(|id| self.handle(id)).transpose()
+    }
+
+    fn push_tensor(&mut self, step: Step) -> PyResult<PyTensor> {
+        self.push(step)?.ok_or_else(|| GraphError::new_err("internal error: the call made no tensor"))
+    }
+
+    fn handle(&self, id: TensorId) -> PyResult<PyTensor> {
+        let comp = self.graph.computation();
+        let desc = comp.desc(id).map_err(Error::from).py_err()?;
+        Ok(PyTensor {
+            graph: self.uid,
+            id,
+            name: tensor_name(comp, id),
+            dims: desc.dims.iter().map(|d| (d.name.clone(), d.extent)).collect(),
+            dtype: desc.dtype,
+        })
+    }
+
+    /// A new Rust graph with every call replayed: the snapshot an executable owns. The
+    /// workload the graph started from is rebuilt first.
+    pub fn replay(&self) -> PyResult<Graph> {
+        let mut g = match &self.workload {
+            Some((spec, dtype)) => Workload::parse(spec).py_err()?.build(*dtype).py_err()?,
+            None => Graph::new(),
+        };
+        for (step, id) in &self.steps {
+            let made = step.apply(&mut g).map(|t| t.map(|t| t.id())).map_err(|_| ());
+            if made != *id {
+                return Err(GraphError::new_err(format!(
+                    "internal error: replaying {step:?} made tensor {made:?}, the graph had {id:?}"
+                )));
+            }
+        }
+        Ok(g)
+    }
+
+    /// The saved outputs with their names.
+    pub fn output_names(&self) -> &[(String, TensorId)] {
+        &self.outputs
+    }
+
+    /// The workload the graph started from, if any (`name:key=value,...`).
+    pub fn workload(&self) -> Option<&str> {
+        self.workload.as_ref().map(|w| w.0.as_str())
+    }
+}
+
+/// The name of the node that produced tensor `t`, with `[i]` after it for output `i > 0`.
+pub fn tensor_name(comp: &einsum_joinagg::Computation, t: TensorId) -> String {
+    let node = comp.node(t.op).map_or_else(|| t.to_string(), |n| n.name().to_string());
+    if t.output == 0 { node } else { format!("{node}[{}]", t.output) }
+}
+
+/// `dtype` by name (`f32`, `f16`, `bf16`).
+pub fn parse_dtype(dtype: &str) -> PyResult<DType> {
+    dtype.parse::<DType>().map_err(|e| crate::errors::DTypeError::new_err(e.to_string()))
+}
+
+/// Sequence ends as a packing; `None`: one sequence of `total`.
+fn packing(seq_ends: Option<Vec<usize>>, total: usize) -> PyResult<Packing> {
+    match seq_ends {
+        None => Ok(Packing::single(total)),
+        Some(ends) => Packing::new(ends).map_err(Error::from).py_err(),
+    }
+}
+
+/// `{index: extent}` (any mapping, in its order) or a sequence of `(index, extent)` pairs.
+fn dims_of(dims: &Bound<'_, PyAny>) -> PyResult<Vec<(String, usize)>> {
+    let pairs = if dims.hasattr("items")? { dims.call_method0("items")? } else { dims.clone() };
+    pairs.try_iter()?.map(|p| p?.extract::<(String, usize)>()).collect()
+}
+
+#[pymethods]
+impl PyGraph {
+    /// An empty graph.
+    #[new]
+    fn new() -> Self {
+        Self::from_graph(Graph::new(), None)
+    }
+
+    /// Adds an input named `name` with dimensions `{index: extent}` (outermost first) and
+    /// storage `dtype` (`f32`, `f16` or `bf16`).
+    #[pyo3(signature = (name, dims, dtype = "f32"))]
+    fn input(&mut self, name: String, dims: &Bound<'_, PyAny>, dtype: &str) -> PyResult<PyTensor> {
+        let step = Step::Input { name, dims: dims_of(dims)?, dtype: parse_dtype(dtype)? };
+        self.push_tensor(step)
+    }
+
+    /// A contraction written with index letters, e.g. `g.einsum("td,df->tf", x, w)`.
+    #[pyo3(signature = (equation, *xs))]
+    fn einsum(&mut self, equation: String, xs: Vec<PyRef<'_, PyTensor>>) -> PyResult<PyTensor> {
+        let inputs = xs.iter().map(|x| self.own(x)).collect::<PyResult<Vec<_>>>()?;
+        self.push_tensor(Step::Einsum { equation, inputs })
+    }
+
+    /// Matrix multiply `[i, j] x [j, k] -> [i, k]`, matching `j` by its name.
+    fn matmul(&mut self, a: PyRef<'_, PyTensor>, b: PyRef<'_, PyTensor>) -> PyResult<PyTensor> {
+        let step = Step::Matmul { a: self.own(&a)?, b: self.own(&b)? };
+        self.push_tensor(step)
+    }
+
+    /// An elementwise unary operation: `relu`, `gelu`, `silu`, `exp`, `neg`, or `scale`
+    /// (by `scalar`).
+    #[pyo3(signature = (x, op, scalar = 1.0))]
+    fn unary(&mut self, x: PyRef<'_, PyTensor>, op: &str, scalar: f32) -> PyResult<PyTensor> {
+        let op = UnaryOp::parse(op, scalar).map_err(Error::from).py_err()?;
+        let step = Step::Unary { x: self.own(&x)?, op };
+        self.push_tensor(step)
+    }
+
+    /// An elementwise binary operation (`add`, `sub`, `mul`, `div`, `max`), broadcasting
+    /// over the indices one side lacks.
+    fn binary(&mut self, a: PyRef<'_, PyTensor>, b: PyRef<'_, PyTensor>, op: &str) -> PyResult<PyTensor> {
+        let op = BinaryOp::parse(op).map_err(Error::from).py_err()?;
+        let step = Step::Binary { a: self.own(&a)?, b: self.own(&b)?, op };
+        self.push_tensor(step)
+    }
+
+    /// Softmax over the named index.
+    fn softmax(&mut self, x: PyRef<'_, PyTensor>, index: String) -> PyResult<PyTensor> {
+        let step = Step::Softmax { x: self.own(&x)?, index };
+        self.push_tensor(step)
+    }
+
+    /// RMSNorm over the named index, with a weight over that index.
+    #[pyo3(signature = (x, weight, index, eps = 1e-5))]
+    fn rmsnorm(
+        &mut self,
+        x: PyRef<'_, PyTensor>,
+        weight: PyRef<'_, PyTensor>,
+        index: String,
+        eps: f32,
+    ) -> PyResult<PyTensor> {
+        let step = Step::RmsNorm { x: self.own(&x)?, weight: self.own(&weight)?, index, eps };
+        self.push_tensor(step)
+    }
+
+    /// LayerNorm over the named index, with a weight and a bias over that index.
+    #[pyo3(signature = (x, weight, bias, index, eps = 1e-5))]
+    fn layernorm(
+        &mut self,
+        x: PyRef<'_, PyTensor>,
+        weight: PyRef<'_, PyTensor>,
+        bias: PyRef<'_, PyTensor>,
+        index: String,
+        eps: f32,
+    ) -> PyResult<PyTensor> {
+        let step = Step::LayerNorm { x: self.own(&x)?, weight: self.own(&weight)?, bias: self.own(&bias)?, index, eps };
+        self.push_tensor(step)
+    }
+
+    /// Rotary position embedding along the index `sequence`, rotating pairs of `feature`;
+    /// positions restart at every end in `seq_ends` (packed sequences; default: one).
+    #[pyo3(signature = (x, sequence, feature, theta = 10000.0, seq_ends = None))]
+    fn rope(
+        &mut self,
+        x: PyRef<'_, PyTensor>,
+        sequence: String,
+        feature: String,
+        theta: f32,
+        seq_ends: Option<Vec<usize>>,
+    ) -> PyResult<PyTensor> {
+        let total = x.dims.iter().find(|d| d.0 == sequence).map_or(0, |d| d.1);
+        let packing = packing(seq_ends, total.max(1))?;
+        let step = Step::Rope { x: self.own(&x)?, sequence, feature, theta, packing };
+        self.push_tensor(step)
+    }
+
+    /// Attention of `q: [heads_q, sequence, d_head]` over `k, v: [heads_kv, sequence,
+    /// d_head]` (grouped-query when `heads_q > heads_kv`), causal within each packed
+    /// sequence (`seq_ends`; default: one); `scale` defaults to `1/sqrt(d_head)`.
+    #[pyo3(signature = (q, k, v, causal = true, seq_ends = None, scale = None))]
+    fn attention(
+        &mut self,
+        q: PyRef<'_, PyTensor>,
+        k: PyRef<'_, PyTensor>,
+        v: PyRef<'_, PyTensor>,
+        causal: bool,
+        seq_ends: Option<Vec<usize>>,
+        scale: Option<f32>,
+    ) -> PyResult<PyTensor> {
+        let total = q.dims.get(1).map_or(1, |d| d.1);
+        let config = AttentionConfig { causal, packing: packing(seq_ends, total)?, scale };
+        let step = Step::Attention { q: self.own(&q)?, k: self.own(&k)?, v: self.own(&v)?, config };
+        self.push_tensor(step)
+    }
+
+    /// A reduction (`sum`, `max`, ...) over the named indices.
+    #[pyo3(signature = (x, over, op = "sum"))]
+    fn reduce(&mut self, x: PyRef<'_, PyTensor>, over: Vec<String>, op: &str) -> PyResult<PyTensor> {
+        let op = ReduceOp::parse(op).map_err(Error::from).py_err()?;
+        let step = Step::Reduce { x: self.own(&x)?, over, op };
+        self.push_tensor(step)
+    }
+
+    /// Declares that the index `index` has `role` (`tokens`, `query_blocks`, `heads_kv`,
+    /// `heads_q`, `ffn_hidden`) throughout the graph, for the baselines that follow a model's
+    /// structure (`megatron`, `ulysses`): e.g. `g.role("d_ff", "ffn_hidden")`.
+    fn role(&mut self, index: String, role: &str) -> PyResult<()> {
+        let Some(role) = ROLES.into_iter().find(|r| r.name() == role) else {
+            let names: Vec<&str> = ROLES.iter().map(|r| r.name()).collect();
+            return Err(GraphError::new_err(format!("unknown index role `{role}`; valid: {}", names.join(", "))));
+        };
+        self.push(Step::Role { index, role })?;
+        Ok(())
+    }
+
+    /// Marks `t` as an output: `run` returns it under `name` (default: `t.name`).
+    #[pyo3(signature = (t, name = None))]
+    fn save(&mut self, t: PyRef<'_, PyTensor>, name: Option<String>) -> PyResult<()> {
+        let id = self.own(&t)?;
+        let name = name.unwrap_or_else(|| t.name.clone());
+        if let Some((taken, _)) = self.outputs.iter().find(|(n, other)| *n == name || *other == id) {
+            return Err(GraphError::new_err(format!(
+                "output `{taken}`: tensor `{}` is saved already, or another output has the name `{name}`",
+                t.name
+            )));
+        }
+        self.push(Step::Save { t: id })?;
+        self.outputs.push((name, id));
+        Ok(())
+    }
+
+    /// The inputs, `{name: Tensor}`, in the graph's order.
+    #[getter]
+    fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let comp = self.graph.computation();
+        for id in comp.inputs() {
+            d.set_item(tensor_name(comp, id), self.handle(id)?)?;
+        }
+        Ok(d)
+    }
+
+    /// The saved outputs, `{name: Tensor}`, under the names `run` returns them.
+    #[getter]
+    fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, id) in &self.outputs {
+            d.set_item(name, self.handle(*id)?)?;
+        }
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        let comp = self.graph.computation();
+        format!(
+            "Graph({} inputs, {} operators, {} outputs{})",
+            comp.inputs().len(),
+            comp.ops().count(),
+            self.outputs.len(),
+            self.workload.as_ref().map_or_else(String::new, |w| format!(", workload {}", w.0))
+        )
+    }
+}

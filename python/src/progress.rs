@@ -1,0 +1,55 @@
+//! Progress of long calls (`compile`, `experiment`): the pipeline's `tracing` events at info
+//! level (each stage's outcome, as `-v` prints them on the command line), one line each,
+//! passed to a Python callable.
+
+use std::io;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+/// Runs `f` with the `tracing` events of this thread at info level and above passed, one
+/// formatted line each, to `callback`; without one, `f` runs as it is. An exception the
+/// callback raises is reported as unraisable (`sys.unraisablehook`), not propagated: the
+/// work goes on.
+pub fn with_progress<R>(callback: Option<Arc<Py<PyAny>>>, f: impl FnOnce() -> R) -> R {
+    let Some(callback) = callback else { return f() };
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .without_time()
+        .with_target(false)
+        .with_writer(move || Line { callback: Arc::clone(&callback), bytes: Vec::new() })
+        .finish();
+    tracing::subscriber::with_default(subscriber, f)
+}
+
+/// One event's formatted text, sent to the callback when the formatter drops it.
+struct Line {
+    callback: Arc<Py<PyAny>>,
+    bytes: Vec<u8>,
+}
+
+impl io::Write for Line {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        Python::attach(|py| {
+            if let Err(e) = self.callback.call1(py, (text,)) {
+                e.write_unraisable(py, Some(self.callback.bind(py)));
+            }
+        });
+    }
+}
