@@ -15,20 +15,35 @@ pub fn substitute_source(
     dest: SiteId,
     new_source: SiteId,
 ) -> Result<Program, Refusal> {
+    let result = substitute_source_unguarded(program, action, dest, new_source)?;
+    if let Ok(v) = program.well_formed()
+        && !v.closure.contains(&action.aggregate, new_source)
+    {
+        return not_applicable(format!("{} is never materialised at site {new_source}", action.aggregate));
+    }
+    valid(result)
+}
+
+/// [`substitute_source`] without its guards on the closure: neither that the aggregate is
+/// materialised at `new_source` nor that the result is valid (see [`super::unguarded`]).
+/// Both are implied by the result's validity: the result's closure is the original's plus
+/// the aggregate at `dest`, so if the original never formed it at `new_source` the new
+/// transfer is never enabled.
+pub(crate) fn substitute_source_unguarded(
+    program: &Program,
+    action: &Action,
+    dest: SiteId,
+    new_source: SiteId,
+) -> Result<Program, Refusal> {
     require(program, action)?;
     let source = require_site_source(action)?;
     require_dest(action, dest)?;
     if new_source == source || new_source == dest {
         return not_applicable(format!("the new source {new_source} must differ from {source} and {dest}"));
     }
-    if let Ok(v) = program.well_formed()
-        && !v.closure.contains(&action.aggregate, new_source)
-    {
-        return not_applicable(format!("{} is never materialised at site {new_source}", action.aggregate));
-    }
     let mut result = program.clone();
     result.body.remove(action);
     result.body.extend(drop_dest(action, dest));
     result.body.insert(Action::new(action.aggregate.clone(), new_source, [dest]));
-    valid(result)
+    Ok(result)
 }

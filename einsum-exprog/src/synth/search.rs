@@ -2,6 +2,7 @@
 //! algorithm and its justification are in the docs of [`crate::synth`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use einsum_sim::Topology;
@@ -18,7 +19,7 @@ use crate::lower::lower;
 use crate::membership::Membership;
 use crate::program::Program;
 use crate::refine::refine;
-use crate::rewrite::{self, Refusal};
+use crate::rewrite::{Refusal, unguarded};
 use einsum_core::SeededRng as Rng;
 
 /// How [`search`] runs.
@@ -149,7 +150,9 @@ struct Search<'a> {
     chunks: usize,
     machine: SiteRoutes,
     rng: Rng,
-    cache: HashMap<(Membership, BTreeSet<Action>), Option<Score>>,
+    /// The score of every candidate simulated so far (`None`: not valid), by the
+    /// [`fingerprint`] of its membership and body.
+    cache: HashMap<u64, Option<Score>>,
     evaluated: usize,
     refused: usize,
 }
@@ -317,18 +320,16 @@ impl Search<'_> {
             .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
     }
 
-    /// The score of `program` (a resolved preamble with a body) under
-    /// `membership`, or `None` if it is not valid. `known_valid`: a rewrite already checked it.
-    fn cost(&mut self, program: &Program, membership: &Membership, known_valid: bool) -> Option<Score> {
-        let key = (membership.clone(), program.body.clone());
+    /// The score of `program` (a resolved preamble with a body) under `membership`, or
+    /// `None` if it is not valid. The one place a candidate is validated: the rewrites the
+    /// search applies are the unguarded ones ([`crate::rewrite::unguarded`]), so the closure is
+    /// computed once per distinct candidate, and not at all for one seen before.
+    fn cost(&mut self, program: &Program, membership: &Membership) -> Option<Score> {
+        let key = fingerprint(membership, &program.body);
         if let Some(c) = self.cache.get(&key) {
             return *c;
         }
-        let closure = if known_valid {
-            program.closure(membership).ok()
-        } else {
-            program.validate_with(membership).ok().map(|v| v.closure)
-        };
+        let closure = program.validate_with(membership).ok().map(|v| v.closure);
         let cost = closure.and_then(|c| lower(program, &c).graph.simulate(self.topology).ok()).map(|t| {
             let ends: f64 = t.tasks().iter().map(|task| task.end).sum();
             let mean_ms = 1e3 * ends / t.tasks().len().max(1) as f64;
@@ -352,7 +353,7 @@ impl Search<'_> {
         let roots = balanced_roots(&gs);
         let plans = roots.iter().map(|&root| star(root)).collect();
         let program = self.preamble.resolve(membership).with_body(body);
-        Ok(self.cost(&program, membership, false).map(|cost| State {
+        Ok(self.cost(&program, membership).map(|cost| State {
             membership: membership.clone(),
             groups: gs,
             plans,
@@ -372,7 +373,7 @@ impl Search<'_> {
     ) -> Option<State> {
         let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
         let program = self.preamble.resolve(membership).with_body(body);
-        let cost = self.cost(&program, membership, false)?;
+        let cost = self.cost(&program, membership)?;
         Some(State { membership: membership.clone(), groups: gs, plans, program, cost, origin })
     }
 
@@ -448,7 +449,7 @@ impl Search<'_> {
             return None;
         }
         let program = cur.program.with_body(body);
-        let cost = self.cost(&program, &cur.membership, false)?;
+        let cost = self.cost(&program, &cur.membership)?;
         let mut plans = cur.plans.clone();
         plans[g] = plan.clone();
         let origin = format!("re-planned {} as {}", group.aggregate, plan.describe());
@@ -488,7 +489,58 @@ impl Search<'_> {
         self.state_of_plans(&cur.membership, cur.groups.clone(), plans, origin)
     }
 
-    /// Swaps two sites between two partitions declared by size and rebuilds from the plans.
+    /// `action`'s transfer from `source` to `dest` through two relays in a row,
+    /// `source -> w1 -> w2 -> dest` (each the fastest two-hop detour of its leg half the
+    /// time, any other site otherwise): a route two single relay introductions reach only
+    /// through the intermediate program, which the annealing may have refused.
+    fn relay_chain(&mut self, p: &Program, action: &Action, source: SiteId, dest: SiteId) -> Result<Program, Refusal> {
+        let refuse = || Refusal::NotApplicable(format!("no relays for {action} to {dest}"));
+        let pick = |from: SiteId, avoid: &[SiteId], rng: &mut Rng| -> Option<SiteId> {
+            match self.machine.relay(from, dest) {
+                Some(w) if !avoid.contains(&w) && rng.below(2) == 0 => Some(w),
+                _ => {
+                    let others: Vec<SiteId> =
+                        self.machine.sites.iter().copied().filter(|w| !avoid.contains(w)).collect();
+                    rng.pick(&others).copied()
+                }
+            }
+        };
+        let w1 = pick(source, &[source, dest], &mut self.rng).ok_or_else(refuse)?;
+        let w2 = pick(w1, &[source, dest, w1], &mut self.rng).ok_or_else(refuse)?;
+        let first = unguarded::introduce_relay(p, action, dest, w1)?;
+        unguarded::introduce_relay(&first, &Action::new(action.aggregate.clone(), w1, [dest]), dest, w2)
+    }
+
+    /// Every transfer along a route that has a faster two-hop detour
+    /// ([`SiteRoutes::relay`]) sent through it instead; refused if there is none.
+    fn relay_slow_routes(&self, p: &Program) -> Result<Program, Refusal> {
+        let slow: Vec<(Action, SiteId, SiteId)> = p
+            .body
+            .iter()
+            .filter_map(|a| a.source_site().map(|s| (a, s)))
+            .flat_map(|(a, s)| a.dests.iter().filter_map(move |&d| self.machine.relay(s, d).map(|w| (a.clone(), d, w))))
+            .collect();
+        if slow.is_empty() {
+            return Err(Refusal::NotApplicable("no transfer has a faster detour".to_string()));
+        }
+        let mut result = p.clone();
+        for (a, d, w) in slow {
+            // an earlier relay may have split `a`'s destinations already
+            let current = result
+                .body
+                .iter()
+                .find(|b| b.aggregate == a.aggregate && b.source == a.source && b.dests.contains(&d))
+                .cloned();
+            if let Some(current) = current {
+                result = unguarded::introduce_relay(&result, &current, d, w)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// Swaps two sites between two partitions declared by size and rebuilds from the plans
+    /// (half the time on a machine with slow routes, then sends every transfer that has a
+    /// faster detour through it: a placement change combined with relays).
     fn swap(&mut self, cur: &State) -> Option<State> {
         let sized = self.preamble.sized_partitions();
         let i = self.rng.below(sized.len());
@@ -520,7 +572,14 @@ impl Search<'_> {
                 _ => plan.clone(),
             })
             .collect();
-        self.state_of_plans(&membership, gs, plans, format!("placed {membership}"))
+        if self.machine.uniform || self.rng.below(2) == 0 {
+            return self.state_of_plans(&membership, gs, plans, format!("placed {membership}"));
+        }
+        let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
+        let program = self.relay_slow_routes(&self.preamble.resolve(&membership).with_body(body)).ok()?;
+        let cost = self.cost(&program, &membership)?;
+        let origin = format!("placed {membership}, slow routes relayed");
+        Some(State { membership, groups: gs, plans, program, cost, origin })
     }
 
     /// A plan with one thing changed at random: the root, a phase's shape, the ring order,
@@ -604,7 +663,7 @@ impl Search<'_> {
             .flat_map(|(a, s)| a.dests.iter().map(move |d| (a, s, *d)))
             .collect();
         let sites: Vec<SiteId> = self.machine.sites.clone();
-        let (name, result): (&str, Result<Program, Refusal>) = match self.rng.below(20) {
+        let (name, result): (&str, Result<Program, Refusal>) = match self.rng.below(23) {
             // relay introduction, preferably around a slow route, through its best relay
             0..=4 => {
                 let slow: Vec<(&Action, SiteId, SiteId)> =
@@ -618,7 +677,7 @@ impl Search<'_> {
                         *self.rng.pick(&others)?
                     }
                 };
-                ("introduce_relay", rewrite::introduce_relay(p, a, d, relay))
+                ("introduce_relay", unguarded::introduce_relay(p, a, d, relay))
             }
             5 => {
                 let pairs: Vec<(&Action, &Action, SiteId)> = body
@@ -629,7 +688,7 @@ impl Search<'_> {
                     .flat_map(|(a, b)| b.dests.iter().map(move |d| (a, b, *d)))
                     .collect();
                 let &(a, b, d) = self.rng.pick(&pairs)?;
-                ("eliminate_relay", rewrite::eliminate_relay(p, a, b, d))
+                ("eliminate_relay", unguarded::eliminate_relay(p, a, b, d))
             }
             6..=8 => {
                 let multi: Vec<&Action> = body.iter().copied().filter(|a| a.dests.len() >= 2).collect();
@@ -640,7 +699,7 @@ impl Search<'_> {
                 } else {
                     dests[..dests.len() / 2].iter().copied().collect()
                 };
-                ("fission", rewrite::fission(p, a, &first))
+                ("fission", unguarded::fission(p, a, &first))
             }
             9..=10 => {
                 let pairs: Vec<(&Action, &Action)> = body
@@ -649,7 +708,7 @@ impl Search<'_> {
                     .filter(|(a, b)| a < b && a.aggregate == b.aggregate && a.source == b.source)
                     .collect();
                 let &(a, b) = self.rng.pick(&pairs)?;
-                ("fusion", rewrite::fusion(p, a, b))
+                ("fusion", unguarded::fusion(p, a, b))
             }
             11..=12 => {
                 let triples: Vec<(&Action, &Action, SiteId)> = body
@@ -659,7 +718,7 @@ impl Search<'_> {
                     .flat_map(|(a, b)| a.dests.intersection(&b.dests).map(move |d| (a, b, *d)))
                     .collect();
                 let &(a, b, d) = self.rng.pick(&triples)?;
-                ("pushdown", rewrite::pushdown(p, a, b, d))
+                ("pushdown", unguarded::pushdown(p, a, b, d))
             }
             13 => {
                 let big: Vec<(&Action, SiteId, SiteId)> =
@@ -668,7 +727,7 @@ impl Search<'_> {
                 let atoms: Vec<AtomId> = a.aggregate.atoms().iter().cloned().collect();
                 let cut = 1 + self.rng.below(atoms.len() - 1);
                 let part = Aggregate::new(atoms[..cut].iter().cloned()).ok()?;
-                ("pullup", rewrite::pullup(p, a, d, &part, true))
+                ("pullup", unguarded::pullup(p, a, d, &part, true))
             }
             14..=16 => {
                 let &(a, s, d) = self.rng.pick(&sends)?;
@@ -683,15 +742,31 @@ impl Search<'_> {
                     .into_iter()
                     .collect();
                 let new_source = *self.rng.pick(&holders)?;
-                ("substitute_source", rewrite::substitute_source(p, a, d, new_source))
+                ("substitute_source", unguarded::substitute_source(p, a, d, new_source))
             }
-            _ => {
+            17..=19 => {
                 let a = *self.rng.pick(&body)?;
-                ("delete", rewrite::delete(p, a))
+                ("delete", unguarded::delete(p, a))
             }
+            20 => {
+                let &(a, s, d) = self.rng.pick(&sends)?;
+                ("relay chain", self.relay_chain(p, a, s, d))
+            }
+            21 => {
+                // two transfers into one site from different sources, of disjoint aggregates
+                let pairs: Vec<(&Action, &Action, SiteId)> = sends
+                    .iter()
+                    .flat_map(|&(x, r, d)| sends.iter().map(move |&(y, q, e)| (x, r, d, y, q, e)))
+                    .filter(|&(x, r, d, y, q, e)| d == e && r != q && x.aggregate.is_disjoint(&y.aggregate))
+                    .map(|(x, _, d, y, _, _)| (x, y, d))
+                    .collect();
+                let &(x, y, d) = self.rng.pick(&pairs)?;
+                ("relay and combine", relay_and_combine(p, x, y, d))
+            }
+            _ => ("relay the slow routes", self.relay_slow_routes(p)),
         };
         let program = result.ok()?;
-        let cost = self.cost(&program, &cur.membership, true)?;
+        let cost = self.cost(&program, &cur.membership)?;
         Some(State {
             membership: cur.membership.clone(),
             groups: cur.groups.clone(),
@@ -701,6 +776,31 @@ impl Search<'_> {
             origin: format!("rewrite: {name}"),
         })
     }
+}
+
+/// `y`'s transfer to `dest` relayed through `x`'s source and combined there with `x`'s
+/// (`X @ r -> d`, `Y @ q -> d` become `Y @ q -> r`, `X+Y @ r -> d`): relay introduction
+/// followed by an aggregation pushdown across rounds, which adds a partial sum at `r` that
+/// neither rule alone forms.
+fn relay_and_combine(p: &Program, x: &Action, y: &Action, dest: SiteId) -> Result<Program, Refusal> {
+    let r = x
+        .source_site()
+        .ok_or_else(|| Refusal::NotApplicable(format!("{x} is sourced at a partition; the move needs a site")))?;
+    let relayed = unguarded::introduce_relay(p, y, dest, r)?;
+    // `x` is untouched (its source is not `y`'s), and the relay added `Y @ r -> dest`
+    unguarded::pushdown(&relayed, x, &Action::new(y.aggregate.clone(), r, [dest]), dest)
+}
+
+/// A 64-bit digest of a candidate (its membership and body), the key of the search's cache
+/// of scores: hashing a body is cheaper than cloning it into the key, which allocated every
+/// action of every candidate again. Two distinct candidates share a digest with probability
+/// about 2^-64 per pair; even then the result stays true, since the best program is
+/// validated and simulated afresh before it is returned.
+fn fingerprint(membership: &Membership, body: &BTreeSet<Action>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    membership.hash(&mut h);
+    body.hash(&mut h);
+    h.finish()
 }
 
 /// Keeps `st` in `best` if it is better.
