@@ -78,6 +78,10 @@ pub const MIN_CHUNK_GB: f64 = 4e-3;
 /// tried (the cost of evaluating a candidate grows with its actions).
 pub const MAX_REFINED_ATOMS: usize = 512;
 
+/// The annealing's iterations are followed by a descent that spends the last
+/// `1 / POLISH_SHARE` of them (see `Polish`).
+const POLISH_SHARE: usize = 4;
+
 /// The result of [`search`].
 #[derive(Clone, Debug)]
 pub struct Synthesis {
@@ -229,10 +233,12 @@ pub fn search_observed(
     };
     let seed_ms = best.cost.completion;
 
-    // Annealing.
+    // Annealing, then a descent from the best found (see `Polish`).
     let start = Instant::now();
     let mut cur = best.clone();
     let patience = (options.iterations / 5).max(20);
+    let polish_from = options.iterations - options.iterations / POLISH_SHARE;
+    let mut polish: Option<Polish> = None;
     let mut since_best = 0;
     let mut iterations = 0;
     for it in 0..options.iterations {
@@ -241,6 +247,22 @@ pub fn search_observed(
         }
         iterations += 1;
         progress(iterations);
+        if it >= polish_from {
+            let queue = polish.get_or_insert_with(|| Polish::around(&best, &mut s.rng));
+            if let Some(step) = queue.steps.pop() {
+                match s.apply(&best, &queue.body, step) {
+                    Some(candidate) if candidate.cost.better(&best.cost) => {
+                        best = candidate;
+                        cur = best.clone();
+                        polish = None;
+                    }
+                    Some(_) => {}
+                    None => s.refused += 1,
+                }
+                continue;
+            }
+            // a local optimum of the descent's rewrites: the annealing goes on from it
+        }
         let temperature = options.temperature * 0.01f64.powf(it as f64 / options.iterations as f64);
         match s.propose(&cur) {
             None => s.refused += 1,
@@ -254,6 +276,7 @@ pub fn search_observed(
         if cur.cost.better(&best.cost) {
             best = cur.clone();
             since_best = 0;
+            polish = None;
         } else {
             since_best += 1;
             if since_best >= patience {
@@ -487,6 +510,29 @@ impl Search<'_> {
             .collect();
         let origin = format!("re-planned every group as {}", plans.first().map_or(String::new(), Plan::describe));
         self.state_of_plans(&cur.membership, cur.groups.clone(), plans, origin)
+    }
+
+    /// `best` rewritten by one step of the descent (`body`: its body as the step indexes it),
+    /// scored; `None` if the rule refuses or the result is not valid.
+    fn apply(&mut self, best: &State, body: &[Action], step: Step) -> Option<State> {
+        let p = &best.program;
+        let (name, result) = match step {
+            Step::Delete(i) => ("delete", unguarded::delete(p, &body[i])),
+            Step::Eliminate(i, j, d) => ("eliminate_relay", unguarded::eliminate_relay(p, &body[i], &body[j], d)),
+            Step::Fusion(i, j) => ("fusion", unguarded::fusion(p, &body[i], &body[j])),
+            Step::Substitute(i, d, w) => ("substitute_source", unguarded::substitute_source(p, &body[i], d, w)),
+            Step::Pushdown(i, j, d) => ("pushdown", unguarded::pushdown(p, &body[i], &body[j], d)),
+        };
+        let program = result.ok()?;
+        let cost = self.cost(&program, &best.membership)?;
+        Some(State {
+            membership: best.membership.clone(),
+            groups: best.groups.clone(),
+            plans: best.plans.clone(),
+            program,
+            cost,
+            origin: format!("descent: {name}"),
+        })
     }
 
     /// `action`'s transfer from `source` to `dest` through two relays in a row,
@@ -803,6 +849,70 @@ fn fingerprint(membership: &Membership, body: &BTreeSet<Action>) -> u64 {
     h.finish()
 }
 
+/// One rewrite of the descent, by index into [`Polish::body`].
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// Delete an action.
+    Delete(usize),
+    /// Eliminate the relay of the first action through the second's source, for this destination.
+    Eliminate(usize, usize, SiteId),
+    /// Fuse two actions of the same aggregate and source.
+    Fusion(usize, usize),
+    /// Send the action's aggregate to the destination from another site that holds it.
+    Substitute(usize, SiteId, SiteId),
+    /// Combine two transfers of disjoint aggregates from one source to the destination.
+    Pushdown(usize, usize, SiteId),
+}
+
+/// The descent that ends the search: every rewrite of the best program that removes work or a
+/// hop (deleting an action, eliminating a relay, fusing, substituting a source, pushing an
+/// aggregation down), tried in a random order, one per iteration, taking the first that
+/// improves on the best and starting over from it. Annealing samples these moves among many
+/// others and may never try the one improving rewrite of a program of a few hundred actions;
+/// the descent tries each, so it ends at a local optimum of them or when the iterations run
+/// out (then the annealing goes on from that optimum).
+struct Polish {
+    /// The best program's body when the steps were listed.
+    body: Vec<Action>,
+    /// The steps not yet tried, the next last.
+    steps: Vec<Step>,
+}
+
+impl Polish {
+    /// Every step of the descent around `best`, shuffled by `rng`.
+    fn around(best: &State, rng: &mut Rng) -> Polish {
+        let body: Vec<Action> = best.program.body.iter().cloned().collect();
+        let mut steps: Vec<Step> = (0..body.len()).map(Step::Delete).collect();
+        for (i, a) in body.iter().enumerate() {
+            let Some(s) = a.source_site() else { continue };
+            let holders: BTreeSet<SiteId> = body
+                .iter()
+                .filter(|b| b.aggregate == a.aggregate)
+                .flat_map(|b| b.source_site().into_iter().chain(b.dests.iter().copied()))
+                .collect();
+            for &d in &a.dests {
+                steps.extend(holders.iter().filter(|&&w| w != s && w != d).map(|&w| Step::Substitute(i, d, w)));
+            }
+            for (j, b) in body.iter().enumerate().filter(|(j, _)| *j != i) {
+                if b.aggregate == a.aggregate && b.source_site().is_some_and(|r| a.dests.contains(&r)) {
+                    steps.extend(b.dests.iter().map(|&d| Step::Eliminate(i, j, d)));
+                }
+                if i < j && b.source == a.source {
+                    if b.aggregate == a.aggregate {
+                        steps.push(Step::Fusion(i, j));
+                    } else if a.aggregate.is_disjoint(&b.aggregate) {
+                        steps.extend(a.dests.intersection(&b.dests).map(|&d| Step::Pushdown(i, j, d)));
+                    }
+                }
+            }
+        }
+        for i in (1..steps.len()).rev() {
+            steps.swap(i, rng.below(i + 1));
+        }
+        Polish { body, steps }
+    }
+}
+
 /// Keeps `st` in `best` if it is better.
 fn consider(st: Option<State>, best: &mut Option<State>) {
     if let Some(st) = st
@@ -923,6 +1033,59 @@ mod tests {
         assert!(found.program.validate_with(&found.membership).is_ok());
         let again = simulate(&found.program, &t).unwrap();
         assert!((again.completion_ms - found.completion_ms).abs() <= 1e-9 * found.completion_ms);
+    }
+
+    /// The action of `p`'s body written `text` (as the printer writes it).
+    fn action(p: &Program, text: &str) -> Action {
+        p.body.iter().find(|a| a.to_string() == text).unwrap_or_else(|| panic!("no {text} in {p}")).clone()
+    }
+
+    #[test]
+    fn relay_and_combine_forms_a_partial_sum_on_the_way() {
+        let p = crate::load("IN: A @ 0; B @ 1; C @ 2\nOUT: A+B+C @ 2\nA @ 0 -> 2; B @ 1 -> 2\nA+B+C @ 2\n").unwrap();
+        let (a, b) = (action(&p, "A @ 0 -> 2"), action(&p, "B @ 1 -> 2"));
+        let combined = relay_and_combine(&p, &b, &a, SiteId(2)).unwrap();
+        let expected =
+            crate::load("IN: A @ 0; B @ 1; C @ 2\nOUT: A+B+C @ 2\nA @ 0 -> 1; A+B @ 1 -> 2\nA+B+C @ 2\n").unwrap();
+        assert_eq!(combined.body, expected.body);
+        assert!(combined.validate().is_ok());
+        // overlapping aggregates cannot be summed
+        let q = crate::load("IN: A @ 0; B @ 1\nOUT: A+B @ 2\nA @ 0 -> 2; A @ 0 -> 1; A+B @ 1 -> 2\nA+B @ 2\n").unwrap();
+        let (x, y) = (action(&q, "A+B @ 1 -> 2"), action(&q, "A @ 0 -> 2"));
+        assert!(matches!(relay_and_combine(&q, &x, &y, SiteId(2)), Err(Refusal::NotApplicable(_))));
+    }
+
+    #[test]
+    fn relay_chains_take_two_hops_and_slow_routes_take_their_detour() {
+        let t = Topology::preset("dgx-v100").unwrap();
+        let gpus = "GPUS: 0, 1, 2, 3, 4, 5, 6, 7\nIN: A @ 0\nOUT: A @ 5\n";
+        let p = crate::load(&format!("{gpus}A @ 0 -> 5\n")).unwrap();
+        let mut s = Search {
+            preamble: p.with_body([]),
+            topology: &t,
+            chunks: 1,
+            machine: SiteRoutes::new(&p.sites(), &t),
+            rng: Rng::new(1),
+            cache: HashMap::new(),
+            evaluated: 0,
+            refused: 0,
+        };
+        let a = action(&p, "A @ 0 -> 5");
+        for _ in 0..8 {
+            let chained = s.relay_chain(&p, &a, SiteId(0), SiteId(5)).unwrap();
+            assert!(chained.validate().is_ok(), "{chained}");
+            assert_eq!(chained.body.len(), 3, "{chained}");
+            let hops: Vec<(SiteId, SiteId)> =
+                chained.body.iter().flat_map(|b| b.dests.iter().map(|d| (b.source_site().unwrap(), *d))).collect();
+            assert!(hops.iter().all(|(x, y)| x != y), "{chained}");
+            assert!(hops.iter().any(|(x, _)| *x == SiteId(0)) && hops.iter().any(|(_, y)| *y == SiteId(5)));
+        }
+        // sites 0 and 5 share no NVLink on the DGX-V100: the detour replaces the bridge
+        let relay = s.machine.relay(SiteId(0), SiteId(5)).unwrap();
+        let detoured = s.relay_slow_routes(&p).unwrap();
+        assert_eq!(detoured.body, crate::load(&format!("{gpus}A @ 0 -> {relay}; A @ {relay} -> 5\n")).unwrap().body);
+        assert!(simulate(&detoured, &t).unwrap().completion_ms < simulate(&p, &t).unwrap().completion_ms);
+        assert!(matches!(s.relay_slow_routes(&detoured), Err(Refusal::NotApplicable(_))));
     }
 
     #[test]
