@@ -27,7 +27,8 @@ use einsum_core::SeededRng as Rng;
 pub struct SearchOptions {
     /// Seed of the random choices: equal seeds and iteration budgets give equal results.
     pub seed: u64,
-    /// Annealing iterations after the seeds (each proposes one candidate; the budget).
+    /// Iterations after the seeds, each proposing one candidate (the budget): annealing,
+    /// then the closing descent in the last quarter (see [`crate::synth`]).
     pub iterations: usize,
     /// An optional wall-clock budget on the annealing as well (the seeds, a fixed number of
     /// candidates, always run); when it cuts the search short the result depends on the
@@ -104,7 +105,7 @@ pub struct Synthesis {
     pub seed_ms: f64,
     /// Candidates validated and simulated (seeds and annealing; duplicates count once).
     pub evaluated: usize,
-    /// Annealing iterations run.
+    /// Iterations run (annealing and descent).
     pub iterations: usize,
     /// Proposals refused: a rewrite that did not apply or would have been invalid, or a
     /// re-plan that was invalid or changed nothing.
