@@ -84,7 +84,8 @@
 //!    The last quarter of the iterations is a **descent** from the best program: every
 //!    deletion, relay elimination, fusion, source substitution and pushdown of it, in a
 //!    seeded random order, one per iteration, the first that improves the best taken and the
-//!    list rebuilt around it; at a local optimum of those the annealing resumes from it.
+//!    list rebuilt around it; at a local optimum of those the annealing resumes with the
+//!    iterations left.
 //!    Sampling finds the one useful deletion among a few hundred actions only by luck; the
 //!    descent tries each (on chain C of the corpus, a deletion no seed and no sampled move
 //!    found halves the best seed's time).

@@ -262,7 +262,8 @@ pub fn search_observed(
                 }
                 continue;
             }
-            // a local optimum of the descent's rewrites: the annealing goes on from it
+            // the best is a local optimum of the descent's rewrites: the annealing goes on
+            // from its current candidate (and back to the best after `patience`)
         }
         let temperature = options.temperature * 0.01f64.powf(it as f64 / options.iterations as f64);
         match s.propose(&cur) {
@@ -871,7 +872,7 @@ enum Step {
 /// improves on the best and starting over from it. Annealing samples these moves among many
 /// others and may never try the one improving rewrite of a program of a few hundred actions;
 /// the descent tries each, so it ends at a local optimum of them or when the iterations run
-/// out (then the annealing goes on from that optimum).
+/// out (at a local optimum the annealing goes on with the iterations left).
 struct Polish {
     /// The best program's body when the steps were listed.
     body: Vec<Action>,
