@@ -26,9 +26,10 @@ pub fn substitute_source(
 
 /// [`substitute_source`] without its guards on the closure: neither that the aggregate is
 /// materialised at `new_source` nor that the result is valid (see [`super::unguarded`]).
-/// Both are implied by the result's validity: the result's closure is the original's plus
-/// the aggregate at `dest`, so if the original never formed it at `new_source` the new
-/// transfer is never enabled.
+/// So it also lets `new_source` form the aggregate from pieces it holds, which the guarded
+/// rule refuses; such a result is still sound once the caller finds it valid (validity is
+/// what makes a program correct, Definition 5.5), and an aggregate `new_source` can neither
+/// hold nor form leaves the new transfer never enabled, so the result is not valid.
 pub(crate) fn substitute_source_unguarded(
     program: &Program,
     action: &Action,
