@@ -8,9 +8,9 @@
 //! For every workload of the `exchange` experiment's two families (the transformer blocks at
 //! the paper's model dimensions and chains A–E, tokens and sizes divided by 8) on `dgx-v100`
 //! (8 GPUs) and on `dgx-a100x2` (two nodes, 16 GPUs), the DP's plan is compiled with naive
-//! exchange programs, and the preamble moving the most bytes is kept (a preamble is the
-//! program less its body: where the producer's blocks are and what the consumer needs); plans
-//! whose exchanges are all local are left out. Each is then searched
+//! exchange programs, and the two distinct preambles moving the most bytes are kept (a
+//! preamble is the program less its body: where the producer's blocks are and what the
+//! consumer needs; the second is labelled `#2`); exchanges that are all local are left out. Each is then searched
 //! (`einsum_exprog::synth::search`) and the table gives the naive program, the best seed
 //! (where the annealing starts, over every chunk count), the searched result and the gain
 //! `seed / searched`. The collectives of `einsum_exprog::synth::collectives` on `dgx-v100`
@@ -57,13 +57,19 @@ fn workloads() -> Vec<(String, String)> {
     w
 }
 
-/// The preamble moving the most bytes among the exchange programs of the plan of
-/// `workload` on `machine` with `devices` devices, planned by [`STRATEGY`].
-fn largest_preamble(
+/// How many preambles each plan contributes: its [`PER_PLAN`] distinct exchanges moving the
+/// most bytes (a plan's largest exchange is often a collective of the same shape as the
+/// next, but not always: the second brings the corpus to about twenty plan preambles).
+const PER_PLAN: usize = 2;
+
+/// The [`PER_PLAN`] distinct preambles moving the most bytes among the exchange programs of
+/// the plan of `workload` on `machine` with `devices` devices, planned by [`STRATEGY`],
+/// largest first, leaving out those with nothing to move.
+fn largest_preambles(
     workload: &str,
     machine: &str,
     devices: usize,
-) -> Result<Option<Program>, Box<dyn std::error::Error>> {
+) -> Result<Vec<Program>, Box<dyn std::error::Error>> {
     let graph = Workload::parse(workload)?.build(DType::F16)?;
     let strategy = optimizer_by_name(STRATEGY, 0)?;
     let model = cost_model_by_name("time", machine)?;
@@ -79,7 +85,16 @@ fn largest_preamble(
         host_memory: None,
     })?;
     let bytes = |p: &Program| -> f64 { p.inputs.values().map(|i| i.size_gb).sum() };
-    Ok(planned.compiled.programs.iter().map(|e| e.program.with_body([])).max_by(|a, b| bytes(a).total_cmp(&bytes(b))))
+    let mut preambles: Vec<Program> = Vec::new();
+    for e in &planned.compiled.programs {
+        let p = e.program.with_body([]);
+        if !naive(&p)?.body.is_empty() && !preambles.contains(&p) {
+            preambles.push(p);
+        }
+    }
+    preambles.sort_by(|a, b| bytes(b).total_cmp(&bytes(a)));
+    preambles.truncate(PER_PLAN);
+    Ok(preambles)
 }
 
 fn main() -> ExitCode {
@@ -114,18 +129,23 @@ fn run(options: SearchOptions, write: Option<&std::path::Path>) -> Result<(), Bo
     let mut cases: Vec<(String, String, Program)> = Vec::new();
     for &(machine, devices) in MACHINES {
         for (label, workload) in workloads() {
-            match largest_preamble(&workload, machine, devices) {
-                Ok(Some(p)) if naive(&p)?.body.is_empty() => {
+            match largest_preambles(&workload, machine, devices) {
+                Ok(ps) if ps.is_empty() => {
                     eprintln!("{machine} {label}: nothing to move (every atom is where it is needed)")
                 }
-                Ok(Some(p)) => {
-                    if let Some(dir) = write {
-                        let name = format!("{machine}-{}.exprog", label.replace(' ', "-").to_lowercase());
-                        std::fs::write(dir.join(name), format!("# {workload} on {machine}\n{p}"))?;
+                Ok(ps) => {
+                    for (rank, p) in ps.into_iter().enumerate() {
+                        let label = if rank == 0 { label.clone() } else { format!("{label} #{}", rank + 1) };
+                        if let Some(dir) = write {
+                            let name = format!(
+                                "{machine}-{}.exprog",
+                                label.replace([' ', '#'], "-").replace("--", "-").to_lowercase()
+                            );
+                            std::fs::write(dir.join(name), format!("# {workload} on {machine}\n{p}"))?;
+                        }
+                        cases.push((machine.to_string(), label, p));
                     }
-                    cases.push((machine.to_string(), label, p));
                 }
-                Ok(None) => eprintln!("{machine} {label}: the plan moves nothing"),
                 Err(e) => eprintln!("{machine} {label}: {e}"),
             }
         }
@@ -144,6 +164,11 @@ fn run(options: SearchOptions, write: Option<&std::path::Path>) -> Result<(), Bo
     for (machine, label, preamble) in &cases {
         let topology = Topology::named(machine)?;
         let found = search(preamble, &topology, options)?;
+        if found.seed_ms <= 0.0 {
+            // partitions declared by size: a placement that follows the data moves nothing
+            eprintln!("{machine} {label}: nothing to move once placed (a seed completes at once)");
+            continue;
+        }
         let gain = found.seed_ms / found.completion_ms;
         if found.completion_ms < found.seed_ms * (1.0 - 1e-9) {
             wins += 1;

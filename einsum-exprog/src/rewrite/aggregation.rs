@@ -11,6 +11,11 @@ use crate::program::Program;
 /// sum. Guarded: `x` and `y` no longer materialise separately at `dest` (nor at the source,
 /// if `dest` was their only destination).
 pub fn pushdown(program: &Program, x: &Action, y: &Action, dest: SiteId) -> Result<Program, Refusal> {
+    valid(pushdown_unguarded(program, x, y, dest)?)
+}
+
+/// [`pushdown`] without the final validity check (see [`super::unguarded`]).
+pub(crate) fn pushdown_unguarded(program: &Program, x: &Action, y: &Action, dest: SiteId) -> Result<Program, Refusal> {
     require(program, x)?;
     require(program, y)?;
     if x.source != y.source {
@@ -27,7 +32,7 @@ pub fn pushdown(program: &Program, x: &Action, y: &Action, dest: SiteId) -> Resu
     result.body.extend(drop_dest(x, dest));
     result.body.extend(drop_dest(y, dest));
     result.body.insert(Action::new(x.aggregate.union(&y.aggregate), x.source.clone(), [dest]));
-    valid(result)
+    Ok(result)
 }
 
 /// Splits the transfer of `action`'s aggregate `X+Y` to `dest` into transfers of `part` (X)
@@ -35,6 +40,17 @@ pub fn pushdown(program: &Program, x: &Action, y: &Action, dest: SiteId) -> Resu
 /// re-forms the sum there. Guarded: `X+Y` is no longer sent to `dest` (nor formed at the
 /// source if `dest` was the only destination), and `X` and `Y` must be formable at the source.
 pub fn pullup(
+    program: &Program,
+    action: &Action,
+    dest: SiteId,
+    part: &Aggregate,
+    restore: bool,
+) -> Result<Program, Refusal> {
+    valid(pullup_unguarded(program, action, dest, part, restore)?)
+}
+
+/// [`pullup`] without the final validity check (see [`super::unguarded`]).
+pub(crate) fn pullup_unguarded(
     program: &Program,
     action: &Action,
     dest: SiteId,
@@ -55,5 +71,5 @@ pub fn pullup(
     if restore {
         result.body.insert(Action::local(action.aggregate.clone(), dest));
     }
-    valid(result)
+    Ok(result)
 }

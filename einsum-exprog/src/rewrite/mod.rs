@@ -30,6 +30,22 @@ pub use primitive::{delete, insert};
 pub use relay::{eliminate_relay, introduce_relay};
 pub use source::substitute_source;
 
+/// The rules without their final validity guard, for the search
+/// ([`crate::synth::search`]), which validates every candidate once anyway (and only when it
+/// has not simulated the same body before): with the guard, each rewrite computed the
+/// closure of its result, and the search computed it again. A caller of these must check
+/// validity itself before trusting the result; the shape checks (the action is in the
+/// program, the destination is one of its, ...) still refuse.
+pub(crate) mod unguarded {
+    pub(crate) use super::aggregation::{pullup_unguarded as pullup, pushdown_unguarded as pushdown};
+    pub(crate) use super::multicast::{fission_unguarded as fission, fusion_unguarded as fusion};
+    pub(crate) use super::primitive::delete_unguarded as delete;
+    pub(crate) use super::relay::{
+        eliminate_relay_unguarded as eliminate_relay, introduce_relay_unguarded as introduce_relay,
+    };
+    pub(crate) use super::source::substitute_source_unguarded as substitute_source;
+}
+
 use crate::action::Action;
 use crate::ids::SiteId;
 use crate::program::Program;

@@ -10,6 +10,15 @@ use crate::program::Program;
 
 /// Splits `action`'s destinations into `first` and the rest (both non-empty).
 pub fn fission(program: &Program, action: &Action, first: &BTreeSet<SiteId>) -> Result<Program, Refusal> {
+    valid(fission_unguarded(program, action, first)?)
+}
+
+/// [`fission`] without the final validity check (see [`super::unguarded`]).
+pub(crate) fn fission_unguarded(
+    program: &Program,
+    action: &Action,
+    first: &BTreeSet<SiteId>,
+) -> Result<Program, Refusal> {
     require(program, action)?;
     if first.is_empty() || !first.is_subset(&action.dests) || first.len() == action.dests.len() {
         return not_applicable(format!(
@@ -21,12 +30,17 @@ pub fn fission(program: &Program, action: &Action, first: &BTreeSet<SiteId>) -> 
     result.body.remove(action);
     result.body.insert(action.with_dests(first.iter().copied()));
     result.body.insert(action.with_dests(rest));
-    valid(result)
+    Ok(result)
 }
 
 /// Merges two actions with the same aggregate and source into one multicast (a local
 /// aggregation fuses into the transfer that also forms it).
 pub fn fusion(program: &Program, a: &Action, b: &Action) -> Result<Program, Refusal> {
+    valid(fusion_unguarded(program, a, b)?)
+}
+
+/// [`fusion`] without the final validity check (see [`super::unguarded`]).
+pub(crate) fn fusion_unguarded(program: &Program, a: &Action, b: &Action) -> Result<Program, Refusal> {
     require(program, a)?;
     require(program, b)?;
     if a == b {
@@ -39,5 +53,5 @@ pub fn fusion(program: &Program, a: &Action, b: &Action) -> Result<Program, Refu
     result.body.remove(a);
     result.body.remove(b);
     result.body.insert(a.with_dests(a.dests.union(&b.dests).copied()));
-    valid(result)
+    Ok(result)
 }

@@ -25,8 +25,13 @@ pub fn insert(program: &Program, action: Action) -> Result<Program, Refusal> {
 
 /// `P \ {a}`, permitted when the result is valid.
 pub fn delete(program: &Program, action: &Action) -> Result<Program, Refusal> {
+    valid(delete_unguarded(program, action)?)
+}
+
+/// [`delete`] without the final validity check (see [`super::unguarded`]).
+pub(crate) fn delete_unguarded(program: &Program, action: &Action) -> Result<Program, Refusal> {
     require(program, action)?;
     let mut result = program.clone();
     result.body.remove(action);
-    valid(result)
+    Ok(result)
 }

@@ -9,6 +9,16 @@ use crate::program::Program;
 /// Routes `action`'s transfer to `dest` through `relay`. Only adds a materialisation at
 /// `relay`, so it is always permitted (given a declared relay distinct from both ends).
 pub fn introduce_relay(program: &Program, action: &Action, dest: SiteId, relay: SiteId) -> Result<Program, Refusal> {
+    valid(introduce_relay_unguarded(program, action, dest, relay)?)
+}
+
+/// [`introduce_relay`] without the final validity check (see [`super::unguarded`]).
+pub(crate) fn introduce_relay_unguarded(
+    program: &Program,
+    action: &Action,
+    dest: SiteId,
+    relay: SiteId,
+) -> Result<Program, Refusal> {
     require(program, action)?;
     let source = require_site_source(action)?;
     require_dest(action, dest)?;
@@ -24,7 +34,7 @@ pub fn introduce_relay(program: &Program, action: &Action, dest: SiteId, relay: 
     result.body.remove(action);
     result.body.insert(action.with_dests(action.dests.iter().copied().filter(|d| *d != dest).chain([relay])));
     result.body.insert(Action::new(action.aggregate.clone(), relay, [dest]));
-    valid(result)
+    Ok(result)
 }
 
 /// Replaces `first` (`X @ s -> r, ...`) and `second` (`X @ r -> dest, ...`) by a direct
@@ -32,6 +42,16 @@ pub fn introduce_relay(program: &Program, action: &Action, dest: SiteId, relay: 
 /// at `r` must not be otherwise required (by `OUT`, by another action, or by `second`'s other
 /// destinations).
 pub fn eliminate_relay(program: &Program, first: &Action, second: &Action, dest: SiteId) -> Result<Program, Refusal> {
+    valid(eliminate_relay_unguarded(program, first, second, dest)?)
+}
+
+/// [`eliminate_relay`] without the final validity check (see [`super::unguarded`]).
+pub(crate) fn eliminate_relay_unguarded(
+    program: &Program,
+    first: &Action,
+    second: &Action,
+    dest: SiteId,
+) -> Result<Program, Refusal> {
     require(program, first)?;
     require(program, second)?;
     let source = require_site_source(first)?;
@@ -51,5 +71,5 @@ pub fn eliminate_relay(program: &Program, first: &Action, second: &Action, dest:
     if let Some(rest) = drop_dest(second, dest) {
         result.body.insert(rest);
     }
-    valid(result)
+    Ok(result)
 }

@@ -58,20 +58,37 @@
 //!      random group order;
 //!    - a placement move (8%, with two or more partitions declared by size): swap two sites
 //!      between partitions and rebuild the body from the plans (how Example 5.3's placement is
-//!      found when the seeds miss it);
+//!      found when the seeds miss it), half the time on a machine with slow routes then
+//!      sending every transfer that has a faster two-hop detour through it (a placement
+//!      change combined with relays);
 //!    - otherwise a Section 5.4 rewrite of [`crate::rewrite`] at a random place: relay
 //!      introduction (aimed at slow routes), relay elimination, multicast fission and fusion,
-//!      aggregation pushdown and pullup, source substitution, or deletion.
+//!      aggregation pushdown and pullup, source substitution, or deletion; or a composite
+//!      move that two rewrites make together, reaching programs whose intermediate step the
+//!      walk may have refused: a relay chain (a transfer through two sites in a row),
+//!      relay-and-combine (`X @ r -> d`, `Y @ q -> d` become `Y @ q -> r`, `X+Y @ r -> d`:
+//!      relay introduction then a pushdown across rounds, a partial sum neither forms
+//!      alone), or every slow route through its detour.
 //!
-//!    The rewrites refuse invalid results; re-plans and placements are checked with
-//!    [`crate::Program::validate_with`]. Every valid candidate is simulated (results are
-//!    cached by membership and body). A candidate is accepted by the Metropolis rule on an
+//!    Every candidate is checked once with [`crate::Program::validate_with`] (the search
+//!    applies the rewrites without their own validity guard, `rewrite::unguarded`, so the
+//!    closure is not computed twice) and every valid one is simulated (results are cached
+//!    by a 64-bit digest of membership and body). A candidate is accepted by the Metropolis rule on an
 //!    objective that adds half the mean task end time to the completion time, so that moves
 //!    shortening paths other than the critical one count as progress on a makespan plateau;
 //!    the temperature decays geometrically to 1% of [`SearchOptions::temperature`]; after a
 //!    stretch without improvement the walk restarts from the best. The best candidate by
 //!    completion time is returned, so the result is never slower than the best seed
 //!    ([`Synthesis::seed_ms`] says how fast that was, and so what the iterations earned).
+//!
+//!    The last quarter of the iterations is a **descent** from the best program: every
+//!    deletion, relay elimination, fusion, source substitution and pushdown of it, in a
+//!    seeded random order, one per iteration, the first that improves the best taken and the
+//!    list rebuilt around it; at a local optimum of those the annealing resumes with the
+//!    iterations left.
+//!    Sampling finds the one useful deletion among a few hundred actions only by luck; the
+//!    descent tries each (on chain C of the corpus, a deletion no seed and no sampled move
+//!    found halves the best seed's time).
 //! 3. **Determinism**: every choice comes from a `SeededRng` stream seeded with
 //!    [`SearchOptions::seed`], the budget is an iteration count, and iteration order is that of
 //!    ordered collections; the optional wall-clock cap is the only source of variation.

@@ -2,6 +2,7 @@
 //! algorithm and its justification are in the docs of [`crate::synth`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use einsum_sim::Topology;
@@ -18,7 +19,7 @@ use crate::lower::lower;
 use crate::membership::Membership;
 use crate::program::Program;
 use crate::refine::refine;
-use crate::rewrite::{self, Refusal};
+use crate::rewrite::{Refusal, unguarded};
 use einsum_core::SeededRng as Rng;
 
 /// How [`search`] runs.
@@ -26,7 +27,8 @@ use einsum_core::SeededRng as Rng;
 pub struct SearchOptions {
     /// Seed of the random choices: equal seeds and iteration budgets give equal results.
     pub seed: u64,
-    /// Annealing iterations after the seeds (each proposes one candidate; the budget).
+    /// Iterations after the seeds, each proposing one candidate (the budget): annealing,
+    /// then the closing descent in the last quarter (see [`crate::synth`]).
     pub iterations: usize,
     /// An optional wall-clock budget on the annealing as well (the seeds, a fixed number of
     /// candidates, always run); when it cuts the search short the result depends on the
@@ -77,6 +79,10 @@ pub const MIN_CHUNK_GB: f64 = 4e-3;
 /// tried (the cost of evaluating a candidate grows with its actions).
 pub const MAX_REFINED_ATOMS: usize = 512;
 
+/// The annealing's iterations are followed by a descent that spends the last
+/// `1 / POLISH_SHARE` of them (see `Polish`).
+const POLISH_SHARE: usize = 4;
+
 /// The result of [`search`].
 #[derive(Clone, Debug)]
 pub struct Synthesis {
@@ -99,7 +105,7 @@ pub struct Synthesis {
     pub seed_ms: f64,
     /// Candidates validated and simulated (seeds and annealing; duplicates count once).
     pub evaluated: usize,
-    /// Annealing iterations run.
+    /// Iterations run (annealing and descent).
     pub iterations: usize,
     /// Proposals refused: a rewrite that did not apply or would have been invalid, or a
     /// re-plan that was invalid or changed nothing.
@@ -149,7 +155,9 @@ struct Search<'a> {
     chunks: usize,
     machine: SiteRoutes,
     rng: Rng,
-    cache: HashMap<(Membership, BTreeSet<Action>), Option<Score>>,
+    /// The score of every candidate simulated so far (`None`: not valid), by the
+    /// [`fingerprint`] of its membership and body.
+    cache: HashMap<u64, Option<Score>>,
     evaluated: usize,
     refused: usize,
 }
@@ -226,10 +234,12 @@ pub fn search_observed(
     };
     let seed_ms = best.cost.completion;
 
-    // Annealing.
+    // Annealing, then a descent from the best found (see `Polish`).
     let start = Instant::now();
     let mut cur = best.clone();
     let patience = (options.iterations / 5).max(20);
+    let polish_from = options.iterations - options.iterations / POLISH_SHARE;
+    let mut polish: Option<Polish> = None;
     let mut since_best = 0;
     let mut iterations = 0;
     for it in 0..options.iterations {
@@ -238,6 +248,23 @@ pub fn search_observed(
         }
         iterations += 1;
         progress(iterations);
+        if it >= polish_from {
+            let queue = polish.get_or_insert_with(|| Polish::around(&best, &mut s.rng));
+            if let Some(step) = queue.steps.pop() {
+                match s.apply(&best, &queue.body, step) {
+                    Some(candidate) if candidate.cost.better(&best.cost) => {
+                        best = candidate;
+                        cur = best.clone();
+                        polish = None;
+                    }
+                    Some(_) => {}
+                    None => s.refused += 1,
+                }
+                continue;
+            }
+            // the best is a local optimum of the descent's rewrites: the annealing goes on
+            // from its current candidate (and back to the best after `patience`)
+        }
         let temperature = options.temperature * 0.01f64.powf(it as f64 / options.iterations as f64);
         match s.propose(&cur) {
             None => s.refused += 1,
@@ -251,6 +278,7 @@ pub fn search_observed(
         if cur.cost.better(&best.cost) {
             best = cur.clone();
             since_best = 0;
+            polish = None;
         } else {
             since_best += 1;
             if since_best >= patience {
@@ -317,18 +345,16 @@ impl Search<'_> {
             .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
     }
 
-    /// The score of `program` (a resolved preamble with a body) under
-    /// `membership`, or `None` if it is not valid. `known_valid`: a rewrite already checked it.
-    fn cost(&mut self, program: &Program, membership: &Membership, known_valid: bool) -> Option<Score> {
-        let key = (membership.clone(), program.body.clone());
+    /// The score of `program` (a resolved preamble with a body) under `membership`, or
+    /// `None` if it is not valid. The one place a candidate is validated: the rewrites the
+    /// search applies are the unguarded ones ([`crate::rewrite::unguarded`]), so the closure is
+    /// computed once per distinct candidate, and not at all for one seen before.
+    fn cost(&mut self, program: &Program, membership: &Membership) -> Option<Score> {
+        let key = fingerprint(membership, &program.body);
         if let Some(c) = self.cache.get(&key) {
             return *c;
         }
-        let closure = if known_valid {
-            program.closure(membership).ok()
-        } else {
-            program.validate_with(membership).ok().map(|v| v.closure)
-        };
+        let closure = program.validate_with(membership).ok().map(|v| v.closure);
         let cost = closure.and_then(|c| lower(program, &c).graph.simulate(self.topology).ok()).map(|t| {
             let ends: f64 = t.tasks().iter().map(|task| task.end).sum();
             let mean_ms = 1e3 * ends / t.tasks().len().max(1) as f64;
@@ -352,7 +378,7 @@ impl Search<'_> {
         let roots = balanced_roots(&gs);
         let plans = roots.iter().map(|&root| star(root)).collect();
         let program = self.preamble.resolve(membership).with_body(body);
-        Ok(self.cost(&program, membership, false).map(|cost| State {
+        Ok(self.cost(&program, membership).map(|cost| State {
             membership: membership.clone(),
             groups: gs,
             plans,
@@ -372,7 +398,7 @@ impl Search<'_> {
     ) -> Option<State> {
         let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
         let program = self.preamble.resolve(membership).with_body(body);
-        let cost = self.cost(&program, membership, false)?;
+        let cost = self.cost(&program, membership)?;
         Some(State { membership: membership.clone(), groups: gs, plans, program, cost, origin })
     }
 
@@ -448,7 +474,7 @@ impl Search<'_> {
             return None;
         }
         let program = cur.program.with_body(body);
-        let cost = self.cost(&program, &cur.membership, false)?;
+        let cost = self.cost(&program, &cur.membership)?;
         let mut plans = cur.plans.clone();
         plans[g] = plan.clone();
         let origin = format!("re-planned {} as {}", group.aggregate, plan.describe());
@@ -488,7 +514,81 @@ impl Search<'_> {
         self.state_of_plans(&cur.membership, cur.groups.clone(), plans, origin)
     }
 
-    /// Swaps two sites between two partitions declared by size and rebuilds from the plans.
+    /// `best` rewritten by one step of the descent (`body`: its body as the step indexes it),
+    /// scored; `None` if the rule refuses or the result is not valid.
+    fn apply(&mut self, best: &State, body: &[Action], step: Step) -> Option<State> {
+        let p = &best.program;
+        let (name, result) = match step {
+            Step::Delete(i) => ("delete", unguarded::delete(p, &body[i])),
+            Step::Eliminate(i, j, d) => ("eliminate_relay", unguarded::eliminate_relay(p, &body[i], &body[j], d)),
+            Step::Fusion(i, j) => ("fusion", unguarded::fusion(p, &body[i], &body[j])),
+            Step::Substitute(i, d, w) => ("substitute_source", unguarded::substitute_source(p, &body[i], d, w)),
+            Step::Pushdown(i, j, d) => ("pushdown", unguarded::pushdown(p, &body[i], &body[j], d)),
+        };
+        let program = result.ok()?;
+        let cost = self.cost(&program, &best.membership)?;
+        Some(State {
+            membership: best.membership.clone(),
+            groups: best.groups.clone(),
+            plans: best.plans.clone(),
+            program,
+            cost,
+            origin: format!("descent: {name}"),
+        })
+    }
+
+    /// `action`'s transfer from `source` to `dest` through two relays in a row,
+    /// `source -> w1 -> w2 -> dest` (each the fastest two-hop detour of its leg half the
+    /// time, any other site otherwise): a route two single relay introductions reach only
+    /// through the intermediate program, which the annealing may have refused.
+    fn relay_chain(&mut self, p: &Program, action: &Action, source: SiteId, dest: SiteId) -> Result<Program, Refusal> {
+        let refuse = || Refusal::NotApplicable(format!("no relays for {action} to {dest}"));
+        let pick = |from: SiteId, avoid: &[SiteId], rng: &mut Rng| -> Option<SiteId> {
+            match self.machine.relay(from, dest) {
+                Some(w) if !avoid.contains(&w) && rng.below(2) == 0 => Some(w),
+                _ => {
+                    let others: Vec<SiteId> =
+                        self.machine.sites.iter().copied().filter(|w| !avoid.contains(w)).collect();
+                    rng.pick(&others).copied()
+                }
+            }
+        };
+        let w1 = pick(source, &[source, dest], &mut self.rng).ok_or_else(refuse)?;
+        let w2 = pick(w1, &[source, dest, w1], &mut self.rng).ok_or_else(refuse)?;
+        let first = unguarded::introduce_relay(p, action, dest, w1)?;
+        unguarded::introduce_relay(&first, &Action::new(action.aggregate.clone(), w1, [dest]), dest, w2)
+    }
+
+    /// Every transfer along a route that has a faster two-hop detour
+    /// ([`SiteRoutes::relay`]) sent through it instead; refused if there is none.
+    fn relay_slow_routes(&self, p: &Program) -> Result<Program, Refusal> {
+        let slow: Vec<(Action, SiteId, SiteId)> = p
+            .body
+            .iter()
+            .filter_map(|a| a.source_site().map(|s| (a, s)))
+            .flat_map(|(a, s)| a.dests.iter().filter_map(move |&d| self.machine.relay(s, d).map(|w| (a.clone(), d, w))))
+            .collect();
+        if slow.is_empty() {
+            return Err(Refusal::NotApplicable("no transfer has a faster detour".to_string()));
+        }
+        let mut result = p.clone();
+        for (a, d, w) in slow {
+            // an earlier relay may have split `a`'s destinations already
+            let current = result
+                .body
+                .iter()
+                .find(|b| b.aggregate == a.aggregate && b.source == a.source && b.dests.contains(&d))
+                .cloned();
+            if let Some(current) = current {
+                result = unguarded::introduce_relay(&result, &current, d, w)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// Swaps two sites between two partitions declared by size and rebuilds from the plans
+    /// (half the time on a machine with slow routes, then sends every transfer that has a
+    /// faster detour through it: a placement change combined with relays).
     fn swap(&mut self, cur: &State) -> Option<State> {
         let sized = self.preamble.sized_partitions();
         let i = self.rng.below(sized.len());
@@ -520,7 +620,14 @@ impl Search<'_> {
                 _ => plan.clone(),
             })
             .collect();
-        self.state_of_plans(&membership, gs, plans, format!("placed {membership}"))
+        if self.machine.uniform || self.rng.below(2) == 0 {
+            return self.state_of_plans(&membership, gs, plans, format!("placed {membership}"));
+        }
+        let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
+        let program = self.relay_slow_routes(&self.preamble.resolve(&membership).with_body(body)).ok()?;
+        let cost = self.cost(&program, &membership)?;
+        let origin = format!("placed {membership}, slow routes relayed");
+        Some(State { membership, groups: gs, plans, program, cost, origin })
     }
 
     /// A plan with one thing changed at random: the root, a phase's shape, the ring order,
@@ -604,7 +711,7 @@ impl Search<'_> {
             .flat_map(|(a, s)| a.dests.iter().map(move |d| (a, s, *d)))
             .collect();
         let sites: Vec<SiteId> = self.machine.sites.clone();
-        let (name, result): (&str, Result<Program, Refusal>) = match self.rng.below(20) {
+        let (name, result): (&str, Result<Program, Refusal>) = match self.rng.below(23) {
             // relay introduction, preferably around a slow route, through its best relay
             0..=4 => {
                 let slow: Vec<(&Action, SiteId, SiteId)> =
@@ -618,7 +725,7 @@ impl Search<'_> {
                         *self.rng.pick(&others)?
                     }
                 };
-                ("introduce_relay", rewrite::introduce_relay(p, a, d, relay))
+                ("introduce_relay", unguarded::introduce_relay(p, a, d, relay))
             }
             5 => {
                 let pairs: Vec<(&Action, &Action, SiteId)> = body
@@ -629,7 +736,7 @@ impl Search<'_> {
                     .flat_map(|(a, b)| b.dests.iter().map(move |d| (a, b, *d)))
                     .collect();
                 let &(a, b, d) = self.rng.pick(&pairs)?;
-                ("eliminate_relay", rewrite::eliminate_relay(p, a, b, d))
+                ("eliminate_relay", unguarded::eliminate_relay(p, a, b, d))
             }
             6..=8 => {
                 let multi: Vec<&Action> = body.iter().copied().filter(|a| a.dests.len() >= 2).collect();
@@ -640,7 +747,7 @@ impl Search<'_> {
                 } else {
                     dests[..dests.len() / 2].iter().copied().collect()
                 };
-                ("fission", rewrite::fission(p, a, &first))
+                ("fission", unguarded::fission(p, a, &first))
             }
             9..=10 => {
                 let pairs: Vec<(&Action, &Action)> = body
@@ -649,7 +756,7 @@ impl Search<'_> {
                     .filter(|(a, b)| a < b && a.aggregate == b.aggregate && a.source == b.source)
                     .collect();
                 let &(a, b) = self.rng.pick(&pairs)?;
-                ("fusion", rewrite::fusion(p, a, b))
+                ("fusion", unguarded::fusion(p, a, b))
             }
             11..=12 => {
                 let triples: Vec<(&Action, &Action, SiteId)> = body
@@ -659,7 +766,7 @@ impl Search<'_> {
                     .flat_map(|(a, b)| a.dests.intersection(&b.dests).map(move |d| (a, b, *d)))
                     .collect();
                 let &(a, b, d) = self.rng.pick(&triples)?;
-                ("pushdown", rewrite::pushdown(p, a, b, d))
+                ("pushdown", unguarded::pushdown(p, a, b, d))
             }
             13 => {
                 let big: Vec<(&Action, SiteId, SiteId)> =
@@ -668,7 +775,7 @@ impl Search<'_> {
                 let atoms: Vec<AtomId> = a.aggregate.atoms().iter().cloned().collect();
                 let cut = 1 + self.rng.below(atoms.len() - 1);
                 let part = Aggregate::new(atoms[..cut].iter().cloned()).ok()?;
-                ("pullup", rewrite::pullup(p, a, d, &part, true))
+                ("pullup", unguarded::pullup(p, a, d, &part, true))
             }
             14..=16 => {
                 let &(a, s, d) = self.rng.pick(&sends)?;
@@ -683,15 +790,31 @@ impl Search<'_> {
                     .into_iter()
                     .collect();
                 let new_source = *self.rng.pick(&holders)?;
-                ("substitute_source", rewrite::substitute_source(p, a, d, new_source))
+                ("substitute_source", unguarded::substitute_source(p, a, d, new_source))
             }
-            _ => {
+            17..=19 => {
                 let a = *self.rng.pick(&body)?;
-                ("delete", rewrite::delete(p, a))
+                ("delete", unguarded::delete(p, a))
             }
+            20 => {
+                let &(a, s, d) = self.rng.pick(&sends)?;
+                ("relay chain", self.relay_chain(p, a, s, d))
+            }
+            21 => {
+                // two transfers into one site from different sources, of disjoint aggregates
+                let pairs: Vec<(&Action, &Action, SiteId)> = sends
+                    .iter()
+                    .flat_map(|&(x, r, d)| sends.iter().map(move |&(y, q, e)| (x, r, d, y, q, e)))
+                    .filter(|&(x, r, d, y, q, e)| d == e && r != q && x.aggregate.is_disjoint(&y.aggregate))
+                    .map(|(x, _, d, y, _, _)| (x, y, d))
+                    .collect();
+                let &(x, y, d) = self.rng.pick(&pairs)?;
+                ("relay and combine", relay_and_combine(p, x, y, d))
+            }
+            _ => ("relay the slow routes", self.relay_slow_routes(p)),
         };
         let program = result.ok()?;
-        let cost = self.cost(&program, &cur.membership, true)?;
+        let cost = self.cost(&program, &cur.membership)?;
         Some(State {
             membership: cur.membership.clone(),
             groups: cur.groups.clone(),
@@ -700,6 +823,95 @@ impl Search<'_> {
             cost,
             origin: format!("rewrite: {name}"),
         })
+    }
+}
+
+/// `y`'s transfer to `dest` relayed through `x`'s source and combined there with `x`'s
+/// (`X @ r -> d`, `Y @ q -> d` become `Y @ q -> r`, `X+Y @ r -> d`): relay introduction
+/// followed by an aggregation pushdown across rounds, which adds a partial sum at `r` that
+/// neither rule alone forms.
+fn relay_and_combine(p: &Program, x: &Action, y: &Action, dest: SiteId) -> Result<Program, Refusal> {
+    let r = x
+        .source_site()
+        .ok_or_else(|| Refusal::NotApplicable(format!("{x} is sourced at a partition; the move needs a site")))?;
+    let relayed = unguarded::introduce_relay(p, y, dest, r)?;
+    // `x` is untouched (its source is not `y`'s), and the relay added `Y @ r -> dest`
+    unguarded::pushdown(&relayed, x, &Action::new(y.aggregate.clone(), r, [dest]), dest)
+}
+
+/// A 64-bit digest of a candidate (its membership and body), the key of the search's cache
+/// of scores: hashing a body is cheaper than cloning it into the key, which allocated every
+/// action of every candidate again. Two distinct candidates share a digest with probability
+/// about 2^-64 per pair; even then the result stays true, since the best program is
+/// validated and simulated afresh before it is returned.
+fn fingerprint(membership: &Membership, body: &BTreeSet<Action>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    membership.hash(&mut h);
+    body.hash(&mut h);
+    h.finish()
+}
+
+/// One rewrite of the descent, by index into [`Polish::body`].
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// Delete an action.
+    Delete(usize),
+    /// Eliminate the relay of the first action through the second's source, for this destination.
+    Eliminate(usize, usize, SiteId),
+    /// Fuse two actions of the same aggregate and source.
+    Fusion(usize, usize),
+    /// Send the action's aggregate to the destination from another site that holds it.
+    Substitute(usize, SiteId, SiteId),
+    /// Combine two transfers of disjoint aggregates from one source to the destination.
+    Pushdown(usize, usize, SiteId),
+}
+
+/// The descent that ends the search: every rewrite of the best program that removes work or a
+/// hop (deleting an action, eliminating a relay, fusing, substituting a source, pushing an
+/// aggregation down), tried in a random order, one per iteration, taking the first that
+/// improves on the best and starting over from it. Annealing samples these moves among many
+/// others and may never try the one improving rewrite of a program of a few hundred actions;
+/// the descent tries each, so it ends at a local optimum of them or when the iterations run
+/// out (at a local optimum the annealing goes on with the iterations left).
+struct Polish {
+    /// The best program's body when the steps were listed.
+    body: Vec<Action>,
+    /// The steps not yet tried, the next last.
+    steps: Vec<Step>,
+}
+
+impl Polish {
+    /// Every step of the descent around `best`, shuffled by `rng`.
+    fn around(best: &State, rng: &mut Rng) -> Polish {
+        let body: Vec<Action> = best.program.body.iter().cloned().collect();
+        let mut steps: Vec<Step> = (0..body.len()).map(Step::Delete).collect();
+        for (i, a) in body.iter().enumerate() {
+            let Some(s) = a.source_site() else { continue };
+            let holders: BTreeSet<SiteId> = body
+                .iter()
+                .filter(|b| b.aggregate == a.aggregate)
+                .flat_map(|b| b.source_site().into_iter().chain(b.dests.iter().copied()))
+                .collect();
+            for &d in &a.dests {
+                steps.extend(holders.iter().filter(|&&w| w != s && w != d).map(|&w| Step::Substitute(i, d, w)));
+            }
+            for (j, b) in body.iter().enumerate().filter(|(j, _)| *j != i) {
+                if b.aggregate == a.aggregate && b.source_site().is_some_and(|r| a.dests.contains(&r)) {
+                    steps.extend(b.dests.iter().map(|&d| Step::Eliminate(i, j, d)));
+                }
+                if i < j && b.source == a.source {
+                    if b.aggregate == a.aggregate {
+                        steps.push(Step::Fusion(i, j));
+                    } else if a.aggregate.is_disjoint(&b.aggregate) {
+                        steps.extend(a.dests.intersection(&b.dests).map(|&d| Step::Pushdown(i, j, d)));
+                    }
+                }
+            }
+        }
+        for i in (1..steps.len()).rev() {
+            steps.swap(i, rng.below(i + 1));
+        }
+        Polish { body, steps }
     }
 }
 
@@ -823,6 +1035,59 @@ mod tests {
         assert!(found.program.validate_with(&found.membership).is_ok());
         let again = simulate(&found.program, &t).unwrap();
         assert!((again.completion_ms - found.completion_ms).abs() <= 1e-9 * found.completion_ms);
+    }
+
+    /// The action of `p`'s body written `text` (as the printer writes it).
+    fn action(p: &Program, text: &str) -> Action {
+        p.body.iter().find(|a| a.to_string() == text).unwrap_or_else(|| panic!("no {text} in {p}")).clone()
+    }
+
+    #[test]
+    fn relay_and_combine_forms_a_partial_sum_on_the_way() {
+        let p = crate::load("IN: A @ 0; B @ 1; C @ 2\nOUT: A+B+C @ 2\nA @ 0 -> 2; B @ 1 -> 2\nA+B+C @ 2\n").unwrap();
+        let (a, b) = (action(&p, "A @ 0 -> 2"), action(&p, "B @ 1 -> 2"));
+        let combined = relay_and_combine(&p, &b, &a, SiteId(2)).unwrap();
+        let expected =
+            crate::load("IN: A @ 0; B @ 1; C @ 2\nOUT: A+B+C @ 2\nA @ 0 -> 1; A+B @ 1 -> 2\nA+B+C @ 2\n").unwrap();
+        assert_eq!(combined.body, expected.body);
+        assert!(combined.validate().is_ok());
+        // overlapping aggregates cannot be summed
+        let q = crate::load("IN: A @ 0; B @ 1\nOUT: A+B @ 2\nA @ 0 -> 2; A @ 0 -> 1; A+B @ 1 -> 2\nA+B @ 2\n").unwrap();
+        let (x, y) = (action(&q, "A+B @ 1 -> 2"), action(&q, "A @ 0 -> 2"));
+        assert!(matches!(relay_and_combine(&q, &x, &y, SiteId(2)), Err(Refusal::NotApplicable(_))));
+    }
+
+    #[test]
+    fn relay_chains_take_two_hops_and_slow_routes_take_their_detour() {
+        let t = Topology::preset("dgx-v100").unwrap();
+        let gpus = "GPUS: 0, 1, 2, 3, 4, 5, 6, 7\nIN: A @ 0\nOUT: A @ 5\n";
+        let p = crate::load(&format!("{gpus}A @ 0 -> 5\n")).unwrap();
+        let mut s = Search {
+            preamble: p.with_body([]),
+            topology: &t,
+            chunks: 1,
+            machine: SiteRoutes::new(&p.sites(), &t),
+            rng: Rng::new(1),
+            cache: HashMap::new(),
+            evaluated: 0,
+            refused: 0,
+        };
+        let a = action(&p, "A @ 0 -> 5");
+        for _ in 0..8 {
+            let chained = s.relay_chain(&p, &a, SiteId(0), SiteId(5)).unwrap();
+            assert!(chained.validate().is_ok(), "{chained}");
+            assert_eq!(chained.body.len(), 3, "{chained}");
+            let hops: Vec<(SiteId, SiteId)> =
+                chained.body.iter().flat_map(|b| b.dests.iter().map(|d| (b.source_site().unwrap(), *d))).collect();
+            assert!(hops.iter().all(|(x, y)| x != y), "{chained}");
+            assert!(hops.iter().any(|(x, _)| *x == SiteId(0)) && hops.iter().any(|(_, y)| *y == SiteId(5)));
+        }
+        // sites 0 and 5 share no NVLink on the DGX-V100: the detour replaces the bridge
+        let relay = s.machine.relay(SiteId(0), SiteId(5)).unwrap();
+        let detoured = s.relay_slow_routes(&p).unwrap();
+        assert_eq!(detoured.body, crate::load(&format!("{gpus}A @ 0 -> {relay}; A @ {relay} -> 5\n")).unwrap().body);
+        assert!(simulate(&detoured, &t).unwrap().completion_ms < simulate(&p, &t).unwrap().completion_ms);
+        assert!(matches!(s.relay_slow_routes(&detoured), Err(Refusal::NotApplicable(_))));
     }
 
     #[test]
