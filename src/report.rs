@@ -126,10 +126,10 @@ impl GraphReport {
         GraphReport {
             predicted_ms: exe.predicted_ms(),
             bytes_moved: stats.bytes_moved,
-            peak_bytes_per_device: stats.peak_bytes,
-            resident_bytes_per_device: stats.resident_bytes,
-            transient_peak_bytes_per_device: stats.transient_peak_bytes,
-            tasks: stats.tasks,
+            peak_bytes_per_device: stats.peak_bytes.clone(),
+            resident_bytes_per_device: stats.resident_bytes.clone(),
+            transient_peak_bytes_per_device: stats.transient_peak_bytes.clone(),
+            tasks: stats.tasks.clone(),
         }
     }
 }
