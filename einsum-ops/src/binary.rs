@@ -9,7 +9,7 @@
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, kernel_error};
+use crate::common::{check_call, f32s, kernel_error};
 
 const KIND: &str = "binary";
 
@@ -185,7 +185,7 @@ impl AbstractOperator for Binary {
         check_call(self, f, inputs)?;
         self.check_blocks(f)?;
         let y = &f.outputs[0];
-        let (a, b) = (inputs[0].to_f32(), inputs[1].to_f32());
+        let (a, b) = (f32s(&inputs[0]), f32s(&inputs[1]));
         // Strides of each input's block along every output dimension (0 where broadcast).
         let rank = y.rank();
         let mut sa = vec![0; rank];

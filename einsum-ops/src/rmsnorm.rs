@@ -8,7 +8,8 @@ use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{
-    check_call, check_eps, check_param, check_rows, check_whole_param, row_axis, row_dims, row_shardable, split_rows,
+    check_call, check_eps, check_param, check_rows, check_whole_param, f32s, row_axis, row_dims, row_shardable,
+    split_rows,
 };
 
 const KIND: &str = "rmsnorm";
@@ -85,7 +86,7 @@ impl AbstractOperator for RmsNorm {
         let n = self.inputs[0].dims[self.axis].extent;
         check_rows(KIND, &f.inputs[0], &f.outputs[0], self.axis, n)?;
         check_whole_param(KIND, f, 1, &self.inputs[1])?;
-        let (x, w) = (inputs[0].to_f32(), inputs[1].to_f32());
+        let (x, w) = (f32s(&inputs[0]), f32s(&inputs[1]));
         let (_, n, inner) = split_rows(&f.inputs[0].shape(), self.axis);
         let mut y = vec![0.0; x.len()];
         if !x.is_empty() {
@@ -96,7 +97,7 @@ impl AbstractOperator for RmsNorm {
                     scale.iter_mut().zip(row).for_each(|(s, &v)| *s += v * v);
                 }
                 scale.iter_mut().for_each(|s| *s = 1.0 / (*s / n as f32 + self.eps).sqrt());
-                for ((row, out), &wk) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)).zip(&w) {
+                for ((row, out), &wk) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)).zip(w.iter()) {
                     for ((o, &v), &s) in out.iter_mut().zip(row).zip(&scale) {
                         *o = v * s * wk;
                     }

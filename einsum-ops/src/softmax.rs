@@ -9,7 +9,10 @@
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, check_rows, row_axis, row_dims, row_shardable, split_rows};
+use crate::{
+    common::{check_call, check_rows, f32s, row_axis, row_dims, row_shardable, split_rows},
+    vexp,
+};
 
 const KIND: &str = "softmax";
 
@@ -71,10 +74,20 @@ impl AbstractOperator for Softmax {
         check_call(self, f, inputs)?;
         let n = self.inputs[0].dims[self.axis].extent;
         check_rows(KIND, &f.inputs[0], &f.outputs[0], self.axis, n)?;
-        let x = inputs[0].to_f32();
+        let x = f32s(&inputs[0]);
         let (_, n, inner) = split_rows(&f.inputs[0].shape(), self.axis);
         let mut y = vec![0.0; x.len()];
         if !x.is_empty() {
+            if inner == 1 {
+                // Softmax over the last dimension: each row is contiguous.
+                for (xs, ys) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+                    let m = xs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    ys.copy_from_slice(xs);
+                    let s = vexp::exp_shifted_sum(ys, m);
+                    ys.iter_mut().for_each(|o| *o /= s);
+                }
+                return Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, y)?]);
+            }
             let (mut max, mut sum) = (vec![0.0f32; inner], vec![0.0f32; inner]);
             for (xs, ys) in x.chunks_exact(n * inner).zip(y.chunks_exact_mut(n * inner)) {
                 max.fill(f32::NEG_INFINITY);
@@ -84,7 +97,7 @@ impl AbstractOperator for Softmax {
                 sum.fill(0.0);
                 for (row, out) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)) {
                     for (((o, &v), &m), s) in out.iter_mut().zip(row).zip(&max).zip(sum.iter_mut()) {
-                        *o = (v - m).exp();
+                        *o = vexp::exp(v - m);
                         *s += *o;
                     }
                 }

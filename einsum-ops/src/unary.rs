@@ -7,7 +7,10 @@
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, kernel_error};
+use crate::{
+    common::{check_call, kernel_error},
+    vexp,
+};
 
 const KIND: &str = "unary";
 
@@ -75,8 +78,8 @@ impl UnaryOp {
                 const C: f32 = 0.797_884_6;
                 0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
             }
-            UnaryOp::Silu => x / (1.0 + (-x).exp()),
-            UnaryOp::Exp => x.exp(),
+            UnaryOp::Silu => x / (1.0 + vexp::exp(-x)),
+            UnaryOp::Exp => vexp::exp(x),
             UnaryOp::Neg => -x,
             UnaryOp::Scale(s) => s * x,
         }
@@ -167,7 +170,12 @@ impl AbstractOperator for Unary {
                 format!("input block {} and output block {} differ", f.inputs[0], f.outputs[0]),
             ));
         }
-        let data = inputs[0].to_f32().into_iter().map(|x| self.op.apply(x)).collect();
+        let mut data = inputs[0].to_f32();
+        match self.op {
+            // The same operations as `apply`, compiled for the CPU's vector width.
+            UnaryOp::Silu => vexp::silu_in_place(&mut data),
+            op => data.iter_mut().for_each(|x| *x = op.apply(*x)),
+        }
         Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, data)?])
     }
 }
