@@ -65,6 +65,7 @@
 //! whatever task graph and kernel library it is given.
 #![warn(missing_docs)]
 
+mod heap;
 mod memory;
 mod schedule;
 
@@ -98,6 +99,9 @@ use memory::Memory;
 ///
 /// Tasks on one device may run concurrently, as the graph's dependencies allow: buffers are
 /// single-assignment, so two tasks never write the same memory.
+///
+/// Preparing an executable tunes the process's allocator (glibc only) to keep freed blocks
+/// mapped, so repeated runs reuse their buffers' pages instead of faulting in new ones.
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
     threads: usize,
@@ -193,6 +197,7 @@ impl CpuBackend {
         graph: &TaskGraph,
         kernels: Arc<dyn KernelLibrary + 'k>,
     ) -> Result<CpuExecutable<'k>, BackendError> {
+        heap::keep_freed_memory();
         Ok(CpuExecutable {
             graph: graph.clone(),
             kernels,

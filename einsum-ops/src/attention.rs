@@ -41,9 +41,9 @@ const KIND: &str = "attention";
 pub const QUERY_INDEX: &str = "query";
 
 /// Query rows per kernel tile.
-const TILE_Q: usize = 64;
+const TILE_Q: usize = 128;
 /// Key rows per kernel tile.
-const TILE_K: usize = 64;
+const TILE_K: usize = 128;
 
 /// How attention masks and scales its scores.
 #[derive(Clone, Debug, PartialEq)]

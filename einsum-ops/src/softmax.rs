@@ -11,7 +11,7 @@ use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Resu
 
 use crate::{
     common::{check_call, check_rows, f32s, row_axis, row_dims, row_shardable, split_rows},
-    vexp,
+    parallel, vexp,
 };
 
 const KIND: &str = "softmax";
@@ -79,13 +79,15 @@ impl AbstractOperator for Softmax {
         let mut y = vec![0.0; x.len()];
         if !x.is_empty() {
             if inner == 1 {
-                // Softmax over the last dimension: each row is contiguous.
-                for (xs, ys) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+                // Softmax over the last dimension: each row is contiguous, and rows are
+                // spread over the kernel's helper threads.
+                parallel::for_chunks_mut(&mut y, n, |r, ys| {
+                    let xs = &x[r * n..(r + 1) * n];
                     let m = xs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
                     ys.copy_from_slice(xs);
                     let s = vexp::exp_shifted_sum(ys, m);
                     ys.iter_mut().for_each(|o| *o /= s);
-                }
+                });
                 return Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, y)?]);
             }
             let (mut max, mut sum) = (vec![0.0f32; inner], vec![0.0f32; inner]);
