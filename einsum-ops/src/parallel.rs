@@ -40,7 +40,7 @@ pub(crate) fn for_ranges(n: usize, parts: usize, f: impl Fn(Range<usize>) + Sync
 /// over [`parts`]`(chunks, 1)` threads.
 pub(crate) fn for_chunks_mut<T: Send>(data: &mut [T], chunk_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let chunk_len = chunk_len.max(1);
-    let chunks = data.len() / chunk_len;
+    let chunks = data.len().div_ceil(chunk_len);
     let parts = parts(chunks, 1);
     if parts <= 1 {
         data.chunks_mut(chunk_len).enumerate().for_each(|(i, c)| f(i, c));

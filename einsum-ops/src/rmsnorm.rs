@@ -186,6 +186,32 @@ mod tests {
         assert!(matches!(enumerate_specs(&op, 5), Err(Error::NoSpec { .. })));
     }
 
+    /// Over the last dimension (the row-parallel path, rows of odd length): an f64
+    /// reference, and the same bits on any number of helper threads.
+    #[test]
+    fn last_dimension_rows_on_helper_threads() {
+        let (rows, d) = (37, 53);
+        let w = TensorDesc::of(&[("d", d)], DType::F32).unwrap();
+        let x = TensorDesc::of(&[("t", rows), ("d", d)], DType::F32).unwrap();
+        let op = RmsNorm::new(&x, &w, "d", 1e-5).unwrap();
+        let args =
+            [HostTensor::random(x.tensor_type(), DType::F32, 7), HostTensor::random(w.tensor_type(), DType::F32, 8)];
+        let alone = execute_whole(&op, &args).unwrap();
+        for helpers in [1, 4] {
+            let lent = einsum_core::intra_op::with_helpers(helpers, || execute_whole(&op, &args)).unwrap();
+            assert_eq!(lent, alone, "{helpers} helpers");
+        }
+        for t in [0, 17, rows - 1] {
+            let ms = (0..d).map(|i| (args[0].get(&[t, i]).unwrap() as f64).powi(2)).sum::<f64>() / d as f64;
+            for i in [0, d / 2, d - 1] {
+                let want =
+                    args[0].get(&[t, i]).unwrap() as f64 / (ms + 1e-5).sqrt() * args[1].get(&[i]).unwrap() as f64;
+                let got = alone[0].get(&[t, i]).unwrap() as f64;
+                assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "row {t}, {i}: {got} vs {want}");
+            }
+        }
+    }
+
     #[test]
     fn bad_arguments_are_errors() {
         let x = TensorDesc::of(&[("t", 4), ("d", 8)], DType::F32).unwrap();

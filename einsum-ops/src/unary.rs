@@ -9,7 +9,7 @@ use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpe
 
 use crate::{
     common::{check_call, kernel_error},
-    vexp,
+    parallel, vexp,
 };
 
 const KIND: &str = "unary";
@@ -171,11 +171,13 @@ impl AbstractOperator for Unary {
             ));
         }
         let mut data = inputs[0].to_f32();
-        match self.op {
-            // The same operations as `apply`, compiled for the CPU's vector width.
-            UnaryOp::Silu => vexp::silu_in_place(&mut data),
-            op => data.iter_mut().for_each(|x| *x = op.apply(*x)),
-        }
+        // Spread over the kernel's helper threads; SiLU through the same operations as
+        // `apply`, compiled for the CPU's vector width.
+        let op = self.op;
+        parallel::for_chunks_mut(&mut data, 1 << 15, |_, chunk| match op {
+            UnaryOp::Silu => vexp::silu_in_place(chunk),
+            op => chunk.iter_mut().for_each(|x| *x = op.apply(*x)),
+        });
         Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, data)?])
     }
 }
