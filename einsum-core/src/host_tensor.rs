@@ -309,6 +309,24 @@ mod tests {
         TensorType::new(lo, hi).unwrap()
     }
 
+    /// Clones, whole slices and one-part stitches share the elements; a proper slice and a
+    /// stitch of several parts make their own.
+    #[test]
+    fn whole_blocks_share_their_elements() {
+        let t = HostTensor::random(tt(&[0, 0], &[4, 6]), DType::F32, 3);
+        let at = |x: &HostTensor| x.as_f32().unwrap().as_ptr();
+        assert_eq!(at(&t.clone()), at(&t));
+        let whole = t.slice(t.ty()).unwrap();
+        assert_eq!((at(&whole), &whole), (at(&t), &t));
+        let stitched = HostTensor::stitch(t.ty(), std::slice::from_ref(&t)).unwrap();
+        assert_eq!(at(&stitched), at(&t));
+        let (top, bottom) = (t.slice(&tt(&[0, 0], &[2, 6])).unwrap(), t.slice(&tt(&[2, 0], &[4, 6])).unwrap());
+        assert_ne!(at(&top), at(&t));
+        let again = HostTensor::stitch(t.ty(), &[top, bottom]).unwrap();
+        assert_ne!(at(&again), at(&t));
+        assert_eq!(again, t);
+    }
+
     #[test]
     fn slice_keeps_absolute_position() {
         let whole = TensorType::zero_bounded(&[3, 4]);
