@@ -138,8 +138,8 @@ mod tests {
             let row: Vec<f64> = (0..n).map(|k| t.get(&[r, k]).unwrap() as f64).collect();
             let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let total: f64 = row.iter().map(|v| (v - m).exp()).sum();
-            for k in 0..n {
-                let want = (row[k] - m).exp() / total;
+            for (k, v) in row.iter().enumerate() {
+                let want = (v - m).exp() / total;
                 let got = alone[0].get(&[r, k]).unwrap() as f64;
                 assert!((got - want).abs() <= 1e-6 * want.max(1e-30) + 1e-30, "row {r}, {k}: {got} vs {want}");
             }
