@@ -1,5 +1,7 @@
 //! Dense host tensors that carry their [`TensorType`].
 
+use std::sync::Arc;
+
 use half::{bf16, f16};
 
 use crate::{Aggregation, CoreError, DType, Result, SeededRng, TensorType, check_tiling};
@@ -40,10 +42,14 @@ impl Storage {
 
 /// A dense, row-major tensor whose index set is its [`TensorType`], which may have non-zero
 /// lower bounds: a block sliced out of a larger tensor keeps its absolute position.
+///
+/// The elements are immutable and shared: `clone` is a reference-count increment, not a
+/// copy, so a backend can hand the same block to several readers (kernel arguments,
+/// transfers, stitches) without moving its bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
     ty: TensorType,
-    data: Storage,
+    data: Arc<Storage>,
 }
 
 impl HostTensor {
@@ -52,20 +58,20 @@ impl HostTensor {
         if data.len() != ty.volume() {
             return Err(CoreError::DataLength { expected: ty.volume(), got: data.len(), ty });
         }
-        Ok(Self { ty, data: Storage::from_f32(dtype, data) })
+        Ok(Self { ty, data: Arc::new(Storage::from_f32(dtype, data)) })
     }
 
     /// A tensor of type `ty` with every element equal to `value`.
     pub fn filled(ty: TensorType, dtype: DType, value: f32) -> Self {
         let data = vec![value; ty.volume()];
-        Self { data: Storage::from_f32(dtype, data), ty }
+        Self { data: Arc::new(Storage::from_f32(dtype, data)), ty }
     }
 
     /// A tensor of uniform random values in `[-1, 1)`, reproducible from `seed`.
     pub fn random(ty: TensorType, dtype: DType, seed: u64) -> Self {
         let mut rng = SeededRng::new(seed);
         let data = (0..ty.volume()).map(|_| rng.uniform(-1.0, 1.0)).collect();
-        Self { data: Storage::from_f32(dtype, data), ty }
+        Self { data: Arc::new(Storage::from_f32(dtype, data)), ty }
     }
 
     /// The tensor's type (its absolute index box).
@@ -75,7 +81,7 @@ impl HostTensor {
 
     /// The storage dtype.
     pub fn dtype(&self) -> DType {
-        match self.data {
+        match *self.data {
             Storage::F32(_) => DType::F32,
             Storage::F16(_) => DType::F16,
             Storage::BF16(_) => DType::BF16,
@@ -99,7 +105,7 @@ impl HostTensor {
 
     /// The elements as f32, row-major.
     pub fn to_f32(&self) -> Vec<f32> {
-        match &self.data {
+        match &*self.data {
             Storage::F32(v) => v.clone(),
             Storage::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             Storage::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
@@ -110,7 +116,7 @@ impl HostTensor {
     /// bf16 as their bit patterns): what a device buffer of this tensor holds. No element
     /// passes through f32, so every bit pattern (NaN payloads included) is kept.
     pub fn to_ne_bytes(&self) -> Vec<u8> {
-        match &self.data {
+        match &*self.data {
             Storage::F32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
             Storage::F16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
             Storage::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
@@ -133,12 +139,12 @@ impl HostTensor {
             DType::F16 => Storage::F16(u16s().map(f16::from_bits).collect()),
             DType::BF16 => Storage::BF16(u16s().map(bf16::from_bits).collect()),
         };
-        Ok(Self { ty, data })
+        Ok(Self { ty, data: Arc::new(data) })
     }
 
     /// The f32 elements without a copy, when the storage is f32.
     pub fn as_f32(&self) -> Option<&[f32]> {
-        match &self.data {
+        match &*self.data {
             Storage::F32(v) => Some(v),
             _ => None,
         }
@@ -151,7 +157,7 @@ impl HostTensor {
         }
         let offset: usize =
             index.iter().zip(self.ty.dims()).zip(self.ty.strides()).map(|((&i, d), s)| (i - d.lo) * s).sum();
-        Some(match &self.data {
+        Some(match &*self.data {
             Storage::F32(v) => v[offset],
             Storage::F16(v) => v[offset].to_f32(),
             Storage::BF16(v) => v[offset].to_f32(),
@@ -163,16 +169,20 @@ impl HostTensor {
         if dtype == self.dtype() {
             return self.clone();
         }
-        Self { ty: self.ty.clone(), data: Storage::from_f32(dtype, self.to_f32()) }
+        Self { ty: self.ty.clone(), data: Arc::new(Storage::from_f32(dtype, self.to_f32())) }
     }
 
     /// The restriction of this tensor to `part` (Definition 3.5), which must be a projection
-    /// of its type; the result keeps `part`'s absolute bounds.
+    /// of its type; the result keeps `part`'s absolute bounds. The whole tensor's slice
+    /// shares its elements (no copy).
     pub fn slice(&self, part: &TensorType) -> Result<HostTensor> {
         part.check_projection_of(&self.ty)?;
+        if *part == self.ty {
+            return Ok(self.clone());
+        }
         let mut out = Storage::zeros(self.dtype(), part.volume());
         copy_storage(&self.data, &self.ty, &mut out, part, part);
-        Ok(HostTensor { ty: part.clone(), data: out })
+        Ok(HostTensor { ty: part.clone(), data: Arc::new(out) })
     }
 
     /// The tensor of type `whole` that agrees with every part: the recompose step of
@@ -180,6 +190,10 @@ impl HostTensor {
     pub fn stitch(whole: &TensorType, parts: &[HostTensor]) -> Result<HostTensor> {
         let types: Vec<TensorType> = parts.iter().map(|p| p.ty.clone()).collect();
         check_tiling(whole, &types)?;
+        if let [only] = parts {
+            // One part tiling the whole is the whole: share it.
+            return Ok(only.clone());
+        }
         let dtype = parts.first().map_or(DType::F32, HostTensor::dtype);
         let mut out = Storage::zeros(dtype, whole.volume());
         for p in parts {
@@ -188,7 +202,7 @@ impl HostTensor {
             }
             copy_storage(&p.data, &p.ty, &mut out, whole, &p.ty);
         }
-        Ok(HostTensor { ty: whole.clone(), data: out })
+        Ok(HostTensor { ty: whole.clone(), data: Arc::new(out) })
     }
 
     /// Elementwise `self ⊕ other`, for tensors of one type and dtype (computed in f32).
@@ -293,6 +307,24 @@ mod tests {
 
     fn tt(lo: &[usize], hi: &[usize]) -> TensorType {
         TensorType::new(lo, hi).unwrap()
+    }
+
+    /// Clones, whole slices and one-part stitches share the elements; a proper slice and a
+    /// stitch of several parts make their own.
+    #[test]
+    fn whole_blocks_share_their_elements() {
+        let t = HostTensor::random(tt(&[0, 0], &[4, 6]), DType::F32, 3);
+        let at = |x: &HostTensor| x.as_f32().unwrap().as_ptr();
+        assert_eq!(at(&t.clone()), at(&t));
+        let whole = t.slice(t.ty()).unwrap();
+        assert_eq!((at(&whole), &whole), (at(&t), &t));
+        let stitched = HostTensor::stitch(t.ty(), std::slice::from_ref(&t)).unwrap();
+        assert_eq!(at(&stitched), at(&t));
+        let (top, bottom) = (t.slice(&tt(&[0, 0], &[2, 6])).unwrap(), t.slice(&tt(&[2, 0], &[4, 6])).unwrap());
+        assert_ne!(at(&top), at(&t));
+        let again = HostTensor::stitch(t.ty(), &[top, bottom]).unwrap();
+        assert_ne!(at(&again), at(&t));
+        assert_eq!(again, t);
     }
 
     #[test]

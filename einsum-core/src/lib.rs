@@ -25,6 +25,7 @@ mod error;
 pub mod fsio;
 mod host_tensor;
 mod interval;
+pub mod intra_op;
 mod kernel_class;
 mod rng;
 pub mod taskgraph;

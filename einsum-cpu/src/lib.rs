@@ -2,8 +2,12 @@
 //! machine's cores.
 //!
 //! Each virtual device of the graph has its own memory (a store of buffers); a transfer
-//! copies a block out of the source device's store into the destination's, a load copies a
-//! block of a computation input into a device, a store copies a block back to the host.
+//! puts a block of the source device's store into the destination's, a load slices a
+//! block of a computation input into a device, a store hands a block back to the host.
+//! Blocks are immutable [`HostTensor`]s, whose clones share their elements: a transfer, a
+//! kernel's argument or a stored block costs no copy; slices, stitches and aggregations
+//! make new blocks. A kernel started while other workers are idle is lent their cores
+//! ([`einsum_core::intra_op`]).
 //!
 //! Computation inputs are resident, as the task graph's memory model says: a
 //! [`CpuExecutable`] ([`CpuBackend::executable`], or boxed through the core contract,
@@ -61,6 +65,7 @@
 //! whatever task graph and kernel library it is given.
 #![warn(missing_docs)]
 
+mod heap;
 mod memory;
 mod schedule;
 
@@ -94,6 +99,9 @@ use memory::Memory;
 ///
 /// Tasks on one device may run concurrently, as the graph's dependencies allow: buffers are
 /// single-assignment, so two tasks never write the same memory.
+///
+/// Preparing an executable tunes the process's allocator (glibc only) to keep freed blocks
+/// mapped, so repeated runs reuse their buffers' pages instead of faulting in new ones.
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
     threads: usize,
@@ -189,6 +197,7 @@ impl CpuBackend {
         graph: &TaskGraph,
         kernels: Arc<dyn KernelLibrary + 'k>,
     ) -> Result<CpuExecutable<'k>, BackendError> {
+        heap::keep_freed_memory();
         Ok(CpuExecutable {
             graph: graph.clone(),
             kernels,
@@ -412,7 +421,8 @@ impl Context<'_> {
             // Done by `CpuExecutable::load`: the block is resident.
             Task::Load { .. } => Done::Resident,
             Task::Slice { src, dst } => one(self.get(*src)?.slice(ty(*dst)).map_err(|e| e.to_string())?),
-            // A genuine copy: the destination device gets its own block.
+            // Blocks are immutable and every device is host memory: the destination shares
+            // the source's elements (`bytes_moved` still counts what an interconnect moves).
             Task::Transfer { src, .. } => one(HostTensor::clone(&*self.get(*src)?)),
             Task::Aggregate { srcs, agg, .. } => {
                 let mut acc = HostTensor::clone(&*self.get(srcs[0])?);

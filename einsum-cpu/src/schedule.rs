@@ -1,5 +1,7 @@
 //! The scheduler: a pool of worker threads that pull ready tasks, lowest id first, until
-//! every task has run or one has failed.
+//! every task has run or one has failed. A task started while workers would otherwise sit
+//! idle (fewer tasks ready than workers) is lent their cores for its kernel
+//! ([`einsum_core::intra_op`]).
 
 use std::{
     any::Any,
@@ -11,7 +13,7 @@ use std::{
 };
 
 use einsum_core::{
-    BackendError,
+    BackendError, intra_op,
     taskgraph::{TaskGraph, TaskId},
 };
 
@@ -91,7 +93,8 @@ where
     };
     let workers = threads.clamp(1, n.max(1));
     thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers).map(|_| scope.spawn(|| worker(graph, &shared, &dependents, &run))).collect();
+        let handles: Vec<_> =
+            (0..workers).map(|_| scope.spawn(|| worker(graph, &shared, &dependents, workers, &run))).collect();
         for h in handles {
             // A worker that unwound has already stopped the run (StopOnUnwind).
             let _ = h.join();
@@ -104,14 +107,18 @@ where
     }
 }
 
-fn worker<F>(graph: &TaskGraph, shared: &Shared, dependents: &[Vec<u32>], run: &F)
+/// One worker of `workers`: takes ready tasks until the run is over. A task it takes while
+/// other workers are idle gets their number as [`intra_op::helpers`]: its kernel may spread
+/// over their cores (if a task becomes ready meanwhile, an idle worker takes it and the
+/// machine is briefly oversubscribed, never idle).
+fn worker<F>(graph: &TaskGraph, shared: &Shared, dependents: &[Vec<u32>], workers: usize, run: &F)
 where
     F: Fn(TaskId) -> Result<(), BackendError> + Sync,
 {
     let n = graph.nodes().len();
     let _guard = StopOnUnwind(shared, n);
     loop {
-        let id = {
+        let (id, helpers) = {
             let mut s = shared.lock();
             loop {
                 if s.failure.is_some() || s.finished == n {
@@ -119,7 +126,9 @@ where
                 }
                 if let Some(Reverse(id)) = s.ready.pop() {
                     s.running += 1;
-                    break TaskId(id);
+                    // The workers neither running a task nor about to take a ready one.
+                    let idle = workers.saturating_sub(s.running + s.ready.len());
+                    break (TaskId(id), idle);
                 }
                 if s.running == 0 {
                     // Unreachable for a graph built by `TaskGraph::push` (dependencies point
@@ -136,7 +145,7 @@ where
                 s = shared.wake.wait(s).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| run(id)));
+        let outcome = catch_unwind(AssertUnwindSafe(|| intra_op::with_helpers(helpers, || run(id))));
         let label = || graph.nodes()[id.0 as usize].label.clone();
         let mut s = shared.lock();
         s.running -= 1;
@@ -269,6 +278,40 @@ mod tests {
                 }
             );
         }
+    }
+
+    /// A chain (each task the only one ready) is lent every other worker; in a wide layer,
+    /// where ready tasks outnumber the workers, none is.
+    #[test]
+    fn idle_workers_are_lent_to_the_running_task() {
+        let whole = TensorType::zero_bounded(&[2]);
+        let mut chain =
+            TaskGraph::new(1, vec![Boundary { name: "x".into(), ty: whole.clone(), dtype: DType::F32 }], Vec::new());
+        let mut prev = chain.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+        chain.push(Task::Load { input: 0, dst: prev }, &[], "load").unwrap();
+        for _ in 0..5 {
+            let b = chain.add_buffer(DeviceId(0), whole.clone(), DType::F32);
+            chain.push(Task::Slice { src: prev, dst: b }, &[], "slice").unwrap();
+            prev = b;
+        }
+        for threads in [1, 3] {
+            let seen = Mutex::new(Vec::new());
+            run_all(&chain, threads, |_| {
+                seen.lock().unwrap().push(intra_op::helpers());
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen.into_inner().unwrap(), vec![threads - 1; 6]);
+        }
+        // 4 loads ready at once on 2 workers: the first task taken leaves 3 ready.
+        let wide = layered(0);
+        let first = Mutex::new(None);
+        run_all(&wide, 2, |_| {
+            first.lock().unwrap().get_or_insert(intra_op::helpers());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(first.into_inner().unwrap(), Some(0));
     }
 
     #[test]

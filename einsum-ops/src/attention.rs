@@ -30,7 +30,10 @@ use einsum_joinagg::{
 };
 
 use crate::Packing;
-use crate::common::{check_call, kernel_error};
+use crate::{
+    common::{check_call, f32s, kernel_error},
+    parallel, vexp,
+};
 
 const KIND: &str = "attention";
 
@@ -38,9 +41,9 @@ const KIND: &str = "attention";
 pub const QUERY_INDEX: &str = "query";
 
 /// Query rows per kernel tile.
-const TILE_Q: usize = 64;
+const TILE_Q: usize = 128;
 /// Key rows per kernel tile.
-const TILE_K: usize = 64;
+const TILE_K: usize = 128;
 
 /// How attention masks and scales its scores.
 #[derive(Clone, Debug, PartialEq)]
@@ -283,14 +286,16 @@ impl Attention {
         // Visible key range of every query row, absolute.
         let bounds: Vec<(usize, usize)> = (rows.lo..rows.hi).map(|i| self.visible(i)).collect();
         let mut out = vec![0.0f32; heads.len() * nq * d];
-        let mut scores = vec![0.0f32; tile_q * tile_k];
-        let (mut run_max, mut run_sum) = (vec![0.0f32; tile_q], vec![0.0f32; tile_q]);
-        for h in heads.lo..heads.hi {
+        // Heads are independent: spread them over the kernel's helper threads, each with
+        // its own scratch.
+        parallel::for_chunks_mut(&mut out, nq * d, |i, out_h| {
+            let h = heads.lo + i;
+            let mut scores = vec![0.0f32; tile_q * tile_k];
+            let (mut run_max, mut run_sum) = (vec![0.0f32; tile_q], vec![0.0f32; tile_q]);
             let kvh = h / g - kv_heads.lo;
-            let q_h = &q[(h - heads.lo) * nq * d..][..nq * d];
+            let q_h = &q[i * nq * d..][..nq * d];
             let k_h = &k[kvh * nk * d..][..nk * d];
             let v_h = &v[kvh * nk * d..][..nk * d];
-            let out_h = &mut out[(h - heads.lo) * nq * d..][..nq * d];
             for t0 in (0..nq).step_by(tile_q) {
                 let t1 = (t0 + tile_q).min(nq);
                 let tq = t1 - t0;
@@ -330,12 +335,9 @@ impl Attention {
                         row[b..].fill(0.0);
                         let tile_max = row[a..b].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
                         let new_max = run_max[r].max(tile_max);
-                        let rescale = if run_max[r] == f32::NEG_INFINITY { 0.0 } else { (run_max[r] - new_max).exp() };
-                        let mut sum = 0.0f32;
-                        for x in &mut row[a..b] {
-                            *x = (*x - new_max).exp();
-                            sum += *x;
-                        }
+                        let rescale =
+                            if run_max[r] == f32::NEG_INFINITY { 0.0 } else { vexp::exp(run_max[r] - new_max) };
+                        let sum = vexp::exp_shifted_sum(&mut row[a..b], new_max);
                         run_sum[r] = run_sum[r] * rescale + sum;
                         run_max[r] = new_max;
                         if rescale != 1.0 {
@@ -357,7 +359,7 @@ impl Attention {
                     acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= inv);
                 }
             }
-        }
+        });
         out
     }
 }
@@ -456,7 +458,7 @@ impl AbstractOperator for Attention {
         let out = if qb.is_empty() {
             Vec::new()
         } else {
-            let (q, k, v) = (inputs[0].to_f32(), inputs[1].to_f32(), inputs[2].to_f32());
+            let (q, k, v) = (f32s(&inputs[0]), f32s(&inputs[1]), f32s(&inputs[2]));
             self.flash(&q, &k, &v, qb, kb, (TILE_Q, TILE_K))
         };
         Ok(vec![HostTensor::from_f32(qb.clone(), self.outputs[0].dtype, out)?])
@@ -636,6 +638,11 @@ mod tests {
             let whole = execute_whole(&a, &ins).unwrap();
             let err = whole[0].to_f32().iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
             assert!(err < 1e-5, "{err}");
+            // Heads spread over helper threads: the same bits.
+            for helpers in [1, 5] {
+                let lent = einsum_core::intra_op::with_helpers(helpers, || execute_whole(&a, &ins)).unwrap();
+                assert_eq!(lent, whole, "causal {causal}, {helpers} helpers");
+            }
         }
     }
 

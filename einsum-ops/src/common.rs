@@ -139,3 +139,12 @@ pub(crate) fn check_whole_param(op: &str, f: &FunctionSpec, k: usize, param: &Te
     }
     Ok(())
 }
+
+/// The elements of `t` as f32: borrowed when it is stored in f32 (no copy), converted when
+/// it is f16 or bf16.
+pub(crate) fn f32s(t: &HostTensor) -> std::borrow::Cow<'_, [f32]> {
+    match t.as_f32() {
+        Some(data) => std::borrow::Cow::Borrowed(data),
+        None => std::borrow::Cow::Owned(t.to_f32()),
+    }
+}

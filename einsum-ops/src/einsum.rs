@@ -4,12 +4,20 @@
 //! Every distinct letter is a shardable index that may be cut anywhere (Example 3.9): a
 //! letter kept in the output passes its intervals through to the output tiling, a letter
 //! contracted away makes partial outputs that are summed (⊕ = +). The kernel runs the
-//! contraction pairwise, left to right, as batched GEMMs through `matrixmultiply::sgemm`.
+//! contraction pairwise, left to right, as batched GEMMs through `matrixmultiply::sgemm`,
+//! spread over the threads the backend lends the kernel ([`einsum_core::intra_op`]): by
+//! batch element when there are enough, else by rows of the output (each output element
+//! is computed by the same operations either way, so the split never changes a bit).
+
+use std::borrow::Cow;
 
 use einsum_core::{Dim, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, kernel_error};
+use crate::{
+    common::{check_call, f32s, kernel_error},
+    parallel,
+};
 
 /// An einsum contraction over named-index tensors: `C = Σ_{contracted letters} A · B · ...`.
 ///
@@ -263,7 +271,7 @@ impl AbstractOperator for Einsum {
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         let ivs = self.block_intervals(f, inputs)?;
         let ext: Vec<usize> = ivs.iter().map(Interval::len).collect();
-        let operand = |k: usize| Dense::new(&self.terms[k], inputs[k].to_f32());
+        let operand = |k: usize| Dense::new(&self.terms[k], f32s(&inputs[k]));
         let mut acc = operand(0);
         for s in &self.plan.steps {
             let left = acc.summed(&s.sum_left, &ext);
@@ -271,7 +279,7 @@ impl AbstractOperator for Einsum {
             acc = batched_gemm(self.kind, left, right, s, &ext)?;
         }
         let acc = acc.summed(&self.plan.final_sum, &ext).permuted(&self.out, &ext);
-        Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, acc.data)?])
+        Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, acc.data.into_owned())?])
     }
 }
 
@@ -405,15 +413,16 @@ fn plan(terms: &[Vec<usize>], out: &[usize]) -> Plan {
     Plan { steps, last: acc, final_sum }
 }
 
-/// A dense f32 block whose dimensions follow `letters`, row-major.
+/// A dense f32 block whose dimensions follow `letters`, row-major: an input borrowed as it
+/// is, or a block the kernel computed.
 #[derive(Debug)]
-struct Dense {
+struct Dense<'a> {
     letters: Vec<usize>,
-    data: Vec<f32>,
+    data: Cow<'a, [f32]>,
 }
 
-impl Dense {
-    fn new(letters: &[usize], data: Vec<f32>) -> Self {
+impl<'a> Dense<'a> {
+    fn new(letters: &[usize], data: Cow<'a, [f32]>) -> Self {
         Dense { letters: letters.to_vec(), data }
     }
 
@@ -422,7 +431,7 @@ impl Dense {
     }
 
     /// The same block with its dimensions in the order `to` (a permutation of its letters).
-    fn permuted(self, to: &[usize], ext: &[usize]) -> Dense {
+    fn permuted(self, to: &[usize], ext: &[usize]) -> Dense<'a> {
         if self.letters == to {
             return self;
         }
@@ -431,11 +440,11 @@ impl Dense {
             .map(|l| self.letters.iter().position(|m| m == l).expect("a permutation of the letters"))
             .collect();
         let data = permute(&self.data, &self.shape(ext), &perm);
-        Dense { letters: to.to_vec(), data }
+        Dense { letters: to.to_vec(), data: Cow::Owned(data) }
     }
 
     /// The block with the letters `drop` summed out.
-    fn summed(self, drop: &[usize], ext: &[usize]) -> Dense {
+    fn summed(self, drop: &[usize], ext: &[usize]) -> Dense<'a> {
         if drop.is_empty() {
             return self;
         }
@@ -445,14 +454,15 @@ impl Dense {
         let moved = self.permuted(&order, ext);
         let data =
             moved.data.chunks_exact(chunk.max(1)).map(|c| c.iter().map(|&x| x as f64).sum::<f64>() as f32).collect();
-        Dense { letters: keep, data }
+        Dense { letters: keep, data: Cow::Owned(data) }
     }
 }
 
 /// `C[batch, m, n] = Σ_k A[batch, m, k] · B[batch, k, n]` for one step: the operands are
 /// laid out (by permutation when their order does not already allow a strided GEMM) and
-/// multiplied by `sgemm`, one call per batch element.
-fn batched_gemm(op: &str, a: Dense, b: Dense, s: &Step, ext: &[usize]) -> Result<Dense> {
+/// multiplied by `sgemm`, one call per batch element, or per batch element and band of
+/// rows when the kernel has helper threads and fewer batch elements than threads.
+fn batched_gemm<'a>(op: &str, a: Dense<'a>, b: Dense<'a>, s: &Step, ext: &[usize]) -> Result<Dense<'a>> {
     let size = |ls: &[usize]| ls.iter().map(|&l| ext[l]).product::<usize>();
     let (nb, m, n, k) = (size(&s.batch), size(&s.m), size(&s.n), size(&s.k));
     let a_rows = [s.batch.as_slice(), &s.m, &s.k].concat();
@@ -474,30 +484,40 @@ fn batched_gemm(op: &str, a: Dense, b: Dense, s: &Step, ext: &[usize]) -> Result
         ));
     }
     let mut c = vec![0.0f32; nb * m * n];
-    for batch in 0..nb {
-        // SAFETY: A holds nb·m·k elements, B nb·k·n and C nb·m·n (checked above); each batch
-        // element's matrices lie in its own contiguous slab, and every stride pair addresses
-        // exactly the m×k, k×n and m×n elements of that slab.
-        unsafe {
-            matrixmultiply::sgemm(
-                m,
-                k,
-                n,
-                1.0,
-                a.data.as_ptr().add(batch * m * k),
-                rsa as isize,
-                csa as isize,
-                b.data.as_ptr().add(batch * k * n),
-                rsb as isize,
-                csb as isize,
-                0.0,
-                c.as_mut_ptr().add(batch * m * n),
-                n as isize,
-                1,
-            );
+    // Rows of C (over all batch elements) to split: a band never crosses a batch element.
+    // Bands of at least 64 rows, or whole batch elements when there are enough of them.
+    let threads = parallel::parts(nb * m, 64.min(m.max(1)));
+    let bands = if nb >= threads { nb } else { threads.div_ceil(nb.max(1)) * nb };
+    let (a_ptr, b_ptr, c_ptr) = (a.data.as_ptr() as usize, b.data.as_ptr() as usize, c.as_mut_ptr() as usize);
+    parallel::for_ranges(bands, threads, |range| {
+        for band in range {
+            let (batch, part, per_batch) = (band * nb / bands, band % (bands / nb), bands / nb);
+            let rows = part * m / per_batch..(part + 1) * m / per_batch;
+            // SAFETY: A holds nb·m·k elements, B nb·k·n and C nb·m·n (checked above); each
+            // batch element's matrices lie in their own contiguous slab, every stride pair
+            // addresses exactly the m×k, k×n and m×n elements of that slab, and a band
+            // writes rows `rows` of one batch element's C, which no other band writes.
+            unsafe {
+                matrixmultiply::sgemm(
+                    rows.len(),
+                    k,
+                    n,
+                    1.0,
+                    (a_ptr as *const f32).add(batch * m * k + rows.start * rsa),
+                    rsa as isize,
+                    csa as isize,
+                    (b_ptr as *const f32).add(batch * k * n),
+                    rsb as isize,
+                    csb as isize,
+                    0.0,
+                    (c_ptr as *mut f32).add(batch * m * n + rows.start * n),
+                    n as isize,
+                    1,
+                );
+            }
         }
-    }
-    Ok(Dense { letters: [s.batch.as_slice(), &s.m, &s.n].concat(), data: c })
+    });
+    Ok(Dense { letters: [s.batch.as_slice(), &s.m, &s.n].concat(), data: Cow::Owned(c) })
 }
 
 /// Transposes a row-major array of `shape`: output dimension `d` is input dimension
@@ -760,6 +780,44 @@ mod tests {
         let x = HostTensor::from_f32(tt(&[0, 0], &[3, 5]), DType::F32, (0..15).map(|v| v as f32).collect()).unwrap();
         let out = einsum_joinagg::execute_whole(&sum, &[x]).unwrap();
         assert_eq!(out[0].to_f32(), vec![15.0, 18.0, 21.0, 24.0, 27.0]);
+    }
+
+    /// Batched products of odd shapes (a batch split, a row split, one-row matrices, a
+    /// transposed operand read through strides) give the same bits with and without helper
+    /// threads, and agree with a naive f64 product.
+    #[test]
+    fn helper_threads_change_no_bit_and_match_a_naive_product() {
+        use einsum_core::intra_op;
+        use einsum_joinagg::execute_whole;
+        for (eq, nb, m, k, n) in [
+            ("bij,bjk->bik", 3, 131, 7, 67),
+            ("bij,bjk->bik", 1, 257, 33, 5),
+            ("bij,bjk->bik", 2, 1, 9, 3),
+            ("bji,bjk->bik", 2, 130, 11, 17),
+        ] {
+            let transposed = eq.starts_with("bji");
+            let a_dims = if transposed { [nb, k, m] } else { [nb, m, k] };
+            let a = desc(&[("b", nb), ("x", a_dims[1]), ("y", a_dims[2])]);
+            let b = desc(&[("b", nb), ("j", k), ("k", n)]);
+            let op = Einsum::new(eq, &[a, b]).unwrap();
+            let ta = HostTensor::random(TensorType::zero_bounded(&a_dims), DType::F32, 1);
+            let tb = HostTensor::random(TensorType::zero_bounded(&[nb, k, n]), DType::F32, 2);
+            let args = [ta.clone(), tb.clone()];
+            let alone = execute_whole(&op, &args).unwrap();
+            for helpers in [1, 3] {
+                let lent = intra_op::with_helpers(helpers, || execute_whole(&op, &args)).unwrap();
+                assert_eq!(alone, lent, "{eq} {nb}×{m}×{k}×{n}, {helpers} helpers");
+            }
+            for (bi, i, j) in [(0, 0, 0), (nb - 1, m - 1, n - 1), (nb / 2, m / 2, n / 3)] {
+                let at = |p: usize| if transposed { [bi, p, i] } else { [bi, i, p] };
+                let terms: Vec<f64> =
+                    (0..k).map(|p| ta.get(&at(p)).unwrap() as f64 * tb.get(&[bi, p, j]).unwrap() as f64).collect();
+                let want: f64 = terms.iter().sum();
+                let scale: f64 = terms.iter().map(|t| t.abs()).sum::<f64>().max(1e-30);
+                let got = alone[0].get(&[bi, i, j]).unwrap() as f64;
+                assert!((got - want).abs() <= 1e-6 * scale, "{eq} at {bi},{i},{j}: {got} vs {want}");
+            }
+        }
     }
 
     #[test]

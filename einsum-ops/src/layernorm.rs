@@ -8,7 +8,8 @@ use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::common::{
-    check_call, check_eps, check_param, check_rows, check_whole_param, row_axis, row_dims, row_shardable, split_rows,
+    check_call, check_eps, check_param, check_rows, check_whole_param, f32s, row_axis, row_dims, row_shardable,
+    split_rows,
 };
 
 const KIND: &str = "layernorm";
@@ -87,7 +88,7 @@ impl AbstractOperator for LayerNorm {
         check_rows(KIND, &f.inputs[0], &f.outputs[0], self.axis, n)?;
         check_whole_param(KIND, f, 1, &self.inputs[1])?;
         check_whole_param(KIND, f, 2, &self.inputs[2])?;
-        let (x, w, b) = (inputs[0].to_f32(), inputs[1].to_f32(), inputs[2].to_f32());
+        let (x, w, b) = (f32s(&inputs[0]), f32s(&inputs[1]), f32s(&inputs[2]));
         let (_, n, inner) = split_rows(&f.inputs[0].shape(), self.axis);
         let mut y = vec![0.0; x.len()];
         if !x.is_empty() {
@@ -105,7 +106,7 @@ impl AbstractOperator for LayerNorm {
                     }
                 }
                 scale.iter_mut().for_each(|s| *s = 1.0 / (*s / n as f32 + self.eps).sqrt());
-                let params = w.iter().zip(&b);
+                let params = w.iter().zip(b.iter());
                 for ((row, out), (&wk, &bk)) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)).zip(params) {
                     for (((o, &v), &m), &s) in out.iter_mut().zip(row).zip(&mean).zip(&scale) {
                         *o = (v - m) * s * wk + bk;

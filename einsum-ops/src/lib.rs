@@ -13,10 +13,12 @@ mod common;
 pub mod einsum;
 pub mod layernorm;
 pub mod packing;
+mod parallel;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
 pub mod softmax;
 pub mod unary;
+mod vexp;
 
 pub use packing::Packing;

@@ -8,7 +8,7 @@ use std::fmt;
 use einsum_core::{Aggregation, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, kernel_error};
+use crate::common::{check_call, f32s, kernel_error};
 use crate::einsum::permute;
 
 /// Which reduction a [`Reduce`] applies; it is also the ⊕ of its partial outputs.
@@ -157,7 +157,7 @@ impl AbstractOperator for Reduce {
             ));
         }
         let order: Vec<usize> = self.keep.iter().chain(&self.over).copied().collect();
-        let data = permute(&x.to_f32(), &block.shape(), &order);
+        let data = permute(&f32s(x), &block.shape(), &order);
         let chunk: usize = self.over.iter().map(|&d| block.dim(d).len()).product();
         let reduced: Vec<f32> = data
             .chunks_exact(chunk.max(1))

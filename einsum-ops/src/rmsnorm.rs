@@ -7,8 +7,12 @@
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{
-    check_call, check_eps, check_param, check_rows, check_whole_param, row_axis, row_dims, row_shardable, split_rows,
+use crate::{
+    common::{
+        check_call, check_eps, check_param, check_rows, check_whole_param, f32s, row_axis, row_dims, row_shardable,
+        split_rows,
+    },
+    parallel,
 };
 
 const KIND: &str = "rmsnorm";
@@ -85,10 +89,20 @@ impl AbstractOperator for RmsNorm {
         let n = self.inputs[0].dims[self.axis].extent;
         check_rows(KIND, &f.inputs[0], &f.outputs[0], self.axis, n)?;
         check_whole_param(KIND, f, 1, &self.inputs[1])?;
-        let (x, w) = (inputs[0].to_f32(), inputs[1].to_f32());
+        let (x, w) = (f32s(&inputs[0]), f32s(&inputs[1]));
         let (_, n, inner) = split_rows(&f.inputs[0].shape(), self.axis);
         let mut y = vec![0.0; x.len()];
-        if !x.is_empty() {
+        if !x.is_empty() && inner == 1 {
+            // Normalizing over the last dimension: each row is contiguous, and rows are
+            // spread over the kernel's helper threads.
+            parallel::for_chunks_mut(&mut y, n, |r, out| {
+                let row = &x[r * n..(r + 1) * n];
+                let s = 1.0 / (sum_of_squares(row) / n as f32 + self.eps).sqrt();
+                for ((o, &v), &wk) in out.iter_mut().zip(row).zip(w.iter()) {
+                    *o = v * s * wk;
+                }
+            });
+        } else if !x.is_empty() {
             let mut scale = vec![0.0f32; inner];
             for (xs, ys) in x.chunks_exact(n * inner).zip(y.chunks_exact_mut(n * inner)) {
                 scale.fill(0.0);
@@ -96,7 +110,7 @@ impl AbstractOperator for RmsNorm {
                     scale.iter_mut().zip(row).for_each(|(s, &v)| *s += v * v);
                 }
                 scale.iter_mut().for_each(|s| *s = 1.0 / (*s / n as f32 + self.eps).sqrt());
-                for ((row, out), &wk) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)).zip(&w) {
+                for ((row, out), &wk) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)).zip(w.iter()) {
                     for ((o, &v), &s) in out.iter_mut().zip(row).zip(&scale) {
                         *o = v * s * wk;
                     }
@@ -105,6 +119,18 @@ impl AbstractOperator for RmsNorm {
         }
         Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, y)?])
     }
+}
+
+/// `Σ xᵢ²`, added in 16 lanes (which the compiler keeps in vector registers), then the
+/// lanes in order.
+fn sum_of_squares(xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let mut chunks = xs.chunks_exact(16);
+    for c in &mut chunks {
+        acc.iter_mut().zip(c).for_each(|(a, &v)| *a += v * v);
+    }
+    acc.iter_mut().zip(chunks.remainder()).for_each(|(a, &v)| *a += v * v);
+    acc.iter().sum()
 }
 
 #[cfg(test)]
@@ -158,6 +184,32 @@ mod tests {
             }
         }
         assert!(matches!(enumerate_specs(&op, 5), Err(Error::NoSpec { .. })));
+    }
+
+    /// Over the last dimension (the row-parallel path, rows of odd length): an f64
+    /// reference, and the same bits on any number of helper threads.
+    #[test]
+    fn last_dimension_rows_on_helper_threads() {
+        let (rows, d) = (37, 53);
+        let w = TensorDesc::of(&[("d", d)], DType::F32).unwrap();
+        let x = TensorDesc::of(&[("t", rows), ("d", d)], DType::F32).unwrap();
+        let op = RmsNorm::new(&x, &w, "d", 1e-5).unwrap();
+        let args =
+            [HostTensor::random(x.tensor_type(), DType::F32, 7), HostTensor::random(w.tensor_type(), DType::F32, 8)];
+        let alone = execute_whole(&op, &args).unwrap();
+        for helpers in [1, 4] {
+            let lent = einsum_core::intra_op::with_helpers(helpers, || execute_whole(&op, &args)).unwrap();
+            assert_eq!(lent, alone, "{helpers} helpers");
+        }
+        for t in [0, 17, rows - 1] {
+            let ms = (0..d).map(|i| (args[0].get(&[t, i]).unwrap() as f64).powi(2)).sum::<f64>() / d as f64;
+            for i in [0, d / 2, d - 1] {
+                let want =
+                    args[0].get(&[t, i]).unwrap() as f64 / (ms + 1e-5).sqrt() * args[1].get(&[i]).unwrap() as f64;
+                let got = alone[0].get(&[t, i]).unwrap() as f64;
+                assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "row {t}, {i}: {got} vs {want}");
+            }
+        }
     }
 
     #[test]
