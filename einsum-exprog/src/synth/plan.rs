@@ -229,6 +229,11 @@ pub(crate) struct SiteRoutes {
     /// Capacity of each resource some route crosses, by resource index (0 for the others):
     /// [`SiteRoutes::tree`] prices every resource once per tree from it.
     capacities: Vec<f64>,
+    /// The resource indices of every route, flat by slot pair: the route from slot `i` to
+    /// slot `j` crosses `route_ids[route_start[i * k + j]..route_start[i * k + j + 1]]`
+    /// (`k` sites), so that a tree's inner loop reads one contiguous array.
+    route_ids: Vec<usize>,
+    route_start: Vec<usize>,
     /// The trees [`SiteRoutes::tree`] built on an empty load, by (root, inbound, salt, bytes'
     /// bits): the search asks for the same unloaded trees of a group's root again with every
     /// proposal that re-plans or reparents it, and each costs `O(k²)` edges.
@@ -273,11 +278,19 @@ impl SiteRoutes {
             }
             capacities[*id] = *cap;
         }
+        let mut route_start = vec![0];
+        let mut route_ids = Vec::new();
+        for r in routes.iter().flatten() {
+            route_ids.extend(r.resources.iter().map(|(id, _)| *id));
+            route_start.push(route_ids.len());
+        }
         let mut m = SiteRoutes {
             sites,
             slot,
             routes,
             capacities,
+            route_ids,
+            route_start,
             unloaded: RefCell::default(),
             orders: Vec::new(),
             uniform: true,
@@ -317,11 +330,12 @@ impl SiteRoutes {
     /// site in slot `i` to the one in slot `j`: the slowest resource of the route (infinite
     /// without a route).
     fn edge_time(&self, i: usize, j: usize, times: &[f64]) -> f64 {
-        let resources = &self.routes[i][j].resources;
-        if resources.is_empty() {
+        let pair = i * self.sites.len() + j;
+        let ids = &self.route_ids[self.route_start[pair]..self.route_start[pair + 1]];
+        if ids.is_empty() {
             return f64::INFINITY;
         }
-        resources.iter().map(|(id, _)| times[*id]).fold(0.0, f64::max)
+        ids.iter().map(|&id| times[id]).fold(0.0, f64::max)
     }
 
     /// Adds `bytes` to every resource of the route from `a` to `b`.
