@@ -367,7 +367,8 @@ impl SiteRoutes {
     /// The fastest-path tree over all sites rooted at `root`: toward the root (`inbound`, for
     /// reductions) or away from it (for spreading). An edge costs the time to move `bytes`
     /// behind the `load` on its route, perturbed by up to 25% by `salt`; ties go to fewer
-    /// hops, then the lower site. Sites with no route are left out.
+    /// hops, then the lower site. Sites with no route are left out. Trees on an empty load are
+    /// built once per machine and then cloned from its cache.
     pub fn tree(&self, root: SiteId, inbound: bool, salt: u64, load: &Load, bytes: f64) -> Tree {
         if !load.is_empty() {
             return self.fastest_tree(root, inbound, salt, load, bytes);
