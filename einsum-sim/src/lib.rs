@@ -150,7 +150,7 @@ pub use roofline::{
     ATTENTION_COMPUTE_EFFICIENCY, ELEMENTWISE_COMPUTE_EFFICIENCY, Efficiency, KernelClass, KernelWork,
     MATMUL_COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY, Roofline,
 };
-pub use simulate::{simulate, simulate_completion};
+pub use simulate::{simulate, simulate_completion, simulate_end_times};
 pub use task::{SimGraph, SimTask, SimTaskId, TaskKind};
 pub use topology::{
     ComputeRates, Fallback, GB, Link, MAX_SITES, Precision, Resource, ResourceId, ResourceKind, Site, SiteId, TFLOP,

@@ -83,8 +83,16 @@ pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimErro
 /// per-task labels, resources, deliveries or resource usage are kept). Fails as
 /// [`simulate`] does.
 pub fn simulate_completion(topology: &Topology, tasks: &[SimTask]) -> Result<f64, SimError> {
+    Ok(completion(&simulate_end_times(topology, tasks)?))
+}
+
+/// When each of `tasks` ends on `topology`, in seconds, by task index: [`simulate`]'s
+/// [`TaskTrace::end`] times, bit for bit, without recording the rest of the trace (for callers
+/// that score many candidate programs by their end times, such as the exchange search).
+/// Fails as [`simulate`] does.
+pub fn simulate_end_times(topology: &Topology, tasks: &[SimTask]) -> Result<Vec<f64>, SimError> {
     check(topology, tasks)?;
-    Ok(completion(&run(topology, tasks, &mut Nothing).end))
+    Ok(run(topology, tasks, &mut Nothing).end)
 }
 
 /// The largest end time, folded in task order (as [`simulate`] always has).
@@ -532,9 +540,10 @@ mod tests {
         assert!(matches!(simulate(&t, &[SimTask::compute("far", s(8), 1.0)]), Err(SimError::UnknownSite { .. })));
     }
 
-    /// `simulate_completion` runs the event loop of `simulate` and must give its completion
-    /// bit for bit, here with latencies (tasks waiting before their flows), shared links,
-    /// multicasts and zero-byte tasks, on two machines; and fail alike.
+    /// `simulate_completion` and `simulate_end_times` run the event loop of `simulate` and
+    /// must give its completion and every task's end bit for bit, here with latencies (tasks
+    /// waiting before their flows), shared links, multicasts and zero-byte tasks, on three
+    /// machines; and fail alike.
     #[test]
     fn the_completion_alone_is_the_traced_completion_bit_for_bit() {
         let mut tasks = vec![
@@ -553,12 +562,18 @@ mod tests {
         for name in ["dgx-h100", "dgx-v100", "dgx-a100x2"] {
             let t = Topology::preset(name).expect("preset");
             assert!(t.latency().kernel_launch > 0.0, "{name}");
-            let traced = simulate(&t, &tasks).expect("simulate").completion();
+            let trace = simulate(&t, &tasks).expect("simulate");
+            let traced = trace.completion();
             assert!(traced > 0.0);
             assert_eq!(simulate_completion(&t, &tasks).expect("completion").to_bits(), traced.to_bits(), "{name}");
+            let ends: Vec<u64> = trace.tasks().iter().map(|task| task.end.to_bits()).collect();
+            let alone: Vec<u64> = simulate_end_times(&t, &tasks).expect("ends").iter().map(|e| e.to_bits()).collect();
+            assert_eq!(alone, ends, "{name}");
+            assert!(ends.iter().collect::<std::collections::BTreeSet<_>>().len() > tasks.len() / 2, "{name}");
         }
         let bad = vec![SimTask::transfer("x", s(0), s(1), GB).after([SimTaskId(0)])];
         assert_eq!(simulate_completion(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
+        assert_eq!(simulate_end_times(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
         assert_eq!(simulate_completion(&h100(), &[]).unwrap(), 0.0);
     }
 

@@ -157,6 +157,12 @@ impl SimGraph {
     pub fn simulate(&self, topology: &Topology) -> Result<Trace, SimError> {
         crate::simulate::simulate(topology, &self.tasks)
     }
+
+    /// When each task ends on `topology`, in seconds, by [`SimTaskId`]: the trace's end times
+    /// without the trace (see [`crate::simulate_end_times`]).
+    pub fn simulate_end_times(&self, topology: &Topology) -> Result<Vec<f64>, SimError> {
+        crate::simulate::simulate_end_times(topology, &self.tasks)
+    }
 }
 
 impl From<Vec<SimTask>> for SimGraph {

@@ -22,7 +22,8 @@
 //! shares no link with it, and its reverse (on the DGX-V100 the double-link ring
 //! 0-3-2-1-5-6-7-4 and the single-link ring).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use einsum_sim::Topology;
 
@@ -184,6 +185,11 @@ impl Load {
         Load::default()
     }
 
+    /// Whether no bytes are queued anywhere.
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|&b| b == 0.0)
+    }
+
     /// The bytes queued on resource `id`.
     fn get(&self, id: usize) -> f64 {
         self.0.get(id).copied().unwrap_or(0.0)
@@ -220,6 +226,18 @@ pub(crate) struct SiteRoutes {
     slot: Vec<usize>,
     /// Routes by slot pair (empty on the diagonal).
     routes: Vec<Vec<Route>>,
+    /// Capacity of each resource some route crosses, by resource index (0 for the others):
+    /// [`SiteRoutes::tree`] prices every resource once per tree from it.
+    capacities: Vec<f64>,
+    /// The resource indices of every route, flat by slot pair: the route from slot `i` to
+    /// slot `j` crosses `route_ids[route_start[i * k + j]..route_start[i * k + j + 1]]`
+    /// (`k` sites), so that a tree's inner loop reads one contiguous array.
+    route_ids: Vec<usize>,
+    route_start: Vec<usize>,
+    /// The trees [`SiteRoutes::tree`] built on an empty load, by (root, inbound, salt, bytes'
+    /// bits): the search asks for the same unloaded trees of a group's root again with every
+    /// proposal that re-plans or reparents it, and each costs `O(k²)` edges.
+    unloaded: RefCell<HashMap<(SiteId, bool, u64, u64), Tree>>,
     /// Ring orders: permutations of `sites`.
     pub orders: Vec<Vec<SiteId>>,
     /// Whether every pair has the same bandwidth (relays never help).
@@ -235,7 +253,7 @@ impl SiteRoutes {
         for (i, s) in sites.iter().enumerate() {
             slot[s.0] = i;
         }
-        let routes = sites
+        let routes: Vec<Vec<Route>> = sites
             .iter()
             .map(|&a| {
                 sites
@@ -253,7 +271,30 @@ impl SiteRoutes {
                     .collect()
             })
             .collect();
-        let mut m = SiteRoutes { sites, slot, routes, orders: Vec::new(), uniform: true };
+        let mut capacities = Vec::new();
+        for (id, cap) in routes.iter().flatten().flat_map(|r| &r.resources) {
+            if capacities.len() <= *id {
+                capacities.resize(id + 1, 0.0);
+            }
+            capacities[*id] = *cap;
+        }
+        let mut route_start = vec![0];
+        let mut route_ids = Vec::new();
+        for r in routes.iter().flatten() {
+            route_ids.extend(r.resources.iter().map(|(id, _)| *id));
+            route_start.push(route_ids.len());
+        }
+        let mut m = SiteRoutes {
+            sites,
+            slot,
+            routes,
+            capacities,
+            route_ids,
+            route_start,
+            unloaded: RefCell::default(),
+            orders: Vec::new(),
+            uniform: true,
+        };
         let first = m.pair_bandwidths().next();
         let uniform = m.pair_bandwidths().all(|b| Some(b) == first);
         m.uniform = uniform;
@@ -278,15 +319,23 @@ impl SiteRoutes {
         self.route(a, b).map_or(0.0, |r| r.bandwidth)
     }
 
-    /// Seconds to move `bytes` from `a` to `b` behind the `load` already on its resources
-    /// (infinite without a route).
-    fn edge_time(&self, a: SiteId, b: SiteId, load: &Load, bytes: f64) -> f64 {
-        match self.route(a, b) {
-            Some(r) if !r.resources.is_empty() => {
-                r.resources.iter().map(|(id, cap)| (load.get(*id) + bytes) / cap).fold(0.0, f64::max)
-            }
-            _ => f64::INFINITY,
+    /// Seconds to move `bytes` over each resource behind the `load` already on it, by
+    /// resource index: `(load + bytes) / capacity`, computed once per resource so that a
+    /// tree's `O(k²)` edges only look their resources up.
+    fn resource_times(&self, load: &Load, bytes: f64) -> Vec<f64> {
+        self.capacities.iter().enumerate().map(|(id, cap)| (load.get(id) + bytes) / cap).collect()
+    }
+
+    /// Seconds to move the bytes of `times` (from [`SiteRoutes::resource_times`]) from the
+    /// site in slot `i` to the one in slot `j`: the slowest resource of the route (infinite
+    /// without a route).
+    fn edge_time(&self, i: usize, j: usize, times: &[f64]) -> f64 {
+        let pair = i * self.sites.len() + j;
+        let ids = &self.route_ids[self.route_start[pair]..self.route_start[pair + 1]];
+        if ids.is_empty() {
+            return f64::INFINITY;
         }
+        ids.iter().map(|&id| times[id]).fold(0.0, f64::max)
     }
 
     /// Adds `bytes` to every resource of the route from `a` to `b`.
@@ -318,13 +367,29 @@ impl SiteRoutes {
     /// The fastest-path tree over all sites rooted at `root`: toward the root (`inbound`, for
     /// reductions) or away from it (for spreading). An edge costs the time to move `bytes`
     /// behind the `load` on its route, perturbed by up to 25% by `salt`; ties go to fewer
-    /// hops, then the lower site. Sites with no route are left out.
+    /// hops, then the lower site. Sites with no route are left out. Trees on an empty load are
+    /// built once per machine and then cloned from its cache.
     pub fn tree(&self, root: SiteId, inbound: bool, salt: u64, load: &Load, bytes: f64) -> Tree {
-        let bytes = bytes.max(1.0);
-        let cost = |a: SiteId, b: SiteId| {
-            let (from, to) = if inbound { (b, a) } else { (a, b) };
-            let noise = if salt == 0 { 0.0 } else { 0.25 * unit_hash(salt, from, to) };
-            self.edge_time(from, to, load, bytes) * (1.0 + noise)
+        if !load.is_empty() {
+            return self.fastest_tree(root, inbound, salt, load, bytes);
+        }
+        let key = (root, inbound, salt, bytes.to_bits());
+        if let Some(tree) = self.unloaded.borrow().get(&key) {
+            return tree.clone();
+        }
+        let tree = self.fastest_tree(root, inbound, salt, load, bytes);
+        self.unloaded.borrow_mut().insert(key, tree.clone());
+        tree
+    }
+
+    /// [`SiteRoutes::tree`], built.
+    fn fastest_tree(&self, root: SiteId, inbound: bool, salt: u64, load: &Load, bytes: f64) -> Tree {
+        let times = self.resource_times(load, bytes.max(1.0));
+        // The edge between the sites in slots `u` (settled) and `v`.
+        let cost = |u: usize, v: usize| {
+            let (from, to) = if inbound { (v, u) } else { (u, v) };
+            let noise = if salt == 0 { 0.0 } else { 0.25 * unit_hash(salt, self.sites[from], self.sites[to]) };
+            self.edge_time(from, to, &times) * (1.0 + noise)
         };
         let better =
             |x: (f64, usize), y: (f64, usize)| x.0 < y.0 * (1.0 - 1e-9) || (x.0 <= y.0 * (1.0 + 1e-9) && x.1 < y.1);
@@ -333,9 +398,9 @@ impl SiteRoutes {
         let k = self.sites.len();
         let mut dist: Vec<Option<(f64, usize)>> = vec![None; k];
         let mut done = vec![false; k];
-        let mut parent = Tree::new();
+        let mut parent: Vec<Option<usize>> = vec![None; k];
         let Some(&root_slot) = self.slot.get(root.0).filter(|&&i| i != usize::MAX) else {
-            return parent;
+            return Tree::new();
         };
         dist[root_slot] = Some((0.0, 0));
         loop {
@@ -350,23 +415,22 @@ impl SiteRoutes {
             }
             let Some((ui, du)) = pick else { break };
             done[ui] = true;
-            let u = self.sites[ui];
-            for (vi, &v) in self.sites.iter().enumerate() {
+            for vi in 0..k {
                 if vi == ui || done[vi] {
                     continue;
                 }
-                let c = cost(u, v);
+                let c = cost(ui, vi);
                 if !c.is_finite() {
                     continue;
                 }
                 let cand = (du.0 + c, du.1 + 1);
                 if dist[vi].is_none_or(|dv| better(cand, dv)) {
                     dist[vi] = Some(cand);
-                    parent.insert(v, u);
+                    parent[vi] = Some(ui);
                 }
             }
         }
-        parent
+        parent.iter().enumerate().filter_map(|(vi, p)| p.map(|ui| (self.sites[vi], self.sites[ui]))).collect()
     }
 
     /// The ring orders described in the module docs, without duplicates.
@@ -779,6 +843,30 @@ mod tests {
 
     fn all(n: usize) -> BTreeSet<SiteId> {
         (0..n).map(SiteId).collect()
+    }
+
+    /// On dgx-v100 site 1 hangs under the root 0 (they share NVLinks) until a load on that
+    /// route makes a relay cheaper; unloaded trees come from the cache, which a loaded tree
+    /// neither reads nor overwrites.
+    #[test]
+    fn load_moves_the_fastest_tree_and_unloaded_trees_are_cached() {
+        let v100 = Topology::preset("dgx-v100").unwrap();
+        let m = SiteRoutes::new(&all(8), &v100);
+        let spread = m.tree(s(0), false, 0, &Load::new(), 1e6);
+        assert_eq!(spread.get(&s(1)), Some(&s(0)));
+        assert_eq!(spread.len(), 7);
+        assert_eq!(m.unloaded.borrow().len(), 1);
+        let mut load = Load::new();
+        m.add_load(&mut load, s(0), s(1), 1e12);
+        let loaded = m.tree(s(0), false, 0, &load, 1e6);
+        assert!(loaded.get(&s(1)).is_some_and(|p| *p != s(0)), "{loaded:?}");
+        assert_eq!(m.unloaded.borrow().len(), 1);
+        assert_eq!(m.tree(s(0), false, 0, &Load::new(), 1e6), spread);
+        // A cold machine builds the same tree the cache serves, for a salted tree too.
+        let salted = m.tree(s(3), true, 7, &Load::new(), 1e6);
+        assert_eq!(m.tree(s(3), true, 7, &Load::new(), 1e6), salted);
+        assert_eq!(SiteRoutes::new(&all(8), &v100).tree(s(3), true, 7, &Load::new(), 1e6), salted);
+        assert_eq!(m.unloaded.borrow().len(), 2);
     }
 
     #[test]

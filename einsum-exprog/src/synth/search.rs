@@ -355,10 +355,10 @@ impl Search<'_> {
             return *c;
         }
         let closure = program.validate_with(membership).ok().map(|v| v.closure);
-        let cost = closure.and_then(|c| lower(program, &c).graph.simulate(self.topology).ok()).map(|t| {
-            let ends: f64 = t.tasks().iter().map(|task| task.end).sum();
-            let mean_ms = 1e3 * ends / t.tasks().len().max(1) as f64;
-            Score { completion: t.completion_ms(), objective: t.completion_ms() + Score::SPREAD * mean_ms }
+        let cost = closure.and_then(|c| lower(program, &c).graph.simulate_end_times(self.topology).ok()).map(|end| {
+            let completion_ms = 1e3 * end.iter().fold(0.0, |acc: f64, &e| acc.max(e));
+            let mean_ms = 1e3 * end.iter().sum::<f64>() / end.len().max(1) as f64;
+            Score { completion: completion_ms, objective: completion_ms + Score::SPREAD * mean_ms }
         });
         if cost.is_some() {
             self.evaluated += 1;
