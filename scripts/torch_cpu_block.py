@@ -3,7 +3,7 @@
 for the side-by-side table of docs/RESULTS.md: median of N runs after W warm-ups, on a given
 number of intra-op threads.
 
-Same computation as einsum-experiments/src/workload.rs (and scripts/torch_llama_block.py on a
+The block itself is scripts/torch_block.py (shared with scripts/torch_llama_block.py on a
 GPU): RMSNorm, Q/K/V projections, RoPE (theta 500000, positions restarting at every packed
 sequence), causal grouped-query attention within each packed sequence, output projection and
 residual, RMSNorm, SwiGLU FFN, residual.
@@ -17,11 +17,12 @@ import statistics
 import sys
 import time
 
+from torch_block import llama_block
+
 
 def main():
     try:
         import torch
-        import torch.nn.functional as F
     except ImportError as e:
         print(json.dumps({"error": f"torch is missing: {e}"}))
         return
@@ -29,44 +30,7 @@ def main():
     warmup = int(sys.argv[9]) if len(sys.argv) > 9 else 2
     runs = int(sys.argv[10]) if len(sys.argv) > 10 else 10
     torch.set_num_threads(threads)
-    g = torch.Generator().manual_seed(0)
-
-    def rnd(*shape):
-        return torch.rand(*shape, generator=g) * 2 - 1
-
-    x = rnd(t, d)
-    n1, n2 = rnd(d), rnd(d)
-    wq, wk, wv = rnd(d, hq * e), rnd(d, hkv * e), rnd(d, hkv * e)
-    wo = rnd(hq * e, d)
-    wg, wu, wd = rnd(d, ff), rnd(d, ff), rnd(ff, d)
-    seq = t // seqs
-    pos = torch.arange(t) % seq
-    inv = 500000.0 ** (-torch.arange(0, e // 2, dtype=torch.float64) * 2 / e)
-    ang = pos[:, None].double() * inv[None, :]
-    cos, sin = ang.cos().float(), ang.sin().float()
-
-    def rmsnorm(v, w):
-        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-5) * w
-
-    def rope(v):  # v: [heads, t, e]
-        a, b = v[..., : e // 2], v[..., e // 2 :]
-        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
-
-    def block():
-        h = rmsnorm(x, n1)
-        q = (h @ wq).view(t, hq, e).transpose(0, 1)
-        k = (h @ wk).view(t, hkv, e).transpose(0, 1)
-        v = (h @ wv).view(t, hkv, e).transpose(0, 1)
-        q, k = rope(q), rope(k)
-        # Packed sequences: attention never crosses one, so run each as a batch entry.
-        q = q.reshape(hq, seqs, seq, e).transpose(0, 1)
-        k = k.reshape(hkv, seqs, seq, e).transpose(0, 1)
-        v = v.reshape(hkv, seqs, seq, e).transpose(0, 1)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        a = a.transpose(0, 1).reshape(hq, t, e).transpose(0, 1).reshape(t, hq * e)
-        y = x + a @ wo
-        h = rmsnorm(y, n2)
-        return y + (F.silu(h @ wg) * (h @ wu)) @ wd
+    block = llama_block(torch, t, seqs, d, hq, hkv, e, ff, "cpu", torch.float32)
 
     with torch.no_grad():
         for _ in range(warmup):
