@@ -157,7 +157,7 @@ impl<'a> PlanReport<'a> {
             bytes_moved: Some(stats.bytes_moved),
             compile_ms: Some(exe.compile_ms()),
             compile_error: None,
-            memory: Some(MemoryReport::new(&stats, exe.memory_capacity(), exe.memory_budget())),
+            memory: Some(MemoryReport::new(stats, exe.memory_capacity(), exe.memory_budget())),
         }
     }
 }

@@ -251,7 +251,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     }
     let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
     let stats = exe.stats();
-    let memory = MemoryReport::new(&stats, exe.memory_capacity(), exe.memory_budget());
+    let memory = MemoryReport::new(stats, exe.memory_capacity(), exe.memory_budget());
     let json = ExplainReport {
         workload: &a.compile.workload,
         devices: a.compile.devices,
