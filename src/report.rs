@@ -197,6 +197,6 @@ pub fn explain_text(exe: &Executable<'_>) -> String {
     {
         let _ = writeln!(text, "  device {d}: {r} + {t} = {p} bytes");
     }
-    text += &memory_text(&exe.compiled().graph, &exe.compiled().stats, exe.memory_capacity(), exe.memory_budget());
+    text += &memory_text(&exe.compiled().graph, stats, exe.memory_capacity(), exe.memory_budget());
     text
 }
