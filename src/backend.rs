@@ -84,7 +84,11 @@ pub struct BackendEntry {
 }
 
 const BACKENDS: &[BackendEntry] = &[
-    BackendEntry { name: "cpu", about: "virtual devices in host memory", build: |_| Arc::new(CpuBackend::new()) },
+    BackendEntry {
+        name: "cpu",
+        about: "virtual devices in host memory",
+        build: |_| Arc::new(CpuBackend::new().with_fusion(&einsum_ops::fused::RULES)),
+    },
     BackendEntry {
         name: "cuda",
         about: "NVIDIA GPUs through the CUDA driver",

@@ -78,7 +78,7 @@ impl Default for CompileOptions {
         let topology = Topology::preset("dgx-a100").expect("the dgx-a100 preset is valid");
         Self {
             devices: 8,
-            backend: Arc::new(CpuBackend::new()),
+            backend: Arc::new(CpuBackend::new().with_fusion(&einsum_ops::fused::RULES)),
             optimizer: Arc::new(Dp),
             cost: None,
             schedule: Schedule::Naive,

@@ -40,6 +40,17 @@ impl Storage {
     }
 }
 
+/// A tensor's elements borrowed in their storage dtype ([`HostTensor::elements`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Elements<'a> {
+    /// f32 storage.
+    F32(&'a [f32]),
+    /// f16 storage.
+    F16(&'a [f16]),
+    /// bf16 storage.
+    BF16(&'a [bf16]),
+}
+
 /// A dense, row-major tensor whose index set is its [`TensorType`], which may have non-zero
 /// lower bounds: a block sliced out of a larger tensor keeps its absolute position.
 ///
@@ -147,6 +158,16 @@ impl HostTensor {
         match &*self.data {
             Storage::F32(v) => Some(v),
             _ => None,
+        }
+    }
+
+    /// The elements without a copy, in their storage dtype, so that a kernel can convert
+    /// them piece by piece as it reads them (a GEMM panel, a chunk of an elementwise pass).
+    pub fn elements(&self) -> Elements<'_> {
+        match &*self.data {
+            Storage::F32(v) => Elements::F32(v),
+            Storage::F16(v) => Elements::F16(v),
+            Storage::BF16(v) => Elements::BF16(v),
         }
     }
 

@@ -37,7 +37,7 @@ pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef,
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
-pub use host_tensor::{HostTensor, relative_error, scaled_error};
+pub use host_tensor::{Elements, HostTensor, relative_error, scaled_error};
 pub use interval::Interval;
 pub use kernel_class::KernelClass;
 pub use rng::SeededRng;

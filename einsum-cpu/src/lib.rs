@@ -65,6 +65,7 @@
 //! whatever task graph and kernel library it is given.
 #![warn(missing_docs)]
 
+mod fuse;
 mod heap;
 mod memory;
 mod schedule;
@@ -77,7 +78,7 @@ use std::sync::{
 
 use einsum_core::{
     Backend, BackendError, DType, HostTensor, KernelLibrary, Prepared, TensorType,
-    taskgraph::{BufferId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, stitch_outputs},
+    taskgraph::{BufferId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, fuse::Rule, stitch_outputs},
 };
 
 use memory::Memory;
@@ -105,6 +106,8 @@ use memory::Memory;
 #[derive(Clone, Debug)]
 pub struct CpuBackend {
     threads: usize,
+    /// The kernel fusion rules applied when a graph is prepared (none by default).
+    fusion: &'static [Rule],
     /// The fault to inject, in tests of the checks only.
     #[cfg(any(test, feature = "fault-injection"))]
     fault: Option<Fault>,
@@ -156,9 +159,20 @@ impl CpuBackend {
     pub fn with_threads(threads: usize) -> Self {
         Self {
             threads: threads.max(1),
+            fusion: &[],
             #[cfg(any(test, feature = "fault-injection"))]
             fault: None,
         }
+    }
+
+    /// The same backend, fusing kernel chains with `rules` when it prepares a graph (see
+    /// `einsum_core::taskgraph::fuse`; the driver passes `einsum_ops::fused::RULES`, which
+    /// run chains of elementwise kernels in one pass). Results are unchanged bit for bit
+    /// as long as each rule's fused kernel computes what its kernels did.
+    #[must_use]
+    pub fn with_fusion(mut self, rules: &'static [Rule]) -> Self {
+        self.fusion = rules;
+        self
     }
 
     /// The same backend, injecting `fault` into every run (tests of the checks only).
@@ -198,13 +212,14 @@ impl CpuBackend {
         kernels: Arc<dyn KernelLibrary + 'k>,
     ) -> Result<CpuExecutable<'k>, BackendError> {
         heap::keep_freed_memory();
+        let (graph, kernels) = fuse::fuse_chains(graph, kernels, self.fusion)?;
         Ok(CpuExecutable {
-            graph: graph.clone(),
-            kernels,
-            threads: self.threads,
             resident: vec![None; graph.buffers().len()],
             loaded: vec![false; graph.inputs().len()],
-            dropped_source: self.dropped_source(graph),
+            dropped_source: self.dropped_source(&graph),
+            graph,
+            kernels,
+            threads: self.threads,
         })
     }
 
@@ -257,7 +272,7 @@ impl fmt::Debug for CpuExecutable<'_> {
 }
 
 impl CpuExecutable<'_> {
-    /// The prepared graph.
+    /// The prepared graph (after kernel fusion, when the backend fuses).
     pub fn graph(&self) -> &TaskGraph {
         &self.graph
     }

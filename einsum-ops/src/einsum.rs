@@ -8,14 +8,18 @@
 //! spread over the threads the backend lends the kernel ([`einsum_core::intra_op`]): by
 //! batch element when there are enough, else by rows of the output (each output element
 //! is computed by the same operations either way, so the split never changes a bit).
+//! f16/bf16 operands are not converted whole: a GEMM reads them in place and converts
+//! cache-sized panels as it reaches them, accumulating in f32 ([`crate::panels`]); only an
+//! operand that must be permuted or summed first is converted to f32 whole.
 
 use std::borrow::Cow;
 
-use einsum_core::{Dim, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
+use einsum_core::{Dim, Elements, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::{
-    common::{check_call, f32s, kernel_error},
+    common::{check_call, kernel_error},
+    panels::{self, Strided},
     parallel,
 };
 
@@ -271,7 +275,9 @@ impl AbstractOperator for Einsum {
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         let ivs = self.block_intervals(f, inputs)?;
         let ext: Vec<usize> = ivs.iter().map(Interval::len).collect();
-        let operand = |k: usize| Dense::new(&self.terms[k], f32s(&inputs[k]));
+        // f32 operands are read in place; f16/bf16 ones too, converted panel by panel as
+        // the GEMM reaches them (`panels`), unless a permutation or a sum needs them whole.
+        let operand = |k: usize| Dense::new(&self.terms[k], Data::of(&inputs[k]));
         let mut acc = operand(0);
         for s in &self.plan.steps {
             let left = acc.summed(&s.sum_left, &ext);
@@ -279,7 +285,7 @@ impl AbstractOperator for Einsum {
             acc = batched_gemm(self.kind, left, right, s, &ext)?;
         }
         let acc = acc.summed(&self.plan.final_sum, &ext).permuted(&self.out, &ext);
-        Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, acc.data.into_owned())?])
+        Ok(vec![HostTensor::from_f32(f.outputs[0].clone(), self.outputs[0].dtype, acc.data.into_f32().into_owned())?])
     }
 }
 
@@ -413,16 +419,59 @@ fn plan(terms: &[Vec<usize>], out: &[usize]) -> Plan {
     Plan { steps, last: acc, final_sum }
 }
 
-/// A dense f32 block whose dimensions follow `letters`, row-major: an input borrowed as it
-/// is, or a block the kernel computed.
+/// A block's elements: f32 (an input borrowed as it is, or a block the kernel computed), or
+/// an f16/bf16 input borrowed in its storage dtype.
+#[derive(Debug)]
+enum Data<'a> {
+    F32(Cow<'a, [f32]>),
+    Half(Elements<'a>),
+}
+
+impl<'a> Data<'a> {
+    /// Input `t`'s elements, borrowed.
+    fn of(t: &'a HostTensor) -> Self {
+        match t.elements() {
+            Elements::F32(v) => Data::F32(Cow::Borrowed(v)),
+            half => Data::Half(half),
+        }
+    }
+
+    /// The elements as f32, converting half-precision ones whole.
+    fn into_f32(self) -> Cow<'a, [f32]> {
+        match self {
+            Data::F32(v) => v,
+            Data::Half(Elements::F32(v)) => Cow::Borrowed(v),
+            Data::Half(Elements::F16(v)) => Cow::Owned(v.iter().map(|x| x.to_f32()).collect()),
+            Data::Half(Elements::BF16(v)) => Cow::Owned(v.iter().map(|x| x.to_f32()).collect()),
+        }
+    }
+
+    /// The elements as read in place.
+    fn elements(&self) -> Elements<'_> {
+        match self {
+            Data::F32(v) => Elements::F32(v),
+            Data::Half(e) => *e,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self.elements() {
+            Elements::F32(v) => v.len(),
+            Elements::F16(v) => v.len(),
+            Elements::BF16(v) => v.len(),
+        }
+    }
+}
+
+/// A dense block whose dimensions follow `letters`, row-major.
 #[derive(Debug)]
 struct Dense<'a> {
     letters: Vec<usize>,
-    data: Cow<'a, [f32]>,
+    data: Data<'a>,
 }
 
 impl<'a> Dense<'a> {
-    fn new(letters: &[usize], data: Cow<'a, [f32]>) -> Self {
+    fn new(letters: &[usize], data: Data<'a>) -> Self {
         Dense { letters: letters.to_vec(), data }
     }
 
@@ -439,8 +488,9 @@ impl<'a> Dense<'a> {
             .iter()
             .map(|l| self.letters.iter().position(|m| m == l).expect("a permutation of the letters"))
             .collect();
-        let data = permute(&self.data, &self.shape(ext), &perm);
-        Dense { letters: to.to_vec(), data: Cow::Owned(data) }
+        let shape = self.shape(ext);
+        let data = permute(&self.data.into_f32(), &shape, &perm);
+        Dense { letters: to.to_vec(), data: Data::F32(Cow::Owned(data)) }
     }
 
     /// The block with the letters `drop` summed out.
@@ -452,9 +502,13 @@ impl<'a> Dense<'a> {
         let order = [keep.as_slice(), drop].concat();
         let chunk: usize = drop.iter().map(|&l| ext[l]).product();
         let moved = self.permuted(&order, ext);
-        let data =
-            moved.data.chunks_exact(chunk.max(1)).map(|c| c.iter().map(|&x| x as f64).sum::<f64>() as f32).collect();
-        Dense { letters: keep, data: Cow::Owned(data) }
+        let data = moved
+            .data
+            .into_f32()
+            .chunks_exact(chunk.max(1))
+            .map(|c| c.iter().map(|&x| x as f64).sum::<f64>() as f32)
+            .collect();
+        Dense { letters: keep, data: Data::F32(Cow::Owned(data)) }
     }
 }
 
@@ -484,15 +538,77 @@ fn batched_gemm<'a>(op: &str, a: Dense<'a>, b: Dense<'a>, s: &Step, ext: &[usize
         ));
     }
     let mut c = vec![0.0f32; nb * m * n];
-    // Rows of C (over all batch elements) to split: a band never crosses a batch element.
-    // Bands of at least 64 rows, or whole batch elements when there are enough of them.
+    if let (Data::F32(a_data), Data::F32(b_data)) = (&a.data, &b.data) {
+        f32_gemm(nb, (m, k, n), (a_data, rsa, csa), (b_data, rsb, csb), &mut c);
+    } else {
+        half_gemm(op, nb, (m, k, n), (a.data.elements(), rsa, csa), (b.data.elements(), rsb, csb), &mut c)?;
+    }
+    Ok(Dense { letters: [s.batch.as_slice(), &s.m, &s.n].concat(), data: Data::F32(Cow::Owned(c)) })
+}
+
+/// The bands of rows of C (over all `nb` batch elements of `m` rows) to split a GEMM into,
+/// and the threads to run them on: a band never crosses a batch element; bands of at least
+/// 64 rows, or whole batch elements when there are enough of them. Band `band` is rows
+/// `rows` of batch element `batch`.
+fn bands(nb: usize, m: usize) -> (usize, usize) {
     let threads = parallel::parts(nb * m, 64.min(m.max(1)));
     let bands = if nb >= threads { nb } else { threads.div_ceil(nb.max(1)) * nb };
-    let (a_ptr, b_ptr, c_ptr) = (a.data.as_ptr() as usize, b.data.as_ptr() as usize, c.as_mut_ptr() as usize);
+    (bands, threads)
+}
+
+/// The batch element and rows of band `band` of `bands` (see [`bands`]).
+fn band_rows(band: usize, bands: usize, nb: usize, m: usize) -> (usize, std::ops::Range<usize>) {
+    let (batch, part, per_batch) = (band * nb / bands, band % (bands / nb), bands / nb);
+    (batch, part * m / per_batch..(part + 1) * m / per_batch)
+}
+
+/// Half-precision operands (either or both): each band multiplied by [`panels::gemm`],
+/// which converts the operands panel by panel and accumulates in f32.
+fn half_gemm(
+    op: &str,
+    nb: usize,
+    (m, k, n): (usize, usize, usize),
+    (a, rsa, csa): (Elements<'_>, usize, usize),
+    (b, rsb, csb): (Elements<'_>, usize, usize),
+    c: &mut [f32],
+) -> Result<()> {
+    let (bands, threads) = bands(nb, m);
+    let c_ptr = c.as_mut_ptr() as usize;
+    let failed = std::sync::Mutex::new(None);
     parallel::for_ranges(bands, threads, |range| {
         for band in range {
-            let (batch, part, per_batch) = (band * nb / bands, band % (bands / nb), bands / nb);
-            let rows = part * m / per_batch..(part + 1) * m / per_batch;
+            let (batch, rows) = band_rows(band, bands, nb, m);
+            let a = Strided { data: a, offset: batch * m * k + rows.start * rsa, rs: rsa, cs: csa };
+            let b = Strided { data: b, offset: batch * k * n, rs: rsb, cs: csb };
+            // SAFETY: C holds nb·m·n elements and a band writes rows `rows` of one batch
+            // element's C, which no other band writes, so these slices are disjoint.
+            let c = unsafe {
+                std::slice::from_raw_parts_mut((c_ptr as *mut f32).add(batch * m * n + rows.start * n), rows.len() * n)
+            };
+            if let Err(e) = panels::gemm(rows.len(), k, n, a, b, c) {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+            }
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(kernel_error(op, e)),
+        None => Ok(()),
+    }
+}
+
+/// f32 operands: each band multiplied by `sgemm` in place.
+fn f32_gemm(
+    nb: usize,
+    (m, k, n): (usize, usize, usize),
+    (a, rsa, csa): (&[f32], usize, usize),
+    (b, rsb, csb): (&[f32], usize, usize),
+    c: &mut [f32],
+) {
+    let (bands, threads) = bands(nb, m);
+    let (a_ptr, b_ptr, c_ptr) = (a.as_ptr() as usize, b.as_ptr() as usize, c.as_mut_ptr() as usize);
+    parallel::for_ranges(bands, threads, |range| {
+        for band in range {
+            let (batch, rows) = band_rows(band, bands, nb, m);
             // SAFETY: A holds nb·m·k elements, B nb·k·n and C nb·m·n (checked above); each
             // batch element's matrices lie in their own contiguous slab, every stride pair
             // addresses exactly the m×k, k×n and m×n elements of that slab, and a band
@@ -517,7 +633,6 @@ fn batched_gemm<'a>(op: &str, a: Dense<'a>, b: Dense<'a>, s: &Step, ext: &[usize
             }
         }
     });
-    Ok(Dense { letters: [s.batch.as_slice(), &s.m, &s.n].concat(), data: Cow::Owned(c) })
 }
 
 /// Transposes a row-major array of `shape`: output dimension `d` is input dimension
@@ -816,6 +931,60 @@ mod tests {
                 let scale: f64 = terms.iter().map(|t| t.abs()).sum::<f64>().max(1e-30);
                 let got = alone[0].get(&[bi, i, j]).unwrap() as f64;
                 assert!((got - want).abs() <= 1e-6 * scale, "{eq} at {bi},{i},{j}: {got} vs {want}");
+            }
+        }
+    }
+
+    /// f16 and bf16 matmuls (B read transposed in place in one case) go through the panel
+    /// GEMM: on every element the output is within the dtype's own rounding (half an ulp of
+    /// the result) plus the f32 accumulation bound of an f64 product of the same inputs; the
+    /// old path (whole operands converted, an f32 kernel, the result rounded) meets the same
+    /// bound; and helper threads change no bit.
+    #[test]
+    fn half_precision_matmuls_accumulate_in_f32_within_the_dtype_rounding() {
+        use einsum_core::intra_op;
+        use einsum_joinagg::execute_whole;
+        // The unit roundoff, and half the smallest subnormal's spacing (f16 results near 0).
+        for (dtype, unit, tiny) in [(DType::F16, 2f64.powi(-11), 2f64.powi(-25)), (DType::BF16, 2f64.powi(-8), 0.0)] {
+            for (eq, m, k, n) in [("ij,jk->ik", 70, 300, 50), ("ij,kj->ik", 129, 260, 33)] {
+                let transposed = eq == "ij,kj->ik";
+                let b_dims = if transposed { [n, k] } else { [k, n] };
+                let a = TensorDesc::of(&[("i", m), ("j", k)], dtype).unwrap();
+                let b = TensorDesc::of(&[("x", b_dims[0]), ("y", b_dims[1])], dtype).unwrap();
+                let op = Einsum::new(eq, &[a.clone(), b.clone()]).unwrap();
+                let args =
+                    [HostTensor::random(a.tensor_type(), dtype, 5), HostTensor::random(b.tensor_type(), dtype, 6)];
+                let got = execute_whole(&op, &args).unwrap();
+                assert_eq!(got[0].dtype(), dtype);
+                let lent = intra_op::with_helpers(1, || execute_whole(&op, &args)).unwrap();
+                assert_eq!(got, lent, "{dtype} {eq}: helper threads changed a bit");
+                // The old path: both operands converted whole, the f32 kernel, rounded once.
+                let f32_desc = |d: &TensorDesc| TensorDesc::new(d.dims.clone(), DType::F32).unwrap();
+                let op32 = Einsum::new(eq, &[f32_desc(&a), f32_desc(&b)]).unwrap();
+                let widened: Vec<HostTensor> = args
+                    .iter()
+                    .map(|t| HostTensor::from_f32(t.ty().clone(), DType::F32, t.to_f32()).unwrap())
+                    .collect();
+                let old = execute_whole(&op32, &widened).unwrap()[0].to_f32();
+                let old = HostTensor::from_f32(got[0].ty().clone(), dtype, old).unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        let b_at = |p: usize| if transposed { [j, p] } else { [p, j] };
+                        let terms: Vec<f64> = (0..k)
+                            .map(|p| {
+                                f64::from(args[0].get(&[i, p]).unwrap()) * f64::from(args[1].get(&b_at(p)).unwrap())
+                            })
+                            .collect();
+                        let want: f64 = terms.iter().sum();
+                        let scale: f64 = terms.iter().map(|t| t.abs()).sum();
+                        let acc = k as f64 * f64::from(f32::EPSILON) / 2.0 * scale;
+                        let bound = unit * (want.abs() + acc) + acc + tiny;
+                        for (path, t) in [("panels", &got[0]), ("old", &old)] {
+                            let y = f64::from(t.get(&[i, j]).unwrap());
+                            assert!((y - want).abs() <= bound, "{dtype} {eq} {path} at {i},{j}: {y} vs {want}");
+                        }
+                    }
+                }
             }
         }
     }

@@ -24,6 +24,7 @@
 //! backend never has to.
 
 pub mod examples;
+pub mod fuse;
 mod interpret;
 mod memory;
 

@@ -9,6 +9,7 @@
 //! nothing changes; in f16/bf16 the fused result is the more exact one (the difference is
 //! one rounding of the intermediate, within the tolerances the reference checks use).
 
+use einsum_core::taskgraph::fuse::FusedOp;
 use einsum_core::{DType, TensorType};
 use einsum_ops::binary::BinaryOp;
 use einsum_ops::unary::UnaryOp;
@@ -72,6 +73,12 @@ fn arity(args: &KernelArgs<'_>, inputs: usize, outputs: &[usize]) -> Result<(), 
     }
     Ok(())
 }
+
+/// Lowered to a CUDA kernel; its host run is the two original kernels in turn.
+impl FusedOp for UnaryBinary {}
+
+/// Lowered to a CUDA kernel; its host run is the two original kernels in turn.
+impl FusedOp for BinaryRmsNorm {}
 
 impl FusedKernel for UnaryBinary {
     /// One `unary_binary` launch over the block.
