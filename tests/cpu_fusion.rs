@@ -5,6 +5,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use einsum_compile::{Compiled, ComputationKernels, compile as compile_physical};
+use einsum_core::Prepared;
 use einsum_core::taskgraph::{Task, TaskGraph, interpret};
 use einsum_logical::{PaperProxy, Problem};
 use einsum_ops::fused::RULES;

@@ -16,6 +16,7 @@ use std::borrow::Cow;
 
 use einsum_core::{Dim, Elements, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
+use half::slice::HalfFloatSliceExt;
 
 use crate::{
     common::{check_call, kernel_error},
@@ -441,8 +442,8 @@ impl<'a> Data<'a> {
         match self {
             Data::F32(v) => v,
             Data::Half(Elements::F32(v)) => Cow::Borrowed(v),
-            Data::Half(Elements::F16(v)) => Cow::Owned(v.iter().map(|x| x.to_f32()).collect()),
-            Data::Half(Elements::BF16(v)) => Cow::Owned(v.iter().map(|x| x.to_f32()).collect()),
+            Data::Half(Elements::F16(v)) => Cow::Owned(widen(v)),
+            Data::Half(Elements::BF16(v)) => Cow::Owned(widen(v)),
         }
     }
 
@@ -461,6 +462,16 @@ impl<'a> Data<'a> {
             Elements::BF16(v) => v.len(),
         }
     }
+}
+
+/// `v` as f32, through `half`'s slice conversion (F16C where present).
+fn widen<T>(v: &[T]) -> Vec<f32>
+where
+    [T]: HalfFloatSliceExt,
+{
+    let mut out = vec![0.0; v.len()];
+    v.convert_to_f32_slice(&mut out);
+    out
 }
 
 /// A dense block whose dimensions follow `letters`, row-major.

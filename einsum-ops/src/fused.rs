@@ -22,6 +22,7 @@ use std::ops::Range;
 use einsum_core::taskgraph::fuse::{FusedOp, FusedOperator, Pair, Rule};
 use einsum_core::{DType, Elements, HostTensor, KernelInfo, TensorType};
 use einsum_joinagg::AbstractOperator;
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::binary::{Binary, BinaryOp};
@@ -141,8 +142,8 @@ impl ElementwiseChain {
             let dst = &mut converted[k * PIECE..][..len];
             match *src {
                 Elements::F32(_) => {}
-                Elements::F16(v) => dst.iter_mut().zip(&v[range.clone()]).for_each(|(d, x)| *d = x.to_f32()),
-                Elements::BF16(v) => dst.iter_mut().zip(&v[range.clone()]).for_each(|(d, x)| *d = x.to_f32()),
+                Elements::F16(v) => v[range.clone()].convert_to_f32_slice(dst),
+                Elements::BF16(v) => v[range.clone()].convert_to_f32_slice(dst),
             }
         }
         let converted: &[f32] = converted;
@@ -206,10 +207,20 @@ impl Scratch {
 /// Rounds every value to `dtype` (and back to f32), as storing it in a block of that dtype
 /// would.
 fn round_to(dtype: DType, xs: &mut [f32]) {
+    // Through a small buffer with `half`'s slice conversions (F16C where present), which
+    // round as `f16::from_f32` does.
+    fn via<T: Copy + Default>(xs: &mut [f32], to: fn(&[f32], &mut [T]), from: fn(&[T], &mut [f32])) {
+        let mut buf = [T::default(); PIECE];
+        for c in xs.chunks_mut(PIECE) {
+            let b = &mut buf[..c.len()];
+            to(c, b);
+            from(b, c);
+        }
+    }
     match dtype {
         DType::F32 => {}
-        DType::F16 => xs.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
-        DType::BF16 => xs.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
+        DType::F16 => via::<f16>(xs, |x, b| b.convert_from_f32_slice(x), |b, x| b.convert_to_f32_slice(x)),
+        DType::BF16 => via::<bf16>(xs, |x, b| b.convert_from_f32_slice(x), |b, x| b.convert_to_f32_slice(x)),
     }
 }
 

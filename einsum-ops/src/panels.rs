@@ -14,6 +14,7 @@
 //! any row and column strides, so a transposed operand needs no copy either.
 
 use einsum_core::Elements;
+use half::slice::HalfFloatSliceExt;
 
 /// Contraction block: rows of a B panel, columns of an A panel.
 pub(crate) const KC: usize = 256;
@@ -41,12 +42,9 @@ impl Strided<'_> {
             let start = self.offset + i * self.rs + cols.start * self.cs;
             match (self.data, self.cs) {
                 (Elements::F32(v), 1) => out.copy_from_slice(&v[start..start + width]),
-                (Elements::F16(v), 1) => {
-                    out.iter_mut().zip(&v[start..start + width]).for_each(|(o, x)| *o = x.to_f32())
-                }
-                (Elements::BF16(v), 1) => {
-                    out.iter_mut().zip(&v[start..start + width]).for_each(|(o, x)| *o = x.to_f32())
-                }
+                // Whole rows through `half`'s slice conversion (F16C where present).
+                (Elements::F16(v), 1) => v[start..start + width].convert_to_f32_slice(out),
+                (Elements::BF16(v), 1) => v[start..start + width].convert_to_f32_slice(out),
                 (Elements::F32(v), cs) => out.iter_mut().enumerate().for_each(|(j, o)| *o = v[start + j * cs]),
                 (Elements::F16(v), cs) => out.iter_mut().enumerate().for_each(|(j, o)| *o = v[start + j * cs].to_f32()),
                 (Elements::BF16(v), cs) => {
