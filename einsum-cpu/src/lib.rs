@@ -16,7 +16,9 @@
 //! ([`CpuExecutable::run_with_stats`], [`Prepared::run`]) runs the other tasks on them.
 //! [`Backend::execute`] is prepare, load every input, run. Kernels come from the
 //! [`KernelLibrary`] the graph was compiled with, whose host kernels run every operator: the
-//! CPU backend refuses no operator ([`Backend::check_operator`] keeps its default). Results
+//! CPU backend refuses no operator ([`Backend::check_operator`] keeps its default). A backend
+//! given fusion rules ([`CpuBackend::with_fusion`]) first fuses chains of kernels into single
+//! tasks when it prepares a graph (`fuse.rs`), which the rules must keep bit-exact. Results
 //! equal [`interpret`](einsum_core::taskgraph::interpret)'s bit for bit: every task does the
 //! same operations on the same blocks (an aggregation folds its sources left to right).
 //!
