@@ -420,3 +420,109 @@ impl<L: KernelLibrary> Scan<'_, L> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::taskgraph::{Boundary, DeviceId, interpret};
+
+    /// Kernel `k` multiplies its one input by `k + 2`; every kernel is described (as its
+    /// factor), so a rule can fuse any two into one multiplication.
+    struct Scale {
+        blocks: Vec<TensorType>,
+    }
+
+    /// The fused operator: one multiplication by the product of the factors.
+    struct Product(f32);
+
+    impl FusedOp for Product {
+        fn run(
+            &self,
+            inputs: &[HostTensor],
+            outputs: &[(TensorType, DType)],
+        ) -> Option<Result<Vec<HostTensor>, String>> {
+            let data = inputs[0].to_f32().iter().map(|x| self.0 * x).collect();
+            Some(
+                HostTensor::from_f32(outputs[0].0.clone(), outputs[0].1, data)
+                    .map(|t| vec![t])
+                    .map_err(|e| e.to_string()),
+            )
+        }
+    }
+
+    impl KernelLibrary for Scale {
+        fn run(
+            &self,
+            k: usize,
+            inputs: &[HostTensor],
+            outputs: &[(TensorType, DType)],
+        ) -> Result<Vec<HostTensor>, String> {
+            Product(k as f32 + 2.0).run(inputs, outputs).expect("a host kernel")
+        }
+        fn name(&self, k: usize) -> String {
+            format!("×{}", k + 2)
+        }
+        fn info(&self, k: usize) -> Option<KernelInfo<'_>> {
+            const FACTORS: [f32; 3] = [2.0, 3.0, 4.0];
+            let value: &dyn Any = FACTORS.get(k)?;
+            let operator = OperatorRef { value, name: "scale", kind: "scale" };
+            Some(KernelInfo { operator, inputs: &self.blocks, outputs: &self.blocks })
+        }
+    }
+
+    /// A factor of a kernel or of a fused product.
+    fn factor(info: &KernelInfo<'_>) -> Option<f32> {
+        let v = info.operator.value;
+        v.downcast_ref::<f32>().copied().or_else(|| v.downcast_ref::<Product>().map(|p| p.0))
+    }
+
+    const RULES: [Rule; 1] = [Rule {
+        kind: "product",
+        keeps_intermediate: false,
+        fuse: |p| Some(Box::new(Product(factor(&p.first)? * factor(&p.second)?))),
+    }];
+
+    /// `x ×2 ×3 ×4`, the second result also saved when `saved_mid`.
+    fn chain(saved_mid: bool) -> TaskGraph {
+        let ty = TensorType::zero_bounded(&[4]);
+        let io = |n: &str| Boundary { name: n.into(), ty: ty.clone(), dtype: DType::F32 };
+        let outputs = if saved_mid { vec![io("y"), io("mid")] } else { vec![io("y")] };
+        let mut g = TaskGraph::new(1, vec![io("x")], outputs);
+        let b: Vec<BufferId> = (0..4).map(|_| g.add_buffer(DeviceId(0), ty.clone(), DType::F32)).collect();
+        g.push(Task::Load { input: 0, dst: b[0] }, &[], "load").unwrap();
+        for k in 0..3 {
+            g.push(Task::Kernel { kernel: k, inputs: vec![b[k]], outputs: vec![b[k + 1]] }, &[], format!("k{k}"))
+                .unwrap();
+        }
+        g.push(Task::Store { output: 0, src: b[3] }, &[], "store").unwrap();
+        if saved_mid {
+            g.push(Task::Store { output: 1, src: b[2] }, &[], "store mid").unwrap();
+        }
+        g
+    }
+
+    /// One pass fuses the first pair (the third kernel's input is then taken); a second pass
+    /// fuses the fused kernel with the third, through a library that wraps the first
+    /// pass's. Each pass drops an intermediate, and the results are unchanged.
+    #[test]
+    fn passes_fuse_a_chain_pair_by_pair_and_a_second_reader_stops_it() {
+        let lib = Scale { blocks: vec![TensorType::zero_bounded(&[4])] };
+        let x = HostTensor::from_f32(TensorType::zero_bounded(&[4]), DType::F32, vec![1.0, -2.0, 0.5, 3.0]).unwrap();
+        let g = chain(false);
+        let want = interpret(&g, &lib, std::slice::from_ref(&x)).unwrap();
+        let once = fuse_with(&g, &lib, &RULES).unwrap();
+        assert_eq!((once.fused(), once.graph.buffers().len()), (1, 3));
+        assert_eq!(interpret(&once.graph, &once.kernels, std::slice::from_ref(&x)).unwrap(), want);
+        let twice = fuse_with(&once.graph, &once.kernels, &RULES).unwrap();
+        assert_eq!((twice.fused(), twice.graph.buffers().len()), (1, 2));
+        assert!(twice.kernels.name(4).starts_with("product (product (×2 then ×3) then ×4"));
+        assert_eq!(interpret(&twice.graph, &twice.kernels, std::slice::from_ref(&x)).unwrap(), want);
+        assert_eq!(want[0].to_f32(), [24.0, -48.0, 12.0, 72.0]);
+        // The second result saved: only the first pair fuses, the third kernel stays.
+        let g = chain(true);
+        let f = fuse_with(&g, &lib, &RULES).unwrap();
+        assert_eq!(f.fused(), 1);
+        assert_eq!(f.graph.nodes().iter().filter(|n| matches!(n.task, Task::Kernel { .. })).count(), 2);
+        assert_eq!(fuse_with(&f.graph, &f.kernels, &RULES).unwrap().fused(), 0);
+    }
+}
