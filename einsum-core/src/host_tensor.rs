@@ -409,35 +409,44 @@ impl HostTensor {
             return Err(mismatch("aggregate", first, s));
         }
         let (ty, dtype) = (&first.ty, first.dtype());
-        let values: Vec<Cow<'_, [f32]>> = std::iter::once(first)
-            .chain(rest)
-            .map(|s| s.as_f32().map_or_else(|| Cow::Owned(s.to_f32()), Cow::Borrowed))
-            .collect();
-        let round = |x: f32| match dtype {
-            DType::F32 => x,
-            DType::F16 => f16::from_f32(x).to_f32(),
-            DType::BF16 => bf16::from_f32(x).to_f32(),
-        };
-        let fold = |acc: &mut [f32]| {
-            acc.copy_from_slice(&values[0]);
-            for v in &values[1..] {
-                for (a, &x) in acc.iter_mut().zip(v.iter()) {
-                    *a = round(agg.apply(*a, x));
-                }
-            }
-        };
+        let srcs: Vec<&HostTensor> = std::iter::once(first).chain(rest).collect();
         let mut out = Storage::place(lease, ty, dtype, ty.volume())?;
+        let strided = srcs.iter().any(|s| !s.is_contiguous());
         match out.elems_mut() {
-            ElemsMut::F32(o) => fold(o),
-            ElemsMut::F16(o) => {
-                let mut acc = vec![0.0; o.len()];
-                fold(&mut acc);
-                o.iter_mut().zip(acc).for_each(|(o, a)| *o = f16::from_f32(a));
+            // f32 views read in place, one run of the last dimension at a time: no gather.
+            ElemsMut::F32(o) if strided => {
+                let layouts: Vec<(&[f32], &TensorType, Vec<usize>)> = srcs
+                    .iter()
+                    .map(|s| match s.data.storage.elems() {
+                        Elems::F32(v) => (v, &s.data.frame, s.data.frame.strides()),
+                        _ => unreachable!("checked: every source has the output's dtype, f32"),
+                    })
+                    .collect();
+                for_each_run(ty, |at, idx, run| {
+                    let runs = layouts.iter().map(|(v, frame, strides)| {
+                        let (v, from): (&[f32], usize) = (v, offset(frame, strides, idx));
+                        &v[from..from + run]
+                    });
+                    fold(&mut o[at..at + run], runs, agg, dtype);
+                });
             }
-            ElemsMut::BF16(o) => {
-                let mut acc = vec![0.0; o.len()];
-                fold(&mut acc);
-                o.iter_mut().zip(acc).for_each(|(o, a)| *o = bf16::from_f32(a));
+            out => {
+                let values: Vec<Cow<'_, [f32]>> =
+                    srcs.iter().map(|s| s.as_f32().map_or_else(|| Cow::Owned(s.to_f32()), Cow::Borrowed)).collect();
+                let values = values.iter().map(|v| &v[..]);
+                match out {
+                    ElemsMut::F32(o) => fold(o, values, agg, dtype),
+                    ElemsMut::F16(o) => {
+                        let mut acc = vec![0.0; o.len()];
+                        fold(&mut acc, values, agg, dtype);
+                        o.iter_mut().zip(acc).for_each(|(o, a)| *o = f16::from_f32(a));
+                    }
+                    ElemsMut::BF16(o) => {
+                        let mut acc = vec![0.0; o.len()];
+                        fold(&mut acc, values, agg, dtype);
+                        o.iter_mut().zip(acc).for_each(|(o, a)| *o = bf16::from_f32(a));
+                    }
+                }
             }
         }
         Ok(Self::owned(ty.clone(), out))
@@ -462,6 +471,90 @@ pub fn contiguous_run(part: &TensorType, frame: &TensorType) -> Option<Range<usi
         Some(start..start + part.volume())
     } else {
         None
+    }
+}
+
+/// `acc = v0 ⊕ v1 ⊕ ...` over the slices `values` (one at least), left to right, rounding
+/// to `dtype` after every step.
+fn fold<'v>(acc: &mut [f32], mut values: impl Iterator<Item = &'v [f32]>, agg: Aggregation, dtype: DType) {
+    let Some(first) = values.next() else { return };
+    match values.next() {
+        None => acc.copy_from_slice(first),
+        Some(second) => {
+            combine(acc, first, second, agg, dtype);
+            for v in values {
+                combine_into(acc, v, agg, dtype);
+            }
+        }
+    }
+}
+
+/// Calls `f(at, idx, run)` for every run of `region` along its last dimension, in row-major
+/// order: `at` is the run's offset in a compact block of `region`, `idx` the absolute index
+/// of its first element, `run` its length.
+fn for_each_run(region: &TensorType, mut f: impl FnMut(usize, &[usize], usize)) {
+    if region.is_empty() {
+        return;
+    }
+    let rank = region.rank();
+    if rank == 0 {
+        return f(0, &[], 1);
+    }
+    let run = region.dim(rank - 1).len();
+    let mut idx = region.lower();
+    let mut at = 0;
+    loop {
+        f(at, &idx, run);
+        at += run;
+        let mut d = rank - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < region.dim(d).hi {
+                break;
+            }
+            idx[d] = region.dim(d).lo;
+        }
+    }
+}
+
+/// `out[i] = round(a[i] ⊕ b[i])`, rounding to `dtype`. The operation and the dtype are
+/// chosen outside the loop, so that each loop is compiled (and vectorized) on its own.
+fn combine(out: &mut [f32], a: &[f32], b: &[f32], agg: Aggregation, dtype: DType) {
+    #[inline(always)]
+    fn each(out: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    }
+    match (agg, dtype) {
+        (Aggregation::Sum, DType::F32) => each(out, a, b, |x, y| x + y),
+        (Aggregation::Max, DType::F32) => each(out, a, b, f32::max),
+        (Aggregation::Min, DType::F32) => each(out, a, b, f32::min),
+        (Aggregation::Product, DType::F32) => each(out, a, b, |x, y| x * y),
+        (agg, DType::F16) => each(out, a, b, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
+        (agg, DType::BF16) => each(out, a, b, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
+    }
+}
+
+/// `acc[i] = round(acc[i] ⊕ v[i])`, as [`combine`].
+fn combine_into(acc: &mut [f32], v: &[f32], agg: Aggregation, dtype: DType) {
+    #[inline(always)]
+    fn each(acc: &mut [f32], v: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a = f(*a, x);
+        }
+    }
+    match (agg, dtype) {
+        (Aggregation::Sum, DType::F32) => each(acc, v, |x, y| x + y),
+        (Aggregation::Max, DType::F32) => each(acc, v, f32::max),
+        (Aggregation::Min, DType::F32) => each(acc, v, f32::min),
+        (Aggregation::Product, DType::F32) => each(acc, v, |x, y| x * y),
+        (agg, DType::F16) => each(acc, v, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
+        (agg, DType::BF16) => each(acc, v, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
     }
 }
 
@@ -617,8 +710,14 @@ mod tests {
             assert_eq!(back, t);
             let compacts: Vec<_> = parts.iter().map(HostTensor::compact).collect();
             assert_eq!(HostTensor::stitch(t.ty(), &compacts).unwrap(), t);
-            let agg = view.aggregate(&compact, Aggregation::Sum).unwrap();
-            assert_eq!(agg, compact.aggregate(&compact, Aggregation::Sum).unwrap());
+            // Aggregations read strided views in place, with the bits of compact blocks.
+            let other = HostTensor::random(t.ty().clone(), dtype, 12);
+            let (w, wc) = (other.view(&part).unwrap(), other.slice(&part).unwrap());
+            for agg in [Aggregation::Sum, Aggregation::Max, Aggregation::Min, Aggregation::Product] {
+                let strided = HostTensor::aggregate_in(&view, &[w.clone(), view.clone()], agg, None).unwrap();
+                let stepwise = compact.aggregate(&wc, agg).unwrap().aggregate(&compact, agg).unwrap();
+                assert_eq!(strided.to_ne_bytes(), stepwise.to_ne_bytes(), "{agg:?} {dtype}");
+            }
         }
     }
 
