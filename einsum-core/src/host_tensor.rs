@@ -422,18 +422,21 @@ impl HostTensor {
                         _ => unreachable!("checked: every source has the output's dtype, f32"),
                     })
                     .collect();
+                let mut runs: Vec<&[f32]> = Vec::with_capacity(layouts.len());
                 for_each_run(ty, |at, idx, run| {
-                    let runs = layouts.iter().map(|(v, frame, strides)| {
+                    runs.clear();
+                    runs.extend(layouts.iter().map(|(v, frame, strides)| {
                         let (v, from): (&[f32], usize) = (v, offset(frame, strides, idx));
                         &v[from..from + run]
-                    });
-                    fold(&mut o[at..at + run], runs, agg, dtype);
+                    }));
+                    fold(&mut o[at..at + run], &runs, agg, dtype);
                 });
             }
             out => {
                 let values: Vec<Cow<'_, [f32]>> =
                     srcs.iter().map(|s| s.as_f32().map_or_else(|| Cow::Owned(s.to_f32()), Cow::Borrowed)).collect();
-                let values = values.iter().map(|v| &v[..]);
+                let values: Vec<&[f32]> = values.iter().map(|v| &v[..]).collect();
+                let values = &values[..];
                 match out {
                     ElemsMut::F32(o) => fold(o, values, agg, dtype),
                     ElemsMut::F16(o) => {
@@ -475,15 +478,20 @@ pub fn contiguous_run(part: &TensorType, frame: &TensorType) -> Option<Range<usi
 }
 
 /// `acc = v0 ⊕ v1 ⊕ ...` over the slices `values` (one at least), left to right, rounding
-/// to `dtype` after every step.
-fn fold<'v>(acc: &mut [f32], mut values: impl Iterator<Item = &'v [f32]>, agg: Aggregation, dtype: DType) {
-    let Some(first) = values.next() else { return };
-    match values.next() {
-        None => acc.copy_from_slice(first),
-        Some(second) => {
-            combine(acc, first, second, agg, dtype);
-            for v in values {
-                combine_into(acc, v, agg, dtype);
+/// to `dtype` after every step; a chunk of `acc` at a time, so that it stays in the cache
+/// while every source is folded into it.
+fn fold(acc: &mut [f32], values: &[&[f32]], agg: Aggregation, dtype: DType) {
+    const CHUNK: usize = 4096;
+    for (c, acc) in acc.chunks_mut(CHUNK).enumerate() {
+        let r = c * CHUNK..c * CHUNK + acc.len();
+        match values {
+            [] => {}
+            [only] => acc.copy_from_slice(&only[r]),
+            [a, b, more @ ..] => {
+                combine(acc, &a[r.clone()], &b[r.clone()], agg, dtype);
+                for v in more {
+                    combine_into(acc, &v[r.clone()], agg, dtype);
+                }
             }
         }
     }
@@ -834,6 +842,12 @@ mod tests {
         assert_eq!(a.aggregate(&b, Aggregation::Min).unwrap().to_f32(), vec![1.0, 2.0]);
         assert_eq!(a.aggregate(&b, Aggregation::Product).unwrap().to_f32(), vec![3.0, 10.0]);
         assert!(a.aggregate(&b.cast(DType::F16), Aggregation::Sum).is_err());
+        // Past one chunk of the fold, in several.
+        let big = TensorType::zero_bounded(&[3, 3001]);
+        let xs: Vec<HostTensor> = (0..3).map(|s| HostTensor::random(big.clone(), DType::F32, s)).collect();
+        let v: Vec<Vec<f32>> = xs.iter().map(HostTensor::to_f32).collect();
+        let want: Vec<f32> = (0..big.volume()).map(|i| (v[0][i] + v[1][i]) + v[2][i]).collect();
+        assert_eq!(HostTensor::aggregate_in(&xs[0], &xs[1..], Aggregation::Sum, None).unwrap().to_f32(), want);
         assert!(HostTensor::from_f32(ty, DType::F32, vec![1.0]).is_err());
     }
 
