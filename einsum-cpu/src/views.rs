@@ -59,8 +59,10 @@ impl Views {
                     }
                 }
                 Task::Stitch { srcs, dst } => {
-                    let first = root[srcs[0].0 as usize];
-                    if srcs.iter().all(|s| root[s.0 as usize] == first) {
+                    // (A stitch of no parts, of an empty block, is a root of its own.)
+                    if let Some(first) = srcs.first().map(|s| root[s.0 as usize])
+                        && srcs.iter().all(|s| root[s.0 as usize] == first)
+                    {
                         root[dst.0 as usize] = first;
                     }
                 }
