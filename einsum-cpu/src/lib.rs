@@ -152,8 +152,8 @@ pub struct RunStats {
     /// Per device, the bytes of its arena ([`ArenaPlan::device_bytes`]; zeros without one).
     pub arena_bytes: Vec<usize>,
     /// Blocks built on the heap although the plan gave them a slot, because a tensor still
-    /// read a slot sharing bytes with it (a kernel that kept its argument, another run of
-    /// the same executable at the same time). 0 in a run of a graph alone.
+    /// read a slot sharing bytes with it: 0 unless a kernel returned (a view of) its
+    /// argument, or another run of the same executable ran at the same time.
     pub arena_fallbacks: usize,
 }
 
