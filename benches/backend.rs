@@ -1,11 +1,14 @@
 //! The CPU backend: the einsum kernel's GEMM rate against this machine's measured f32 FMA
-//! peak, and a LLaMA block on 8 virtual devices against 1, in one run.
+//! peak, a LLaMA block on 8 virtual devices against 1, and the block with the backend's
+//! blocks in planned arenas against the heap (glibc's, tuned to keep freed blocks), in one
+//! run.
 //! Run with `cargo bench --bench backend`; the ratios are printed after criterion's report.
 
-use std::{hint::black_box, time::Instant};
+use std::{hint::black_box, sync::Arc, time::Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use einsum_core::{DType, HostTensor, TensorDesc};
+use einsum_cpu::CpuBackend;
 use einsum_joinagg::execute_whole;
 use einsum_ops::einsum::Einsum;
 use einsummable::{CompileOptions, Workload, compile};
@@ -129,5 +132,51 @@ fn llama(c: &mut Criterion) {
     println!("{LLAMA}: p=1 {:.1} ms, p=8 {:.1} ms; p=8 / p=1 = {:.2}", times[0], times[1], times[1] / times[0]);
 }
 
-criterion_group!(benches, gemm, llama);
+/// The block on 1 and 8 virtual devices with the arenas and without, timed in interleaved
+/// rounds (each the median of 5 runs), so that the machine's load falls on both alike.
+fn arena(c: &mut Criterion) {
+    let graph = Workload::parse(LLAMA).unwrap().build(DType::F32).unwrap();
+    let mut group = c.benchmark_group("llama_block_arena");
+    group.sample_size(10);
+    for devices in [1, 8] {
+        let mut exes = Vec::new();
+        for arena in [true, false] {
+            let backend = Arc::new(CpuBackend::new().with_arena(arena));
+            let options = CompileOptions { devices, ..CompileOptions::default() }.backend(backend);
+            let mut exe = compile(&graph, &options).unwrap();
+            exe.load_random(0).unwrap();
+            exe.execute().unwrap();
+            group.bench_function(format!("p{devices}_{}", if arena { "arena" } else { "heap" }), |b| {
+                b.iter(|| exe.execute().unwrap())
+            });
+            exes.push(exe);
+        }
+        let mut rounds: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for _ in 0..7 {
+            for (exe, times) in exes.iter_mut().zip(&mut rounds) {
+                let mut runs: Vec<f64> = (0..5)
+                    .map(|_| {
+                        let start = Instant::now();
+                        exe.execute().unwrap();
+                        start.elapsed().as_secs_f64() * 1e3
+                    })
+                    .collect();
+                runs.sort_by(f64::total_cmp);
+                times.push(runs[2]);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (with, without) = (median(&mut rounds[0]), median(&mut rounds[1]));
+        println!(
+            "{LLAMA}, p={devices}: arena {with:.1} ms, heap {without:.1} ms; arena / heap = {:.3}",
+            with / without
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, gemm, llama, arena);
 criterion_main!(benches);

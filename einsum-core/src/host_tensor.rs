@@ -1,17 +1,59 @@
-//! Dense host tensors that carry their [`TensorType`].
+//! Dense host tensors that carry their [`TensorType`], and views of them.
 
-use std::sync::Arc;
+use std::{borrow::Cow, ops::Range, sync::Arc};
 
 use half::{bf16, f16};
 
-use crate::{Aggregation, CoreError, DType, Result, SeededRng, TensorType, check_tiling};
+use crate::{Aggregation, CoreError, DType, Lease, Result, SeededRng, TensorType, check_tiling};
 
-/// Row-major element storage in the tensor's dtype.
-#[derive(Clone, Debug, PartialEq)]
+/// Row-major elements in one dtype: a vector of the heap's, or memory a backend lent.
+#[derive(Debug)]
 enum Storage {
     F32(Vec<f32>),
     F16(Vec<f16>),
     BF16(Vec<bf16>),
+    /// `len` elements of `dtype` in a backend's memory (an arena slot).
+    Lent {
+        lease: Lease,
+        dtype: DType,
+        len: usize,
+    },
+}
+
+/// A tensor's elements borrowed in their storage dtype ([`HostTensor::elements`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Elements<'a> {
+    /// f32 storage.
+    F32(&'a [f32]),
+    /// f16 storage.
+    F16(&'a [f16]),
+    /// bf16 storage.
+    BF16(&'a [bf16]),
+}
+
+/// Elements of one dtype to write.
+enum ElemsMut<'a> {
+    F32(&'a mut [f32]),
+    F16(&'a mut [f16]),
+    BF16(&'a mut [bf16]),
+}
+
+impl Elements<'_> {
+    fn range(self, r: Range<usize>) -> Self {
+        match self {
+            Elements::F32(v) => Elements::F32(&v[r]),
+            Elements::F16(v) => Elements::F16(&v[r]),
+            Elements::BF16(v) => Elements::BF16(&v[r]),
+        }
+    }
+
+    fn to_f32(self) -> Vec<f32> {
+        match self {
+            Elements::F32(v) => v.to_vec(),
+            Elements::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Elements::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+        }
+    }
 }
 
 impl Storage {
@@ -31,58 +73,119 @@ impl Storage {
         }
     }
 
-    fn len(&self) -> usize {
+    /// Room for `len` elements of `dtype` for a block of type `ty`: in `lease` when one is
+    /// given (an error if it is too small), else a new vector.
+    fn place(lease: Option<Lease>, ty: &TensorType, dtype: DType, len: usize) -> Result<Self> {
+        match lease {
+            None => Ok(Self::zeros(dtype, len)),
+            Some(lease) if lease.bytes() < len * dtype.size_bytes() => {
+                Err(CoreError::DataLength { expected: len, got: lease.bytes() / dtype.size_bytes(), ty: ty.clone() })
+            }
+            Some(lease) => Ok(Storage::Lent { lease, dtype, len }),
+        }
+    }
+
+    fn dtype(&self) -> DType {
         match self {
-            Storage::F32(v) => v.len(),
-            Storage::F16(v) => v.len(),
-            Storage::BF16(v) => v.len(),
+            Storage::F32(_) => DType::F32,
+            Storage::F16(_) => DType::F16,
+            Storage::BF16(_) => DType::BF16,
+            Storage::Lent { dtype, .. } => *dtype,
+        }
+    }
+
+    fn elems(&self) -> Elements<'_> {
+        match self {
+            Storage::F32(v) => Elements::F32(v),
+            Storage::F16(v) => Elements::F16(v),
+            Storage::BF16(v) => Elements::BF16(v),
+            // SAFETY: `place` checked that the lease holds `len` elements; lent memory is
+            // initialised (`Lease::new`) and only this storage touches it.
+            Storage::Lent { lease, dtype, len } => unsafe {
+                match dtype {
+                    DType::F32 => Elements::F32(lease.slice(*len)),
+                    DType::F16 => Elements::F16(lease.slice(*len)),
+                    DType::BF16 => Elements::BF16(lease.slice(*len)),
+                }
+            },
+        }
+    }
+
+    fn elems_mut(&mut self) -> ElemsMut<'_> {
+        match self {
+            Storage::F32(v) => ElemsMut::F32(v),
+            Storage::F16(v) => ElemsMut::F16(v),
+            Storage::BF16(v) => ElemsMut::BF16(v),
+            // SAFETY: as in `elems`; `&mut self` is the only access.
+            Storage::Lent { lease, dtype, len } => unsafe {
+                match dtype {
+                    DType::F32 => ElemsMut::F32(lease.slice_mut(*len)),
+                    DType::F16 => ElemsMut::F16(lease.slice_mut(*len)),
+                    DType::BF16 => ElemsMut::BF16(lease.slice_mut(*len)),
+                }
+            },
         }
     }
 }
 
-/// A tensor's elements borrowed in their storage dtype ([`HostTensor::elements`]).
-#[derive(Clone, Copy, Debug)]
-pub enum Elements<'a> {
-    /// f32 storage.
-    F32(&'a [f32]),
-    /// f16 storage.
-    F16(&'a [f16]),
-    /// bf16 storage.
-    BF16(&'a [bf16]),
+/// Elements laid out row-major over `frame`, which a tensor's type lies in.
+#[derive(Debug)]
+struct Block {
+    frame: TensorType,
+    storage: Storage,
 }
 
-/// A dense, row-major tensor whose index set is its [`TensorType`], which may have non-zero
-/// lower bounds: a block sliced out of a larger tensor keeps its absolute position.
+/// A dense tensor whose index set is its [`TensorType`], which may have non-zero lower
+/// bounds: a block sliced out of a larger tensor keeps its absolute position.
 ///
 /// The elements are immutable and shared: `clone` is a reference-count increment, not a
 /// copy, so a backend can hand the same block to several readers (kernel arguments,
 /// transfers, stitches) without moving its bytes.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// # Views
+/// A tensor reads its elements from a row-major block whose type (its *frame*) contains the
+/// tensor's type: its own, or a larger one it is a view of ([`HostTensor::view`]). A view
+/// whose elements are one contiguous run of the frame (a range of rows, say) is as good as a
+/// compact tensor: [`HostTensor::as_f32`] borrows it. Any other view is strided: reading it
+/// whole ([`HostTensor::to_f32`]) gathers, and [`HostTensor::slice`] compacts it at once.
+/// Equality compares types, dtypes and elements, never layouts.
+#[derive(Clone, Debug)]
 pub struct HostTensor {
     ty: TensorType,
-    data: Arc<Storage>,
+    data: Arc<Block>,
+}
+
+impl PartialEq for HostTensor {
+    fn eq(&self, other: &Self) -> bool {
+        self.ty == other.ty && self.with_elems(|a| other.with_elems(|b| a == b))
+    }
 }
 
 impl HostTensor {
+    /// A compact tensor of type `ty` holding `storage`.
+    fn owned(ty: TensorType, storage: Storage) -> Self {
+        Self { data: Arc::new(Block { frame: ty.clone(), storage }), ty }
+    }
+
     /// A tensor of type `ty` holding `data` (row-major f32), rounded to `dtype`.
     pub fn from_f32(ty: TensorType, dtype: DType, data: Vec<f32>) -> Result<Self> {
         if data.len() != ty.volume() {
             return Err(CoreError::DataLength { expected: ty.volume(), got: data.len(), ty });
         }
-        Ok(Self { ty, data: Arc::new(Storage::from_f32(dtype, data)) })
+        Ok(Self::owned(ty, Storage::from_f32(dtype, data)))
     }
 
     /// A tensor of type `ty` with every element equal to `value`.
     pub fn filled(ty: TensorType, dtype: DType, value: f32) -> Self {
         let data = vec![value; ty.volume()];
-        Self { data: Arc::new(Storage::from_f32(dtype, data)), ty }
+        Self::owned(ty, Storage::from_f32(dtype, data))
     }
 
     /// A tensor of uniform random values in `[-1, 1)`, reproducible from `seed`.
     pub fn random(ty: TensorType, dtype: DType, seed: u64) -> Self {
         let mut rng = SeededRng::new(seed);
         let data = (0..ty.volume()).map(|_| rng.uniform(-1.0, 1.0)).collect();
-        Self { data: Arc::new(Storage::from_f32(dtype, data)), ty }
+        Self::owned(ty, Storage::from_f32(dtype, data))
     }
 
     /// The tensor's type (its absolute index box).
@@ -92,46 +195,77 @@ impl HostTensor {
 
     /// The storage dtype.
     pub fn dtype(&self) -> DType {
-        match *self.data {
-            Storage::F32(_) => DType::F32,
-            Storage::F16(_) => DType::F16,
-            Storage::BF16(_) => DType::BF16,
-        }
+        self.data.storage.dtype()
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.ty.volume()
     }
 
     /// True when the tensor holds no element.
     pub fn is_empty(&self) -> bool {
-        self.data.len() == 0
+        self.len() == 0
     }
 
-    /// Bytes of storage.
+    /// Bytes of its elements.
     pub fn size_bytes(&self) -> usize {
         self.len() * self.dtype().size_bytes()
     }
 
+    /// Where the tensor's elements lie in its block's storage when they are one contiguous
+    /// run, row-major; `None` for a strided view.
+    fn contiguous(&self) -> Option<Range<usize>> {
+        contiguous_run(&self.ty, &self.data.frame)
+    }
+
+    /// Whether the elements are one contiguous run of memory, row-major (a compact tensor,
+    /// or a view of whole rows): [`HostTensor::as_f32`] then borrows them when they are f32.
+    pub fn is_contiguous(&self) -> bool {
+        self.contiguous().is_some()
+    }
+
+    /// Whether `self` and `other` read the same block of memory (one is a view or a clone of
+    /// the other, or both are views of one tensor).
+    pub fn shares_elements(&self, other: &HostTensor) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
+    }
+
+    /// Whether the elements lie in memory a backend lent ([`HostTensor::stitch_in`],
+    /// [`HostTensor::aggregate_in`]) rather than the heap.
+    pub fn is_lent(&self) -> bool {
+        matches!(self.data.storage, Storage::Lent { .. })
+    }
+
+    /// The elements, row-major, borrowed when contiguous and gathered otherwise.
+    fn with_elems<R>(&self, f: impl FnOnce(Elements<'_>) -> R) -> R {
+        match self.contiguous() {
+            Some(r) => f(self.data.storage.elems().range(r)),
+            None => f(self.gathered().elems()),
+        }
+    }
+
+    /// The elements gathered into a compact storage of the heap.
+    fn gathered(&self) -> Storage {
+        let mut out = Storage::zeros(self.dtype(), self.len());
+        copy_elems(self.data.storage.elems(), &self.data.frame, out.elems_mut(), &self.ty, &self.ty);
+        out
+    }
+
     /// The elements as f32, row-major.
     pub fn to_f32(&self) -> Vec<f32> {
-        match &*self.data {
-            Storage::F32(v) => v.clone(),
-            Storage::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
-            Storage::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
-        }
+        self.with_elems(|e| e.to_f32())
     }
 
     /// The storage bytes, row-major and native-endian, in the tensor's own dtype (f16 and
     /// bf16 as their bit patterns): what a device buffer of this tensor holds. No element
     /// passes through f32, so every bit pattern (NaN payloads included) is kept.
     pub fn to_ne_bytes(&self) -> Vec<u8> {
-        match &*self.data {
-            Storage::F32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
-            Storage::F16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
-            Storage::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
-        }
+        self.with_elems(|e| match e {
+            Elements::F32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+            Elements::F16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
+            Elements::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
+        })
     }
 
     /// The tensor of type `ty` and dtype `dtype` whose storage bytes are `bytes` (the inverse
@@ -150,25 +284,23 @@ impl HostTensor {
             DType::F16 => Storage::F16(u16s().map(f16::from_bits).collect()),
             DType::BF16 => Storage::BF16(u16s().map(bf16::from_bits).collect()),
         };
-        Ok(Self { ty, data: Arc::new(data) })
+        Ok(Self::owned(ty, data))
     }
 
-    /// The f32 elements without a copy, when the storage is f32.
+    /// The f32 elements without a copy, when they are stored in f32 and contiguous
+    /// ([`HostTensor::is_contiguous`]).
     pub fn as_f32(&self) -> Option<&[f32]> {
-        match &*self.data {
-            Storage::F32(v) => Some(v),
+        match (self.data.storage.elems(), self.contiguous()) {
+            (Elements::F32(v), Some(r)) => Some(&v[r]),
             _ => None,
         }
     }
 
-    /// The elements without a copy, in their storage dtype, so that a kernel can convert
-    /// them piece by piece as it reads them (a GEMM panel, a chunk of an elementwise pass).
-    pub fn elements(&self) -> Elements<'_> {
-        match &*self.data {
-            Storage::F32(v) => Elements::F32(v),
-            Storage::F16(v) => Elements::F16(v),
-            Storage::BF16(v) => Elements::BF16(v),
-        }
+    /// The elements without a copy, in their storage dtype, when they are one contiguous run
+    /// ([`HostTensor::is_contiguous`]), so that a kernel can convert them piece by piece as it
+    /// reads them (a GEMM panel, a chunk of an elementwise pass).
+    pub fn elements(&self) -> Option<Elements<'_>> {
+        self.contiguous().map(|r| self.data.storage.elems().range(r))
     }
 
     /// The element at an absolute index vector, if it lies in the tensor's box.
@@ -176,12 +308,12 @@ impl HostTensor {
         if !self.ty.contains(index) {
             return None;
         }
-        let offset: usize =
-            index.iter().zip(self.ty.dims()).zip(self.ty.strides()).map(|((&i, d), s)| (i - d.lo) * s).sum();
-        Some(match &*self.data {
-            Storage::F32(v) => v[offset],
-            Storage::F16(v) => v[offset].to_f32(),
-            Storage::BF16(v) => v[offset].to_f32(),
+        let frame = &self.data.frame;
+        let at = offset(frame, &frame.strides(), index);
+        Some(match self.data.storage.elems() {
+            Elements::F32(v) => v[at],
+            Elements::F16(v) => v[at].to_f32(),
+            Elements::BF16(v) => v[at].to_f32(),
         })
     }
 
@@ -190,25 +322,60 @@ impl HostTensor {
         if dtype == self.dtype() {
             return self.clone();
         }
-        Self { ty: self.ty.clone(), data: Arc::new(Storage::from_f32(dtype, self.to_f32())) }
+        Self::owned(self.ty.clone(), Storage::from_f32(dtype, self.to_f32()))
     }
 
     /// The restriction of this tensor to `part` (Definition 3.5), which must be a projection
-    /// of its type; the result keeps `part`'s absolute bounds. The whole tensor's slice
-    /// shares its elements (no copy).
+    /// of its type; the result keeps `part`'s absolute bounds. A part that is one contiguous
+    /// run of the elements (the whole tensor, a range of rows) is a view sharing them; any
+    /// other is copied into a compact tensor.
     pub fn slice(&self, part: &TensorType) -> Result<HostTensor> {
+        let view = self.view(part)?;
+        Ok(if view.is_contiguous() { view } else { view.compact() })
+    }
+
+    /// The restriction of this tensor to `part`, as [`HostTensor::slice`], but always a view
+    /// sharing the elements (no copy), strided when the part is not one contiguous run: for
+    /// a reader that reads it once or reads strided (a stitch, an aggregation), where
+    /// compacting first would copy the elements twice.
+    pub fn view(&self, part: &TensorType) -> Result<HostTensor> {
         part.check_projection_of(&self.ty)?;
-        if *part == self.ty {
-            return Ok(self.clone());
+        Ok(HostTensor { ty: part.clone(), data: Arc::clone(&self.data) })
+    }
+
+    /// The tensor as a compact one of the heap: itself when it already is, its elements
+    /// gathered into a new block otherwise (a view, or lent memory that its lender must get
+    /// back, say for a result handed to the caller).
+    pub fn compact(&self) -> HostTensor {
+        if self.ty == self.data.frame && !self.is_lent() {
+            return self.clone();
         }
-        let mut out = Storage::zeros(self.dtype(), part.volume());
-        copy_storage(&self.data, &self.ty, &mut out, part, part);
-        Ok(HostTensor { ty: part.clone(), data: Arc::new(out) })
+        Self::owned(self.ty.clone(), self.gathered())
+    }
+
+    /// [`HostTensor::compact`], gathering into `lease` when one is given (an error if it is
+    /// too small) rather than a new vector.
+    pub fn compact_in(&self, lease: Option<Lease>) -> Result<HostTensor> {
+        if lease.is_none() {
+            return Ok(self.compact());
+        }
+        let mut out = Storage::place(lease, &self.ty, self.dtype(), self.len())?;
+        copy_elems(self.data.storage.elems(), &self.data.frame, out.elems_mut(), &self.ty, &self.ty);
+        Ok(Self::owned(self.ty.clone(), out))
     }
 
     /// The tensor of type `whole` that agrees with every part: the recompose step of
-    /// Definition 3.7. The parts must tile `whole` and share one dtype.
+    /// Definition 3.7. The parts must tile `whole` and share one dtype. One part, or parts
+    /// that are all views of one tensor, make a view (no copy); otherwise the parts are
+    /// copied into a new block.
     pub fn stitch(whole: &TensorType, parts: &[HostTensor]) -> Result<HostTensor> {
+        Self::stitch_in(whole, parts, None)
+    }
+
+    /// [`HostTensor::stitch`], copying the parts (when they must be copied) into `lease`
+    /// rather than a new vector; the lease is dropped unused when the result is a view. An
+    /// error if the lease is too small for `whole`.
+    pub fn stitch_in(whole: &TensorType, parts: &[HostTensor], lease: Option<Lease>) -> Result<HostTensor> {
         let types: Vec<TensorType> = parts.iter().map(|p| p.ty.clone()).collect();
         check_tiling(whole, &types)?;
         if let [only] = parts {
@@ -216,23 +383,196 @@ impl HostTensor {
             return Ok(only.clone());
         }
         let dtype = parts.first().map_or(DType::F32, HostTensor::dtype);
-        let mut out = Storage::zeros(dtype, whole.volume());
-        for p in parts {
-            if p.dtype() != dtype {
-                return Err(mismatch("stitch", &parts[0], p));
-            }
-            copy_storage(&p.data, &p.ty, &mut out, whole, &p.ty);
+        if let Some(p) = parts.iter().find(|p| p.dtype() != dtype) {
+            return Err(mismatch("stitch", &parts[0], p));
         }
-        Ok(HostTensor { ty: whole.clone(), data: Arc::new(out) })
+        if let Some(first) = parts.first()
+            && parts.iter().all(|p| first.shares_elements(p))
+            && whole.is_projection_of(&first.data.frame)
+        {
+            // Views of one block, tiling `whole`: the whole is a view of that block too.
+            return Ok(HostTensor { ty: whole.clone(), data: Arc::clone(&first.data) });
+        }
+        let mut out = Storage::place(lease, whole, dtype, whole.volume())?;
+        for p in parts {
+            copy_elems(p.data.storage.elems(), &p.data.frame, out.elems_mut(), whole, &p.ty);
+        }
+        Ok(Self::owned(whole.clone(), out))
     }
 
     /// Elementwise `self ⊕ other`, for tensors of one type and dtype (computed in f32).
     pub fn aggregate(&self, other: &HostTensor, agg: Aggregation) -> Result<HostTensor> {
-        if self.ty != other.ty || self.dtype() != other.dtype() {
-            return Err(mismatch("aggregate", self, other));
+        Self::aggregate_in(self, std::slice::from_ref(other), agg, None)
+    }
+
+    /// `first ⊕ rest[0] ⊕ rest[1] ⊕ ...`, folded left to right in f32 and rounded to the
+    /// dtype after every step, so that the bits equal those of repeated
+    /// [`HostTensor::aggregate`]; written into `lease` when one is given, else a new vector.
+    /// The sources share a type and dtype; strided views are read in place.
+    pub fn aggregate_in(
+        first: &HostTensor,
+        rest: &[HostTensor],
+        agg: Aggregation,
+        lease: Option<Lease>,
+    ) -> Result<HostTensor> {
+        if let Some(s) = rest.iter().find(|s| s.ty != first.ty || s.dtype() != first.dtype()) {
+            return Err(mismatch("aggregate", first, s));
         }
-        let data = self.to_f32().into_iter().zip(other.to_f32()).map(|(a, b)| agg.apply(a, b)).collect();
-        HostTensor::from_f32(self.ty.clone(), self.dtype(), data)
+        let (ty, dtype) = (&first.ty, first.dtype());
+        let srcs: Vec<&HostTensor> = std::iter::once(first).chain(rest).collect();
+        let mut out = Storage::place(lease, ty, dtype, ty.volume())?;
+        let strided = srcs.iter().any(|s| !s.is_contiguous());
+        match out.elems_mut() {
+            // f32 views read in place, one run of the last dimension at a time: no gather.
+            ElemsMut::F32(o) if strided => {
+                let layouts: Vec<(&[f32], &TensorType, Vec<usize>)> = srcs
+                    .iter()
+                    .map(|s| match s.data.storage.elems() {
+                        Elements::F32(v) => (v, &s.data.frame, s.data.frame.strides()),
+                        _ => unreachable!("checked: every source has the output's dtype, f32"),
+                    })
+                    .collect();
+                let mut runs: Vec<&[f32]> = Vec::with_capacity(layouts.len());
+                for_each_run(ty, |at, idx, run| {
+                    runs.clear();
+                    runs.extend(layouts.iter().map(|(v, frame, strides)| {
+                        let (v, from): (&[f32], usize) = (v, offset(frame, strides, idx));
+                        &v[from..from + run]
+                    }));
+                    fold(&mut o[at..at + run], &runs, agg, dtype);
+                });
+            }
+            out => {
+                let values: Vec<Cow<'_, [f32]>> =
+                    srcs.iter().map(|s| s.as_f32().map_or_else(|| Cow::Owned(s.to_f32()), Cow::Borrowed)).collect();
+                let values: Vec<&[f32]> = values.iter().map(|v| &v[..]).collect();
+                let values = &values[..];
+                match out {
+                    ElemsMut::F32(o) => fold(o, values, agg, dtype),
+                    ElemsMut::F16(o) => {
+                        let mut acc = vec![0.0; o.len()];
+                        fold(&mut acc, values, agg, dtype);
+                        o.iter_mut().zip(acc).for_each(|(o, a)| *o = f16::from_f32(a));
+                    }
+                    ElemsMut::BF16(o) => {
+                        let mut acc = vec![0.0; o.len()];
+                        fold(&mut acc, values, agg, dtype);
+                        o.iter_mut().zip(acc).for_each(|(o, a)| *o = bf16::from_f32(a));
+                    }
+                }
+            }
+        }
+        Ok(Self::owned(ty.clone(), out))
+    }
+}
+
+/// Where the elements of block `part` lie in a row-major block over `frame` (which contains
+/// it) when they form one contiguous run: `part` spans `frame` whole in every dimension
+/// after some dimension `d`, and holds a single index in every dimension before it (a range
+/// of rows, say). `None` when they do not (a range of columns).
+pub fn contiguous_run(part: &TensorType, frame: &TensorType) -> Option<Range<usize>> {
+    if part.is_empty() {
+        return Some(0..0);
+    }
+    if part == frame {
+        return Some(0..part.volume());
+    }
+    // The last dimension the part does not span whole.
+    let partial = (0..part.rank()).rev().find(|&d| part.dim(d) != frame.dim(d))?;
+    if (0..partial).all(|d| part.dim(d).len() == 1) {
+        let start = offset(frame, &frame.strides(), &part.lower());
+        Some(start..start + part.volume())
+    } else {
+        None
+    }
+}
+
+/// `acc = v0 ⊕ v1 ⊕ ...` over the slices `values` (one at least), left to right, rounding
+/// to `dtype` after every step; a chunk of `acc` at a time, so that it stays in the cache
+/// while every source is folded into it.
+fn fold(acc: &mut [f32], values: &[&[f32]], agg: Aggregation, dtype: DType) {
+    const CHUNK: usize = 4096;
+    for (c, acc) in acc.chunks_mut(CHUNK).enumerate() {
+        let r = c * CHUNK..c * CHUNK + acc.len();
+        match values {
+            [] => {}
+            [only] => acc.copy_from_slice(&only[r]),
+            [a, b, more @ ..] => {
+                combine(acc, &a[r.clone()], &b[r.clone()], agg, dtype);
+                for v in more {
+                    combine_into(acc, &v[r.clone()], agg, dtype);
+                }
+            }
+        }
+    }
+}
+
+/// Calls `f(at, idx, run)` for every run of `region` along its last dimension, in row-major
+/// order: `at` is the run's offset in a compact block of `region`, `idx` the absolute index
+/// of its first element, `run` its length.
+fn for_each_run(region: &TensorType, mut f: impl FnMut(usize, &[usize], usize)) {
+    if region.is_empty() {
+        return;
+    }
+    let rank = region.rank();
+    if rank == 0 {
+        return f(0, &[], 1);
+    }
+    let run = region.dim(rank - 1).len();
+    let mut idx = region.lower();
+    let mut at = 0;
+    loop {
+        f(at, &idx, run);
+        at += run;
+        let mut d = rank - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < region.dim(d).hi {
+                break;
+            }
+            idx[d] = region.dim(d).lo;
+        }
+    }
+}
+
+/// `out[i] = round(a[i] ⊕ b[i])`, rounding to `dtype`. The operation and the dtype are
+/// chosen outside the loop, so that each loop is compiled (and vectorized) on its own.
+fn combine(out: &mut [f32], a: &[f32], b: &[f32], agg: Aggregation, dtype: DType) {
+    #[inline(always)]
+    fn each(out: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    }
+    match (agg, dtype) {
+        (Aggregation::Sum, DType::F32) => each(out, a, b, |x, y| x + y),
+        (Aggregation::Max, DType::F32) => each(out, a, b, f32::max),
+        (Aggregation::Min, DType::F32) => each(out, a, b, f32::min),
+        (Aggregation::Product, DType::F32) => each(out, a, b, |x, y| x * y),
+        (agg, DType::F16) => each(out, a, b, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
+        (agg, DType::BF16) => each(out, a, b, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
+    }
+}
+
+/// `acc[i] = round(acc[i] ⊕ v[i])`, as [`combine`].
+fn combine_into(acc: &mut [f32], v: &[f32], agg: Aggregation, dtype: DType) {
+    #[inline(always)]
+    fn each(acc: &mut [f32], v: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a = f(*a, x);
+        }
+    }
+    match (agg, dtype) {
+        (Aggregation::Sum, DType::F32) => each(acc, v, |x, y| x + y),
+        (Aggregation::Max, DType::F32) => each(acc, v, f32::max),
+        (Aggregation::Min, DType::F32) => each(acc, v, f32::min),
+        (Aggregation::Product, DType::F32) => each(acc, v, |x, y| x * y),
+        (agg, DType::F16) => each(acc, v, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
+        (agg, DType::BF16) => each(acc, v, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
     }
 }
 
@@ -246,13 +586,18 @@ fn mismatch(op: &'static str, a: &HostTensor, b: &HostTensor) -> CoreError {
     }
 }
 
-/// Copies the elements of `region` from `src` (laid out as `src_ty`) into `dst` (laid out as
-/// `dst_ty`). `region` lies within both types; storages share a dtype.
-fn copy_storage(src: &Storage, src_ty: &TensorType, dst: &mut Storage, dst_ty: &TensorType, region: &TensorType) {
+/// The position of absolute index `idx` in a row-major block over `frame`.
+fn offset(frame: &TensorType, strides: &[usize], idx: &[usize]) -> usize {
+    idx.iter().zip(frame.dims()).zip(strides).map(|((&i, d), s)| (i - d.lo) * s).sum()
+}
+
+/// Copies the elements of `region` from `src` (laid out over `src_ty`) into `dst` (laid out
+/// over `dst_ty`). `region` lies within both types; the elements share a dtype.
+fn copy_elems(src: Elements<'_>, src_ty: &TensorType, dst: ElemsMut<'_>, dst_ty: &TensorType, region: &TensorType) {
     match (src, dst) {
-        (Storage::F32(s), Storage::F32(d)) => copy_region(s, src_ty, d, dst_ty, region),
-        (Storage::F16(s), Storage::F16(d)) => copy_region(s, src_ty, d, dst_ty, region),
-        (Storage::BF16(s), Storage::BF16(d)) => copy_region(s, src_ty, d, dst_ty, region),
+        (Elements::F32(s), ElemsMut::F32(d)) => copy_region(s, src_ty, d, dst_ty, region),
+        (Elements::F16(s), ElemsMut::F16(d)) => copy_region(s, src_ty, d, dst_ty, region),
+        (Elements::BF16(s), ElemsMut::BF16(d)) => copy_region(s, src_ty, d, dst_ty, region),
         _ => unreachable!("callers check that the dtypes agree"),
     }
 }
@@ -267,9 +612,6 @@ fn copy_region<T: Copy>(src: &[T], src_ty: &TensorType, dst: &mut [T], dst_ty: &
         return;
     }
     let (ss, ds) = (src_ty.strides(), dst_ty.strides());
-    let offset = |ty: &TensorType, strides: &[usize], idx: &[usize]| -> usize {
-        idx.iter().zip(ty.dims()).zip(strides).map(|((&i, d), s)| (i - d.lo) * s).sum()
-    };
     let run = region.dim(rank - 1).len();
     let mut idx = region.lower();
     loop {
@@ -330,10 +672,11 @@ mod tests {
         TensorType::new(lo, hi).unwrap()
     }
 
-    /// Clones, whole slices and one-part stitches share the elements; a proper slice and a
-    /// stitch of several parts make their own.
+    /// Clones, whole slices, slices of whole rows, one-part stitches and stitches of views of
+    /// one tensor share the elements; a slice across columns and a stitch of separate
+    /// tensors make their own.
     #[test]
-    fn whole_blocks_share_their_elements() {
+    fn contiguous_blocks_share_their_elements() {
         let t = HostTensor::random(tt(&[0, 0], &[4, 6]), DType::F32, 3);
         let at = |x: &HostTensor| x.as_f32().unwrap().as_ptr();
         assert_eq!(at(&t.clone()), at(&t));
@@ -342,10 +685,114 @@ mod tests {
         let stitched = HostTensor::stitch(t.ty(), std::slice::from_ref(&t)).unwrap();
         assert_eq!(at(&stitched), at(&t));
         let (top, bottom) = (t.slice(&tt(&[0, 0], &[2, 6])).unwrap(), t.slice(&tt(&[2, 0], &[4, 6])).unwrap());
-        assert_ne!(at(&top), at(&t));
-        let again = HostTensor::stitch(t.ty(), &[top, bottom]).unwrap();
-        assert_ne!(at(&again), at(&t));
+        assert_eq!(at(&top), at(&t));
+        assert_eq!(at(&bottom), at(&t).wrapping_add(12));
+        assert_eq!(top.to_f32(), t.to_f32()[..12]);
+        let again = HostTensor::stitch(t.ty(), &[top.clone(), bottom.clone()]).unwrap();
+        assert!(again.shares_elements(&t));
         assert_eq!(again, t);
+        let left = t.slice(&tt(&[0, 0], &[4, 2])).unwrap();
+        assert!(left.is_contiguous() && !left.shares_elements(&t));
+        let copy = t.cast(DType::F16).cast(DType::F32);
+        let mixed = HostTensor::stitch(t.ty(), &[top, copy.slice(&tt(&[2, 0], &[4, 6])).unwrap()]).unwrap();
+        assert!(!mixed.shares_elements(&t) && !mixed.shares_elements(&copy));
+        assert_eq!(mixed.slice(&tt(&[0, 0], &[2, 6])).unwrap().to_f32(), t.to_f32()[..12]);
+    }
+
+    /// A strided view reads the same elements as a compact slice, through every accessor, in
+    /// every dtype; stitching strided views of one tensor back is a view of it.
+    #[test]
+    fn strided_views_read_like_compact_slices() {
+        for dtype in DType::ALL {
+            let t = HostTensor::random(tt(&[1, 0, 2], &[4, 5, 6]), dtype, 11);
+            let part = tt(&[2, 1, 3], &[4, 4, 5]);
+            let (view, compact) = (t.view(&part).unwrap(), t.slice(&part).unwrap());
+            assert!(!view.is_contiguous() && compact.is_contiguous());
+            assert!(view.shares_elements(&t) && !compact.shares_elements(&t));
+            assert_eq!(view, compact);
+            assert_eq!((view.len(), view.size_bytes()), (compact.len(), compact.size_bytes()));
+            assert_eq!(view.to_f32(), compact.to_f32());
+            assert_eq!(view.to_ne_bytes(), compact.to_ne_bytes());
+            assert_eq!(view.get(&[3, 2, 4]), compact.get(&[3, 2, 4]));
+            assert_eq!(view.get(&[1, 2, 4]), None);
+            assert!(view.as_f32().is_none());
+            assert_eq!(view.compact(), compact);
+            assert_eq!(view.cast(DType::F32), compact.cast(DType::F32));
+            let sub = tt(&[3, 2, 3], &[4, 3, 5]);
+            assert_eq!(view.view(&sub).unwrap(), compact.slice(&sub).unwrap());
+            assert!(view.view(&tt(&[1, 1, 3], &[4, 4, 5])).is_err());
+            let tiling = crate::Tiling::grid(t.ty(), &[vec![2], vec![3], vec![4]]).unwrap();
+            let parts: Vec<_> = tiling.blocks().iter().map(|b| t.view(b).unwrap()).collect();
+            let back = HostTensor::stitch(t.ty(), &parts).unwrap();
+            assert!(back.shares_elements(&t));
+            assert_eq!(back, t);
+            let compacts: Vec<_> = parts.iter().map(HostTensor::compact).collect();
+            assert_eq!(HostTensor::stitch(t.ty(), &compacts).unwrap(), t);
+            // Aggregations read strided views in place, with the bits of compact blocks.
+            let other = HostTensor::random(t.ty().clone(), dtype, 12);
+            let (w, wc) = (other.view(&part).unwrap(), other.slice(&part).unwrap());
+            for agg in [Aggregation::Sum, Aggregation::Max, Aggregation::Min, Aggregation::Product] {
+                let strided = HostTensor::aggregate_in(&view, &[w.clone(), view.clone()], agg, None).unwrap();
+                let stepwise = compact.aggregate(&wc, agg).unwrap().aggregate(&compact, agg).unwrap();
+                assert_eq!(strided.to_ne_bytes(), stepwise.to_ne_bytes(), "{agg:?} {dtype}");
+            }
+        }
+    }
+
+    /// Zeroed, cache-line-aligned memory and a keeper, as a backend's arena lends them.
+    fn lent(bytes: usize) -> (Vec<u64>, Lease, std::sync::Weak<dyn std::any::Any + Send + Sync>) {
+        let mut mem = vec![0u64; bytes.div_ceil(8) + 8];
+        let skip = mem.as_ptr().align_offset(crate::LEASE_ALIGN);
+        let ptr = std::ptr::NonNull::new(mem[skip..].as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `mem` outlives every use in the tests below, and only the lease touches it.
+        let lease = unsafe { Lease::new(ptr, bytes, Arc::new(())) }.unwrap();
+        let keeper = lease.keeper();
+        (mem, lease, keeper)
+    }
+
+    /// Stitches and aggregations write into lent memory when given a lease, with the same
+    /// bits as on the heap; the lease's keeper lives exactly as long as the result (and its
+    /// views), and a compact copy leaves it.
+    #[test]
+    fn lent_memory_holds_results_until_the_last_view_is_dropped() {
+        for dtype in DType::ALL {
+            let whole = tt(&[0, 0], &[4, 6]);
+            let a = HostTensor::random(whole.clone(), dtype, 1);
+            let b = HostTensor::random(whole.clone(), dtype, 2);
+            let c = HostTensor::random(whole.clone(), dtype, 3);
+            let parts = [a.slice(&tt(&[0, 0], &[4, 3])).unwrap(), b.view(&tt(&[0, 3], &[4, 6])).unwrap()];
+            let (mem, lease, keeper) = lent(whole.volume() * dtype.size_bytes());
+            let stitched = HostTensor::stitch_in(&whole, &parts, Some(lease)).unwrap();
+            assert!(stitched.is_lent());
+            assert_eq!(stitched, HostTensor::stitch(&whole, &parts).unwrap());
+            let view = stitched.view(&tt(&[1, 1], &[2, 5])).unwrap();
+            let compact = view.compact();
+            drop(stitched);
+            assert!(keeper.upgrade().is_some(), "a view keeps the lease");
+            assert!(!compact.is_lent());
+            assert_eq!(view, compact);
+            drop(view);
+            assert!(keeper.upgrade().is_none());
+            drop(mem);
+
+            let (mem, lease, keeper) = lent(whole.volume() * dtype.size_bytes());
+            let sum = HostTensor::aggregate_in(&a, &[b.clone(), c.clone()], Aggregation::Sum, Some(lease)).unwrap();
+            let stepwise = a.aggregate(&b, Aggregation::Sum).unwrap().aggregate(&c, Aggregation::Sum).unwrap();
+            assert!(sum.is_lent());
+            assert_eq!(sum.to_ne_bytes(), stepwise.to_ne_bytes());
+            drop(sum);
+            assert!(keeper.upgrade().is_none());
+            drop(mem);
+
+            let (_mem, small, _) = lent(whole.volume() * dtype.size_bytes() - 1);
+            let err = HostTensor::stitch_in(&whole, &parts, Some(small)).unwrap_err();
+            assert!(matches!(err, CoreError::DataLength { expected: 24, .. }), "{err}");
+        }
+        let mut mem = [0u64; 16];
+        let skip = mem.as_ptr().align_offset(crate::LEASE_ALIGN) + 1;
+        let odd = std::ptr::NonNull::new(mem[skip..].as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: refused, so never used.
+        assert!(unsafe { Lease::new(odd, 8, Arc::new(())) }.is_none());
     }
 
     #[test]
@@ -405,6 +852,12 @@ mod tests {
         assert_eq!(a.aggregate(&b, Aggregation::Min).unwrap().to_f32(), vec![1.0, 2.0]);
         assert_eq!(a.aggregate(&b, Aggregation::Product).unwrap().to_f32(), vec![3.0, 10.0]);
         assert!(a.aggregate(&b.cast(DType::F16), Aggregation::Sum).is_err());
+        // Past one chunk of the fold, in several.
+        let big = TensorType::zero_bounded(&[3, 3001]);
+        let xs: Vec<HostTensor> = (0..3).map(|s| HostTensor::random(big.clone(), DType::F32, s)).collect();
+        let v: Vec<Vec<f32>> = xs.iter().map(HostTensor::to_f32).collect();
+        let want: Vec<f32> = (0..big.volume()).map(|i| (v[0][i] + v[1][i]) + v[2][i]).collect();
+        assert_eq!(HostTensor::aggregate_in(&xs[0], &xs[1..], Aggregation::Sum, None).unwrap().to_f32(), want);
         assert!(HostTensor::from_f32(ty, DType::F32, vec![1.0]).is_err());
     }
 

@@ -5,8 +5,11 @@
 //! puts a block of the source device's store into the destination's, a load slices a
 //! block of a computation input into a device, a store hands a block back to the host.
 //! Blocks are immutable [`HostTensor`]s, whose clones share their elements: a transfer, a
-//! kernel's argument or a stored block costs no copy; slices, stitches and aggregations
-//! make new blocks. A kernel started while other workers are idle is lent their cores
+//! kernel's argument or a stored block costs no copy, and slices and stitches are views
+//! where their readers can read them so (`views`). The blocks the backend writes itself
+//! (copying slices and stitches, aggregations) are built in per-device arenas planned from
+//! the graph's lifetimes when it is prepared ([`ArenaPlan`]) and reused by every run. A
+//! kernel started while other workers are idle is lent their cores
 //! ([`einsum_core::intra_op`]).
 //!
 //! Computation inputs are resident, as the task graph's memory model says: a
@@ -67,10 +70,13 @@
 //! whatever task graph and kernel library it is given.
 #![warn(missing_docs)]
 
+mod arena;
+mod arena_plan;
 mod fuse;
 mod heap;
 mod memory;
 mod schedule;
+mod views;
 
 use std::fmt;
 use std::sync::{
@@ -83,7 +89,10 @@ use einsum_core::{
     taskgraph::{BufferId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, fuse::Rule, stitch_outputs},
 };
 
+use arena::{Arenas, Place};
+pub use arena_plan::{ArenaPlan, MAX_REACH_BYTES, Slot};
 use memory::Memory;
+use views::Views;
 
 /// Runs task graphs on the CPU: one memory per virtual device, tasks spread over a pool of
 /// worker threads.
@@ -110,6 +119,8 @@ pub struct CpuBackend {
     threads: usize,
     /// The kernel fusion rules applied when a graph is prepared (none by default).
     fusion: &'static [Rule],
+    /// Whether prepared executables build the backend's own blocks in planned arenas.
+    arena: bool,
     /// The fault to inject, in tests of the checks only.
     #[cfg(any(test, feature = "fault-injection"))]
     fault: Option<Fault>,
@@ -143,6 +154,12 @@ pub struct RunStats {
     /// [`TaskGraph::stats`]'s `resident_bytes`), every transient buffer having been freed
     /// after its last reader.
     pub resident_bytes: Vec<usize>,
+    /// Per device, the bytes of its arena ([`ArenaPlan::device_bytes`]; zeros without one).
+    pub arena_bytes: Vec<usize>,
+    /// Blocks built on the heap although the plan gave them a slot, because a tensor still
+    /// read a slot sharing bytes with it: 0 unless a kernel returned (a view of) its
+    /// argument, or another run of the same executable ran at the same time.
+    pub arena_fallbacks: usize,
 }
 
 impl Default for CpuBackend {
@@ -162,6 +179,7 @@ impl CpuBackend {
         Self {
             threads: threads.max(1),
             fusion: &[],
+            arena: true,
             #[cfg(any(test, feature = "fault-injection"))]
             fault: None,
         }
@@ -174,6 +192,14 @@ impl CpuBackend {
     #[must_use]
     pub fn with_fusion(mut self, rules: &'static [Rule]) -> Self {
         self.fusion = rules;
+        self
+    }
+
+    /// The same backend, building its own blocks in planned arenas (`true`, the default) or
+    /// on the heap (`false`, to measure one against the other).
+    #[must_use]
+    pub fn with_arena(mut self, arena: bool) -> Self {
+        self.arena = arena;
         self
     }
 
@@ -215,7 +241,11 @@ impl CpuBackend {
     ) -> Result<CpuExecutable<'k>, BackendError> {
         heap::keep_freed_memory();
         let (graph, kernels) = fuse::fuse_chains(graph, kernels, self.fusion)?;
+        let views = Views::of(&graph);
+        let plan = if self.arena { ArenaPlan::of(&graph, &views) } else { ArenaPlan::empty(&graph) };
         Ok(CpuExecutable {
+            views: Arc::new(views),
+            arenas: Arc::new(Arenas::new(plan)),
             resident: vec![None; graph.buffers().len()],
             loaded: vec![false; graph.inputs().len()],
             dropped_source: self.dropped_source(&graph),
@@ -252,6 +282,10 @@ impl CpuBackend {
 #[derive(Clone)]
 pub struct CpuExecutable<'k> {
     graph: TaskGraph,
+    /// Which buffers are views of which.
+    views: Arc<Views>,
+    /// The arenas the backend's own blocks are built in, shared by clones.
+    arenas: Arc<Arenas>,
     kernels: Arc<dyn KernelLibrary + 'k>,
     threads: usize,
     /// Per buffer, the resident block once its input is loaded (`None` for transient ones).
@@ -277,6 +311,12 @@ impl CpuExecutable<'_> {
     /// The prepared graph (after kernel fusion, when the backend fuses).
     pub fn graph(&self) -> &TaskGraph {
         &self.graph
+    }
+
+    /// Where the blocks the backend writes itself live: each device's arena and each placed
+    /// buffer's slot.
+    pub fn arena_plan(&self) -> &ArenaPlan {
+        self.arenas.plan()
     }
 
     /// Gives computation input `input` the value `value` (the whole tensor): checks its type
@@ -328,11 +368,13 @@ impl CpuExecutable<'_> {
         // Blocks handed to the host: (task, output, block).
         let stored: Mutex<Vec<(TaskId, usize, HostTensor)>> = Mutex::new(Vec::new());
         let moved = AtomicUsize::new(0);
+        let busy = AtomicUsize::new(0);
         let threads = self.threads.min(graph.nodes().len()).max(1);
         schedule::run_all(graph, threads, |id| {
             let node = &graph.nodes()[id.0 as usize];
             let fail = |reason: String| BackendError::Task { task: id, label: node.label.clone(), reason };
-            let ctx = Context { graph, kernels, memory: &memory };
+            let ctx =
+                Context { graph, kernels, memory: &memory, views: &self.views, arenas: &self.arenas, busy: &busy };
             let task = match &node.task {
                 Task::Aggregate { srcs, dst, agg } if self.dropped_source == Some(id) => {
                     &Task::Aggregate { srcs: srcs[..srcs.len() - 1].to_vec(), dst: *dst, agg: *agg }
@@ -370,6 +412,8 @@ impl CpuExecutable<'_> {
             bytes_moved: moved.into_inner(),
             peak_bytes: memory.peak_bytes(),
             resident_bytes: memory.resident_bytes(),
+            arena_bytes: self.arena_plan().device_bytes.clone(),
+            arena_fallbacks: busy.into_inner(),
         };
         Ok((outputs, stats))
     }
@@ -423,6 +467,10 @@ struct Context<'a> {
     graph: &'a TaskGraph,
     kernels: &'a dyn KernelLibrary,
     memory: &'a Memory<'a>,
+    views: &'a Views,
+    arenas: &'a Arenas,
+    /// Blocks built on the heap because their slot was busy.
+    busy: &'a AtomicUsize,
 }
 
 impl Context<'_> {
@@ -430,28 +478,43 @@ impl Context<'_> {
         self.memory.read(b).ok_or_else(|| format!("buffer {} is not resident on {}", b.0, self.graph.buffer(b).device))
     }
 
-    /// Runs one task, the same operations as `interpret`.
+    /// The lease to build buffer `b` in, if its slot is free.
+    fn lease(&self, b: BufferId) -> Option<einsum_core::Lease> {
+        let place = self.arenas.place(b, self.graph.buffer(b).device.0 as usize);
+        if matches!(place, Place::Busy) {
+            self.busy.fetch_add(1, Ordering::Relaxed);
+        }
+        place.lease()
+    }
+
+    /// Runs one task: the same operations as `interpret`, on views where they copy nothing.
     fn run(&self, task: &Task) -> Result<Done, String> {
         let ty = |b: BufferId| &self.graph.buffer(b).ty;
         let one = |t: HostTensor| Done::Wrote(vec![t]);
+        let err = |e: einsum_core::CoreError| e.to_string();
         Ok(match task {
             // Done by `CpuExecutable::load`: the block is resident.
             Task::Load { .. } => Done::Resident,
-            Task::Slice { src, dst } => one(self.get(*src)?.slice(ty(*dst)).map_err(|e| e.to_string())?),
+            Task::Slice { src, dst } => {
+                let view = self.get(*src)?.view(ty(*dst)).map_err(err)?;
+                if self.views.slice_view[dst.0 as usize] {
+                    one(view)
+                } else {
+                    one(view.compact_in(self.lease(*dst)).map_err(err)?)
+                }
+            }
             // Blocks are immutable and every device is host memory: the destination shares
             // the source's elements (`bytes_moved` still counts what an interconnect moves).
             Task::Transfer { src, .. } => one(HostTensor::clone(&*self.get(*src)?)),
-            Task::Aggregate { srcs, agg, .. } => {
-                let mut acc = HostTensor::clone(&*self.get(srcs[0])?);
-                for s in &srcs[1..] {
-                    acc = acc.aggregate(&*self.get(*s)?, *agg).map_err(|e| e.to_string())?;
-                }
-                one(acc)
+            Task::Aggregate { srcs, agg, dst } => {
+                let parts =
+                    srcs.iter().map(|s| self.get(*s).map(|t| HostTensor::clone(&*t))).collect::<Result<Vec<_>, _>>()?;
+                one(HostTensor::aggregate_in(&parts[0], &parts[1..], *agg, self.lease(*dst)).map_err(err)?)
             }
             Task::Stitch { srcs, dst } => {
                 let parts =
                     srcs.iter().map(|s| self.get(*s).map(|t| HostTensor::clone(&*t))).collect::<Result<Vec<_>, _>>()?;
-                one(HostTensor::stitch(ty(*dst), &parts).map_err(|e| e.to_string())?)
+                one(HostTensor::stitch_in(ty(*dst), &parts, self.lease(*dst)).map_err(err)?)
             }
             Task::Kernel { kernel, inputs, outputs } => {
                 let args = inputs
@@ -465,7 +528,11 @@ impl Context<'_> {
                 check_kernel_outputs(&got, &want).map_err(|e| format!("{}: {e}", name()))?;
                 Done::Wrote(got)
             }
-            Task::Store { output, src } => Done::Stored(*output, HostTensor::clone(&*self.get(*src)?)),
+            // The host keeps what it is given: a block in an arena leaves it first.
+            Task::Store { output, src } => {
+                let block = self.get(*src)?;
+                Done::Stored(*output, if block.is_lent() { block.compact() } else { HostTensor::clone(&*block) })
+            }
         })
     }
 }

@@ -429,11 +429,13 @@ enum Data<'a> {
 }
 
 impl<'a> Data<'a> {
-    /// Input `t`'s elements, borrowed.
+    /// Input `t`'s elements, borrowed where they are contiguous.
     fn of(t: &'a HostTensor) -> Self {
         match t.elements() {
-            Elements::F32(v) => Data::F32(Cow::Borrowed(v)),
-            half => Data::Half(half),
+            Some(Elements::F32(v)) => Data::F32(Cow::Borrowed(v)),
+            Some(half) => Data::Half(half),
+            // A strided view (a stitch of views) is gathered once.
+            None => Data::F32(Cow::Owned(t.to_f32())),
         }
     }
 

@@ -119,7 +119,14 @@ impl ElementwiseChain {
                 self.dtype
             ));
         }
-        let sources: Vec<Elements<'_>> = inputs.iter().map(HostTensor::elements).collect();
+        // A strided view (a stitch of views) is compacted once; contiguous inputs are read in place.
+        let compacted: Vec<Option<HostTensor>> =
+            inputs.iter().map(|t| (!t.is_contiguous()).then(|| t.compact())).collect();
+        let sources: Vec<Elements<'_>> = inputs
+            .iter()
+            .zip(&compacted)
+            .map(|(t, c)| c.as_ref().unwrap_or(t).elements().expect("a compact tensor is contiguous"))
+            .collect();
         let mut data = vec![0.0f32; out.volume()];
         // Chunks for the helper threads, each computed piece by piece.
         const CHUNK: usize = 1 << 15;
