@@ -181,7 +181,11 @@ impl Program {
     /// The closure `S*(P)` under `membership` (which must give the sites of every partition
     /// an action fires at; see [`Program::validate`] to search memberships).
     pub fn closure(&self, membership: &Membership) -> Result<Closure, ValidityError> {
-        let universe: BTreeMap<AtomId, usize> = self.atoms().into_iter().enumerate().map(|(i, a)| (a, i)).collect();
+        // Program::atoms's set, gathered by reference so that each name is cloned once.
+        let mut names: BTreeSet<&AtomId> = self.inputs.keys().collect();
+        names.extend(self.outputs.iter().flat_map(|r| r.aggregate.atoms()));
+        names.extend(self.body.iter().flat_map(|a| a.aggregate.atoms()));
+        let universe: BTreeMap<AtomId, usize> = names.into_iter().enumerate().map(|(i, a)| (a.clone(), i)).collect();
         let n = universe.len();
         let to_set = |agg: &Aggregate| {
             let mut s = AtomSet::empty(n);
