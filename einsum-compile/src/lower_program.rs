@@ -2,8 +2,6 @@
 //! the producer's partial outputs for the `IN` atoms, an aggregation and transfers per
 //! firing of the closure, and a stitch per consumer function spec.
 
-use std::collections::HashMap;
-
 use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph};
 use einsum_core::{Aggregation, DType};
 
@@ -49,9 +47,8 @@ pub fn lower_exchange(
 ) -> Result<Vec<BufferId>, CompileError> {
     let dtype: DType = preamble.dtype;
     let mats = closure.materializations();
-    let index: HashMap<(SiteId, &Aggregate), usize> =
-        mats.iter().enumerate().map(|(i, m)| ((m.site, &m.aggregate), i)).collect();
-    let index_of = |agg: &Aggregate, site: SiteId| index.get(&(site, agg)).copied();
+    let index = closure.by_aggregate();
+    let index_of = |agg: &Aggregate, site: SiteId| index.get(&site).and_then(|at| at.get(agg)).copied();
     let mut bufs: Vec<Option<BufferId>> = vec![None; mats.len()];
     let label = sources.label;
     let internal = |reason: String| CompileError::Lowering { label: label.to_string(), reason };

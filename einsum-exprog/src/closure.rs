@@ -12,7 +12,9 @@
 //! tried largest first (fewest pieces to read), then earliest materialised. Every piece of an enabling set was materialised in an
 //! earlier round, so the firings with their pieces' producers form a DAG.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::OnceLock;
 
 use crate::action::Action;
 use crate::aggregate::Aggregate;
@@ -67,7 +69,15 @@ pub struct Firing {
 #[derive(Clone, Debug, Default)]
 pub struct Closure {
     materializations: Vec<Materialization>,
-    index: HashMap<(SiteId, Aggregate), usize>,
+    /// Every atom of the program, numbered: the bit of each atom in an [`AtomSet`].
+    universe: BTreeMap<AtomId, usize>,
+    /// The materialisation of each aggregate (as its atom set) at each site. Keyed by bit
+    /// set rather than by [`Aggregate`] so that neither building nor querying the closure
+    /// clones or hashes the atoms' names.
+    known: HashMap<SiteId, HashMap<AtomSet, usize>>,
+    /// The same index by aggregate, built on the first [`Closure::by_aggregate`] (by a
+    /// lowering, which looks up every materialisation; a shared closure builds it once).
+    by_aggregate: OnceLock<HashMap<SiteId, HashMap<Aggregate, usize>>>,
     firings: Vec<Firing>,
     not_enabled: Vec<(Action, SiteId)>,
 }
@@ -75,12 +85,34 @@ pub struct Closure {
 impl Closure {
     /// Whether `(aggregate, site)` is in the closure.
     pub fn contains(&self, aggregate: &Aggregate, site: SiteId) -> bool {
-        self.index.contains_key(&(site, aggregate.clone()))
+        self.index_of(aggregate, site).is_some()
+    }
+
+    /// The index in [`Closure::materializations`] of `aggregate` at `site`, if any.
+    pub fn index_of(&self, aggregate: &Aggregate, site: SiteId) -> Option<usize> {
+        let at = self.known.get(&site)?;
+        let mut set = AtomSet::empty(self.universe.len());
+        for a in aggregate.atoms() {
+            set.insert(*self.universe.get(a)?);
+        }
+        at.get(&set).copied()
+    }
+
+    /// The index of every materialisation by site and aggregate: for callers that look up
+    /// many (a lowering); built once per closure, on first use.
+    pub fn by_aggregate(&self) -> &HashMap<SiteId, HashMap<Aggregate, usize>> {
+        self.by_aggregate.get_or_init(|| {
+            let mut index: HashMap<SiteId, HashMap<Aggregate, usize>> = HashMap::new();
+            for (i, m) in self.materializations.iter().enumerate() {
+                index.entry(m.site).or_default().insert(m.aggregate.clone(), i);
+            }
+            index
+        })
     }
 
     /// The materialisation of `aggregate` at `site`, if any.
     pub fn materialization(&self, aggregate: &Aggregate, site: SiteId) -> Option<&Materialization> {
-        self.index.get(&(site, aggregate.clone())).map(|&i| &self.materializations[i])
+        self.index_of(aggregate, site).map(|i| &self.materializations[i])
     }
 
     /// Every materialisation, in the order they appeared (round by round).
@@ -149,7 +181,11 @@ impl Program {
     /// The closure `S*(P)` under `membership` (which must give the sites of every partition
     /// an action fires at; see [`Program::validate`] to search memberships).
     pub fn closure(&self, membership: &Membership) -> Result<Closure, ValidityError> {
-        let universe: BTreeMap<AtomId, usize> = self.atoms().into_iter().enumerate().map(|(i, a)| (a, i)).collect();
+        // Program::atoms's set, gathered by reference so that each name is cloned once.
+        let mut names: BTreeSet<&AtomId> = self.inputs.keys().collect();
+        names.extend(self.outputs.iter().flat_map(|r| r.aggregate.atoms()));
+        names.extend(self.body.iter().flat_map(|a| a.aggregate.atoms()));
+        let universe: BTreeMap<AtomId, usize> = names.into_iter().enumerate().map(|(i, a)| (a.clone(), i)).collect();
         let n = universe.len();
         let to_set = |agg: &Aggregate| {
             let mut s = AtomSet::empty(n);
@@ -191,7 +227,7 @@ impl Program {
                 if !st.dirty.contains(&inst.site) {
                     continue;
                 }
-                if let Some(&m) = st.known.get(&(inst.site, inst.set.clone())) {
+                if let Some(&m) = st.closure.known.get(&inst.site).and_then(|at| at.get(&inst.set)) {
                     fired.push((i, vec![m]));
                     continue;
                 }
@@ -227,6 +263,7 @@ impl Program {
             pending.retain(|i| !done.contains(i));
         }
         let mut closure = st.closure;
+        closure.universe = universe;
         closure.not_enabled = pending.iter().map(|&i| (instances[i].action.clone(), instances[i].site)).collect();
         Ok(closure)
     }
@@ -240,19 +277,17 @@ struct State {
     sets: Vec<AtomSet>,
     /// Materialisations at each site, in order of appearance.
     at_site: HashMap<SiteId, Vec<usize>>,
-    known: HashMap<(SiteId, AtomSet), usize>,
     /// Sites whose state changed in the last round.
     dirty: BTreeSet<SiteId>,
 }
 
 impl State {
     fn add(&mut self, aggregate: &Aggregate, set: &AtomSet, site: SiteId, round: usize, producer: Producer) {
-        if self.known.contains_key(&(site, set.clone())) {
-            return;
-        }
         let id = self.closure.materializations.len();
-        self.known.insert((site, set.clone()), id);
-        self.closure.index.insert((site, aggregate.clone()), id);
+        match self.closure.known.entry(site).or_default().entry(set.clone()) {
+            Entry::Occupied(_) => return,
+            Entry::Vacant(v) => v.insert(id),
+        };
         self.closure.materializations.push(Materialization { aggregate: aggregate.clone(), site, round, producer });
         self.sets.push(set.clone());
         self.at_site.entry(site).or_default().push(id);

@@ -234,6 +234,9 @@ pub(crate) struct SiteRoutes {
     /// (`k` sites), so that a tree's inner loop reads one contiguous array.
     route_ids: Vec<usize>,
     route_start: Vec<usize>,
+    /// Lower bounds on every edge time into and out of each slot, which let
+    /// [`SiteRoutes::tree`] stop once no later relaxation can change a parent.
+    bounds: EdgeBounds,
     /// The trees [`SiteRoutes::tree`] built on an empty load, by (root, inbound, salt, bytes'
     /// bits): the search asks for the same unloaded trees of a group's root again with every
     /// proposal that re-plans or reparents it, and each costs `O(k²)` edges.
@@ -284,6 +287,7 @@ impl SiteRoutes {
             route_ids.extend(r.resources.iter().map(|(id, _)| *id));
             route_start.push(route_ids.len());
         }
+        let bounds = EdgeBounds::new(&routes);
         let mut m = SiteRoutes {
             sites,
             slot,
@@ -291,6 +295,7 @@ impl SiteRoutes {
             capacities,
             route_ids,
             route_start,
+            bounds,
             unloaded: RefCell::default(),
             orders: Vec::new(),
             uniform: true,
@@ -384,7 +389,21 @@ impl SiteRoutes {
 
     /// [`SiteRoutes::tree`], built.
     fn fastest_tree(&self, root: SiteId, inbound: bool, salt: u64, load: &Load, bytes: f64) -> Tree {
-        let times = self.resource_times(load, bytes.max(1.0));
+        self.dijkstra(root, inbound, salt, load, bytes, true)
+    }
+
+    /// Dijkstra for [`SiteRoutes::fastest_tree`]. With `settled_enough`, it stops as soon as
+    /// no unsettled site's parent can change any more, which gives the same tree: every
+    /// site settled later has a distance of at least `f`, the least tentative distance left
+    /// (distances only grow along paths), and every edge that could relax an unsettled site
+    /// `v` costs at least `floor(v)` ([`EdgeBounds::floors`]; the salt only adds), so once
+    /// `f + floor(v)` exceeds `v`'s tentative distance beyond the tie tolerance, no
+    /// relaxation can replace `v`'s parent. On a switched machine the fastest tree is a star
+    /// and this holds right after the root: `O(k)` per tree instead of `O(k²)`.
+    fn dijkstra(&self, root: SiteId, inbound: bool, salt: u64, load: &Load, bytes: f64, settled_enough: bool) -> Tree {
+        let bytes = bytes.max(1.0);
+        let times = self.resource_times(load, bytes);
+        let floors = if settled_enough { self.bounds.floors(inbound, &times, bytes) } else { Vec::new() };
         // The edge between the sites in slots `u` (settled) and `v`.
         let cost = |u: usize, v: usize| {
             let (from, to) = if inbound { (v, u) } else { (u, v) };
@@ -428,6 +447,9 @@ impl SiteRoutes {
                     dist[vi] = Some(cand);
                     parent[vi] = Some(ui);
                 }
+            }
+            if settled_enough && parents_final(&dist, &done, &floors) {
+                break;
             }
         }
         parent.iter().enumerate().filter_map(|(vi, p)| p.map(|ui| (self.sites[vi], self.sites[ui]))).collect()
@@ -485,6 +507,88 @@ impl SiteRoutes {
         }
         best.filter(|((bottleneck, _), _)| *bottleneck > 0.0).map(|(_, p)| p)
     }
+}
+
+/// Lower bounds on the edge times of a fastest-path tree, per site: an edge's time is the
+/// largest `(load + bytes) / capacity` over the resources of its route, so it is at least
+/// `bytes / b` for the widest route `b` into (out of) the site, and at least the time on
+/// every resource that all routes into (out of) the site cross (its ingress or egress port
+/// on a switched machine), with that resource's load.
+#[derive(Clone, Debug)]
+struct EdgeBounds {
+    /// The widest bandwidth of a route into / out of each slot (0: none).
+    widest_in: Vec<f64>,
+    widest_out: Vec<f64>,
+    /// The resources every route into / out of each slot crosses.
+    common_in: Vec<Vec<usize>>,
+    common_out: Vec<Vec<usize>>,
+}
+
+impl EdgeBounds {
+    /// The bounds of the routes between slots (`routes[i][j]`: from slot `i` to slot `j`).
+    fn new(routes: &[Vec<Route>]) -> EdgeBounds {
+        let k = routes.len();
+        let mut b = EdgeBounds {
+            widest_in: vec![0.0; k],
+            widest_out: vec![0.0; k],
+            common_in: vec![Vec::new(); k],
+            common_out: vec![Vec::new(); k],
+        };
+        let mut seen_in = vec![false; k];
+        let mut seen_out = vec![false; k];
+        let meet = |common: &mut Vec<usize>, seen: &mut bool, r: &Route| {
+            let ids = r.resources.iter().map(|(id, _)| *id);
+            if *seen {
+                let here: BTreeSet<usize> = ids.collect();
+                common.retain(|id| here.contains(id));
+            } else {
+                *common = ids.collect();
+                *seen = true;
+            }
+        };
+        for (i, row) in routes.iter().enumerate() {
+            for (j, r) in row.iter().enumerate() {
+                if i == j || r.resources.is_empty() {
+                    continue;
+                }
+                b.widest_out[i] = b.widest_out[i].max(r.bandwidth);
+                b.widest_in[j] = b.widest_in[j].max(r.bandwidth);
+                meet(&mut b.common_out[i], &mut seen_out[i], r);
+                meet(&mut b.common_in[j], &mut seen_in[j], r);
+            }
+        }
+        b
+    }
+
+    /// For a tree toward the root (`inbound`: edges leave the site being relaxed) or away
+    /// from it, each slot's least possible edge time given `times`, the seconds on each
+    /// resource ([`SiteRoutes::resource_times`] for `bytes`). Every operand is non-negative,
+    /// so the bound holds in floating point too (rounding is monotone).
+    fn floors(&self, inbound: bool, times: &[f64], bytes: f64) -> Vec<f64> {
+        let (widest, common) =
+            if inbound { (&self.widest_out, &self.common_out) } else { (&self.widest_in, &self.common_in) };
+        widest.iter().zip(common).map(|(&w, ids)| ids.iter().map(|&id| times[id]).fold(bytes / w, f64::max)).collect()
+    }
+}
+
+/// Whether no later step of a fastest-tree Dijkstra can change the parent of an unsettled
+/// site (see [`SiteRoutes::dijkstra`]): with `f` the least tentative distance of an unsettled
+/// site, every unsettled `v` has `f + floors[v]` above its tentative distance by more than
+/// the tie tolerance (and a site with none yet is final only when no site is left to
+/// settle, or no edge can reach it).
+fn parents_final(dist: &[Option<(f64, usize)>], done: &[bool], floors: &[f64]) -> bool {
+    let f = dist
+        .iter()
+        .zip(done)
+        .filter_map(|(d, &settled)| if settled { None } else { d.map(|d| d.0) })
+        .fold(f64::INFINITY, f64::min);
+    dist.iter().zip(done).zip(floors).all(|((d, &settled), &floor)| {
+        settled
+            || match d {
+                None => f == f64::INFINITY || floor == f64::INFINITY,
+                Some(d) => f + floor > d.0 * (1.0 + 1e-9),
+            }
+    })
 }
 
 /// A hash of (`salt`, `a`, `b`) in `[0, 1)`.
@@ -867,6 +971,36 @@ mod tests {
         assert_eq!(m.tree(s(3), true, 7, &Load::new(), 1e6), salted);
         assert_eq!(SiteRoutes::new(&all(8), &v100).tree(s(3), true, 7, &Load::new(), 1e6), salted);
         assert_eq!(m.unloaded.borrow().len(), 2);
+    }
+
+    /// Stopping Dijkstra once every parent is final builds the tree the full run builds, on
+    /// machines whose fastest trees are stars (switched) and on ones where they relay
+    /// (dgx-v100), loaded and salted.
+    #[test]
+    fn trees_stopped_early_equal_the_full_dijkstra() {
+        let mut checked = 0;
+        for (name, n) in [("dgx-v100", 8), ("dgx-h100x3", 24), ("nvl72", 72)] {
+            let t = Topology::preset(name).unwrap();
+            let m = SiteRoutes::new(&all(n), &t);
+            let mut load = Load::new();
+            for step in 0..40u64 {
+                let (a, b) = (s((step * 7 % n as u64) as usize), s((step * 5 % n as u64 + 1) as usize % n));
+                if a != b {
+                    m.add_load(&mut load, a, b, 1e6 * (step % 3) as f64);
+                }
+                for root in [0, 3, n - 1] {
+                    for inbound in [false, true] {
+                        let salt = step % 4;
+                        let cut = m.dijkstra(s(root), inbound, salt, &load, 2e6, true);
+                        let full = m.dijkstra(s(root), inbound, salt, &load, 2e6, false);
+                        assert_eq!(cut, full, "{name}: root {root}, inbound {inbound}, step {step}");
+                        assert_eq!(cut.len(), n - 1);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 3 * 40 * 3 * 2);
     }
 
     #[test]
