@@ -136,6 +136,7 @@
 //! ```
 
 pub mod collectives;
+mod eval;
 mod hierarchical;
 mod naive;
 mod plan;
