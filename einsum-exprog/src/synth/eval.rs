@@ -26,6 +26,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use einsum_sim::{GB, SimGraph, SimTask, SimTaskId, Topology};
 
+use crate::action::Action;
 use crate::atomset::AtomSet;
 use crate::cover::exact_cover;
 use crate::ids::{AtomId, SiteId};
@@ -39,6 +40,8 @@ const COVER_BUDGET: u64 = 20_000_000;
 
 /// What the search needs of one preamble's candidates, prepared once.
 pub(crate) struct Evaluator {
+    /// The preamble (partitions possibly declared by size; no body).
+    preamble: Program,
     /// Every atom of the preamble by name, numbered in name order (the reference universe).
     atoms: HashMap<AtomId, usize>,
     /// Each atom's size in GB, by number.
@@ -115,8 +118,7 @@ impl Closure {
 }
 
 impl Evaluator {
-    /// The evaluator of `preamble`'s candidates (its atoms, sizes and `GPUS`; the body is
-    /// ignored).
+    /// The evaluator of `preamble`'s candidates (the body is ignored).
     pub(crate) fn new(preamble: &Program) -> Evaluator {
         let atoms: HashMap<AtomId, usize> = preamble.inputs.keys().enumerate().map(|(i, a)| (a.clone(), i)).collect();
         Evaluator {
@@ -125,6 +127,7 @@ impl Evaluator {
             inputs: preamble.inputs.values().enumerate().map(|(i, input)| (i, input.site)).collect(),
             gpus: preamble.gpus.clone(),
             requirements: HashMap::new(),
+            preamble: preamble.with_body([]),
         }
     }
 
@@ -140,16 +143,17 @@ impl Evaluator {
         Some((set, gb * GB))
     }
 
-    /// The resolved requirements of `program`'s preamble under `membership`, checked once per
-    /// membership (`None`: a static check or the membership fails).
-    fn requirements(&mut self, program: &Program, membership: &Membership) -> Option<&[(AtomSet, SiteId)]> {
+    /// The `OUT` requirements resolved under `membership`, after the static checks of the
+    /// preamble resolved under it, computed once per membership (`None`: a check or the
+    /// membership fails).
+    fn requirements(&mut self, membership: &Membership) -> Option<&[(AtomSet, SiteId)]> {
         if !self.requirements.contains_key(membership) {
-            let preamble = program.with_body([]);
+            let preamble = self.preamble.resolve(membership);
             let ok = preamble.check().is_ok() && preamble.check_membership(membership).is_ok();
             let resolved = ok
                 .then(|| {
                     let mut reqs = Vec::new();
-                    for r in &program.outputs {
+                    for r in &preamble.outputs {
                         let (set, _) = self.set_of(r.aggregate.atoms().iter())?;
                         for site in membership.resolve(&r.target)? {
                             reqs.push((set.clone(), site));
@@ -166,10 +170,10 @@ impl Evaluator {
     /// The body's instances in the reference's order (body order, then site), or `None` if
     /// an action fails a static check (an undeclared atom, site or partition, or a transfer
     /// to its own source).
-    fn instances(&self, program: &Program, membership: &Membership) -> Option<Vec<Instance>> {
+    fn instances(&self, body: &BTreeSet<Action>, membership: &Membership) -> Option<Vec<Instance>> {
         let declared = |s: &SiteId| self.gpus.as_ref().is_none_or(|g| g.contains(s));
-        let mut out = Vec::with_capacity(program.body.len());
-        for action in &program.body {
+        let mut out = Vec::with_capacity(body.len());
+        for action in body {
             let (set, bytes) = self.set_of(action.aggregate.atoms().iter())?;
             let dests: Vec<SiteId> = action.dests.iter().copied().collect();
             if !dests.iter().all(declared) {
@@ -178,7 +182,9 @@ impl Evaluator {
             let sites = match &action.source {
                 Target::Site(s) if declared(s) && !action.dests.contains(s) => vec![*s],
                 Target::Site(_) => return None,
-                Target::Partition(p) if program.partitions.contains_key(p) => membership.resolve(&action.source)?,
+                Target::Partition(p) if self.preamble.partitions.contains_key(p) => {
+                    membership.resolve(&action.source)?
+                }
                 Target::Partition(_) => return None,
             };
             for site in sites {
@@ -188,19 +194,19 @@ impl Evaluator {
         Some(out)
     }
 
-    /// When each task of `program`'s lowering ends on `topology`, in seconds, if `program`
-    /// (a resolved candidate of this evaluator's preamble) is valid under `membership`:
-    /// what `program.validate_with(membership)`, [`crate::lower`] and
-    /// [`SimGraph::simulate_end_times`] give, bit for bit, and `None` where the reference
-    /// finds the program invalid (or cannot simulate it).
+    /// When each task of the lowering of the preamble with `body` ends on `topology`, in
+    /// seconds, if that program is valid under `membership`: for `program` the preamble
+    /// resolved under `membership` with `body`, what `program.validate_with(membership)`,
+    /// [`crate::lower`] and [`SimGraph::simulate_end_times`] give, bit for bit, and `None`
+    /// where the reference finds the program invalid (or cannot simulate it).
     pub(crate) fn end_times(
         &mut self,
-        program: &Program,
+        body: &BTreeSet<Action>,
         membership: &Membership,
         topology: &Topology,
     ) -> Option<Vec<f64>> {
-        self.requirements(program, membership)?;
-        let instances = self.instances(program, membership)?;
+        self.requirements(membership)?;
+        let instances = self.instances(body, membership)?;
         let closure = self.closure(&instances)?;
         let reqs = self.requirements.get(membership)?.as_deref()?;
         if !reqs.iter().all(|(set, site)| closure.known.contains_key(&(*site, set.clone()))) {
@@ -351,13 +357,13 @@ mod tests {
         for pre in preambles {
             let membership = canonical_membership(&pre).unwrap();
             let resolved = pre.resolve(&membership);
-            let mut evaluator = Evaluator::new(&resolved);
+            let mut evaluator = Evaluator::new(&pre);
             let mut program = resolved.with_body(naive(&pre).unwrap().resolve(&membership).body);
             let mut last_valid = program.clone();
             let sites: Vec<SiteId> = pre.sites().into_iter().collect();
             for _ in 0..40 {
                 let expected = reference(&program, &membership, &t);
-                assert_eq!(evaluator.end_times(&program, &membership, &t), expected, "{program}");
+                assert_eq!(evaluator.end_times(&program.body, &membership, &t), expected, "{program}");
                 // every candidate is one rewrite from the last valid program
                 if expected.is_some() {
                     valid += 1;
@@ -391,9 +397,9 @@ mod tests {
         for body in ["A @ 0 -> 2; B @ 1 -> 2; A+B @ 2", "A @ 0 -> 9; B @ 1 -> 2", "A @ 0 -> 0, 2; B @ 1 -> 2; A+B @ 2"]
         {
             let p = crate::parse(&format!("GPUS: 0, 1, 2\nIN: A @ 0; B @ 1\nOUT: A+B @ 2\n{body}")).unwrap();
-            assert_eq!(e.end_times(&p, &m, &t), reference(&p, &m, &t), "{body}");
+            assert_eq!(e.end_times(&p.body, &m, &t), reference(&p, &m, &t), "{body}");
         }
         let unknown = crate::parse("GPUS: 0, 1, 2\nIN: A @ 0; B @ 1\nOUT: A+B @ 2\nA @ 0 -> 2; C @ 1 -> 2").unwrap();
-        assert_eq!(e.end_times(&unknown, &m, &t), None);
+        assert_eq!(e.end_times(&unknown.body, &m, &t), None);
     }
 }

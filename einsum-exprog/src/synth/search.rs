@@ -117,8 +117,10 @@ pub struct Synthesis {
     pub simulation: Simulation,
 }
 
-/// A point of the search: a membership, the plan last used for each group, and the program
-/// (preamble resolved under the membership, and a body of site-sourced actions).
+/// A point of the search: a membership, the plan last used for each group, and the program:
+/// a body of site-sourced actions, with only `GPUS` of the preamble ([`Search::candidate`]),
+/// so that a move clones the body and not the preamble (its `IN` and `OUT` are as large as a
+/// body); the preamble is the search's, resolved under the membership where needed.
 #[derive(Clone, Debug)]
 struct State {
     membership: Membership,
@@ -360,12 +362,21 @@ impl Search<'_> {
         Ok(())
     }
 
+    /// A candidate with `body`: a program with the preamble's `GPUS` only (its sites, where
+    /// it declares none: the sites the search routes over), which is all the rewrites read
+    /// of a preamble (a relay must be a declared site); [`Search::cost`] scores it against
+    /// the preamble.
+    fn candidate(&self, body: BTreeSet<Action>) -> Program {
+        let gpus = self.preamble.gpus.clone().unwrap_or_else(|| self.machine.sites.iter().copied().collect());
+        Program { gpus: Some(gpus), body, ..Program::default() }
+    }
+
     fn groups_under(&self, membership: &Membership) -> Result<Vec<Group>, SynthError> {
         groups(&self.preamble, membership)
             .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
     }
 
-    /// The score of `program` (a resolved preamble with a body) under `membership`, or
+    /// The score of `program`'s body (with the preamble resolved under `membership`), or
     /// `None` if it is not valid. The one place a candidate is validated: the rewrites the
     /// search applies are the unguarded ones ([`crate::rewrite::unguarded`]), so the closure is
     /// computed once per distinct candidate, and not at all for one seen before.
@@ -375,10 +386,11 @@ impl Search<'_> {
             return *c;
         }
         let end = if self.reference {
+            let program = self.preamble.resolve(membership).with_body(program.body.iter().cloned());
             let closure = program.validate_with(membership).ok().map(|v| v.closure);
-            closure.and_then(|c| lower(program, &c).graph.simulate_end_times(self.topology).ok())
+            closure.and_then(|c| lower(&program, &c).graph.simulate_end_times(self.topology).ok())
         } else {
-            self.eval.end_times(program, membership, self.topology)
+            self.eval.end_times(&program.body, membership, self.topology)
         };
         let cost = end.map(|end| {
             let completion_ms = 1e3 * end.iter().fold(0.0, |acc: f64, &e| acc.max(e));
@@ -402,7 +414,7 @@ impl Search<'_> {
         let gs = self.groups_under(membership)?;
         let roots = balanced_roots(&gs);
         let plans = roots.iter().map(|&root| star(root)).collect();
-        let program = self.preamble.resolve(membership).with_body(body);
+        let program = self.candidate(body);
         Ok(self.cost(&program, membership).map(|cost| State {
             membership: membership.clone(),
             groups: gs,
@@ -422,7 +434,7 @@ impl Search<'_> {
         origin: String,
     ) -> Option<State> {
         let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
-        let program = self.preamble.resolve(membership).with_body(body);
+        let program = self.candidate(body);
         let cost = self.cost(&program, membership)?;
         Some(State { membership: membership.clone(), groups: gs, plans, program, cost, origin })
     }
@@ -649,7 +661,7 @@ impl Search<'_> {
             return self.state_of_plans(&membership, gs, plans, format!("placed {membership}"));
         }
         let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
-        let program = self.relay_slow_routes(&self.preamble.resolve(&membership).with_body(body)).ok()?;
+        let program = self.relay_slow_routes(&self.candidate(body)).ok()?;
         let cost = self.cost(&program, &membership)?;
         let origin = format!("placed {membership}, slow routes relayed");
         Some(State { membership, groups: gs, plans, program, cost, origin })
