@@ -50,12 +50,12 @@ pub struct SearchOptions {
 }
 
 impl Default for SearchOptions {
-    /// Seed 0, 400 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
+    /// Seed 0, 1000 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
     /// into up to [`MAX_CHUNKS`] chunks.
     fn default() -> Self {
         SearchOptions {
             seed: 0,
-            iterations: 400,
+            iterations: 1000,
             time_limit: None,
             temperature: 0.05,
             hierarchical: true,
