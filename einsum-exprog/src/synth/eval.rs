@@ -14,13 +14,15 @@
 //!
 //! [`Evaluator`] computes the same thing for the one preamble a search works on: the atoms
 //! are numbered once (their sorted order, the reference universe, so covers are found in
-//! the same order), a materialisation is a bit set with its round, producer and size, each
+//! the same order), a materialisation is a bit set with its atom count, producer and size, each
 //! site's materialisations are kept in the order the reference sorts them to (largest
 //! first, then oldest) as they appear instead of being sorted per attempt, the static
 //! checks and the resolved `OUT` requirements of a membership are computed once per
 //! membership, and the tasks carry no label. The simulated end times are bit for bit the
 //! reference's (the same tasks in the same order); the module's tests check that on
-//! valid and invalid programs, and `search.rs`'s tests that a search is unchanged.
+//! valid and invalid programs, and `search.rs`'s tests that a search is unchanged. A change
+//! to the semantics of `closure.rs` or `lower.rs` must be made here too; those tests fail
+//! until it is.
 
 use std::collections::{BTreeSet, HashMap};
 
