@@ -1,8 +1,9 @@
 //! The exchange corpus: preambles taken from real plans (`tests/data/corpus/`, written by
 //! `cargo run --release -p einsum-experiments --example exchange_corpus -- --write DIR`: the
 //! largest exchange of the DP's plan of the LLaMA block 1×1K and chains A–D on `dgx-v100`
-//! and `dgx-a100x2`). On each, the search must never lose to its best seed, must beat it on at
-//! least a third of the cases, must beat it on chain B on `dgx-v100`, where deleting a
+//! and `dgx-a100x2`). On each, the search at its default budget must never lose to its best
+//! seed, must beat it on at least half of the cases (five of the ten, one more than the 400
+//! iterations that were the default before), must beat it on chain B on `dgx-v100`, where deleting a
 //! transfer that no seed leaves out pays, and must find a program almost twice as fast as
 //! every seed on chain C on `dgx-v100` (the search's closing descent, `synth/search.rs`).
 
@@ -30,7 +31,8 @@ fn corpus() -> Vec<(String, String, String)> {
 fn the_search_earns_its_iterations_on_the_corpus() {
     let cases = corpus();
     assert_eq!(cases.len(), 10);
-    let options = SearchOptions { seed: 0, iterations: 400, ..SearchOptions::default() };
+    // the default budget (1000 iterations since the interned evaluation made each cheaper)
+    let options = SearchOptions { seed: 0, ..SearchOptions::default() };
     let mut wins = Vec::new();
     for (name, machine, src) in &cases {
         let preamble = einsum_exprog::load(src).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -57,6 +59,7 @@ fn the_search_earns_its_iterations_on_the_corpus() {
             );
         }
     }
-    assert!(3 * wins.len() >= cases.len(), "the search beat its best seed only on {wins:?}");
+    // 4 of the 10 at 400 iterations before the interned evaluation; 6 at seed 0 now
+    assert!(wins.len() >= 5, "the search beat its best seed only on {wins:?}");
     assert!(wins.iter().any(|w| w == "dgx-v100-chain-b"), "{wins:?}");
 }

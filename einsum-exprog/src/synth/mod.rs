@@ -70,10 +70,12 @@
 //!      relay introduction then a pushdown across rounds, a partial sum neither forms
 //!      alone), or every slow route through its detour.
 //!
-//!    Every candidate is checked once with [`crate::Program::validate_with`] (the search
-//!    applies the rewrites without their own validity guard, `rewrite::unguarded`, so the
-//!    closure is not computed twice) and every valid one is simulated (results are cached
-//!    by a 64-bit digest of membership and body). A candidate is accepted by the Metropolis rule on an
+//!    Every candidate is checked once for validity and every valid one is simulated
+//!    (results are cached by a 64-bit digest of membership and body); the search applies
+//!    the rewrites without their own validity guard (`rewrite::unguarded`), and scores
+//!    through `eval.rs`, which computes what [`crate::Program::validate_with`],
+//!    [`crate::lower`] and the simulator give, bit for bit, over atoms interned once per
+//!    search (a candidate carries the body only, so a move does not clone the preamble). A candidate is accepted by the Metropolis rule on an
 //!    objective that adds half the mean task end time to the completion time, so that moves
 //!    shortening paths other than the critical one count as progress on a makespan plateau;
 //!    the temperature decays geometrically to 1% of [`SearchOptions::temperature`]; after a
@@ -136,6 +138,7 @@
 //! ```
 
 pub mod collectives;
+mod eval;
 mod hierarchical;
 mod naive;
 mod plan;

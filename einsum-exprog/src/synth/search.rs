@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use einsum_sim::Topology;
 
+use super::eval::Evaluator;
 use super::plan::{
     Group, Kind, Load, Plan, SHAPES, Shape, SiteRoutes, build, congestion_aware, groups, pruned, reparent,
 };
@@ -49,12 +50,12 @@ pub struct SearchOptions {
 }
 
 impl Default for SearchOptions {
-    /// Seed 0, 400 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
+    /// Seed 0, 1000 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
     /// into up to [`MAX_CHUNKS`] chunks.
     fn default() -> Self {
         SearchOptions {
             seed: 0,
-            iterations: 400,
+            iterations: 1000,
             time_limit: None,
             temperature: 0.05,
             hierarchical: true,
@@ -116,8 +117,10 @@ pub struct Synthesis {
     pub simulation: Simulation,
 }
 
-/// A point of the search: a membership, the plan last used for each group, and the program
-/// (preamble resolved under the membership, and a body of site-sourced actions).
+/// A point of the search: a membership, the plan last used for each group, and the program:
+/// a body of site-sourced actions, with only `GPUS` of the preamble ([`Search::candidate`]),
+/// so that a move clones the body and not the preamble (its `IN` and `OUT` are as large as a
+/// body); the preamble is the search's, resolved under the membership where needed.
 #[derive(Clone, Debug)]
 struct State {
     membership: Membership,
@@ -158,6 +161,11 @@ struct Search<'a> {
     /// The score of every candidate simulated so far (`None`: not valid), by the
     /// [`fingerprint`] of its membership and body.
     cache: HashMap<u64, Option<Score>>,
+    /// Scores candidates (validity, lowering, end times) over the preamble's interned atoms.
+    eval: Evaluator,
+    /// Whether to score through the general path instead (`validate_with`, `lower`, the
+    /// simulator), which [`Search::eval`] must match bit for bit: for the tests.
+    reference: bool,
     evaluated: usize,
     refused: usize,
 }
@@ -179,6 +187,18 @@ pub fn search_observed(
     options: SearchOptions,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Synthesis, SynthError> {
+    search_with(preamble, topology, options, progress, false)
+}
+
+/// [`search_observed`], scoring candidates through the general path when `reference`
+/// (see [`Search::reference`]).
+fn search_with(
+    preamble: &Program,
+    topology: &Topology,
+    options: SearchOptions,
+    progress: &mut dyn FnMut(usize),
+    reference: bool,
+) -> Result<Synthesis, SynthError> {
     let given = preamble;
     let preamble = checked_preamble(given)?;
     check_sites(&preamble, topology)?;
@@ -196,11 +216,13 @@ pub fn search_observed(
         let Ok(refined) = refine(&preamble, chunks) else { continue };
         let mut s = Search {
             machine: machine.clone(),
+            eval: Evaluator::new(&refined),
             preamble: refined,
             topology,
             chunks,
             rng: Rng::new(options.seed),
             cache: HashMap::new(),
+            reference,
             evaluated: 0,
             refused: 0,
         };
@@ -340,12 +362,21 @@ impl Search<'_> {
         Ok(())
     }
 
+    /// A candidate with `body`: a program with the preamble's `GPUS` only (its sites, where
+    /// it declares none: the sites the search routes over), which is all the rewrites read
+    /// of a preamble (a relay must be a declared site); [`Search::cost`] scores it against
+    /// the preamble.
+    fn candidate(&self, body: BTreeSet<Action>) -> Program {
+        let gpus = self.preamble.gpus.clone().unwrap_or_else(|| self.machine.sites.iter().copied().collect());
+        Program { gpus: Some(gpus), body, ..Program::default() }
+    }
+
     fn groups_under(&self, membership: &Membership) -> Result<Vec<Group>, SynthError> {
         groups(&self.preamble, membership)
             .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
     }
 
-    /// The score of `program` (a resolved preamble with a body) under `membership`, or
+    /// The score of `program`'s body (with the preamble resolved under `membership`), or
     /// `None` if it is not valid. The one place a candidate is validated: the rewrites the
     /// search applies are the unguarded ones ([`crate::rewrite::unguarded`]), so the closure is
     /// computed once per distinct candidate, and not at all for one seen before.
@@ -354,8 +385,14 @@ impl Search<'_> {
         if let Some(c) = self.cache.get(&key) {
             return *c;
         }
-        let closure = program.validate_with(membership).ok().map(|v| v.closure);
-        let cost = closure.and_then(|c| lower(program, &c).graph.simulate_end_times(self.topology).ok()).map(|end| {
+        let end = if self.reference {
+            let program = self.preamble.resolve(membership).with_body(program.body.iter().cloned());
+            let closure = program.validate_with(membership).ok().map(|v| v.closure);
+            closure.and_then(|c| lower(&program, &c).graph.simulate_end_times(self.topology).ok())
+        } else {
+            self.eval.end_times(&program.body, membership, self.topology)
+        };
+        let cost = end.map(|end| {
             let completion_ms = 1e3 * end.iter().fold(0.0, |acc: f64, &e| acc.max(e));
             let mean_ms = 1e3 * end.iter().sum::<f64>() / end.len().max(1) as f64;
             Score { completion: completion_ms, objective: completion_ms + Score::SPREAD * mean_ms }
@@ -377,7 +414,7 @@ impl Search<'_> {
         let gs = self.groups_under(membership)?;
         let roots = balanced_roots(&gs);
         let plans = roots.iter().map(|&root| star(root)).collect();
-        let program = self.preamble.resolve(membership).with_body(body);
+        let program = self.candidate(body);
         Ok(self.cost(&program, membership).map(|cost| State {
             membership: membership.clone(),
             groups: gs,
@@ -397,7 +434,7 @@ impl Search<'_> {
         origin: String,
     ) -> Option<State> {
         let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
-        let program = self.preamble.resolve(membership).with_body(body);
+        let program = self.candidate(body);
         let cost = self.cost(&program, membership)?;
         Some(State { membership: membership.clone(), groups: gs, plans, program, cost, origin })
     }
@@ -624,7 +661,7 @@ impl Search<'_> {
             return self.state_of_plans(&membership, gs, plans, format!("placed {membership}"));
         }
         let body: BTreeSet<Action> = gs.iter().zip(&plans).flat_map(|(g, p)| build(g, p, &self.machine)).collect();
-        let program = self.relay_slow_routes(&self.preamble.resolve(&membership).with_body(body)).ok()?;
+        let program = self.relay_slow_routes(&self.candidate(body)).ok()?;
         let cost = self.cost(&program, &membership)?;
         let origin = format!("placed {membership}, slow routes relayed");
         Some(State { membership, groups: gs, plans, program, cost, origin })
@@ -1037,6 +1074,33 @@ mod tests {
         assert!((again.completion_ms - found.completion_ms).abs() <= 1e-9 * found.completion_ms);
     }
 
+    #[test]
+    fn the_evaluator_leaves_every_search_unchanged() {
+        // the interned evaluation (`synth/eval.rs`) against the general path, on whole and
+        // chunked atoms, one node and two, with a placement to search
+        let example = crate::load(
+            "GPUS: 0, 1, 2, 3, 4, 5, 6, 7\nPARTITIONS: G1 {size 4} G2 {size 4}\n\
+             IN: A @ 0; B @ 1; C @ 2; D @ 3; E @ 4; F @ 5; G @ 6; H @ 7\nOUT: A+B+E+F @ G1; C+D+G+H @ G2",
+        )
+        .unwrap();
+        let cases = [
+            ("dgx-v100", Collective::ReduceScatter.preamble(8, 1.0), 60),
+            ("dgx-v100", example, 120),
+            ("dgx-a100", all_reduce_whole(8, 1.0), 40),
+            ("dgx-a100x2", Collective::AllReduce.preamble(16, 0.25), 30),
+        ];
+        for (machine, p, iterations) in cases {
+            let t = Topology::preset(machine).unwrap();
+            let o = SearchOptions { seed: 5, iterations, ..SearchOptions::default() };
+            let fast = search_with(&p, &t, o, &mut |_| {}, false).unwrap();
+            let slow = search_with(&p, &t, o, &mut |_| {}, true).unwrap();
+            assert_eq!(fast.completion_ms.to_bits(), slow.completion_ms.to_bits(), "{machine}");
+            assert_eq!(fast.seed_ms.to_bits(), slow.seed_ms.to_bits(), "{machine}");
+            assert_eq!((fast.evaluated, fast.refused, &fast.origin), (slow.evaluated, slow.refused, &slow.origin));
+            assert_eq!((&fast.program, &fast.membership, fast.chunks), (&slow.program, &slow.membership, slow.chunks));
+        }
+    }
+
     /// The action of `p`'s body written `text` (as the printer writes it).
     fn action(p: &Program, text: &str) -> Action {
         p.body.iter().find(|a| a.to_string() == text).unwrap_or_else(|| panic!("no {text} in {p}")).clone()
@@ -1069,6 +1133,8 @@ mod tests {
             machine: SiteRoutes::new(&p.sites(), &t),
             rng: Rng::new(1),
             cache: HashMap::new(),
+            eval: Evaluator::new(&p),
+            reference: false,
             evaluated: 0,
             refused: 0,
         };
