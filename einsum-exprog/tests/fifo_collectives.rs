@@ -1,0 +1,36 @@
+//! The collectives of 8 sites against their per-site bandwidth bounds when links serve each
+//! ordered pair's transfers in issue order (`einsum_sim::LinkService::Fifo`, the presets'
+//! service), and the same programs under max-min sharing, where the bound is out of reach
+//! (issue 15 item 1; docs/RESULTS.md, "Synthesised collectives").
+//!
+//! The programs are the search's best seeds (`iterations: 0`: no annealing), which is where
+//! the chunk count is chosen; the annealing can only improve on them.
+
+use einsum_exprog::synth::collectives::{Collective, all_reduce_whole};
+use einsum_exprog::synth::{SearchOptions, search};
+use einsum_sim::{LinkService, Topology};
+
+const SITES: usize = 8;
+const GB_PER_SITE: f64 = 1.0;
+
+/// The best seed's completion over its bound, for `collective` on `machine` with `service`.
+fn ratio(machine: &str, collective: Collective, whole: bool, service: LinkService) -> f64 {
+    let topology = Topology::preset(machine).unwrap().with_service(service);
+    let preamble =
+        if whole { all_reduce_whole(SITES, GB_PER_SITE) } else { collective.preamble(SITES, GB_PER_SITE) };
+    let options = SearchOptions { iterations: 0, ..SearchOptions::default() };
+    let found = search(&preamble, &topology, options).unwrap();
+    found.completion_ms / collective.bound_ms(SITES, GB_PER_SITE, &topology)
+}
+
+/// On the NVSwitch machines FIFO brings the reduce-scatter within 1.15× of its bound; under
+/// fair sharing its ⊕ is a tail after the last transfer, above 1.15× (1.25× on dgx-a100).
+#[test]
+fn the_switched_reduce_scatter_meets_its_bound_only_under_fifo() {
+    for machine in ["dgx-a100", "dgx-h100"] {
+        let fifo = ratio(machine, Collective::ReduceScatter, false, LinkService::Fifo);
+        assert!(fifo <= 1.15, "{machine}: FIFO reduce-scatter at {fifo:.3}x its bound");
+        let fair = ratio(machine, Collective::ReduceScatter, false, LinkService::Fair);
+        assert!(fair > 1.15, "{machine}: fair reduce-scatter at {fair:.3}x its bound");
+    }
+}
