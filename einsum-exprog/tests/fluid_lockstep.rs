@@ -91,5 +91,8 @@ fn fifo_pipelines_the_chunks_and_hides_all_but_the_last_aggregation() {
     assert_eq!(early, 8 * 3, "the ⊕ of the first three chunks at each of the 8 roots starts before the last transfer");
     let fair_tail = fair.completion_ms - fair_last;
     let tail = s.completion_ms - last;
-    assert!((tail - fair_tail / 4.0).abs() <= 1e-6 * fair_tail, "tail {tail} ms against {fair_tail} under fair sharing");
+    assert!(
+        (tail - fair_tail / 4.0).abs() <= 1e-6 * fair_tail,
+        "tail {tail} ms against {fair_tail} under fair sharing"
+    );
 }

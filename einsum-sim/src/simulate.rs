@@ -266,12 +266,13 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     let mut done = 0usize;
 
     // Starts a flow: it shares its route from now on.
-    let enter = |flow: Flow, route: Vec<usize>, share: &mut FairShare, flows: &mut Vec<Flow>, active: &mut Vec<usize>| {
-        let id = share.add(route);
-        debug_assert_eq!(id, flows.len());
-        flows.push(flow);
-        active.push(id);
-    };
+    let enter =
+        |flow: Flow, route: Vec<usize>, share: &mut FairShare, flows: &mut Vec<Flow>, active: &mut Vec<usize>| {
+            let id = share.add(route);
+            debug_assert_eq!(id, flows.len());
+            flows.push(flow);
+            active.push(id);
+        };
 
     // Ends `task` at `now` and queues the dependents it releases.
     let mut finish = |task: usize, now: f64, end: &mut [f64], ready: &mut VecDeque<usize>| {
@@ -373,14 +374,8 @@ fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<(Flow, Vec<usi
     let route = |src: SiteId, dst: SiteId| -> Vec<usize> {
         topology.route(src, dst).unwrap_or_default().into_iter().map(|r| r.0).collect()
     };
-    let flow = |bytes: f64, delivery, channel| Flow {
-        task: i,
-        bytes,
-        remaining: bytes,
-        delivery,
-        finished: false,
-        channel,
-    };
+    let flow =
+        |bytes: f64, delivery, channel| Flow { task: i, bytes, remaining: bytes, delivery, finished: false, channel };
     match &task.kind {
         TaskKind::Transfer { src, dst, bytes } => {
             vec![(flow(*bytes, Some(0), Some((src.0, dst.0))), route(*src, *dst))]
@@ -703,7 +698,8 @@ mod tests {
     fn fifo_runs_every_transfer_of_a_busy_machine() {
         let t = Topology::preset("dgx-a100").expect("preset");
         assert_eq!(t.service(), LinkService::Fifo);
-        let pairs: Vec<(usize, usize)> = (0..8).flat_map(|a| (0..8).filter(move |&b| b != a).map(move |b| (a, b))).collect();
+        let pairs: Vec<(usize, usize)> =
+            (0..8).flat_map(|a| (0..8).filter(move |&b| b != a).map(move |b| (a, b))).collect();
         let mut tasks = Vec::new();
         for k in 0..3 {
             for (p, &(a, b)) in pairs.iter().enumerate() {
