@@ -204,16 +204,19 @@ fn lower_bounds_from_design() {
 /// The paper's examples put at most one transfer on each ordered pair at a time, so the
 /// presets' FIFO service gives them exactly the max-min figures: every task's start and end,
 /// bit for bit, under both services.
+/// An example's graph, simulated on a topology.
+type Example<'a> = &'a dyn Fn(&Topology) -> Trace;
+
 #[test]
 fn the_examples_are_the_same_under_both_link_services() {
-    let run = |name: &str, f: &dyn Fn(&Topology) -> Trace| -> [Vec<(u64, u64)>; 2] {
+    let run = |name: &str, f: Example| -> [Vec<(u64, u64)>; 2] {
         LinkService::ALL.map(|service| {
             let t = fluid(name).with_service(service);
             assert_eq!(t.service(), service);
             f(&t).tasks().iter().map(|task| (task.start.to_bits(), task.end.to_bits())).collect()
         })
     };
-    let cases: [(&str, &dyn Fn(&Topology) -> Trace); 4] = [
+    let cases: [(&str, Example); 4] = [
         ("dgx-h100", &|t| swap().simulate(t).expect("simulate")),
         ("dgx-h100", &|t| recursive_doubling(t)),
         ("dgx-v100", &|t| pairs_then_partners(t, |i| i ^ 4)),
