@@ -5,7 +5,8 @@
 //! An atom is a piece of a tensor that the program moves and ⊕-aggregates whole. Its `k`
 //! chunks are the `k` equal slices of it (for a preamble built from tensor blocks, `k` slices
 //! of the cell along its longest dimension, see [`Preamble::refined`]), named
-//! `{atom}__{c}of{k}` for `c` in `1..=k` ([`chunk_name`]). Since ⊕ is elementwise, the
+//! `{atom}__{c}of{k}` for `c` in `1..=k`, `c` padded to the width of `k` so that names sort
+//! in chunk order ([`chunk_name`]). Since ⊕ is elementwise, the
 //! aggregate `A+B` of two copies of one cell is, chunk by chunk, `A__c+B__c`: the refined
 //! `OUT` requires, for every requirement `A+B @ t`, each `A__cofk+B__cofk @ t`. A consumer
 //! that reads the whole block re-joins the chunks where it runs (the lowering's stitch, which
@@ -76,9 +77,15 @@ pub enum RefineError {
     },
 }
 
-/// The name of chunk `chunk` (0-based) of `chunks` of `atom`: `{atom}__{chunk+1}of{chunks}`.
+/// The name of chunk `chunk` (0-based) of `chunks` of `atom`: `{atom}__{chunk+1}of{chunks}`,
+/// the chunk number padded with zeros to the width of `chunks` (`A__07of48`), so that names
+/// sort in chunk order. A body's actions are ordered by name, and so are the transfers its
+/// lowering issues at one instant; a link that serves its transfers in issue order
+/// (`einsum_sim::LinkService::Fifo`) then sends chunk `c` of a pipelined ring or tree before
+/// chunk `c + 1`.
 pub fn chunk_name(atom: &AtomId, chunk: usize, chunks: usize) -> AtomId {
-    let name = format!("{atom}{SEPARATOR}{}of{chunks}", chunk + 1);
+    let width = chunks.to_string().len();
+    let name = format!("{atom}{SEPARATOR}{:0width$}of{chunks}", chunk + 1);
     AtomId::new(&name).unwrap_or_else(|_| unreachable!("an identifier, '_' and digits make an identifier: {name}"))
 }
 
@@ -264,6 +271,16 @@ mod tests {
         q.inputs.get_mut(&AtomId::new("A__1of2").unwrap()).unwrap().site = SiteId(1);
         let e = refinement_of(&p, &q).unwrap_err().to_string();
         assert!(e.contains("A__1of2 is at site 1 instead of 0"), "{e}");
+    }
+
+    #[test]
+    fn chunk_names_sort_in_chunk_order() {
+        let a = AtomId::new("A").unwrap();
+        let names: Vec<AtomId> = (0..48).map(|c| chunk_name(&a, c, 48)).collect();
+        assert_eq!((names[0].to_string(), names[47].to_string()), ("A__01of48".into(), "A__48of48".into()));
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+        assert_eq!(chunk_name(&a, 2, 8).to_string(), "A__3of8");
+        assert_eq!(chunk_name(&a, 99, 100).to_string(), "A__100of100");
     }
 
     #[test]

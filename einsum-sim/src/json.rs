@@ -14,6 +14,7 @@ use crate::error::TopologyError;
 use crate::latency::{Latency, US};
 use crate::nodes::{Fabric, Nodes};
 use crate::plausible::{self, Plausible};
+use crate::service::LinkService;
 use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, SiteId, TFLOP, Topology};
 
 type Result<T> = std::result::Result<T, TopologyError>;
@@ -407,6 +408,24 @@ struct TopologyFile {
     nodes: Option<NodesFile>,
     fabric: Option<FabricFile>,
     latency: Option<Object<LatencyFile>>,
+    service: Option<ServiceFile>,
+}
+
+/// `service`: how the transfers of one ordered pair of sites are served (`service.rs`).
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum ServiceFile {
+    Fair,
+    Fifo,
+}
+
+impl ServiceFile {
+    fn service(self) -> LinkService {
+        match self {
+            ServiceFile::Fair => LinkService::Fair,
+            ServiceFile::Fifo => LinkService::Fifo,
+        }
+    }
 }
 
 /// `own` completed by `default`; a field missing from both is an error at `path`.
@@ -506,7 +525,10 @@ fn build(file: TopologyFile) -> Result<Topology> {
         .collect::<Result<_>>()?;
     let nodes = build_nodes(file.nodes, file.fabric, n)?;
     let latency = file.latency.map_or(Latency::ZERO, |Object(l)| l.latency());
-    Topology::with_nodes(file.name, sites, links, file.fallback.map(|f| f.0), nodes)?.with_latency(latency)
+    let service = file.service.map_or(LinkService::Fair, ServiceFile::service);
+    Ok(Topology::with_nodes(file.name, sites, links, file.fallback.map(|f| f.0), nodes)?
+        .with_latency(latency)?
+        .with_service(service))
 }
 
 /// A data error from `serde_path_to_error` as a [`TopologyError::Field`], said the way the
@@ -731,6 +753,9 @@ impl Topology {
         if *self.latency() != Latency::ZERO {
             m.insert("latency".into(), latency_value(self.latency()));
         }
+        if self.service() != LinkService::Fair {
+            m.insert("service".into(), Value::from(self.service().name()));
+        }
         Value::Object(m)
     }
 
@@ -739,7 +764,7 @@ impl Topology {
     pub fn to_json_string(&self) -> String {
         let value = self.to_json_value();
         let mut out = String::from("{\n");
-        let keys = ["name", "sites", "site", "links", "fallback", "nodes", "fabric", "latency"];
+        let keys = ["name", "sites", "site", "links", "fallback", "nodes", "fabric", "latency", "service"];
         let present: Vec<_> = keys.iter().filter_map(|k| value.get(k).map(|v| (*k, v))).collect();
         for (i, (key, v)) in present.iter().enumerate() {
             out.push_str(&format!("  \"{key}\": "));
@@ -1019,6 +1044,23 @@ mod tests {
         .expect("valid");
         assert_eq!(*none.latency(), Latency::ZERO);
         assert!(!none.to_json_string().contains("latency"));
+    }
+
+    #[test]
+    fn the_link_service_round_trips_and_defaults_to_fair() {
+        let base = format!(r#""name": "s", "sites": 2, {SITE}, "fallback": {{"shared": "b", "gbps": 1}}"#);
+        let fair = Topology::from_json_str(&format!("{{{base}}}")).expect("valid");
+        assert_eq!(fair.service(), LinkService::Fair);
+        assert!(!fair.to_json_string().contains("service"));
+        let fifo = Topology::from_json_str(&format!(r#"{{{base}, "service": "fifo"}}"#)).expect("valid");
+        assert_eq!(fifo.service(), LinkService::Fifo);
+        let written = fifo.to_json_string();
+        assert!(written.contains(r#""service": "fifo""#), "{written}");
+        assert_eq!(Topology::from_json_str(&written), Ok(fifo));
+        let explicit = Topology::from_json_str(&format!(r#"{{{base}, "service": "fair"}}"#)).expect("valid");
+        assert_eq!(explicit, fair);
+        let bad = err(&format!(r#"{{{base}, "service": "lifo"}}"#));
+        assert!(bad.starts_with("service: unknown variant `lifo`, expected `fair` or `fifo`"), "{bad}");
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! - [`simulate`]: runs a DAG of [`SimTask`]s (transfers, multicasts, local aggregations,
 //!   kernels) as fluid flows that share every resource they cross max-min fairly,
 //!   recomputing rates at each start and finish, and returns a [`Trace`]. Kernels are flows
-//!   through a per-site compute resource, so kernels on one site share it.
+//!   through a per-site compute resource, so kernels on one site share it. Under the
+//!   topology's [`LinkService::Fifo`] (the presets'), the transfers of one ordered pair of
+//!   sites are served one at a time in issue order, as a CUDA stream or an NCCL channel
+//!   serves them, so pipelined chunks arrive one after the other (`service.rs`).
 //! - [`Roofline`]: kernel times from FLOPs, bytes and per-class efficiencies, with the wave
 //!   quantization of tiled kernels on the site's SMs (`efficiency.rs`), for predicting whole
 //!   plans.
@@ -59,7 +62,8 @@
 //!     {"a": 2, "b": 3, "gbps": 25}
 //!   ],
 //!   "fallback": {"shared": "pcie-bridge", "gbps": 15.75},
-//!   "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5}
+//!   "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5},
+//!   "service": "fifo"
 //! }
 //! ```
 //!
@@ -92,6 +96,10 @@
 //!   fluid model): the launch of every kernel, aggregation or local copy; the setup of a
 //!   transfer over a link or a `"switch"` fallback; through a shared fallback; between
 //!   nodes. A task waits its latency before its bytes start to flow ([`Latency`]).
+//! - `service` (optional): `"fair"` (**the default**: every transfer shares every resource
+//!   it crosses max-min fairly, the paper's model) or `"fifo"` (the transfers from one site
+//!   to another are served one at a time, in issue order; different pairs share fairly; see
+//!   [`LinkService`]).
 //!
 //! Two DGX-H100 nodes, as the `dgx-h100x2` preset:
 //!
@@ -104,7 +112,8 @@
 //!   "fallback": "switch",
 //!   "nodes": 2,
 //!   "fabric": "non-blocking",
-//!   "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5}
+//!   "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5},
+//!   "service": "fifo"
 //! }
 //! ```
 //!
@@ -126,6 +135,7 @@ mod nodes;
 pub mod plausible;
 mod presets;
 mod roofline;
+mod service;
 mod simulate;
 mod task;
 mod topology;
@@ -150,6 +160,7 @@ pub use roofline::{
     ATTENTION_COMPUTE_EFFICIENCY, ELEMENTWISE_COMPUTE_EFFICIENCY, Efficiency, KernelClass, KernelWork,
     MATMUL_COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY, Roofline,
 };
+pub use service::LinkService;
 pub use simulate::{simulate, simulate_completion, simulate_end_times};
 pub use task::{SimGraph, SimTask, SimTaskId, TaskKind};
 pub use topology::{

@@ -37,11 +37,17 @@
 //! transfer, 10 µs through the DGX-1V's PCIe bridge, 5 µs between nodes over InfiniBand).
 //! [`Topology::with_latency`] with [`Latency::ZERO`] gives the pure fluid model of the same
 //! machine.
+//!
+//! Every preset serves the transfers of one ordered pair of GPUs in issue order
+//! ([`LinkService::Fifo`], `service.rs`): a real runtime moves a pair's bytes through one
+//! stream or one NCCL connection, in order. [`Topology::with_service`] with
+//! [`LinkService::Fair`] gives the paper's max-min model of the same machine.
 
 use crate::efficiency::{A100_SMS, B200_SMS, H100_SMS, V100_SMS};
 use crate::error::TopologyError;
 use crate::latency::{A100_LATENCY, H100_LATENCY, Latency, NVL72_LATENCY, V100_LATENCY};
 use crate::nodes::{Fabric, Nodes};
+use crate::service::LinkService;
 use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, Topology};
 
 /// The preset names [`Topology::preset`] accepts as they are; it also accepts every form of
@@ -120,7 +126,7 @@ fn dgx(name: String, gpu: &DgxGpu, nodes: usize) -> Result<Topology, TopologyErr
         let layout = Nodes::blocks(nodes, GPUS_PER_NODE, Fabric::NonBlocking);
         Topology::with_nodes(name, vec![site; nodes * GPUS_PER_NODE], vec![], Some(Fallback::Switch), Some(layout))
     };
-    topology?.with_latency(gpu.latency)
+    Ok(topology?.with_latency(gpu.latency)?.with_service(LinkService::Fifo))
 }
 
 /// `name` as `FAMILYxN` with a DGX family and a decimal `N`: the family and `N`.
@@ -141,6 +147,7 @@ fn dgx_v100() -> Topology {
     Topology::new("dgx-v100", vec![site; 8], links, Some(bridge))
         .and_then(|t| t.with_latency(V100_LATENCY))
         .expect("the dgx-v100 preset is valid")
+        .with_service(LinkService::Fifo)
 }
 
 fn nvl72() -> Topology {
@@ -150,6 +157,7 @@ fn nvl72() -> Topology {
     Topology::new("nvl72", vec![site; 72], vec![], Some(Fallback::Switch))
         .and_then(|t| t.with_latency(NVL72_LATENCY))
         .expect("the nvl72 preset is valid")
+        .with_service(LinkService::Fifo)
 }
 
 /// The name of the smallest machine of `base`'s family with at least `devices` sites, when

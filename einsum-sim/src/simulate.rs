@@ -18,6 +18,13 @@
 //! a latency ([`Topology::task_latency`], `latency.rs`) waits that long after it starts
 //! before its flows enter; the waiting tasks' wake-up times are events like completions.
 //!
+//! Under [`LinkService::Fifo`] (`service.rs`) a transfer's flow enters only when its
+//! channel, the ordered pair of its source and destination, is idle; otherwise it waits in
+//! the channel's queue and enters, in issue order, the instant the flow ahead of it finishes
+//! (at that same event, before any task the event releases is issued). A multicast has one
+//! flow per destination, each in its own channel. Under [`LinkService::Fair`] every flow
+//! enters as soon as its task is ready.
+//!
 //! # Two outputs, one run
 //! [`simulate`] records a full [`Trace`] (every task's label, resources and deliveries, every
 //! resource's usage); [`simulate_completion`] runs the same event loop recording only when
@@ -31,6 +38,7 @@ use std::collections::VecDeque;
 use crate::error::SimError;
 use crate::latency::Waiting;
 use crate::maxmin::FairShare;
+use crate::service::{Channels, LinkService};
 use crate::task::{SimTask, SimTaskId, TaskKind};
 use crate::topology::{ResourceId, SiteId, Topology};
 use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
@@ -49,6 +57,8 @@ struct Flow {
     delivery: Option<usize>,
     /// Whether it has moved all its bytes.
     finished: bool,
+    /// The channel (source and destination site) of a transfer's flow.
+    channel: Option<(usize, usize)>,
 }
 
 /// Simulates `tasks` on `topology`: see the module docs for the model. Fails, without
@@ -247,8 +257,22 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     let mut flows: Vec<Flow> = Vec::new();
     let mut active: Vec<usize> = Vec::new();
     let mut waiting = Waiting::default();
+    // Under FIFO service, the flows waiting for their channel, and the channels freed at
+    // the current event.
+    let fifo = topology.service() == LinkService::Fifo;
+    let mut channels: Channels<(Flow, Vec<usize>)> = Channels::default();
+    let mut freed: Vec<(usize, usize)> = Vec::new();
     let mut now = 0.0_f64;
     let mut done = 0usize;
+
+    // Starts a flow: it shares its route from now on.
+    let enter =
+        |flow: Flow, route: Vec<usize>, share: &mut FairShare, flows: &mut Vec<Flow>, active: &mut Vec<usize>| {
+            let id = share.add(route);
+            debug_assert_eq!(id, flows.len());
+            flows.push(flow);
+            active.push(id);
+        };
 
     // Ends `task` at `now` and queues the dependents it releases.
     let mut finish = |task: usize, now: f64, end: &mut [f64], ready: &mut VecDeque<usize>| {
@@ -275,10 +299,13 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                 record.route(i, &route);
                 if flow.bytes > 0.0 {
                     open[i] += 1;
-                    let id = share.add(route);
-                    debug_assert_eq!(id, flows.len());
-                    flows.push(flow);
-                    active.push(id);
+                    let admitted = match flow.channel.filter(|_| fifo) {
+                        Some(channel) => channels.admit(channel, (flow, route)),
+                        None => Some((flow, route)),
+                    };
+                    if let Some((flow, route)) = admitted {
+                        enter(flow, route, &mut share, &mut flows, &mut active);
+                    }
                 } else if let Some(d) = flow.delivery {
                     record.delivered(i, d, now);
                 }
@@ -317,6 +344,9 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                     finish(flow.task, now, &mut times.end, &mut ready);
                     done += 1;
                 }
+                if let Some(channel) = flow.channel.filter(|_| fifo) {
+                    freed.push(channel);
+                }
                 share.remove(f);
                 finished = true;
             } else {
@@ -325,6 +355,13 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
         }
         if finished {
             active.retain(|&f| !flows[f].finished);
+        }
+        // The next flow of each freed channel enters now, ahead of the tasks this event
+        // releases (they are issued after it).
+        for channel in freed.drain(..) {
+            if let Some((flow, route)) = channels.release(channel) {
+                enter(flow, route, &mut share, &mut flows, &mut active);
+            }
         }
         waiting.pop_due(now, |i| ready.push_back(i));
     }
@@ -337,18 +374,23 @@ fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<(Flow, Vec<usi
     let route = |src: SiteId, dst: SiteId| -> Vec<usize> {
         topology.route(src, dst).unwrap_or_default().into_iter().map(|r| r.0).collect()
     };
-    let flow = |bytes: f64, delivery| Flow { task: i, bytes, remaining: bytes, delivery, finished: false };
+    let flow =
+        |bytes: f64, delivery, channel| Flow { task: i, bytes, remaining: bytes, delivery, finished: false, channel };
     match &task.kind {
-        TaskKind::Transfer { src, dst, bytes } => vec![(flow(*bytes, Some(0)), route(*src, *dst))],
-        TaskKind::Multicast { src, dsts, bytes } => {
-            dsts.iter().enumerate().map(|(d, dst)| (flow(*bytes, Some(d)), route(*src, *dst))).collect()
+        TaskKind::Transfer { src, dst, bytes } => {
+            vec![(flow(*bytes, Some(0), Some((src.0, dst.0))), route(*src, *dst))]
         }
+        TaskKind::Multicast { src, dsts, bytes } => dsts
+            .iter()
+            .enumerate()
+            .map(|(d, dst)| (flow(*bytes, Some(d), Some((src.0, dst.0))), route(*src, *dst)))
+            .collect(),
         TaskKind::Aggregate { site, read_bytes, write_bytes } => {
             let hbm = topology.hbm(*site).map(|r| vec![r.0]).unwrap_or_default();
-            vec![(flow(read_bytes + write_bytes, None), hbm)]
+            vec![(flow(read_bytes + write_bytes, None, None), hbm)]
         }
         TaskKind::Compute { site, seconds } => {
-            vec![(flow(*seconds, None), vec![topology.resources().len() + site.0])]
+            vec![(flow(*seconds, None, None), vec![topology.resources().len() + site.0])]
         }
     }
 }
@@ -591,6 +633,88 @@ mod tests {
         assert_eq!(trace.tasks()[0].end, half);
         assert_eq!(trace.tasks()[1].end, half);
         assert!((trace.tasks()[2].end - (half + 0.5 * GB / (450.0 * GB))).abs() < 1e-15);
+    }
+
+    /// Two 0.5 GB chunks on one ordered pair: fair sharing gives each half the link, so both
+    /// arrive at the end; FIFO serves the first alone, which arrives at half that time, and
+    /// then the second, which ends when fair sharing ended both.
+    #[test]
+    fn fifo_serves_two_chunks_on_one_link_in_order() {
+        let tasks = vec![
+            SimTask::transfer("c1", s(0), s(1), 0.5 * GB),
+            SimTask::transfer("c2", s(0), s(1), 0.5 * GB),
+            SimTask::aggregate("sum c1", s(1), 1.0 * GB, 0.5 * GB).after([SimTaskId(0)]),
+        ];
+        let both = GB / (450.0 * GB);
+        let fair = simulate(&h100().with_service(LinkService::Fair), &tasks).expect("fair");
+        assert_eq!((fair.tasks()[0].end, fair.tasks()[1].end), (both, both));
+        let fifo = simulate(&h100().with_service(LinkService::Fifo), &tasks).expect("fifo");
+        assert_eq!(fifo.tasks()[0].end, both / 2.0);
+        assert!((fifo.tasks()[1].end - both).abs() < 1e-15 * both.max(1.0));
+        // the ⊕ of the first chunk overlaps the second's transfer
+        assert_eq!(fifo.tasks()[2].start, both / 2.0);
+        assert!(fifo.tasks()[2].end < fair.tasks()[2].end);
+        // the queued transfer's task started with the first (it was issued), its bytes later
+        assert_eq!(fifo.tasks()[1].start, 0.0);
+        assert_eq!(fifo.bytes_through("ingress[1]"), fair.bytes_through("ingress[1]"));
+    }
+
+    /// FIFO serves one ordered pair: the reverse direction, another destination and a
+    /// multicast's other destinations are other channels and share fairly, and a transfer
+    /// issued later (its dependency ended later) waits behind one issued earlier even if it
+    /// comes first in the task list.
+    #[test]
+    fn fifo_channels_are_ordered_pairs_in_issue_order() {
+        let t = h100().with_service(LinkService::Fifo);
+        let one = GB / (450.0 * GB);
+        let tasks = vec![
+            SimTask::compute("late", s(0), one / 4.0),
+            SimTask::transfer("issued second", s(0), s(1), GB).after([SimTaskId(0)]),
+            SimTask::transfer("issued first", s(0), s(1), GB),
+            SimTask::transfer("back", s(1), s(0), GB),
+        ];
+        let trace = simulate(&t, &tasks).expect("simulate");
+        // 0->1 alone on its channel: 1 GB at 450 GB/s; the reverse link is its own channel.
+        assert_eq!(trace.tasks()[2].end, one);
+        assert_eq!(trace.tasks()[3].end, one);
+        assert!((trace.tasks()[1].end - 2.0 * one).abs() < 1e-15);
+        // a multicast to 1 and 2 plus a transfer to 2: channel 0->2 serves two flows in order,
+        // while 0->1 shares the egress with 0->2's head
+        let tasks = vec![
+            SimTask::multicast("m", s(0), vec![s(1), s(2)], 0.5 * GB),
+            SimTask::transfer("t", s(0), s(2), 0.5 * GB),
+        ];
+        let trace = simulate(&t, &tasks).expect("simulate");
+        assert_eq!(trace.tasks()[0].deliveries[0], (s(1), one));
+        assert_eq!(trace.tasks()[0].deliveries[1], (s(2), one));
+        assert!((trace.tasks()[1].end - one * 1.5).abs() < 1e-15, "{}", trace.tasks()[1].end);
+    }
+
+    /// Three rounds of chunks on every ordered pair of a machine with latencies: two issued at
+    /// once (each channel queues the second), the third after another pair's second. FIFO
+    /// ends every transfer, moves the same bytes, delivers the first round at twice the rate
+    /// fair sharing gives it, and ends no later.
+    #[test]
+    fn fifo_runs_every_transfer_of_a_busy_machine() {
+        let t = Topology::preset("dgx-a100").expect("preset");
+        assert_eq!(t.service(), LinkService::Fifo);
+        let pairs: Vec<(usize, usize)> =
+            (0..8).flat_map(|a| (0..8).filter(move |&b| b != a).map(move |b| (a, b))).collect();
+        let mut tasks = Vec::new();
+        for k in 0..3 {
+            for (p, &(a, b)) in pairs.iter().enumerate() {
+                let deps = (k == 2).then_some(SimTaskId(pairs.len() + (p + 1) % pairs.len()));
+                tasks.push(SimTask::transfer("x", s(a), s(b), 0.01 * GB * (1 + k) as f64).after(deps));
+            }
+        }
+        let fair = simulate(&t.clone().with_service(LinkService::Fair), &tasks).expect("fair");
+        let fifo = simulate(&t, &tasks).expect("fifo");
+        assert!(fifo.tasks().iter().all(|task| task.end.is_finite() && task.end > 0.0));
+        assert_eq!(fifo.bytes_through("egress[3]"), fair.bytes_through("egress[3]"));
+        let setup = t.latency().link;
+        let (first_fair, first_fifo) = (fair.tasks()[0].end - setup, fifo.tasks()[0].end - setup);
+        assert!((first_fair - 2.0 * first_fifo).abs() < 1e-9 * first_fair, "{first_fair} vs {first_fifo}");
+        assert!(fifo.completion() <= fair.completion() * (1.0 + 1e-9));
     }
 
     #[test]

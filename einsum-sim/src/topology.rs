@@ -20,7 +20,9 @@
 //! A topology also carries its [`Latency`] figures (kernel launch, transfer setup per kind
 //! of path; `latency.rs`), zero unless set with [`Topology::with_latency`], and each site
 //! its number of streaming multiprocessors ([`Site::sms`]), which sets how small kernels
-//! fill the device (`efficiency.rs`).
+//! fill the device (`efficiency.rs`), and its [`LinkService`]: whether the transfers of one
+//! ordered pair of sites share fairly or are served one at a time in issue order
+//! (`service.rs`; fair unless set with [`Topology::with_service`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,6 +30,7 @@ use std::fmt;
 use crate::error::TopologyError;
 use crate::latency::Latency;
 use crate::nodes::{Fabric, Nodes};
+use crate::service::LinkService;
 
 /// Bytes in a gigabyte: sizes and bandwidths use decimal units, GB = 1e9 bytes.
 pub const GB: f64 = 1e9;
@@ -264,6 +267,9 @@ pub struct Topology {
     fabric: Option<ResourceId>,
     /// Kernel launch and transfer setup latencies ([`Latency::ZERO`] unless set).
     latency: Latency,
+    /// How the transfers of one ordered pair of sites are served ([`LinkService::Fair`]
+    /// unless set).
+    service: LinkService,
 }
 
 fn check_positive(value: f64, path: impl FnOnce() -> String) -> Result<(), TopologyError> {
@@ -466,6 +472,7 @@ impl Topology {
             nic_in,
             fabric,
             latency: Latency::ZERO,
+            service: LinkService::Fair,
         };
         topology.check_routes()?;
         Ok(topology)
@@ -479,9 +486,22 @@ impl Topology {
         Ok(self)
     }
 
+    /// The same machine with its transfers served by `service` (see `service.rs`).
+    pub fn with_service(mut self, service: LinkService) -> Self {
+        self.service = service;
+        self
+    }
+
+    /// How the transfers of one ordered pair of sites are served.
+    pub fn service(&self) -> LinkService {
+        self.service
+    }
+
     /// The same machine as the pure fluid and roofline model: no latencies and no SM counts
     /// (every kernel reaches its roofline at any size). The figures computed before
-    /// latencies and wave quantization existed are this machine's.
+    /// latencies and wave quantization existed are this machine's under
+    /// [`LinkService::Fair`]; the link service is kept (the paper's examples are the same
+    /// under both, `service.rs`).
     pub fn fluid(&self) -> Topology {
         let mut t = self.clone();
         t.latency = Latency::ZERO;

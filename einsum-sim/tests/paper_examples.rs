@@ -4,11 +4,13 @@
 //! least two pieces: read every piece, write the result) followed by its transfers; a
 //! local action `X @ s` is just the aggregation.
 
-use einsum_sim::{GB, PCIE_BRIDGE, SimGraph, SimTask, SimTaskId, SiteId, Topology, Trace};
+use einsum_sim::{GB, LinkService, PCIE_BRIDGE, SimGraph, SimTask, SimTaskId, SiteId, Topology, Trace};
 use einsum_sim::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 
 /// The preset `name` without latencies or SM counts: the paper's examples and DESIGN.md's figures
-/// are the fluid model's (`tests/latency.rs` covers the latencies).
+/// are the fluid model's (`tests/latency.rs` covers the latencies). The presets serve each
+/// ordered pair's transfers in issue order ([`LinkService::Fifo`]); the examples are the same
+/// under max-min sharing ([`the_examples_are_the_same_under_both_link_services`]).
 fn fluid(name: &str) -> Topology {
     Topology::preset(name).expect("preset").fluid()
 }
@@ -31,15 +33,21 @@ fn assert_ms(what: &str, actual_s: f64, expected_ms: f64) {
     assert!(within(ms, expected_ms, 0.03), "{what}: simulated {ms:.3} ms, the paper says about {expected_ms} ms");
 }
 
-#[test]
-fn example_5_1_peer_to_peer_swap_on_dgx_h100() {
-    let h100 = fluid("dgx-h100");
+/// Example 5.1: the swap of two atoms and the aggregation at both ends.
+fn swap() -> SimGraph {
     let mut g = SimGraph::new();
     let a = g.push(SimTask::transfer("A @ 0 -> 1", s(0), s(1), GB));
     let b = g.push(SimTask::transfer("B @ 1 -> 0", s(1), s(0), GB));
-    let at0 = g.push(aggregate("A+B @ 0", 0, 2).after([b]));
-    let at1 = g.push(aggregate("A+B @ 1", 1, 2).after([a]));
-    let trace = g.simulate(&h100).expect("simulate");
+    g.push(aggregate("A+B @ 0", 0, 2).after([b]));
+    g.push(aggregate("A+B @ 1", 1, 2).after([a]));
+    g
+}
+
+#[test]
+fn example_5_1_peer_to_peer_swap_on_dgx_h100() {
+    let h100 = fluid("dgx-h100");
+    let (a, b, at0, at1) = (SimTaskId(0), SimTaskId(1), SimTaskId(2), SimTaskId(3));
+    let trace = swap().simulate(&h100).expect("simulate");
 
     assert_ms("Example 5.1 completion", trace.completion(), 3.1);
     assert_ms("Example 5.1 transfers", trace.transfer_time(), 2.2);
@@ -191,4 +199,33 @@ fn lower_bounds_from_design() {
     let trace = g.simulate(&h100).expect("simulate");
     assert!(trace.completion() >= broadcast_bound(GB, 8, 450.0 * GB));
     assert!(within(trace.completion(), 7.0 * GB / (450.0 * GB), 1e-12));
+}
+
+/// The paper's examples put at most one transfer on each ordered pair at a time, so the
+/// presets' FIFO service gives them exactly the max-min figures: every task's start and end,
+/// bit for bit, under both services.
+/// An example's graph, simulated on a topology.
+type Example<'a> = &'a dyn Fn(&Topology) -> Trace;
+
+#[test]
+fn the_examples_are_the_same_under_both_link_services() {
+    let run = |name: &str, f: Example| -> [Vec<(u64, u64)>; 2] {
+        LinkService::ALL.map(|service| {
+            let t = fluid(name).with_service(service);
+            assert_eq!(t.service(), service);
+            f(&t).tasks().iter().map(|task| (task.start.to_bits(), task.end.to_bits())).collect()
+        })
+    };
+    let cases: [(&str, Example); 4] = [
+        ("dgx-h100", &|t| swap().simulate(t).expect("simulate")),
+        ("dgx-h100", &|t| recursive_doubling(t)),
+        ("dgx-v100", &|t| pairs_then_partners(t, |i| i ^ 4)),
+        ("dgx-v100", &|t| pairs_then_partners(t, |i| i ^ 5)),
+    ];
+    for (i, (name, f)) in cases.into_iter().enumerate() {
+        let [fair, fifo] = run(name, f);
+        assert!(!fair.is_empty());
+        assert_eq!(fair, fifo, "case {i} on {name}");
+    }
+    assert_eq!(fluid("dgx-v100").service(), LinkService::Fifo);
 }

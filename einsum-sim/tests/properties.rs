@@ -1,6 +1,9 @@
 //! Invariants of the fluid simulator on random task DAGs.
 //!
-//! Only invariants that hold under max-min fairness are asserted. Notably, *adding a task
+//! Only invariants that hold under max-min fairness are asserted, on the presets with
+//! [`LinkService::Fair`]; the presets' FIFO service keeps the same invariants and serves each
+//! ordered pair's transfers one at a time in issue order
+//! (`fifo_random_dags_keep_the_invariants_and_serve_each_pair_in_order`). Notably, *adding a task
 //! never makes the completion earlier* does **not** hold: slowing one flow can hand its
 //! share to another flow on the critical path (a Graham-style anomaly);
 //! `adding_a_task_can_make_completion_earlier` shows a concrete case. What does hold:
@@ -14,15 +17,17 @@
 //! - no resource carries more than its capacity times its busy time;
 //! - times scale linearly with bytes (and kernel seconds), and do not depend on the order tasks are listed in.
 
-use einsum_sim::{GB, PCIE_BRIDGE, PRESETS, SimGraph, SimTask, SimTaskId, SiteId, TaskKind, Topology, Trace, simulate};
+use einsum_sim::{
+    GB, LinkService, PCIE_BRIDGE, PRESETS, SimGraph, SimTask, SimTaskId, SiteId, TaskKind, Topology, Trace, simulate,
+};
 use proptest::prelude::*;
 
 const TOL: f64 = 1e-9;
 
-/// The preset `name` without latencies or SM counts: these are the fluid model's invariants
-/// (`tests/latency.rs` covers the latencies).
+/// The preset `name` without latencies or SM counts, every flow sharing max-min from its
+/// start: these are the fluid model's invariants (`tests/latency.rs` covers the latencies).
 fn fluid(name: &str) -> Topology {
-    Topology::preset(name).expect("preset").fluid()
+    Topology::preset(name).expect("preset").fluid().with_service(LinkService::Fair)
 }
 
 fn s(i: usize) -> SiteId {
@@ -141,6 +146,42 @@ fn check_invariants(topology: &Topology, tasks: &[SimTask], trace: &Trace) -> Re
     Ok(())
 }
 
+/// The transfers of one ordered pair are served one at a time in issue order: of two
+/// transfers on one pair, the one that ends later ends at least its own bytes at its route's
+/// bottleneck after the other (it never shared the pair), and was not issued earlier
+/// (fluid topology: a task is issued when its last dependency ends).
+fn check_fifo(topology: &Topology, tasks: &[SimTask], trace: &Trace) -> Result<(), TestCaseError> {
+    let transfers: Vec<(usize, (SiteId, SiteId), f64)> = tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| match t.kind {
+            TaskKind::Transfer { src, dst, bytes } if bytes > 0.0 => Some((i, (src, dst), bytes)),
+            _ => None,
+        })
+        .collect();
+    for &(i, pair, _) in &transfers {
+        for &(j, other, bytes) in &transfers {
+            let (ti, tj) = (&trace.tasks()[i], &trace.tasks()[j]);
+            if i == j || pair != other || tj.end < ti.end || (tj.end == ti.end && j < i) {
+                continue;
+            }
+            let alone = bytes / topology.route_bandwidth(pair.0, pair.1).expect("route");
+            prop_assert!(
+                tj.end >= (ti.end + alone) * (1.0 - TOL),
+                "transfer {} on {:?} ends at {}, under {} + {} after transfer {}",
+                j,
+                pair,
+                tj.end,
+                ti.end,
+                alone,
+                i
+            );
+            prop_assert!(tj.start >= ti.start, "transfer {} issued before {} ended after it", j, i);
+        }
+    }
+    Ok(())
+}
+
 fn scaled(tasks: &[SimTask], k: f64) -> Vec<SimTask> {
     tasks
         .iter()
@@ -174,6 +215,19 @@ fn reversed(tasks: &[SimTask]) -> Vec<SimTask> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fifo_random_dags_keep_the_invariants_and_serve_each_pair_in_order(
+        preset in 0usize..3, raw in prop::collection::vec(raw_task(), 1..12), sites in 2usize..5,
+    ) {
+        let topology = fluid(PRESETS[preset]).with_service(LinkService::Fifo);
+        // few sites, so that transfers share pairs
+        let raw: Vec<Raw> = raw.into_iter().map(|mut r| { r.1 %= sites; r.2 %= sites; r }).collect();
+        let tasks = build(&raw);
+        let trace = simulate(&topology, &tasks).expect("a DAG with valid sites simulates");
+        check_invariants(&topology, &tasks, &trace)?;
+        check_fifo(&topology, &tasks, &trace)?;
+    }
 
     #[test]
     fn random_dags_keep_the_invariants(preset in 0usize..3, raw in prop::collection::vec(raw_task(), 1..12)) {

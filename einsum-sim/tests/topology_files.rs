@@ -51,7 +51,8 @@ fn a_hand_written_two_node_file_is_the_preset_and_simulates_identically() {
       "fallback": "switch",
       "nodes": 2,
       "fabric": "non-blocking",
-      "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5}
+      "latency": {"kernel_launch_us": 2, "link_us": 3, "bus_us": 10, "network_us": 5},
+      "service": "fifo"
     }"#;
     let from_file = Topology::from_json_str(text).expect("valid");
     let preset = Topology::preset("dgx-h100x2").expect("preset");
