@@ -57,6 +57,26 @@ impl<K: KernelLibrary + ?Sized> KernelLibrary for &K {
     }
 }
 
+/// A shared library is a library, so a fused library can own the one it wraps.
+impl<K: KernelLibrary + ?Sized> KernelLibrary for Arc<K> {
+    fn run(
+        &self,
+        kernel: usize,
+        inputs: &[HostTensor],
+        outputs: &[(TensorType, DType)],
+    ) -> Result<Vec<HostTensor>, String> {
+        (**self).run(kernel, inputs, outputs)
+    }
+
+    fn name(&self, kernel: usize) -> String {
+        (**self).name(kernel)
+    }
+
+    fn info(&self, kernel: usize) -> Option<KernelInfo<'_>> {
+        (**self).info(kernel)
+    }
+}
+
 /// Why a run failed. A run either returns every saved output or one of these.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BackendError {

@@ -603,34 +603,11 @@ fn copy_elems(src: Elements<'_>, src_ty: &TensorType, dst: ElemsMut<'_>, dst_ty:
 }
 
 fn copy_region<T: Copy>(src: &[T], src_ty: &TensorType, dst: &mut [T], dst_ty: &TensorType, region: &TensorType) {
-    if region.is_empty() {
-        return;
-    }
-    let rank = region.rank();
-    if rank == 0 {
-        dst[0] = src[0];
-        return;
-    }
     let (ss, ds) = (src_ty.strides(), dst_ty.strides());
-    let run = region.dim(rank - 1).len();
-    let mut idx = region.lower();
-    loop {
-        let (so, dof) = (offset(src_ty, &ss, &idx), offset(dst_ty, &ds, &idx));
+    for_each_run(region, |_, idx, run| {
+        let (so, dof) = (offset(src_ty, &ss, idx), offset(dst_ty, &ds, idx));
         dst[dof..dof + run].copy_from_slice(&src[so..so + run]);
-        // Advance the odometer over all dimensions but the last.
-        let mut d = rank - 1;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < region.dim(d).hi {
-                break;
-            }
-            idx[d] = region.dim(d).lo;
-        }
-    }
+    });
 }
 
 /// Normwise relative error `max|a - b| / max|b|` of `a` against the reference `b`.

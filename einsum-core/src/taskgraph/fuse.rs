@@ -28,7 +28,6 @@
 //! outputs then, if kept, the intermediate. In one pass a task joins at most one pair.
 
 use std::any::Any;
-use std::sync::Arc;
 
 use super::{BufferId, Node, Task, TaskGraph, TaskGraphError, TaskId};
 use crate::{DType, HostTensor, KernelInfo, KernelLibrary, OperatorRef, TensorType};
@@ -160,26 +159,6 @@ impl<L: KernelLibrary> KernelLibrary for FusedKernels<L> {
             inputs: &f.inputs,
             outputs: &f.outputs,
         })
-    }
-}
-
-/// A shared library is a library, so a fused library can own the one it wraps.
-impl<K: KernelLibrary + ?Sized> KernelLibrary for Arc<K> {
-    fn run(
-        &self,
-        kernel: usize,
-        inputs: &[HostTensor],
-        outputs: &[(TensorType, DType)],
-    ) -> Result<Vec<HostTensor>, String> {
-        (**self).run(kernel, inputs, outputs)
-    }
-
-    fn name(&self, kernel: usize) -> String {
-        (**self).name(kernel)
-    }
-
-    fn info(&self, kernel: usize) -> Option<KernelInfo<'_>> {
-        (**self).info(kernel)
     }
 }
 
