@@ -57,7 +57,8 @@ struct Flow {
     delivery: Option<usize>,
     /// Whether it has moved all its bytes.
     finished: bool,
-    /// The channel (source and destination site) of a transfer's flow.
+    /// The channel (source and destination site) of a transfer's flow under FIFO service;
+    /// `None` for other flows and under fair sharing.
     channel: Option<(usize, usize)>,
 }
 
@@ -259,7 +260,6 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     let mut waiting = Waiting::default();
     // Under FIFO service, the flows waiting for their channel, and the channels freed at
     // the current event.
-    let fifo = topology.service() == LinkService::Fifo;
     let mut channels: Channels<(Flow, Vec<usize>)> = Channels::default();
     let mut freed: Vec<(usize, usize)> = Vec::new();
     let mut now = 0.0_f64;
@@ -299,7 +299,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                 record.route(i, &route);
                 if flow.bytes > 0.0 {
                     open[i] += 1;
-                    let admitted = match flow.channel.filter(|_| fifo) {
+                    let admitted = match flow.channel {
                         Some(channel) => channels.admit(channel, (flow, route)),
                         None => Some((flow, route)),
                     };
@@ -344,7 +344,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                     finish(flow.task, now, &mut times.end, &mut ready);
                     done += 1;
                 }
-                if let Some(channel) = flow.channel.filter(|_| fifo) {
+                if let Some(channel) = flow.channel {
                     freed.push(channel);
                 }
                 share.remove(f);
@@ -374,8 +374,15 @@ fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<(Flow, Vec<usi
     let route = |src: SiteId, dst: SiteId| -> Vec<usize> {
         topology.route(src, dst).unwrap_or_default().into_iter().map(|r| r.0).collect()
     };
-    let flow =
-        |bytes: f64, delivery, channel| Flow { task: i, bytes, remaining: bytes, delivery, finished: false, channel };
+    let fifo = topology.service() == LinkService::Fifo;
+    let flow = |bytes: f64, delivery, channel: Option<(usize, usize)>| Flow {
+        task: i,
+        bytes,
+        remaining: bytes,
+        delivery,
+        finished: false,
+        channel: channel.filter(|_| fifo),
+    };
     match &task.kind {
         TaskKind::Transfer { src, dst, bytes } => {
             vec![(flow(*bytes, Some(0), Some((src.0, dst.0))), route(*src, *dst))]
