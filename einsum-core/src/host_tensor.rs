@@ -59,7 +59,7 @@ impl Elements<'_> {
 
 /// Half-precision elements widened to f32 through `half`'s slice conversion, which uses the
 /// CPU's conversion instructions (F16C) where it has them instead of one call per element.
-fn widen<T>(v: &[T]) -> Vec<f32>
+pub fn widen<T>(v: &[T]) -> Vec<f32>
 where
     [T]: HalfFloatSliceExt,
 {
@@ -70,7 +70,7 @@ where
 
 /// f32 values rounded to a half-precision type (to nearest, ties to even), through `half`'s
 /// slice conversion (see [`widen`]).
-fn narrow<T: Copy + Default>(v: &[f32]) -> Vec<T>
+pub fn narrow<T: Copy + Default>(v: &[f32]) -> Vec<T>
 where
     [T]: HalfFloatSliceExt,
 {

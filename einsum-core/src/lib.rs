@@ -38,7 +38,7 @@ pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef,
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
-pub use host_tensor::{Elements, HostTensor, contiguous_run, relative_error, scaled_error};
+pub use host_tensor::{Elements, HostTensor, contiguous_run, narrow, relative_error, scaled_error, widen};
 pub use interval::Interval;
 pub use kernel_class::KernelClass;
 pub use lease::{LEASE_ALIGN, Lease};

@@ -14,9 +14,8 @@
 
 use std::borrow::Cow;
 
-use einsum_core::{Dim, Elements, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
+use einsum_core::{Dim, Elements, HostTensor, Interval, KernelClass, TensorDesc, TensorType, widen};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
-use half::slice::HalfFloatSliceExt;
 
 use crate::{
     common::{check_call, kernel_error},
@@ -464,16 +463,6 @@ impl<'a> Data<'a> {
             Elements::BF16(v) => v.len(),
         }
     }
-}
-
-/// `v` as f32, through `half`'s slice conversion (F16C where present).
-fn widen<T>(v: &[T]) -> Vec<f32>
-where
-    [T]: HalfFloatSliceExt,
-{
-    let mut out = vec![0.0; v.len()];
-    v.convert_to_f32_slice(&mut out);
-    out
 }
 
 /// A dense block whose dimensions follow `letters`, row-major.
