@@ -3,6 +3,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use crate::ids::AtomId;
 
@@ -14,8 +16,12 @@ use crate::ids::AtomId;
 ///
 /// Ordering is by number of atoms first, then by the sorted atoms, so that printing a
 /// program's body in order lists smaller aggregates (which tend to fire earlier) first.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Aggregate(BTreeSet<AtomId>);
+///
+/// The atoms are shared: a clone is a reference count, so cloning an action or a whole body
+/// (as the exchange search does for every candidate) allocates nothing per atom, and two
+/// clones of one aggregate compare equal without comparing their atoms' names.
+#[derive(Clone, Debug)]
+pub struct Aggregate(Arc<BTreeSet<AtomId>>);
 
 /// An aggregate must hold at least one atom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -26,12 +32,12 @@ impl Aggregate {
     /// The aggregate of `atoms` (duplicates collapse: build from distinct atoms).
     pub fn new(atoms: impl IntoIterator<Item = AtomId>) -> Result<Self, EmptyAggregate> {
         let set: BTreeSet<AtomId> = atoms.into_iter().collect();
-        if set.is_empty() { Err(EmptyAggregate) } else { Ok(Self(set)) }
+        if set.is_empty() { Err(EmptyAggregate) } else { Ok(Self(Arc::new(set))) }
     }
 
     /// The aggregate holding one atom.
     pub fn atom(atom: AtomId) -> Self {
-        Self(BTreeSet::from([atom]))
+        Self(Arc::new(BTreeSet::from([atom])))
     }
 
     /// The atoms, sorted.
@@ -66,18 +72,35 @@ impl Aggregate {
 
     /// `self ⊕ other` (the union of the atoms; meaningful when the two are disjoint).
     pub fn union(&self, other: &Aggregate) -> Aggregate {
-        Aggregate(self.0.union(&other.0).cloned().collect())
+        Aggregate(Arc::new(self.0.union(&other.0).cloned().collect()))
     }
 
     /// The atoms of `self` not in `other`, or `None` if nothing is left.
     pub fn difference(&self, other: &Aggregate) -> Option<Aggregate> {
         let rest: BTreeSet<AtomId> = self.0.difference(&other.0).cloned().collect();
-        if rest.is_empty() { None } else { Some(Aggregate(rest)) }
+        if rest.is_empty() { None } else { Some(Aggregate(Arc::new(rest))) }
+    }
+}
+
+impl PartialEq for Aggregate {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for Aggregate {}
+
+impl Hash for Aggregate {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
     }
 }
 
 impl Ord for Aggregate {
     fn cmp(&self, other: &Self) -> Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return Ordering::Equal;
+        }
         self.0.len().cmp(&other.0.len()).then_with(|| self.0.cmp(&other.0))
     }
 }

@@ -141,6 +141,7 @@ pub mod collectives;
 mod eval;
 mod hierarchical;
 mod naive;
+mod owners;
 mod plan;
 mod search;
 mod stripes;

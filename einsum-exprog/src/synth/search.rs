@@ -3,11 +3,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
+use std::ops::Range;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use einsum_sim::Topology;
 
 use super::eval::Evaluator;
+use super::owners::Owners;
 use super::plan::{
     Group, Kind, Load, Plan, SHAPES, Shape, SiteRoutes, build, congestion_aware, groups, pruned, reparent,
 };
@@ -21,6 +24,7 @@ use crate::membership::Membership;
 use crate::program::Program;
 use crate::refine::refine;
 use crate::rewrite::{Refusal, unguarded};
+use crate::target::Target;
 use einsum_core::SeededRng as Rng;
 
 /// How [`search`] runs.
@@ -163,6 +167,9 @@ struct Search<'a> {
     cache: HashMap<u64, Option<Score>>,
     /// Scores candidates (validity, lowering, end times) over the preamble's interned atoms.
     eval: Evaluator,
+    /// The index of the groups' atoms under each membership met (the groups are a function
+    /// of the membership: [`Search::groups_under`]).
+    owners: HashMap<Membership, Rc<Owners>>,
     /// Whether to score through the general path instead (`validate_with`, `lower`, the
     /// simulator), which [`Search::eval`] must match bit for bit: for the tests.
     reference: bool,
@@ -222,6 +229,7 @@ fn search_with(
             chunks,
             rng: Rng::new(options.seed),
             cache: HashMap::new(),
+            owners: HashMap::new(),
             reference,
             evaluated: 0,
             refused: 0,
@@ -376,6 +384,11 @@ impl Search<'_> {
             .ok_or_else(|| SynthError::Placement(format!("{membership} leaves a required partition without sites")))
     }
 
+    /// The index of `groups`' atoms, the groups of `membership`.
+    fn owners(&mut self, membership: &Membership, groups: &[Group]) -> Rc<Owners> {
+        self.owners.entry(membership.clone()).or_insert_with(|| Rc::new(Owners::new(groups))).clone()
+    }
+
     /// The score of `program`'s body (with the preamble resolved under `membership`), or
     /// `None` if it is not valid. The one place a candidate is validated: the rewrites the
     /// search applies are the unguarded ones ([`crate::rewrite::unguarded`]), so the closure is
@@ -501,16 +514,16 @@ impl Search<'_> {
         let g = self.rng.below(cur.groups.len());
         let group = cur.groups.get(g)?;
         let plan = self.mutate(&cur.plans[g], group);
-        let others: Vec<&Aggregate> =
-            cur.groups.iter().enumerate().filter(|(h, _)| *h != g).map(|(_, o)| &o.aggregate).collect();
-        let owned =
-            |a: &Action| a.aggregate.is_subset(&group.aggregate) && !others.iter().any(|o| a.aggregate.is_subset(o));
-        let mut body: BTreeSet<Action> = cur.program.body.iter().filter(|a| !owned(a)).cloned().collect();
-        body.extend(build(group, &plan, &self.machine));
-        if body == cur.program.body {
+        let owners = self.owners(&cur.membership, &cur.groups);
+        let (owned, mut body): (Vec<&Action>, Vec<&Action>) =
+            cur.program.body.iter().partition(|a| owners.sole_owner(&a.aggregate, &cur.groups) == Some(g));
+        let built: BTreeSet<Action> = build(group, &plan, &self.machine).into_iter().collect();
+        // the body stays the same exactly when the group's actions are rebuilt as they were
+        if owned.iter().all(|a| built.contains(a)) && built.iter().all(|a| cur.program.body.contains(a)) {
             return None;
         }
-        let program = cur.program.with_body(body);
+        body.extend(&built);
+        let program = cur.program.with_body(body.into_iter().cloned());
         let cost = self.cost(&program, &cur.membership)?;
         let mut plans = cur.plans.clone();
         plans[g] = plan.clone();
@@ -765,10 +778,11 @@ impl Search<'_> {
                 ("introduce_relay", unguarded::introduce_relay(p, a, d, relay))
             }
             5 => {
-                let pairs: Vec<(&Action, &Action, SiteId)> = body
-                    .iter()
-                    .flat_map(|a| body.iter().map(move |b| (*a, *b)))
-                    .filter(|(a, b)| a.aggregate == b.aggregate && a.source_site().is_some())
+                let runs = aggregate_runs(&body);
+                let (body, runs) = (&body, &runs);
+                let pairs: Vec<(&Action, &Action, SiteId)> = (0..body.len())
+                    .flat_map(|i| body[runs[i].clone()].iter().map(move |b| (body[i], *b)))
+                    .filter(|(a, _)| a.source_site().is_some())
                     .filter_map(|(a, b)| b.source_site().filter(|r| a.dests.contains(r)).map(|_| (a, b)))
                     .flat_map(|(a, b)| b.dests.iter().map(move |d| (a, b, *d)))
                     .collect();
@@ -787,19 +801,25 @@ impl Search<'_> {
                 ("fission", unguarded::fission(p, a, &first))
             }
             9..=10 => {
-                let pairs: Vec<(&Action, &Action)> = body
-                    .iter()
-                    .flat_map(|a| body.iter().map(move |b| (*a, *b)))
-                    .filter(|(a, b)| a < b && a.aggregate == b.aggregate && a.source == b.source)
+                let runs = aggregate_runs(&body);
+                let (body, runs) = (&body, &runs);
+                let pairs: Vec<(&Action, &Action)> = (0..body.len())
+                    .flat_map(|i| body[i + 1..runs[i].end].iter().map(move |b| (body[i], *b)))
+                    .filter(|(a, b)| a.source == b.source)
                     .collect();
                 let &(a, b) = self.rng.pick(&pairs)?;
                 ("fusion", unguarded::fusion(p, a, b))
             }
             11..=12 => {
-                let triples: Vec<(&Action, &Action, SiteId)> = body
-                    .iter()
-                    .flat_map(|a| body.iter().map(move |b| (*a, *b)))
-                    .filter(|(a, b)| a < b && a.source == b.source && a.aggregate.is_disjoint(&b.aggregate))
+                // the pairs `a < b` of one source, in the order of the pairs of the body
+                let of_source = source_index(&body);
+                let (body, of_source) = (&body, &of_source);
+                let triples: Vec<(&Action, &Action, SiteId)> = (0..body.len())
+                    .flat_map(|i| {
+                        let same = &of_source[&body[i].source];
+                        same[same.partition_point(|&j| j <= i)..].iter().map(move |&j| (body[i], body[j]))
+                    })
+                    .filter(|(a, b)| a.aggregate.is_disjoint(&b.aggregate))
                     .flat_map(|(a, b)| a.dests.intersection(&b.dests).map(move |d| (a, b, *d)))
                     .collect();
                 let &(a, b, d) = self.rng.pick(&triples)?;
@@ -838,12 +858,19 @@ impl Search<'_> {
                 ("relay chain", self.relay_chain(p, a, s, d))
             }
             21 => {
-                // two transfers into one site from different sources, of disjoint aggregates
+                // two transfers into one site from different sources, of disjoint aggregates;
+                // in the order of the pairs of `sends`, but only the pairs into one site are
+                // formed (`O(sends × sends into a site)`, not `O(sends²)`)
+                let mut into: HashMap<SiteId, Vec<usize>> = HashMap::new();
+                for (i, &(_, _, d)) in sends.iter().enumerate() {
+                    into.entry(d).or_default().push(i);
+                }
+                let (sends, into) = (&sends, &into);
                 let pairs: Vec<(&Action, &Action, SiteId)> = sends
                     .iter()
-                    .flat_map(|&(x, r, d)| sends.iter().map(move |&(y, q, e)| (x, r, d, y, q, e)))
-                    .filter(|&(x, r, d, y, q, e)| d == e && r != q && x.aggregate.is_disjoint(&y.aggregate))
-                    .map(|(x, _, d, y, _, _)| (x, y, d))
+                    .flat_map(|&(x, r, d)| into[&d].iter().map(move |&j| (x, r, d, sends[j])))
+                    .filter(|&(x, r, _, (y, q, _))| r != q && x.aggregate.is_disjoint(&y.aggregate))
+                    .map(|(x, _, d, (y, _, _))| (x, y, d))
                     .collect();
                 let &(x, y, d) = self.rng.pick(&pairs)?;
                 ("relay and combine", relay_and_combine(p, x, y, d))
@@ -874,6 +901,30 @@ fn relay_and_combine(p: &Program, x: &Action, y: &Action, dest: SiteId) -> Resul
     let relayed = unguarded::introduce_relay(p, y, dest, r)?;
     // `x` is untouched (its source is not `y`'s), and the relay added `Y @ r -> dest`
     unguarded::pushdown(&relayed, x, &Action::new(y.aggregate.clone(), r, [dest]), dest)
+}
+
+/// For each action of `body` (a program's body in order, so sorted by aggregate first),
+/// the range of the actions with its aggregate: the pairs of actions of one aggregate that
+/// the rewrites look for, without comparing every pair of the body.
+fn aggregate_runs(body: &[&Action]) -> Vec<Range<usize>> {
+    let mut runs = Vec::with_capacity(body.len());
+    let mut start = 0;
+    for i in 1..=body.len() {
+        if i == body.len() || body[i].aggregate != body[start].aggregate {
+            runs.extend(std::iter::repeat_n(start..i, i - start));
+            start = i;
+        }
+    }
+    runs
+}
+
+/// The positions in `body` of the actions of each source, ascending.
+fn source_index<'a>(body: &[&'a Action]) -> HashMap<&'a Target, Vec<usize>> {
+    let mut of_source: HashMap<&Target, Vec<usize>> = HashMap::new();
+    for (i, a) in body.iter().enumerate() {
+        of_source.entry(&a.source).or_default().push(i);
+    }
+    of_source
 }
 
 /// A 64-bit digest of a candidate (its membership and body), the key of the search's cache
@@ -921,18 +972,30 @@ impl Polish {
     /// Every step of the descent around `best`, shuffled by `rng`.
     fn around(best: &State, rng: &mut Rng) -> Polish {
         let body: Vec<Action> = best.program.body.iter().cloned().collect();
+        let refs: Vec<&Action> = body.iter().collect();
+        let runs = aggregate_runs(&refs);
+        let of_source = source_index(&refs);
         let mut steps: Vec<Step> = (0..body.len()).map(Step::Delete).collect();
         for (i, a) in body.iter().enumerate() {
             let Some(s) = a.source_site() else { continue };
-            let holders: BTreeSet<SiteId> = body
+            let holders: BTreeSet<SiteId> = body[runs[i].clone()]
                 .iter()
-                .filter(|b| b.aggregate == a.aggregate)
                 .flat_map(|b| b.source_site().into_iter().chain(b.dests.iter().copied()))
                 .collect();
             for &d in &a.dests {
                 steps.extend(holders.iter().filter(|&&w| w != s && w != d).map(|&w| Step::Substitute(i, d, w)));
             }
-            for (j, b) in body.iter().enumerate().filter(|(j, _)| *j != i) {
+            // the actions a step pairs `a` with, in body order: those of its aggregate, and
+            // the later ones of its source
+            let same = &of_source[&a.source];
+            let mut partners: Vec<usize> = runs[i]
+                .clone()
+                .filter(|&j| j != i)
+                .chain(same[same.partition_point(|&j| j <= i)..].iter().copied())
+                .collect();
+            partners.sort_unstable();
+            partners.dedup();
+            for (j, b) in partners.into_iter().map(|j| (j, &body[j])) {
                 if b.aggregate == a.aggregate && b.source_site().is_some_and(|r| a.dests.contains(&r)) {
                     steps.extend(b.dests.iter().map(|&d| Step::Eliminate(i, j, d)));
                 }
@@ -1134,6 +1197,7 @@ mod tests {
             machine: SiteRoutes::new(&p.sites(), &t),
             rng: Rng::new(1),
             cache: HashMap::new(),
+            owners: HashMap::new(),
             eval: Evaluator::new(&p),
             reference: false,
             evaluated: 0,
