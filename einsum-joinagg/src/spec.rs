@@ -43,11 +43,17 @@ impl JoinAggSpec {
 
     /// How many function specs produce each distinct box of output `j`.
     pub fn output_multiplicities(&self, j: usize) -> Vec<(TensorType, usize)> {
+        // in order of first appearance; the index keeps this linear in the function specs
         let mut out: Vec<(TensorType, usize)> = Vec::new();
+        let mut at: std::collections::HashMap<&TensorType, usize> = std::collections::HashMap::new();
         for f in &self.functions {
-            match out.iter_mut().find(|(b, _)| *b == f.outputs[j]) {
-                Some((_, m)) => *m += 1,
-                None => out.push((f.outputs[j].clone(), 1)),
+            let b = &f.outputs[j];
+            match at.get(b) {
+                Some(&i) => out[i].1 += 1,
+                None => {
+                    at.insert(b, out.len());
+                    out.push((b.clone(), 1));
+                }
             }
         }
         out

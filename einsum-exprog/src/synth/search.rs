@@ -128,7 +128,8 @@ pub struct Synthesis {
 #[derive(Clone, Debug)]
 struct State {
     membership: Membership,
-    groups: Vec<Group>,
+    /// The groups under the membership, shared by every state of that membership.
+    groups: Rc<Vec<Group>>,
     plans: Vec<Plan>,
     program: Program,
     cost: Score,
@@ -354,7 +355,7 @@ impl Search<'_> {
             placements.push(affinity);
         }
         for m in &placements {
-            let gs = self.groups_under(m)?;
+            let gs = Rc::new(self.groups_under(m)?);
             for (plans, origin) in self.seed_plans(&gs) {
                 let st = self.state_of_plans(m, gs.clone(), plans, origin);
                 consider(st, best);
@@ -424,7 +425,7 @@ impl Search<'_> {
         body: BTreeSet<Action>,
         origin: &str,
     ) -> Result<Option<State>, SynthError> {
-        let gs = self.groups_under(membership)?;
+        let gs = Rc::new(self.groups_under(membership)?);
         let roots = balanced_roots(&gs);
         let plans = roots.iter().map(|&root| star(root)).collect();
         let program = self.candidate(body);
@@ -442,7 +443,7 @@ impl Search<'_> {
     fn state_of_plans(
         &mut self,
         membership: &Membership,
-        gs: Vec<Group>,
+        gs: Rc<Vec<Group>>,
         plans: Vec<Plan>,
         origin: String,
     ) -> Option<State> {
@@ -652,12 +653,12 @@ impl Search<'_> {
         membership.0.get_mut(p)?.insert(b);
         membership.0.get_mut(q)?.remove(&b);
         membership.0.get_mut(q)?.insert(a);
-        let gs = groups(&self.preamble, &membership)?;
+        let gs = Rc::new(groups(&self.preamble, &membership)?);
         let balanced = balanced_roots(&gs);
         let plans: Vec<Plan> = cur
             .plans
             .iter()
-            .zip(&gs)
+            .zip(gs.iter())
             .zip(balanced)
             .map(|((plan, g), fallback)| match (&plan.kind, plan.kind.root()) {
                 (Kind::Rooted { reduce, spread, .. }, Some(root)) if !g.root_candidates().contains(&root) => {
