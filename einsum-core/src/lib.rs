@@ -22,6 +22,7 @@ mod backend;
 mod desc;
 mod dtype;
 mod error;
+mod fasthash;
 pub mod fsio;
 mod host_tensor;
 mod interval;
@@ -38,6 +39,7 @@ pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef,
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
+pub use fasthash::{FastHasher, FastMap, FastSet};
 pub use host_tensor::{Elements, HostTensor, contiguous_run, narrow, relative_error, scaled_error, widen};
 pub use interval::Interval;
 pub use kernel_class::KernelClass;

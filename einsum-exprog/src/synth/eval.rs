@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use einsum_core::FastMap;
 use einsum_sim::{GB, SimGraph, SimTask, SimTaskId, Topology};
 
 use crate::action::Action;
@@ -45,7 +46,7 @@ pub(crate) struct Evaluator {
     /// The preamble (partitions possibly declared by size; no body).
     preamble: Program,
     /// Every atom of the preamble by name, numbered in name order (the reference universe).
-    atoms: HashMap<AtomId, usize>,
+    atoms: FastMap<AtomId, usize>,
     /// Each atom's size in GB, by number.
     sizes_gb: Vec<f64>,
     /// `IN`: each atom's number and site, in name order.
@@ -93,23 +94,30 @@ struct Firing {
 #[derive(Default)]
 struct Closure {
     mats: Vec<Mat>,
-    known: HashMap<(SiteId, AtomSet), usize>,
+    /// Each site's materialisations by atom set (per site, so that a lookup borrows the set).
+    known: FastMap<SiteId, FastMap<AtomSet, usize>>,
     /// Each site's materialisations, larger aggregates first, then in order of appearance:
     /// the order the reference closure sorts them into before each cover search.
-    at_site: HashMap<SiteId, Vec<usize>>,
+    at_site: FastMap<SiteId, Vec<usize>>,
     /// Sites whose state changed in the last round.
     dirty: BTreeSet<SiteId>,
     firings: Vec<Firing>,
 }
 
 impl Closure {
+    /// The materialisation of `set` at `site`, if present.
+    fn find(&self, site: SiteId, set: &AtomSet) -> Option<usize> {
+        self.known.get(&site)?.get(set).copied()
+    }
+
     /// Adds `set` (of `len` atoms, `bytes` in size) at `site` unless present; its number.
     fn add(&mut self, set: &AtomSet, len: usize, bytes: f64, site: SiteId, producer: Option<usize>) -> usize {
-        if let Some(&m) = self.known.get(&(site, set.clone())) {
+        let known = self.known.entry(site).or_default();
+        if let Some(&m) = known.get(set) {
             return m;
         }
         let id = self.mats.len();
-        self.known.insert((site, set.clone()), id);
+        known.insert(set.clone(), id);
         self.mats.push(Mat { set: set.clone(), site, len, bytes, producer });
         let list = self.at_site.entry(site).or_default();
         let at = list.partition_point(|&m| self.mats[m].len >= len);
@@ -122,7 +130,7 @@ impl Closure {
 impl Evaluator {
     /// The evaluator of `preamble`'s candidates (the body is ignored).
     pub(crate) fn new(preamble: &Program) -> Evaluator {
-        let atoms: HashMap<AtomId, usize> = preamble.inputs.keys().enumerate().map(|(i, a)| (a.clone(), i)).collect();
+        let atoms: FastMap<AtomId, usize> = preamble.inputs.keys().enumerate().map(|(i, a)| (a.clone(), i)).collect();
         Evaluator {
             atoms,
             sizes_gb: preamble.inputs.values().map(|i| i.size_gb).collect(),
@@ -211,7 +219,7 @@ impl Evaluator {
         let instances = self.instances(body, membership)?;
         let closure = self.closure(&instances)?;
         let reqs = self.requirements.get(membership)?.as_deref()?;
-        if !reqs.iter().all(|(set, site)| closure.known.contains_key(&(*site, set.clone()))) {
+        if !reqs.iter().all(|(set, site)| closure.find(*site, set).is_some()) {
             return None;
         }
         lower(&instances, &closure).simulate_end_times(topology).ok()
@@ -236,7 +244,7 @@ impl Evaluator {
                 if !st.dirty.contains(&inst.site) {
                     continue;
                 }
-                if let Some(&m) = st.known.get(&(inst.site, inst.set.clone())) {
+                if let Some(m) = st.find(inst.site, &inst.set) {
                     fired.push((i, vec![m]));
                     continue;
                 }
@@ -287,7 +295,7 @@ fn lower(instances: &[Instance], closure: &Closure) -> SimGraph {
     let mut graph = SimGraph::new();
     let mut tasks: Vec<Tasks> = Vec::with_capacity(closure.firings.len());
     // The task that formed each (aggregate, site) by aggregation, by materialisation.
-    let mut formed: HashMap<usize, SimTaskId> = HashMap::new();
+    let mut formed: FastMap<usize, SimTaskId> = FastMap::default();
     for f in &closure.firings {
         let inst = &instances[f.instance];
         let mut deps: Vec<SimTaskId> = f
