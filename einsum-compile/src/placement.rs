@@ -14,7 +14,8 @@ use einsum_exprog::Membership;
 use einsum_exprog::PartitionSpec;
 use einsum_exprog::Program;
 use einsum_exprog::SiteId;
-use einsum_exprog::synth::{SearchOptions, canonical_membership, naive, search};
+use einsum_exprog::Validation;
+use einsum_exprog::synth::{SearchOptions, naive_validated, search};
 use einsum_exprog::{Preamble, Upstream, preamble};
 
 use super::{CompileError, Schedule};
@@ -115,13 +116,12 @@ fn synthesize_afresh(
     let reused = match cache.get(&key, &canonical, topology, across_renamings) {
         Some(hit) => hit,
         None => {
-            let (program, membership, simulated_ms) = match schedule {
+            let (program, validation, simulated_ms) = match schedule {
                 Schedule::Naive => {
-                    let program = naive(&pre.program).map_err(synth_err)?;
-                    let membership = canonical_membership(&program).map_err(synth_err)?;
-                    let sim = einsum_exprog::simulate_with(&program, &membership, topology)
+                    let (program, validation) = naive_validated(&pre.program).map_err(synth_err)?;
+                    let ms = einsum_exprog::completion_ms(&program, &validation, topology)
                         .map_err(|e| synth_err(einsum_exprog::synth::SynthError::Simulate(e)))?;
-                    (program, membership, sim.completion_ms)
+                    (program, validation, ms)
                 }
                 Schedule::Search { seed, iterations, budget } => {
                     let options = SearchOptions {
@@ -132,13 +132,15 @@ fn synthesize_afresh(
                         ..SearchOptions::default()
                     };
                     let found = search(&pre.program, topology, options).map_err(synth_err)?;
-                    (found.program, found.membership, found.completion_ms)
+                    let validation = found
+                        .program
+                        .validate_with(&found.membership)
+                        .map_err(|source| CompileError::Invalid { label: label(), source })?;
+                    (found.program, validation, found.completion_ms)
                 }
             };
-            let validation = program
-                .validate_with(&membership)
-                .map_err(|source| CompileError::Invalid { label: label(), source })?;
-            let fresh = Reused { program, membership, closure: Some(Rc::new(validation.closure)), simulated_ms };
+            let Validation { membership, closure } = validation;
+            let fresh = Reused { program, membership, closure: Some(Rc::new(closure)), simulated_ms };
             cache.insert(key, canonical, fresh.clone());
             fresh
         }

@@ -154,6 +154,15 @@ pub fn simulate_with(
     }
 }
 
+/// The simulated completion time of `program` in ms, given its validation: what
+/// [`simulate_with`] reports as [`Simulation::completion_ms`] under that validation's
+/// membership, bit for bit, without validating again or recording the trace.
+pub fn completion_ms(program: &Program, validation: &Validation, topology: &Topology) -> Result<f64, SimulateError> {
+    check_sites(program, topology)?;
+    let lowering = lower(program, &validation.closure);
+    Ok(einsum_sim::simulate_completion(topology, lowering.graph.tasks())? * 1e3)
+}
+
 /// Every site the program names or declares must be a site of the topology.
 pub(crate) fn check_sites(program: &Program, topology: &Topology) -> Result<(), SimulateError> {
     let n = topology.num_sites();

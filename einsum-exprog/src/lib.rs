@@ -95,7 +95,9 @@ pub use action::Action;
 pub use aggregate::{Aggregate, EmptyAggregate};
 pub use check::{CheckError, CheckErrorKind};
 pub use closure::{Closure, Firing, Materialization, Producer};
-pub use cost::{ActionTime, MAX_SIMULATED_MEMBERSHIPS, SimulateError, Simulation, TimeSpan, simulate, simulate_with};
+pub use cost::{
+    ActionTime, MAX_SIMULATED_MEMBERSHIPS, SimulateError, Simulation, TimeSpan, completion_ms, simulate, simulate_with,
+};
 pub use ids::{AtomId, InvalidName, PartitionId, SiteId, is_identifier};
 pub use lower::{FiringTasks, Lowering, lower};
 pub use membership::Membership;

@@ -148,7 +148,7 @@ mod stripes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use naive::naive;
+pub use naive::{naive, naive_validated};
 pub use search::{MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SearchOptions, Synthesis, search, search_observed};
 
 use crate::check::CheckError;

@@ -8,6 +8,7 @@ use crate::action::Action;
 use crate::aggregate::Aggregate;
 use crate::ids::{AtomId, SiteId};
 use crate::program::Program;
+use crate::validity::Validation;
 
 /// The naive body for `preamble` (its body, if any, is ignored).
 ///
@@ -19,6 +20,12 @@ use crate::program::Program;
 /// local action at the target. The result keeps the preamble (partitions still declared by
 /// size) and is valid under that membership; actions are all sourced at sites.
 pub fn naive(preamble: &Program) -> Result<Program, SynthError> {
+    naive_validated(preamble).map(|(program, _)| program)
+}
+
+/// [`naive`], with the validation it made of the program (its membership and closure), for
+/// a caller that would otherwise validate the program again.
+pub fn naive_validated(preamble: &Program) -> Result<(Program, Validation), SynthError> {
     let preamble = checked_preamble(preamble)?;
     let membership = canonical_membership(&preamble)?;
     let mut sends: BTreeMap<(AtomId, SiteId), BTreeSet<SiteId>> = BTreeMap::new();
@@ -43,6 +50,6 @@ pub fn naive(preamble: &Program) -> Result<Program, SynthError> {
         body.insert(Action::new(Aggregate::atom(atom), from, dests));
     }
     let program = preamble.with_body(body);
-    program.validate_with(&membership).map_err(SynthError::Unsatisfiable)?;
-    Ok(program)
+    let validation = program.validate_with(&membership).map_err(SynthError::Unsatisfiable)?;
+    Ok((program, validation))
 }
