@@ -356,6 +356,26 @@ mod tests {
         assert_eq!(s.membership.sites(&part("S")), Some(&BTreeSet::from([SiteId(2)])));
     }
 
+    /// The completion alone equals the traced simulation's, bit for bit, on the collectives
+    /// of three machines (the naive programs of an all-gather and an all-reduce), and a site
+    /// the machine lacks stays an error.
+    #[test]
+    fn completion_alone_equals_the_traced_simulation() {
+        use crate::synth::collectives::{Collective, all_reduce_whole};
+        use crate::synth::naive_validated;
+        for preset in ["dgx-a100", "dgx-h100", "dgx-v100"] {
+            let t = Topology::preset(preset).unwrap();
+            for preamble in [Collective::AllGather.preamble(8, 0.25), all_reduce_whole(8, 0.5)] {
+                let (program, validation) = naive_validated(&preamble).unwrap();
+                let traced = simulate_with(&program, &validation.membership, &t).unwrap();
+                assert_eq!(completion_ms(&program, &validation, &t).unwrap().to_bits(), traced.completion_ms.to_bits());
+            }
+        }
+        let (program, validation) = naive_validated(&all_reduce_whole(16, 0.5)).unwrap();
+        let eight = Topology::preset("dgx-a100").unwrap();
+        assert!(matches!(completion_ms(&program, &validation, &eight), Err(SimulateError::SiteOutOfRange { .. })));
+    }
+
     #[test]
     fn out_of_range_sites_and_ill_formed_programs_are_errors() {
         let p: Program = "IN: A @ 0\nA @ 0 -> 9".parse().unwrap();
