@@ -1,6 +1,6 @@
 //! Function specs and join-agg specs (Definitions 3.5 and 3.6).
 
-use einsum_core::TensorType;
+use einsum_core::{FastMap, FastSet, TensorType};
 
 /// One function specification `T̂(i1) × T̂(i2) × ... → T̂(o1) × ...`: the input blocks one
 /// concrete-operator call reads and the output blocks it produces, in absolute coordinates.
@@ -45,7 +45,7 @@ impl JoinAggSpec {
     pub fn output_multiplicities(&self, j: usize) -> Vec<(TensorType, usize)> {
         // in order of first appearance; the index keeps this linear in the function specs
         let mut out: Vec<(TensorType, usize)> = Vec::new();
-        let mut at: std::collections::HashMap<&TensorType, usize> = std::collections::HashMap::new();
+        let mut at: FastMap<&TensorType, usize> = FastMap::default();
         for f in &self.functions {
             let b = &f.outputs[j];
             match at.get(b) {
@@ -61,6 +61,6 @@ impl JoinAggSpec {
 }
 
 fn distinct<'a>(boxes: impl Iterator<Item = &'a TensorType>) -> Vec<TensorType> {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = FastSet::default();
     boxes.filter(|b| seen.insert(*b)).cloned().collect()
 }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use einsum_core::{DType, TensorDesc};
+use einsum_core::{DType, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, FunctionSpec, JoinAggSpec};
 use einsum_sim::{ComputeRates, KernelWork, Precision, Roofline, Site, SiteId, Topology};
 
@@ -132,11 +132,16 @@ pub(crate) fn replica_elements(spec: &JoinAggSpec, inputs: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Σ over distinct output boxes appearing `m` times of `(m - 1)·|box|`, per output.
-pub(crate) fn aggregation_elements(spec: &JoinAggSpec, outputs: usize) -> Vec<f64> {
-    (0..outputs)
-        .map(|j| spec.output_multiplicities(j).iter().map(|(b, m)| ((m - 1) * b.volume()) as f64).sum())
-        .collect()
+/// Per output, its distinct boxes and how many function specs produce each
+/// ([`JoinAggSpec::output_multiplicities`]), computed once for the sums below.
+pub(crate) fn multiplicities(spec: &JoinAggSpec, outputs: usize) -> Vec<Vec<(TensorType, usize)>> {
+    (0..outputs).map(|j| spec.output_multiplicities(j)).collect()
+}
+
+/// Σ over distinct output boxes appearing `m` times of `(m - 1)·|box|`, per output, from
+/// the [`multiplicities`].
+pub(crate) fn aggregation_elements(multiplicities: &[Vec<(TensorType, usize)>]) -> Vec<f64> {
+    multiplicities.iter().map(|boxes| boxes.iter().map(|(b, m)| ((m - 1) * b.volume()) as f64).sum()).collect()
 }
 
 /// `⌈log₂ m⌉`: the rounds of a tree that combines `m` whole copies.
@@ -144,11 +149,10 @@ fn tree_rounds(m: usize) -> f64 {
     f64::from(usize::BITS - m.saturating_sub(1).leading_zeros())
 }
 
-/// The most [`tree_rounds`] any output box of `spec` needs (0 when no box is produced twice).
-fn aggregation_rounds(spec: &JoinAggSpec, outputs: usize) -> f64 {
-    (0..outputs)
-        .flat_map(|j| spec.output_multiplicities(j).into_iter().map(|(_, m)| tree_rounds(m)))
-        .fold(0.0, f64::max)
+/// The most [`tree_rounds`] any output box needs (0 when no box is produced twice), from the
+/// [`multiplicities`].
+fn aggregation_rounds(multiplicities: &[Vec<(TensorType, usize)>]) -> f64 {
+    multiplicities.iter().flatten().map(|(_, m)| tree_rounds(*m)).fold(0.0, f64::max)
 }
 
 /// One function spec of `op` as the roofline times it ([`Roofline::kernel_seconds`]): its
@@ -181,11 +185,10 @@ fn precision(dtype: DType) -> Precision {
 /// when they travel whole. A tree reduction (the fastest way to combine whole copies) takes
 /// `⌈log₂ m⌉` rounds, each of which moves a full copy over some device's link; rounds of one
 /// box cannot overlap, so no spreading over the `p` devices' links can beat it.
-pub(crate) fn aggregation_round_elements(spec: &JoinAggSpec, outputs: usize) -> Vec<f64> {
-    (0..outputs)
-        .map(|j| {
-            spec.output_multiplicities(j).iter().map(|(b, m)| tree_rounds(*m) * b.volume() as f64).fold(0.0, f64::max)
-        })
+pub(crate) fn aggregation_round_elements(multiplicities: &[Vec<(TensorType, usize)>]) -> Vec<f64> {
+    multiplicities
+        .iter()
+        .map(|boxes| boxes.iter().map(|(b, m)| tree_rounds(*m) * b.volume() as f64).fold(0.0, f64::max))
         .collect()
 }
 
@@ -212,7 +215,7 @@ impl CostModel for PaperProxy {
     fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, _p: usize, _resident: &[bool]) -> SpecCost {
         SpecCost {
             join: join_elements(spec, op.inputs().len()).iter().sum(),
-            aggregation: aggregation_elements(spec, op.outputs().len()).iter().sum(),
+            aggregation: aggregation_elements(&multiplicities(spec, op.outputs().len())).iter().sum(),
             compute: 0.0,
         }
     }
@@ -393,15 +396,12 @@ impl CostModel for Time {
             .filter(|&(k, _)| !resident(k))
             .map(|(_, (e, d))| e * width(d))
             .sum();
-        let aggregation: f64 =
-            aggregation_elements(spec, op.outputs().len()).iter().zip(op.outputs()).map(|(e, d)| e * width(d)).sum();
-        let rounds: f64 = aggregation_round_elements(spec, op.outputs().len())
-            .iter()
-            .zip(op.outputs())
-            .map(|(e, d)| e * width(d))
-            .fold(0.0, f64::max);
+        let boxes = multiplicities(spec, op.outputs().len());
+        let aggregation: f64 = aggregation_elements(&boxes).iter().zip(op.outputs()).map(|(e, d)| e * width(d)).sum();
+        let rounds: f64 =
+            aggregation_round_elements(&boxes).iter().zip(op.outputs()).map(|(e, d)| e * width(d)).fold(0.0, f64::max);
         // The tree's rounds each pay a setup; `seconds` already charges the first.
-        let tree_setups = (aggregation_rounds(spec, op.outputs().len()) - 1.0).max(0.0) * self.machine.transfer_latency;
+        let tree_setups = (aggregation_rounds(&boxes) - 1.0).max(0.0) * self.machine.transfer_latency;
         let tree = if rounds == 0.0 { 0.0 } else { self.seconds(rounds, 1) + tree_setups };
         SpecCost {
             join: self.seconds(join, p),

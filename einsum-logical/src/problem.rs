@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use einsum_core::TensorType;
+use einsum_core::{FastMap, TensorType};
 use einsum_joinagg::{
     AbstractOperator, Computation, IndexRole, JoinAggSpec, Node, OpId, OpRole, enumerate_specs, factorizations,
 };
@@ -347,7 +347,7 @@ impl OpProblem {
 /// Interns block sets as [`TilingId`]s: equal sets (in any order) get equal ids, numbered
 /// in order of first appearance.
 #[derive(Default)]
-struct Interner(HashMap<Vec<TensorType>, TilingId>);
+struct Interner(FastMap<Vec<TensorType>, TilingId>);
 
 impl Interner {
     fn id(&mut self, mut blocks: Vec<TensorType>) -> TilingId {
@@ -479,7 +479,7 @@ fn resident_bytes_of(op: &dyn AbstractOperator, spec: &JoinAggSpec, resident: &[
 
 fn bytes_of(op: &dyn einsum_joinagg::AbstractOperator, spec: &JoinAggSpec) -> f64 {
     let join = crate::cost::join_elements(spec, op.inputs().len());
-    let agg = crate::cost::aggregation_elements(spec, op.outputs().len());
+    let agg = crate::cost::aggregation_elements(&crate::cost::multiplicities(spec, op.outputs().len()));
     let w = |d: &einsum_core::TensorDesc| d.dtype.size_bytes() as f64;
     join.iter().zip(op.inputs()).map(|(e, d)| e * w(d)).sum::<f64>()
         + agg.iter().zip(op.outputs()).map(|(e, d)| e * w(d)).sum::<f64>()
