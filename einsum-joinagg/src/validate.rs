@@ -18,6 +18,7 @@ pub fn validate_spec(op: &dyn AbstractOperator, spec: &JoinAggSpec, p: Option<us
         return invalid("no function spec".into());
     }
     let (ins, outs) = (op.inputs(), op.outputs());
+    let wholes: Vec<_> = ins.iter().chain(outs).map(|d| d.tensor_type()).collect();
     for (n, f) in spec.functions.iter().enumerate() {
         if f.inputs.len() != ins.len() || f.outputs.len() != outs.len() {
             return invalid(format!(
@@ -28,11 +29,9 @@ pub fn validate_spec(op: &dyn AbstractOperator, spec: &JoinAggSpec, p: Option<us
                 outs.len()
             ));
         }
-        let pairs =
-            f.inputs.iter().zip(ins).map(|p| ("input", p)).chain(f.outputs.iter().zip(outs).map(|p| ("output", p)));
-        for (k, (role, (block, desc))) in pairs.enumerate() {
-            let whole = desc.tensor_type();
-            if !block.is_projection_of(&whole) || block.is_empty() {
+        let roles = std::iter::repeat_n("input", ins.len()).chain(std::iter::repeat_n("output", outs.len()));
+        for (k, ((role, block), whole)) in roles.zip(f.inputs.iter().chain(&f.outputs)).zip(&wholes).enumerate() {
+            if !block.is_projection_of(whole) || block.is_empty() {
                 let k = if role == "input" { k } else { k - ins.len() };
                 return invalid(format!(
                     "function spec {n}: {role} {k} block {block} is not a non-empty projection of {whole}"
