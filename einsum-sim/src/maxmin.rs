@@ -61,6 +61,14 @@ pub(crate) struct FairShare {
     remaining: Vec<f64>,
     unfrozen_on: Vec<usize>,
     frozen: Vec<bool>,
+    /// Buffers of [`FairShare::update`] and [`FairShare::fill`], kept between updates so that
+    /// an event allocates nothing: a component's resources and flows, the fill's heap, the
+    /// resources a round fills and those whose level it changes.
+    scratch_resources: Vec<usize>,
+    scratch_flows: Vec<usize>,
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    full: Vec<usize>,
+    changed: Vec<usize>,
 }
 
 impl FairShare {
@@ -84,6 +92,11 @@ impl FairShare {
             remaining: vec![0.0; n],
             unfrozen_on: vec![0; n],
             frozen: Vec::new(),
+            scratch_resources: Vec::new(),
+            scratch_flows: Vec::new(),
+            heap: BinaryHeap::new(),
+            full: Vec::new(),
+            changed: Vec::new(),
         }
     }
 
@@ -151,9 +164,10 @@ impl FairShare {
         let seeds = std::mem::take(&mut self.touched);
         self.epoch += 1;
         let epoch = self.epoch;
-        let mut resources: Vec<usize> = Vec::new();
-        let mut flows: Vec<usize> = Vec::new();
-        for seed in seeds {
+        let mut resources = std::mem::take(&mut self.scratch_resources);
+        let mut flows = std::mem::take(&mut self.scratch_flows);
+        for seed in &seeds {
+            let seed = *seed;
             if self.mark[seed] == epoch || self.flows_on[seed].is_empty() {
                 continue;
             }
@@ -182,6 +196,12 @@ impl FairShare {
             }
             self.fill(&resources);
         }
+        self.scratch_resources = resources;
+        self.scratch_flows = flows;
+        // nothing is touched during an update: the seed list's buffer becomes the next one's
+        let mut seeds = seeds;
+        seeds.clear();
+        self.touched = seeds;
     }
 
     /// Progressive filling of one component, given its resources in any order.
@@ -205,16 +225,19 @@ impl FairShare {
             // `+ 0.0` turns a negative zero into a positive one, so the bits order as the values.
             remaining[r].max(0.0) / unfrozen_on[r] as f64 + 0.0
         };
-        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = resources
-            .iter()
-            .filter(|&&r| self.unfrozen_on[r] > 0)
-            .map(|&r| Reverse((level(&self.remaining, &self.unfrozen_on, r).to_bits(), r)))
-            .collect();
+        let mut heap = std::mem::take(&mut self.heap);
+        heap.clear();
+        heap.extend(
+            resources
+                .iter()
+                .filter(|&&r| self.unfrozen_on[r] > 0)
+                .map(|&r| Reverse((level(&self.remaining, &self.unfrozen_on, r).to_bits(), r))),
+        );
         let current = |s: &FairShare, bits: u64, r: usize| {
             s.unfrozen_on[r] > 0 && level(&s.remaining, &s.unfrozen_on, r).to_bits() == bits
         };
-        let mut full: Vec<usize> = Vec::new();
-        let mut changed: Vec<usize> = Vec::new();
+        let mut full = std::mem::take(&mut self.full);
+        let mut changed = std::mem::take(&mut self.changed);
         loop {
             while let Some(&Reverse((bits, r))) = heap.peek() {
                 if current(self, bits, r) {
@@ -261,6 +284,7 @@ impl FairShare {
                 }
             }
         }
+        (self.heap, self.full, self.changed) = (heap, full, changed);
     }
 }
 
