@@ -91,7 +91,7 @@ impl Closure {
     /// The index in [`Closure::materializations`] of `aggregate` at `site`, if any.
     pub fn index_of(&self, aggregate: &Aggregate, site: SiteId) -> Option<usize> {
         let at = self.known.get(&site)?;
-        let mut set = AtomSet::empty(self.universe.len());
+        let mut set = AtomSet::empty();
         for a in aggregate.atoms() {
             set.insert(*self.universe.get(a)?);
         }
@@ -186,9 +186,8 @@ impl Program {
         names.extend(self.outputs.iter().flat_map(|r| r.aggregate.atoms()));
         names.extend(self.body.iter().flat_map(|a| a.aggregate.atoms()));
         let universe: BTreeMap<AtomId, usize> = names.into_iter().enumerate().map(|(i, a)| (a.clone(), i)).collect();
-        let n = universe.len();
         let to_set = |agg: &Aggregate| {
-            let mut s = AtomSet::empty(n);
+            let mut s = AtomSet::empty();
             for a in agg.atoms() {
                 if let Some(&i) = universe.get(a) {
                     s.insert(i);

@@ -18,7 +18,7 @@ pub(crate) fn exact_cover(
 ) -> Result<Option<Vec<usize>>, CoverLimit> {
     let usable: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].is_subset(target)).collect();
     // Quick rejection: the usable candidates must at least reach every atom.
-    let mut reach = target.empty_like();
+    let mut reach = AtomSet::empty();
     for &i in &usable {
         reach.insert_all(candidates[i]);
     }
@@ -67,8 +67,8 @@ pub(crate) fn exact_cover(
 mod tests {
     use super::*;
 
-    fn set(n: usize, bits: &[usize]) -> AtomSet {
-        let mut s = AtomSet::empty(n);
+    fn set(bits: &[usize]) -> AtomSet {
+        let mut s = AtomSet::empty();
         for &b in bits {
             s.insert(b);
         }
@@ -77,12 +77,12 @@ mod tests {
 
     #[test]
     fn finds_exact_covers() {
-        let target = set(4, &[0, 1, 2, 3]);
-        let a = set(4, &[0, 1]);
-        let b = set(4, &[1, 2]);
-        let c = set(4, &[2, 3]);
-        let d = set(4, &[0]);
-        let big = set(4, &[0, 1, 2, 3]);
+        let target = set(&[0, 1, 2, 3]);
+        let a = set(&[0, 1]);
+        let b = set(&[1, 2]);
+        let c = set(&[2, 3]);
+        let d = set(&[0]);
+        let big = set(&[0, 1, 2, 3]);
         let mut budget = 1000;
         // {0,1} then needs {2,3}: found without overlap.
         assert_eq!(exact_cover(&target, &[&a, &b, &c], &mut budget), Ok(Some(vec![0, 2])));
@@ -92,17 +92,17 @@ mod tests {
         assert_eq!(exact_cover(&target, &[&d, &b, &a, &c], &mut budget), Ok(Some(vec![2, 3])));
         assert_eq!(exact_cover(&target, &[&big], &mut budget), Ok(Some(vec![0])));
         // Pieces outside the target are ignored.
-        let outside = set(5, &[4]);
-        let t2 = set(5, &[0]);
-        let d2 = set(5, &[0]);
+        let outside = set(&[4]);
+        let t2 = set(&[0]);
+        let d2 = set(&[0]);
         assert_eq!(exact_cover(&t2, &[&outside, &d2], &mut budget), Ok(Some(vec![1])));
     }
 
     #[test]
     fn budget_is_enforced() {
-        let target = set(3, &[0, 1, 2]);
-        let a = set(3, &[0, 1]);
-        let b = set(3, &[1, 2]);
+        let target = set(&[0, 1, 2]);
+        let a = set(&[0, 1]);
+        let b = set(&[1, 2]);
         let mut budget = 1;
         assert_eq!(exact_cover(&target, &[&a, &b, &a, &b], &mut budget), Err(CoverLimit));
     }

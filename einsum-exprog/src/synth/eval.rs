@@ -143,7 +143,7 @@ impl Evaluator {
 
     /// The atoms of `aggregate` as a set, or `None` if one is not declared by `IN`.
     fn set_of<'a>(&self, atoms: impl Iterator<Item = &'a AtomId>) -> Option<(AtomSet, f64)> {
-        let mut set = AtomSet::empty(self.sizes_gb.len());
+        let mut set = AtomSet::empty();
         let mut gb = 0.0f64;
         for a in atoms {
             let &i = self.atoms.get(a)?;
@@ -230,7 +230,7 @@ impl Evaluator {
     fn closure(&self, instances: &[Instance]) -> Option<Closure> {
         let mut st = Closure::default();
         for &(atom, site) in &self.inputs {
-            let mut set = AtomSet::empty(self.sizes_gb.len());
+            let mut set = AtomSet::empty();
             set.insert(atom);
             st.add(&set, 1, self.sizes_gb[atom] * GB, site, None);
         }
