@@ -30,9 +30,10 @@ fn switched_h100(p: usize) -> Topology {
 fn scaling(c: &mut Criterion) {
     let full = std::env::var("EINSUM_SCALING").is_ok_and(|v| v == "full");
     let devices = [8, 16, 32, 64, 72];
-    for (name, schedule) in
-        [("naive", Schedule::Naive), ("search", Schedule::Search { seed: 0, iterations: 50, budget: None })]
-    {
+    for (name, schedule) in [
+        ("naive", Schedule::Naive),
+        ("search", Schedule::Search { seed: 0, iterations: 50, budget: None, naive_fallback: true }),
+    ] {
         let layers: &[usize] = match (full, name) {
             (true, _) => &[1, 8, 32, 80],
             (false, "naive") => &[1, 8],

@@ -41,6 +41,14 @@ pub struct PlanReport<'a> {
     pub topology: &'a str,
     /// How exchange programs were synthesised: `naive` or `search`.
     pub schedule: &'static str,
+    /// The exchange programs the compiled graph runs: `naive`, `searched`, or
+    /// `naive-over-searched` (a search was asked, and the whole plan predicted faster with the
+    /// naive programs: `searched_ms` is what it predicted with the searched ones); `null` if
+    /// not compiled.
+    pub exchanges: Option<&'static str>,
+    /// With `exchanges` `naive-over-searched`, the plan's predicted time in ms with the
+    /// searched programs; otherwise `null`.
+    pub searched_ms: Option<f64>,
     /// The compiled plan's predicted time on the topology in ms; `null` if not compiled.
     pub predicted_ms: Option<f64>,
     /// The bytes the compiled task graph moves between devices; `null` if not compiled.
@@ -153,6 +161,8 @@ impl<'a> PlanReport<'a> {
             ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
             topology,
             schedule,
+            exchanges: Some(exe.compiled().exchanges.name()),
+            searched_ms: exe.compiled().exchanges.searched_ms(),
             predicted_ms: Some(exe.predicted_ms()),
             bytes_moved: Some(stats.bytes_moved),
             compile_ms: Some(exe.compile_ms()),

@@ -422,7 +422,7 @@ fn report(out: &std::process::Output) -> (Vec<String>, serde_json::Value) {
 /// renaming, dropping or reordering a field fails here.
 #[test]
 fn plan_json_has_the_documented_fields_and_types() {
-    const PLAN_KEYS: [&str; 16] = [
+    const PLAN_KEYS: [&str; 18] = [
         "workload",
         "devices",
         "optimizer",
@@ -434,6 +434,8 @@ fn plan_json_has_the_documented_fields_and_types() {
         "ops",
         "topology",
         "schedule",
+        "exchanges",
+        "searched_ms",
         "predicted_ms",
         "bytes_moved",
         "compile_ms",
@@ -447,6 +449,7 @@ fn plan_json_has_the_documented_fields_and_types() {
         assert!(v[key].is_f64(), "{key}: {}", v[key]);
     }
     assert!(v["bytes_moved"].is_u64() && v["compile_error"].is_null());
+    assert_eq!((v["exchanges"].as_str(), &v["searched_ms"]), (Some("naive"), &serde_json::Value::Null));
     let op = &v["ops"][0];
     let op_keys: Vec<&str> = op.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(op_keys, ["cost", "kind", "name", "splits"]);
@@ -467,7 +470,7 @@ fn plan_json_has_the_documented_fields_and_types() {
     let (keys, v) =
         report(&einsummable(&["plan", "matmul:n=64", "--devices", "27", "--topology", "dgx-a100", "--json"]));
     assert_eq!(keys, PLAN_KEYS);
-    for key in ["predicted_ms", "bytes_moved", "compile_ms", "memory"] {
+    for key in ["exchanges", "searched_ms", "predicted_ms", "bytes_moved", "compile_ms", "memory"] {
         assert!(v[key].is_null(), "{key}: {}", v[key]);
     }
     assert!(v["compile_error"].is_string());

@@ -7,7 +7,8 @@ use einsum_core::taskgraph::{DeviceId, Task};
 use einsum_joinagg::Node;
 use einsum_logical::{Dp, LogicalOptimizer, Machine, PaperProxy, Time, kernel_work};
 use einsum_sim::{Roofline, Topology};
-use einsummable::{CompileOptions, DType, Workload, compile};
+use einsummable::pipeline::{Request, plan_and_compile};
+use einsummable::{CompileOptions, DType, Exchanges, Schedule, Workload, compile};
 
 /// Section 6.2: on one 128K-token sequence at p = 8 the optimizer derives DeepSpeed-Ulysses:
 /// attention split on its 8 key/value heads, everything else split on tokens, joined by
@@ -176,4 +177,54 @@ fn the_compiled_plan_report_is_the_plan_commands_object() {
     for key in keys(&cli).iter().filter(|k| !k.ends_with("_ms") || *k == "predicted_ms") {
         assert_eq!(lib[key], cli[key], "{key}");
     }
+}
+
+/// Chain B on `dgx-a100` at p = 8: the searched exchange programs, each faster alone, make
+/// the whole plan slower than naive ones (they overlap the plan's multiplies less well). With
+/// `naive_fallback` the compile keeps the naive programs and says what the searched plan
+/// predicted; without it, it keeps the searched ones. Both are checked against a naive
+/// compile of the same plan, so the test fails if the fallback keeps the slower plan, or (on
+/// `dgx-v100`, where the searched plan is faster) keeps the naive one.
+#[test]
+fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
+    let graph = Workload::parse("chain-b").unwrap().build(DType::F16).unwrap();
+    let search = |naive_fallback| Schedule::Search { seed: 0, iterations: 20, budget: None, naive_fallback };
+    let compiled = |name: &str, schedule| {
+        let topology = Topology::preset(name).unwrap();
+        let model = Time::on(Machine::by_name(name).unwrap());
+        let request = Request {
+            comp: graph.computation(),
+            devices: 8,
+            strategy: &Dp,
+            cost: &model,
+            topology: &topology,
+            schedule,
+            memory_budget: None,
+            host_memory: None,
+        };
+        plan_and_compile(&request).unwrap().compiled
+    };
+    let naive = compiled("dgx-a100", Schedule::Naive);
+    let searched = compiled("dgx-a100", search(false));
+    let guarded = compiled("dgx-a100", search(true));
+    assert_eq!(naive.exchanges, Exchanges::Naive);
+    assert_eq!(searched.exchanges, Exchanges::Searched);
+    // The case this test is for: the searched plan is slower (2.662 against 2.624 ms).
+    assert!(searched.predicted_ms > naive.predicted_ms, "{} vs {}", searched.predicted_ms, naive.predicted_ms);
+    assert_eq!(guarded.predicted_ms, naive.predicted_ms);
+    assert_eq!(guarded.exchanges, Exchanges::NaiveOverSearched { searched_ms: searched.predicted_ms });
+    // `plan` says so, in its JSON and its text.
+    let args = ["plan", "chain-b", "--devices", "8", "--topology", "dgx-a100", "--schedule", "search"];
+    let v = json_of(&einsummable(&[&args[..], &["--iterations", "20", "--json"]].concat()));
+    assert_eq!(
+        (v["exchanges"].as_str(), v["searched_ms"].as_f64()),
+        (Some("naive-over-searched"), Some(searched.predicted_ms))
+    );
+    let text = einsummable(&[&args[..], &["--iterations", "20"]].concat());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("kept the naive exchange programs"), "{text:?}");
+
+    // On the DGX-1V's cube-mesh the searched plan is faster, and the fallback keeps it.
+    let (naive, guarded) = (compiled("dgx-v100", Schedule::Naive), compiled("dgx-v100", search(true)));
+    assert_eq!(guarded.exchanges, Exchanges::Searched);
+    assert!(guarded.predicted_ms < naive.predicted_ms, "{} vs {}", guarded.predicted_ms, naive.predicted_ms);
 }

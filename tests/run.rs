@@ -29,7 +29,9 @@ fn run_and_compare(graph: &Graph, options: &CompileOptions, seed: u64) -> f32 {
 fn llama_block_runs_correctly_on_1_2_4_and_8_devices() {
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F32).unwrap();
     for devices in [1, 2, 4, 8] {
-        for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None }] {
+        for schedule in
+            [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None, naive_fallback: false }]
+        {
             let options = CompileOptions { devices, schedule, ..CompileOptions::default() };
             let err = run_and_compare(&graph, &options, devices as u64);
             assert!(err <= 1e-4, "p = {devices}, {schedule:?}: error {err}");
@@ -116,7 +118,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let graph = mlp(tokens, width, UnaryOp::Gelu);
-        let schedule = if search { Schedule::Search { seed, iterations: 5, budget: None } } else { Schedule::Naive };
+        let schedule = if search { Schedule::Search { seed, iterations: 5, budget: None, naive_fallback: false } } else { Schedule::Naive };
         let topology = Topology::named(&if devices > 8 { sixteen_devices() } else { "dgx-a100".into() }).unwrap();
         let options = CompileOptions {
             devices,

@@ -54,6 +54,7 @@
 //! stays the program's own simulated time, as synthesis costed it.
 #![warn(missing_docs)]
 
+mod fallback;
 pub mod footprint;
 mod kernels;
 mod lower_program;
@@ -71,6 +72,7 @@ use einsum_core::{TaskGraphError, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
 use einsum_sim::{Roofline, Topology};
 
+pub use fallback::Exchanges;
 pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use pipeline::{PipelineError, plan_and_compile};
@@ -97,6 +99,11 @@ pub enum Schedule {
         /// alone). A search cut short by it depends on the machine's speed, so results
         /// are reproducible only without one.
         budget: Option<std::time::Duration>,
+        /// Whether [`compile()`] also compiles the plan with naive programs and keeps those
+        /// when the whole plan predicts faster with them (see the module docs). Off, the
+        /// graph runs the searched programs whatever they cost the plan: for tests of the
+        /// searched programs themselves.
+        naive_fallback: bool,
     },
 }
 
@@ -154,6 +161,9 @@ pub struct Compiled {
     /// The graph's memory statistics (`graph.stats()`), computed once for the budget check
     /// and kept, so that reports need not walk a million-task graph again.
     pub stats: MemoryStats,
+    /// Which exchange programs the graph runs: with [`Schedule::Search`], the searched ones,
+    /// or the naive ones when the whole plan predicted faster with them (module docs).
+    pub exchanges: Exchanges,
 }
 
 /// Why a computation could not be compiled.
@@ -306,11 +316,24 @@ struct Produced<'a> {
 }
 
 /// Compiles `comp`, each operator decomposed by its spec in `specs`, to a task graph over
-/// `options.devices` devices (the algorithm is in the module docs).
+/// `options.devices` devices (the algorithm is in the module docs). With
+/// [`Schedule::Search`] (with `naive_fallback`) the plan is compiled with naive exchange
+/// programs as well, and those are kept when the whole plan predicts faster with them
+/// ([`Compiled::exchanges`]).
 pub fn compile(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
     options: &CompileOptions,
+) -> Result<Compiled, CompileError> {
+    fallback::no_slower_than_naive(options, |schedule| compile_with(comp, specs, options, schedule))
+}
+
+/// [`compile()`] with the exchange programs of `schedule` (in place of `options.schedule`).
+fn compile_with(
+    comp: &Computation,
+    specs: &HashMap<OpId, JoinAggSpec>,
+    options: &CompileOptions,
+    schedule: Schedule,
 ) -> Result<Compiled, CompileError> {
     let p = options.devices;
     let topology = &options.topology;
@@ -333,7 +356,7 @@ pub fn compile(
         }
         validate_spec(op, spec, Some(p)).map_err(|source| CompileError::InvalidSpec { op: name(id), source })?;
     }
-    let estimate = footprint::check_size(comp, specs, p, options.schedule, &footprint::LIMITS)?;
+    let estimate = footprint::check_size(comp, specs, p, schedule, &footprint::LIMITS)?;
     tracing::debug!(tasks = estimate.tasks, largest_exchange = estimate.largest_exchange, "estimated the graph");
 
     let boundary = |t: TensorId, label: String| -> Result<Boundary, CompileError> {
@@ -393,7 +416,7 @@ pub fn compile(
                 fixed: placement.as_deref(),
                 label: label.clone(),
             };
-            let s = synthesize(&req, options.schedule, topology, &mut cache)?;
+            let s = synthesize(&req, schedule, topology, &mut cache)?;
             let here = placement.get_or_insert_with(|| s.placement.clone()).clone();
             let sources = ExchangeSources {
                 holders: &from.buffers,
@@ -521,5 +544,9 @@ pub fn compile(
         predicted_ms,
         "compiled the task graph"
     );
-    Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms, stats })
+    let exchanges = match schedule {
+        Schedule::Naive => Exchanges::Naive,
+        Schedule::Search { .. } => Exchanges::Searched,
+    };
+    Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms, stats, exchanges })
 }

@@ -123,7 +123,7 @@ fn synthesize_afresh(
                         .map_err(|e| synth_err(einsum_exprog::synth::SynthError::Simulate(e)))?;
                     (program, validation, ms)
                 }
-                Schedule::Search { seed, iterations, budget } => {
+                Schedule::Search { seed, iterations, budget, .. } => {
                     let options = SearchOptions {
                         seed,
                         iterations,

@@ -80,8 +80,13 @@ fn check_all(comp: &Computation, seed: u64) {
     let mut ran = 0;
     for p in 1..=8 {
         let naive = check(comp, p, seed + p as u64, Schedule::Naive, &topology);
-        let search =
-            check(comp, p, seed + 100 + p as u64, Schedule::Search { seed, iterations: 10, budget: None }, &topology);
+        let search = check(
+            comp,
+            p,
+            seed + 100 + p as u64,
+            Schedule::Search { seed, iterations: 10, budget: None, naive_fallback: false },
+            &topology,
+        );
         ran += naive as usize + search as usize;
     }
     assert!(ran >= 8, "only {ran} runs had specs");
@@ -246,7 +251,13 @@ fn dgx_v100_with_eight_devices() {
     let v100 = Topology::preset("dgx-v100").unwrap();
     for (i, comp) in [ffn(), softmax(), dag()].iter().enumerate() {
         assert!(check(comp, 8, 40 + i as u64, Schedule::Naive, &v100));
-        assert!(check(comp, 8, 50 + i as u64, Schedule::Search { seed: 7, iterations: 10, budget: None }, &v100));
+        assert!(check(
+            comp,
+            8,
+            50 + i as u64,
+            Schedule::Search { seed: 7, iterations: 10, budget: None, naive_fallback: false },
+            &v100
+        ));
     }
 }
 
@@ -298,7 +309,8 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../einsum-exprog/examples/example_5_4_preamble.exprog");
     let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
-    for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10, budget: None }] {
+    for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10, budget: None, naive_fallback: false }]
+    {
         let options = CompileOptions { devices: 4, schedule, topology: switch(4, 80.0), memory_budget: None };
         let compiled = compile(&comp, &specs, &options).unwrap();
         assert_eq!(compiled.programs.len(), 1);
@@ -545,7 +557,7 @@ fn plans_above_the_size_limits_are_refused_with_the_estimate() {
     assert_eq!(err, CompileError::TooLarge { devices: p, what: "pieces in one exchange", estimate: 16, limit: 15 });
     // A search simulates each program once per iteration and once more: 48 iterations
     // divide the naive limit by 7.
-    let search = Schedule::Search { seed: 0, iterations: 48, budget: None };
+    let search = Schedule::Search { seed: 0, iterations: 48, budget: None, naive_fallback: false };
     let pieces = CompileLimits { exchange_pieces: 7 * 16, ..exact };
     assert_eq!(pieces.exchange_pieces_for(search), 16);
     assert_eq!(check_size(&comp, &specs, p, search, &pieces), Ok(estimate));
@@ -553,10 +565,15 @@ fn plans_above_the_size_limits_are_refused_with_the_estimate() {
     assert!(matches!(err, Err(CompileError::TooLarge { estimate: 16, limit: 15, .. })), "{err:?}");
     // A budget stops the annealing by time: however high the cap, the search is charged
     // for BUDGETED_SEARCH_SIMULATIONS; without one, the cap counts (and never overflows).
-    let budgeted = Schedule::Search { seed: 0, iterations: usize::MAX, budget: Some(Duration::from_secs(1)) };
+    let budgeted = Schedule::Search {
+        seed: 0,
+        iterations: usize::MAX,
+        budget: Some(Duration::from_secs(1)),
+        naive_fallback: false,
+    };
     let charged = ((BUDGETED_SEARCH_SIMULATIONS + 1) as f64).sqrt();
     assert_eq!(LIMITS.exchange_pieces_for(budgeted), (LIMITS.exchange_pieces as f64 / charged) as usize);
-    let capped = Schedule::Search { seed: 0, iterations: usize::MAX, budget: None };
+    let capped = Schedule::Search { seed: 0, iterations: usize::MAX, budget: None, naive_fallback: false };
     assert_eq!(LIMITS.exchange_pieces_for(capped), 0);
     assert!(estimate.tasks < LIMITS.tasks && estimate.largest_exchange < LIMITS.exchange_pieces);
     let options =
@@ -572,7 +589,7 @@ proptest! {
     #[test]
     fn random_dags_compile_and_run_correctly(seed in any::<u64>(), n in 1usize..6, p in 1usize..=8, search in any::<bool>()) {
         let comp = random_dag(seed, n);
-        let schedule = if search { Schedule::Search { seed, iterations: 10, budget: None } } else { Schedule::Naive };
+        let schedule = if search { Schedule::Search { seed, iterations: 10, budget: None, naive_fallback: false } } else { Schedule::Naive };
         prop_assert!(check(&comp, p, seed, schedule, &switch(8, 80.0)));
     }
 }
@@ -606,7 +623,8 @@ fn a_repeated_exchange_request_is_answered_once() {
         let counts: Vec<usize> = op.shardable().iter().map(|s| if s.name == split { p } else { 1 }).collect();
         specs.insert(id, einsum_joinagg::request_spec(op, &counts).unwrap());
     }
-    for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None }] {
+    for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None, naive_fallback: false }]
+    {
         let options = CompileOptions { devices: p, schedule, topology: switch(p, 80.0), memory_budget: None };
         let compiled = compile(&comp, &specs, &options).unwrap();
         let program = |layer: usize| &compiled.programs.iter().find(|e| e.op == ops[layer].0).unwrap().program;

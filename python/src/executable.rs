@@ -242,7 +242,7 @@ pub fn compile(
         }
     };
     let schedule = if schedule_name == "search" {
-        Schedule::Search { seed, iterations: SEARCH_ITERATIONS, budget: Some(SEARCH_BUDGET) }
+        Schedule::Search { seed, iterations: SEARCH_ITERATIONS, budget: Some(SEARCH_BUDGET), naive_fallback: true }
     } else {
         Schedule::Naive
     };

@@ -5,7 +5,7 @@ import einsummable as es
 # The keys of `einsummable plan --json` (src/report.rs, PlanReport).
 PLAN_KEYS = [
     "workload", "devices", "optimizer", "cost_model", "unit", "total_cost", "total_bytes",
-    "optimize_ms", "ops", "topology", "schedule", "predicted_ms", "bytes_moved", "compile_ms",
+    "optimize_ms", "ops", "topology", "schedule", "exchanges", "searched_ms", "predicted_ms", "bytes_moved", "compile_ms",
     "compile_error", "memory",
 ]
 
@@ -17,6 +17,7 @@ def test_plan_has_the_cli_schema_and_agrees_with_predict():
     assert list(plan) == PLAN_KEYS
     assert (plan["devices"], plan["topology"], plan["cost_model"], plan["schedule"]) == (4, "dgx-h100", "proxy", "naive")
     assert plan["compile_error"] is None
+    assert (plan["exchanges"], plan["searched_ms"]) == ("naive", None)
     assert sorted(plan["ops"][0]) == ["cost", "kind", "name", "splits"]
     assert abs(plan["total_cost"] - sum(sum(o["cost"][k] for k in ("repartition", "join", "aggregation", "compute")) for o in plan["ops"])) <= 1e-9 * max(plan["total_cost"], 1)
     predicted = exe.predict()
@@ -52,3 +53,5 @@ def test_search_schedule_is_reported():
     g = es.workloads.ffn(tokens=64, d_model=32, d_ff=128)
     plan = es.compile(g, devices=4, schedule="search", seed=1).plan()
     assert plan["schedule"] == "search" and plan["predicted_ms"] > 0
+    # the searched programs, or naive ones where the whole plan predicted faster with them
+    assert (plan["exchanges"] == "searched") == (plan["searched_ms"] is None)

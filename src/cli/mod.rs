@@ -152,7 +152,7 @@ impl Synthesis {
         let budget = synthesis_budget(budget_s)?;
         Ok(match self {
             Synthesis::Naive => Schedule::Naive,
-            Synthesis::Search => Schedule::Search { seed, iterations, budget: Some(budget) },
+            Synthesis::Search => Schedule::Search { seed, iterations, budget: Some(budget), naive_fallback: true },
         })
     }
 }

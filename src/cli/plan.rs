@@ -7,7 +7,7 @@ use einsum_logical::{Problem, cost_model_by_name};
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::report::{PlanReport, PlannedOpReport};
-use einsummable::{Result, Workload};
+use einsummable::{Exchanges, Result, Workload};
 
 use einsummable::DType;
 
@@ -71,7 +71,13 @@ pub struct Args {
 enum Physical {
     /// Predicted ms, bytes moved between devices, compile wall time in ms, the memory
     /// report (text and JSON).
-    Predicted { predicted_ms: f64, bytes_moved: usize, compile_ms: f64, memory: (String, MemoryReport) },
+    Predicted {
+        predicted_ms: f64,
+        exchanges: Exchanges,
+        bytes_moved: usize,
+        compile_ms: f64,
+        memory: (String, MemoryReport),
+    },
     /// The plan is valid but the topology has too few sites to compile it: the reason.
     Refused(String),
 }
@@ -115,6 +121,7 @@ pub fn run(a: Args) -> Result<Report> {
         let capacity = capacity(&topology, a.devices);
         let physical = Physical::Predicted {
             predicted_ms: planned.compiled.predicted_ms,
+            exchanges: planned.compiled.exchanges,
             bytes_moved: stats.bytes_moved,
             compile_ms: planned.compile_ms,
             memory: (
@@ -153,18 +160,23 @@ pub fn run(a: Args) -> Result<Report> {
     }
     text += &format!("total {:.6e} {} ({:.4e} bytes moved)\n", plan.total, plan.unit, plan.total_bytes);
     text += &match &physical {
-        Physical::Predicted { predicted_ms, bytes_moved, compile_ms, memory } => format!(
-            "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}",
-            a.schedule, topology_name, memory.0
+        Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory } => format!(
+            "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}{}",
+            a.schedule,
+            topology_name,
+            exchanges.searched_ms().map_or_else(String::new, |ms| format!(
+                "kept the naive exchange programs: the plan predicted {ms:.6} ms with the searched ones\n"
+            )),
+            memory.0
         ),
         Physical::Refused(why) => format!("not compiled: {why}\n"),
     };
 
-    let (predicted_ms, bytes_moved, compile_ms, compile_error, memory) = match physical {
-        Physical::Predicted { predicted_ms, bytes_moved, compile_ms, memory } => {
-            (Some(predicted_ms), Some(bytes_moved), Some(compile_ms), None, Some(memory.1))
+    let (predicted_ms, exchanges, bytes_moved, compile_ms, compile_error, memory) = match physical {
+        Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory } => {
+            (Some(predicted_ms), Some(exchanges), Some(bytes_moved), Some(compile_ms), None, Some(memory.1))
         }
-        Physical::Refused(why) => (None, None, None, Some(why), None),
+        Physical::Refused(why) => (None, None, None, None, Some(why), None),
     };
     let json = PlanReport {
         workload: &a.workload,
@@ -178,6 +190,8 @@ pub fn run(a: Args) -> Result<Report> {
         ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
         topology: &topology_name,
         schedule: a.schedule.name(),
+        exchanges: exchanges.map(|e| e.name()),
+        searched_ms: exchanges.and_then(|e| e.searched_ms()),
         predicted_ms,
         bytes_moved,
         compile_ms,

@@ -68,9 +68,16 @@ impl Setup {
         self.devices.iter().copied().max().unwrap_or(1)
     }
 
-    /// The searched schedule at this setup's budget.
+    /// The searched schedule at this setup's budget, as the command line compiles it (naive
+    /// programs kept where the whole plan predicts faster with them).
     pub fn search(&self) -> Schedule {
-        Schedule::Search { seed: 0, iterations: self.iterations(), budget: None }
+        Schedule::Search { seed: 0, iterations: self.iterations(), budget: None, naive_fallback: true }
+    }
+
+    /// [`Setup::search`] without the naive fallback: the searched programs whatever they
+    /// cost the plan, for the experiment that compares them with naive ones.
+    pub fn searched_programs(&self) -> Schedule {
+        Schedule::Search { seed: 0, iterations: self.iterations(), budget: None, naive_fallback: false }
     }
 
     /// Annealing iterations per exchange program.
