@@ -17,6 +17,18 @@
 //! device's HBM, the transfers of one exchange), so an event costs the size of the
 //! components it touches instead of every active flow and every resource.
 //!
+//! # Replacements refill nothing
+//! The filling of a component depends only on its routes, not on which flow is which: a flow
+//! freezes in the first round that fills a resource of its route, at that round's share, and
+//! a round subtracts the same share for every flow it freezes, so the order of the flows
+//! changes no bit. A flow removed and another added on the same route since the last update
+//! (the next transfer of a FIFO channel entering as the one ahead of it finishes) leave every
+//! rate of their component as it was, and the new flow gets the old one's rate; so
+//! [`FairShare::update`] pairs the flows added with the flows removed by route and refills
+//! only the components that an unpaired change touched. Under FIFO service a chunked
+//! exchange is mostly such replacements: one large component that would otherwise be
+//! refilled at every chunk's arrival.
+//!
 //! Within a component the filling does the same floating-point operations in the same order
 //! as filling everything at once (resources in index order, flows in the order they were
 //! added), so a component's rates are bit for bit those of the global computation, except
@@ -45,7 +57,13 @@ pub(crate) struct FairShare {
     /// Each flow's rate as of the last [`FairShare::update`].
     rate: Vec<f64>,
     live: Vec<bool>,
-    /// Resources whose flow set changed since the last update.
+    /// The flows added since the last update, and those removed since (their routes are kept
+    /// until the update pairs them with added flows of the same route).
+    added: Vec<usize>,
+    removed: Vec<usize>,
+    /// The first flow id handed out after the last update.
+    fresh_from: usize,
+    /// The resources of the changes an update could not pair: the seeds of its refilling.
     touched: Vec<usize>,
     /// The resources with at least one live flow, in no particular order, and each
     /// resource's position in it (`usize::MAX`: not busy).
@@ -81,6 +99,9 @@ impl FairShare {
             routes: Vec::new(),
             rate: Vec::new(),
             live: Vec::new(),
+            added: Vec::new(),
+            removed: Vec::new(),
+            fresh_from: 0,
             touched: Vec::new(),
             busy: Vec::new(),
             busy_at: vec![usize::MAX; n],
@@ -111,7 +132,9 @@ impl FairShare {
                 self.busy.push(r);
             }
             self.flows_on[r].push(id);
-            self.touched.push(r);
+        }
+        if !route.is_empty() {
+            self.added.push(id);
         }
         self.rate.push(if route.is_empty() { f64::INFINITY } else { f64::NAN });
         self.routes.push(route);
@@ -127,7 +150,10 @@ impl FairShare {
         if !std::mem::replace(&mut self.live[id], false) {
             return;
         }
-        for r in std::mem::take(&mut self.routes[id]) {
+        if !self.routes[id].is_empty() {
+            self.removed.push(id);
+        }
+        for &r in &self.routes[id] {
             let on = &mut self.flows_on[r];
             if let Ok(k) = on.binary_search(&id) {
                 on.remove(k);
@@ -139,7 +165,6 @@ impl FairShare {
                     self.busy_at[moved] = at;
                 }
             }
-            self.touched.push(r);
         }
     }
 
@@ -159,8 +184,10 @@ impl FairShare {
     }
 
     /// Refills the components that contain a resource whose flows changed since the last
-    /// update; all other rates stay as they are.
+    /// update, other than by a flow replaced by one of the same route (module docs); all
+    /// other rates stay as they are.
     pub(crate) fn update(&mut self) {
+        self.pair_replacements();
         let seeds = std::mem::take(&mut self.touched);
         self.epoch += 1;
         let epoch = self.epoch;
@@ -198,10 +225,62 @@ impl FairShare {
         }
         self.scratch_resources = resources;
         self.scratch_flows = flows;
-        // nothing is touched during an update: the seed list's buffer becomes the next one's
+        // the seed list's buffer becomes the next update's
         let mut seeds = seeds;
         seeds.clear();
         self.touched = seeds;
+    }
+
+    /// Pairs the flows added since the last update with the flows removed since that crossed
+    /// the same route, giving each added flow of a pair its partner's rate, and puts the
+    /// resources of every unpaired change in [`FairShare::touched`]. A flow both added and
+    /// removed since the last update changed nothing and is left out. Frees the removed
+    /// flows' routes.
+    fn pair_replacements(&mut self) {
+        let mut added = std::mem::take(&mut self.added);
+        let mut removed = std::mem::take(&mut self.removed);
+        let fresh_from = self.fresh_from;
+        added.retain(|&f| self.live[f]);
+        for &f in removed.iter().filter(|&&f| f >= fresh_from) {
+            self.routes[f] = Vec::new();
+        }
+        removed.retain(|&f| f < fresh_from);
+        if !added.is_empty() && !removed.is_empty() {
+            // by route, then by id, so that the pairing is deterministic
+            let by_route = |routes: &[Vec<usize>], a: &usize, b: &usize| routes[*a].cmp(&routes[*b]).then(a.cmp(b));
+            added.sort_unstable_by(|a, b| by_route(&self.routes, a, b));
+            removed.sort_unstable_by(|a, b| by_route(&self.routes, a, b));
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < added.len() || j < removed.len() {
+            let order = match (added.get(i), removed.get(j)) {
+                (Some(&a), Some(&r)) => self.routes[a].cmp(&self.routes[r]),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            match order {
+                std::cmp::Ordering::Equal => {
+                    self.rate[added[i]] = self.rate[removed[j]];
+                    i += 1;
+                    j += 1;
+                }
+                std::cmp::Ordering::Less => {
+                    self.touched.extend_from_slice(&self.routes[added[i]]);
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    self.touched.extend_from_slice(&self.routes[removed[j]]);
+                    j += 1;
+                }
+            }
+        }
+        for &r in &removed {
+            self.routes[r] = Vec::new();
+        }
+        added.clear();
+        removed.clear();
+        (self.added, self.removed) = (added, removed);
+        self.fresh_from = self.routes.len();
     }
 
     /// Progressive filling of one component, given its resources in any order.
@@ -382,7 +461,33 @@ mod tests {
         assert_eq!(max_min_rates(&[1.0], &[&[], &[0]]), [f64::INFINITY, 1.0]);
     }
 
-    /// Random flows added and removed a few at a time: after every update, each flow's
+    /// A flow replaced by one on the same route refills nothing: the new flow takes the old
+    /// one's rate, and only an unpaired change seeds a refilling.
+    #[test]
+    fn a_replacement_keeps_every_rate_without_a_refilling() {
+        let mut share = FairShare::new(vec![1.0, 2.0, 3.0]);
+        let ids: Vec<usize> = [vec![0, 1], vec![1], vec![1, 2]].into_iter().map(|r| share.add(r)).collect();
+        share.update();
+        let before: Vec<f64> = ids.iter().map(|&f| share.rate(f)).collect();
+        share.remove(ids[0]);
+        let replaced = share.add(vec![0, 1]);
+        share.pair_replacements();
+        assert!(share.touched.is_empty());
+        assert_eq!(share.rate(replaced), before[0]);
+        share.update();
+        assert_eq!([share.rate(replaced), share.rate(ids[1]), share.rate(ids[2])], before[..]);
+        // a flow added and removed between two updates changes nothing either
+        let passing = share.add(vec![2]);
+        share.remove(passing);
+        share.remove(ids[2]);
+        let other = share.add(vec![1]);
+        share.pair_replacements();
+        assert_eq!(share.touched, [1, 1, 2], "the unpaired flows' routes, added first");
+        share.update();
+        assert_eq!(share.rate(other), max_min_rates(&[1.0, 2.0, 3.0], &[&[0, 1], &[1], &[1]])[2]);
+    }
+
+    /// Random flows added, removed and replaced a few at a time: after every update, each flow's
     /// rate equals the global filling of the live flows (random capacities leave no ties
     /// across components).
     #[test]
@@ -405,6 +510,14 @@ mod tests {
                     if !live.is_empty() {
                         let (id, _) = live.remove(rng.below(live.len()));
                         share.remove(id);
+                    }
+                }
+                // replacements: a flow leaves and another enters on its route
+                for _ in 0..rng.below(3) {
+                    if !live.is_empty() {
+                        let (id, route) = live.remove(rng.below(live.len()));
+                        share.remove(id);
+                        live.push((share.add(route.clone()), route));
                     }
                 }
                 share.update();

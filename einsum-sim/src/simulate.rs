@@ -8,7 +8,8 @@
 //! moves at its max-min fair rate over the resources it crosses; at every event (a task
 //! starting, a flow finishing) the rates are recomputed, for the flows whose connected
 //! component of the flow–resource graph changed only ([`FairShare`]: a kernel finishing
-//! on one device does not refill the transfers of another). The simulator jumps from one
+//! on one device does not refill the transfers of another, and a FIFO channel's next
+//! transfer entering as the one ahead of it finishes refills nothing). The simulator jumps from one
 //! completion to the next, so it takes at most one step per flow; a step costs the
 //! components it changed plus one pass over the active flows (their remaining bytes) and
 //! the busy resources, never a pass over every resource of the machine.
