@@ -80,10 +80,9 @@ pub(crate) struct FairShare {
     unfrozen_on: Vec<usize>,
     frozen: Vec<bool>,
     /// Buffers of [`FairShare::update`] and [`FairShare::fill`], kept between updates so that
-    /// an event allocates nothing: a component's resources and flows, the fill's heap, the
-    /// resources a round fills and those whose level it changes.
+    /// an event allocates nothing: a component's resources, the fill's heap, the resources a
+    /// round fills and those whose level it changes.
     scratch_resources: Vec<usize>,
-    scratch_flows: Vec<usize>,
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     full: Vec<usize>,
     changed: Vec<usize>,
@@ -114,7 +113,6 @@ impl FairShare {
             unfrozen_on: vec![0; n],
             frozen: Vec::new(),
             scratch_resources: Vec::new(),
-            scratch_flows: Vec::new(),
             heap: BinaryHeap::new(),
             full: Vec::new(),
             changed: Vec::new(),
@@ -192,27 +190,28 @@ impl FairShare {
         self.epoch += 1;
         let epoch = self.epoch;
         let mut resources = std::mem::take(&mut self.scratch_resources);
-        let mut flows = std::mem::take(&mut self.scratch_flows);
         for seed in &seeds {
             let seed = *seed;
             if self.mark[seed] == epoch || self.flows_on[seed].is_empty() {
                 continue;
             }
-            // One component: every resource and flow reachable from `seed`.
+            // One component: every resource and flow reachable from `seed`, each reset for
+            // the filling as it is reached (full capacity, every flow unfrozen).
             resources.clear();
-            flows.clear();
             self.mark[seed] = epoch;
             resources.push(seed);
             let mut next = 0;
             while next < resources.len() {
                 let r = resources[next];
                 next += 1;
+                self.remaining[r] = self.capacity[r];
+                self.unfrozen_on[r] = self.flows_on[r].len();
                 for &f in &self.flows_on[r] {
                     if self.flow_mark[f] == epoch {
                         continue;
                     }
                     self.flow_mark[f] = epoch;
-                    flows.push(f);
+                    self.frozen[f] = false;
                     for &q in &self.routes[f] {
                         if self.mark[q] != epoch {
                             self.mark[q] = epoch;
@@ -224,7 +223,6 @@ impl FairShare {
             self.fill(&resources);
         }
         self.scratch_resources = resources;
-        self.scratch_flows = flows;
         // the seed list's buffer becomes the next update's
         let mut seeds = seeds;
         seeds.clear();
@@ -283,7 +281,8 @@ impl FairShare {
         self.fresh_from = self.routes.len();
     }
 
-    /// Progressive filling of one component, given its resources in any order.
+    /// Progressive filling of one component, given its resources in any order, each at its
+    /// full capacity and with its flows unfrozen ([`FairShare::update`] resets them).
     ///
     /// The resources wait in a heap by fill level (`remaining / unfrozen flows`), and a
     /// resource is pushed again whenever a frozen flow changes its level (entries that no
@@ -293,13 +292,6 @@ impl FairShare {
     /// within the tie tolerance of it in ascending index order, and freezes their flows in the
     /// order they were added: the operations, and so the rates, of a plain pass.
     fn fill(&mut self, resources: &[usize]) {
-        for &r in resources {
-            self.remaining[r] = self.capacity[r];
-            self.unfrozen_on[r] = self.flows_on[r].len();
-            for &f in &self.flows_on[r] {
-                self.frozen[f] = false;
-            }
-        }
         let level = |remaining: &[f64], unfrozen_on: &[usize], r: usize| {
             // `+ 0.0` turns a negative zero into a positive one, so the bits order as the values.
             remaining[r].max(0.0) / unfrozen_on[r] as f64 + 0.0

@@ -48,12 +48,11 @@ use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
 /// equal flows end at one instant despite rounding.
 const FINISH_TIE: f64 = 1e-9;
 
-/// One flow of a task: `remaining` of `bytes` still to move (its route is in the
-/// [`FairShare`]).
+/// One flow of a task, of `bytes` (its route is in the [`FairShare`], the bytes it has left
+/// to move in the event loop's table by flow id).
 struct Flow {
     task: usize,
     bytes: f64,
-    remaining: f64,
     /// Index into the task's deliveries, for transfers and multicasts.
     delivery: Option<usize>,
     /// Whether it has moved all its bytes.
@@ -257,7 +256,11 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     // ids of those still moving, ascending.
     let mut share = FairShare::new(capacity);
     let mut flows: Vec<Flow> = Vec::new();
+    let mut remaining: Vec<f64> = Vec::new();
     let mut active: Vec<usize> = Vec::new();
+    // Each active flow's time to finish at its current rate, by position in `active`: the
+    // step is their least, and the flows within the tie of the step finish.
+    let mut eta: Vec<f64> = Vec::new();
     let mut waiting = Waiting::default();
     // Under FIFO service, the flows waiting for their channel, and the channels freed at
     // the current event.
@@ -267,13 +270,18 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     let mut done = 0usize;
 
     // Starts a flow: it shares its route from now on.
-    let enter =
-        |flow: Flow, route: Vec<usize>, share: &mut FairShare, flows: &mut Vec<Flow>, active: &mut Vec<usize>| {
-            let id = share.add(route);
-            debug_assert_eq!(id, flows.len());
-            flows.push(flow);
-            active.push(id);
-        };
+    let enter = |flow: Flow,
+                 route: Vec<usize>,
+                 share: &mut FairShare,
+                 flows: &mut Vec<Flow>,
+                 remaining: &mut Vec<f64>,
+                 active: &mut Vec<usize>| {
+        let id = share.add(route);
+        debug_assert_eq!(id, flows.len());
+        remaining.push(flow.bytes);
+        flows.push(flow);
+        active.push(id);
+    };
 
     // Ends `task` at `now` and queues the dependents it releases.
     let mut finish = |task: usize, now: f64, end: &mut [f64], ready: &mut VecDeque<usize>| {
@@ -305,7 +313,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                         None => Some((flow, route)),
                     };
                     if let Some((flow, route)) = admitted {
-                        enter(flow, route, &mut share, &mut flows, &mut active);
+                        enter(flow, route, &mut share, &mut flows, &mut remaining, &mut active);
                     }
                 } else if let Some(d) = flow.delivery {
                     record.delivered(i, d, now);
@@ -322,7 +330,9 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
 
         // Only the components whose flows changed get new rates.
         share.update();
-        let mut step = active.iter().map(|&f| flows[f].remaining / share.rate(f)).fold(f64::INFINITY, f64::min);
+        eta.clear();
+        eta.extend(active.iter().map(|&f| remaining[f] / share.rate(f)));
+        let mut step = eta.iter().copied().fold(f64::INFINITY, f64::min);
         let wake = waiting.next().filter(|&at| at - now <= step);
         if let Some(at) = wake {
             step = at - now;
@@ -331,10 +341,9 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
         now = wake.unwrap_or(now + step);
 
         let mut finished = false;
-        for &f in &active {
-            let rate = share.rate(f);
+        for (&f, &eta) in active.iter().zip(&eta) {
             let flow = &mut flows[f];
-            if flow.remaining / rate <= step * (1.0 + FINISH_TIE) {
+            if eta <= step * (1.0 + FINISH_TIE) {
                 record.moved(share.route(f), flow.bytes);
                 flow.finished = true;
                 if let Some(d) = flow.delivery {
@@ -351,7 +360,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                 share.remove(f);
                 finished = true;
             } else {
-                flow.remaining -= rate * step;
+                remaining[f] -= share.rate(f) * step;
             }
         }
         if finished {
@@ -361,7 +370,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
         // releases (they are issued after it).
         for channel in freed.drain(..) {
             if let Some((flow, route)) = channels.release(channel) {
-                enter(flow, route, &mut share, &mut flows, &mut active);
+                enter(flow, route, &mut share, &mut flows, &mut remaining, &mut active);
             }
         }
         waiting.pop_due(now, |i| ready.push_back(i));
@@ -379,7 +388,6 @@ fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<(Flow, Vec<usi
     let flow = |bytes: f64, delivery, channel: Option<(usize, usize)>| Flow {
         task: i,
         bytes,
-        remaining: bytes,
         delivery,
         finished: false,
         channel: channel.filter(|_| fifo),
