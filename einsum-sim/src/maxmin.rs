@@ -36,9 +36,6 @@
 //! tolerance of each other but not equal: the global filling freezes both at the lower level,
 //! the component filling each at its own (a difference below `1e-12` relative).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 /// Relative slack for deciding that two resources fill at the same level.
 const TIE: f64 = 1e-12;
 
@@ -73,19 +70,15 @@ pub(crate) struct FairShare {
     mark: Vec<u64>,
     flow_mark: Vec<u64>,
     epoch: u64,
-    /// Per resource, the last filling round that changed its level.
-    changed_in: Vec<u64>,
-    round: u64,
     remaining: Vec<f64>,
     unfrozen_on: Vec<usize>,
     frozen: Vec<bool>,
     /// Buffers of [`FairShare::update`] and [`FairShare::fill`], kept between updates so that
-    /// an event allocates nothing: a component's resources, the fill's heap, the resources a
-    /// round fills and those whose level it changes.
+    /// an event allocates nothing: a component's resources, those the filling has not filled
+    /// yet, and those a round fills.
     scratch_resources: Vec<usize>,
-    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    open: Vec<usize>,
     full: Vec<usize>,
-    changed: Vec<usize>,
 }
 
 impl FairShare {
@@ -107,15 +100,12 @@ impl FairShare {
             mark: vec![0; n],
             flow_mark: Vec::new(),
             epoch: 0,
-            changed_in: vec![0; n],
-            round: 0,
             remaining: vec![0.0; n],
             unfrozen_on: vec![0; n],
             frozen: Vec::new(),
             scratch_resources: Vec::new(),
-            heap: BinaryHeap::new(),
+            open: Vec::new(),
             full: Vec::new(),
-            changed: Vec::new(),
         }
     }
 
@@ -284,54 +274,35 @@ impl FairShare {
     /// Progressive filling of one component, given its resources in any order, each at its
     /// full capacity and with its flows unfrozen ([`FairShare::update`] resets them).
     ///
-    /// The resources wait in a heap by fill level (`remaining / unfrozen flows`), and a
-    /// resource is pushed again whenever a frozen flow changes its level (entries that no
-    /// longer match are skipped), so a round costs the resources it fills and the flows it
-    /// freezes, not a pass over the component: `O((F + R) log R)` in all for `F` flows over
-    /// `R` resources. Each round takes the lowest level as the share, fills every resource
-    /// within the tie tolerance of it in ascending index order, and freezes their flows in the
-    /// order they were added: the operations, and so the rates, of a plain pass.
+    /// Each round takes the lowest fill level (`remaining / unfrozen flows`) of the resources
+    /// that still have unfrozen flows as the share, fills every one within the tie tolerance of
+    /// it in ascending index order, and freezes their flows in the order they were added: the
+    /// operations, and so the rates, of a plain pass. The resources left are kept in a list
+    /// that each round's scan compacts, so a round costs the resources still unfilled: a
+    /// component fills in few rounds (its resources fill at a few distinct levels), where a
+    /// heap of levels cost more in its upkeep than the scans it saved.
     fn fill(&mut self, resources: &[usize]) {
         let level = |remaining: &[f64], unfrozen_on: &[usize], r: usize| {
-            // `+ 0.0` turns a negative zero into a positive one, so the bits order as the values.
+            // `+ 0.0` turns a negative zero into a positive one, as the bits of a minimum must be
+            // the same whichever of two equal levels it is taken from.
             remaining[r].max(0.0) / unfrozen_on[r] as f64 + 0.0
         };
-        let mut heap = std::mem::take(&mut self.heap);
-        heap.clear();
-        heap.extend(
-            resources
-                .iter()
-                .filter(|&&r| self.unfrozen_on[r] > 0)
-                .map(|&r| Reverse((level(&self.remaining, &self.unfrozen_on, r).to_bits(), r))),
-        );
-        let current = |s: &FairShare, bits: u64, r: usize| {
-            s.unfrozen_on[r] > 0 && level(&s.remaining, &s.unfrozen_on, r).to_bits() == bits
-        };
+        let mut open = std::mem::take(&mut self.open);
+        open.clear();
+        open.extend(resources.iter().copied().filter(|&r| self.unfrozen_on[r] > 0));
         let mut full = std::mem::take(&mut self.full);
-        let mut changed = std::mem::take(&mut self.changed);
-        loop {
-            while let Some(&Reverse((bits, r))) = heap.peek() {
-                if current(self, bits, r) {
-                    break;
-                }
-                heap.pop();
-            }
-            let Some(&Reverse((bits, _))) = heap.peek() else { break };
-            let share = f64::from_bits(bits);
+        while !open.is_empty() {
+            // drop the resources whose flows all froze, and find the lowest level
+            open.retain(|&r| self.unfrozen_on[r] > 0);
+            let Some(share) = open.iter().map(|&r| level(&self.remaining, &self.unfrozen_on, r)).reduce(f64::min)
+            else {
+                break;
+            };
             full.clear();
-            while let Some(&Reverse((bits, r))) = heap.peek() {
-                if f64::from_bits(bits) > share * (1.0 + TIE) {
-                    break;
-                }
-                heap.pop();
-                if current(self, bits, r) {
-                    full.push(r);
-                }
-            }
+            full.extend(
+                open.iter().copied().filter(|&r| level(&self.remaining, &self.unfrozen_on, r) <= share * (1.0 + TIE)),
+            );
             full.sort_unstable();
-            full.dedup();
-            changed.clear();
-            self.round += 1;
             for &r in &full {
                 for &f in &self.flows_on[r] {
                     if self.frozen[f] {
@@ -342,20 +313,11 @@ impl FairShare {
                     for &q in &self.routes[f] {
                         self.remaining[q] -= share;
                         self.unfrozen_on[q] -= 1;
-                        if self.changed_in[q] != self.round {
-                            self.changed_in[q] = self.round;
-                            changed.push(q);
-                        }
                     }
                 }
             }
-            for &q in &changed {
-                if self.unfrozen_on[q] > 0 {
-                    heap.push(Reverse((level(&self.remaining, &self.unfrozen_on, q).to_bits(), q)));
-                }
-            }
         }
-        (self.heap, self.full, self.changed) = (heap, full, changed);
+        (self.open, self.full) = (open, full);
     }
 }
 
