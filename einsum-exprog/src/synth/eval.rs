@@ -51,6 +51,8 @@ pub(crate) struct Evaluator {
     sizes_gb: Vec<f64>,
     /// `IN`: each atom's number and site, in name order.
     inputs: Vec<(usize, SiteId)>,
+    /// Each atom alone, by number: the sets of the closure's `IN` materialisations.
+    singletons: Vec<AtomSet>,
     /// `GPUS`, when declared (the static checks' declared sites).
     gpus: Option<BTreeSet<SiteId>>,
     /// Per membership: the `OUT` requirements resolved to (atoms, site) pairs, or `None`
@@ -69,9 +71,10 @@ struct Instance {
     bytes: f64,
 }
 
-/// One aggregate present at one site.
-struct Mat {
-    set: AtomSet,
+/// One aggregate present at one site (its set borrowed from the evaluator's singletons or
+/// the candidate's instances, so that a materialisation copies no set).
+struct Mat<'a> {
+    set: &'a AtomSet,
     site: SiteId,
     /// Its number of atoms (the cover order: larger first).
     len: usize,
@@ -90,39 +93,48 @@ struct Firing {
     own: usize,
 }
 
-/// The closure under construction.
-#[derive(Default)]
-struct Closure {
-    mats: Vec<Mat>,
-    /// Each site's materialisations by atom set (per site, so that a lookup borrows the set).
-    known: FastMap<SiteId, FastMap<AtomSet, usize>>,
+/// The closure under construction, over sites numbered below its tables' length.
+struct Closure<'a> {
+    mats: Vec<Mat<'a>>,
+    /// The materialisations by site and atom set.
+    known: FastMap<(SiteId, &'a AtomSet), usize>,
     /// Each site's materialisations, larger aggregates first, then in order of appearance:
-    /// the order the reference closure sorts them into before each cover search.
-    at_site: FastMap<SiteId, Vec<usize>>,
-    /// Sites whose state changed in the last round.
-    dirty: BTreeSet<SiteId>,
+    /// the order the reference closure sorts them into before each cover search. By site id.
+    at_site: Vec<Vec<usize>>,
+    /// Whether each site's state changed in the last round, by site id.
+    dirty: Vec<bool>,
     firings: Vec<Firing>,
 }
 
-impl Closure {
+impl<'a> Closure<'a> {
+    /// No materialisation yet, on sites numbered below `sites`.
+    fn new(sites: usize) -> Closure<'a> {
+        Closure {
+            mats: Vec::new(),
+            known: FastMap::default(),
+            at_site: vec![Vec::new(); sites],
+            dirty: vec![false; sites],
+            firings: Vec::new(),
+        }
+    }
+
     /// The materialisation of `set` at `site`, if present.
     fn find(&self, site: SiteId, set: &AtomSet) -> Option<usize> {
-        self.known.get(&site)?.get(set).copied()
+        self.known.get(&(site, set)).copied()
     }
 
     /// Adds `set` (of `len` atoms, `bytes` in size) at `site` unless present; its number.
-    fn add(&mut self, set: &AtomSet, len: usize, bytes: f64, site: SiteId, producer: Option<usize>) -> usize {
-        let known = self.known.entry(site).or_default();
-        if let Some(&m) = known.get(set) {
-            return m;
-        }
+    fn add(&mut self, set: &'a AtomSet, len: usize, bytes: f64, site: SiteId, producer: Option<usize>) -> usize {
         let id = self.mats.len();
-        known.insert(set.clone(), id);
-        self.mats.push(Mat { set: set.clone(), site, len, bytes, producer });
-        let list = self.at_site.entry(site).or_default();
+        let known = self.known.entry((site, set)).or_insert(id);
+        if *known != id {
+            return *known;
+        }
+        self.mats.push(Mat { set, site, len, bytes, producer });
+        let list = &mut self.at_site[site.0];
         let at = list.partition_point(|&m| self.mats[m].len >= len);
         list.insert(at, id);
-        self.dirty.insert(site);
+        self.dirty[site.0] = true;
         id
     }
 }
@@ -135,6 +147,13 @@ impl Evaluator {
             atoms,
             sizes_gb: preamble.inputs.values().map(|i| i.size_gb).collect(),
             inputs: preamble.inputs.values().enumerate().map(|(i, input)| (i, input.site)).collect(),
+            singletons: (0..preamble.inputs.len())
+                .map(|i| {
+                    let mut set = AtomSet::empty();
+                    set.insert(i);
+                    set
+                })
+                .collect(),
             gpus: preamble.gpus.clone(),
             requirements: HashMap::new(),
             preamble: preamble.with_body([]),
@@ -227,29 +246,39 @@ impl Evaluator {
 
     /// `S*(P)` in rounds, as `closure.rs` computes it; `None` if some instance is never
     /// enabled or a cover search runs past its budget.
-    fn closure(&self, instances: &[Instance]) -> Option<Closure> {
-        let mut st = Closure::default();
+    fn closure<'a>(&'a self, instances: &'a [Instance]) -> Option<Closure<'a>> {
+        let sites = self
+            .inputs
+            .iter()
+            .map(|(_, s)| s)
+            .chain(instances.iter().flat_map(|i| std::iter::once(&i.site).chain(&i.dests)))
+            .map(|s| s.0 + 1)
+            .max()
+            .unwrap_or(0);
+        let mut st = Closure::new(sites);
         for &(atom, site) in &self.inputs {
-            let mut set = AtomSet::empty();
-            set.insert(atom);
-            st.add(&set, 1, self.sizes_gb[atom] * GB, site, None);
+            st.add(&self.singletons[atom], 1, self.sizes_gb[atom] * GB, site, None);
         }
-        st.dirty.extend(instances.iter().map(|i| i.site));
+        for inst in instances {
+            st.dirty[inst.site.0] = true;
+        }
         let mut pending: Vec<usize> = (0..instances.len()).collect();
         let mut budget = COVER_BUDGET;
+        let mut candidates: Vec<&AtomSet> = Vec::new();
         loop {
             let mut fired: Vec<(usize, Vec<usize>)> = Vec::new();
             for &i in &pending {
                 let inst = &instances[i];
-                if !st.dirty.contains(&inst.site) {
+                if !st.dirty[inst.site.0] {
                     continue;
                 }
                 if let Some(m) = st.find(inst.site, &inst.set) {
                     fired.push((i, vec![m]));
                     continue;
                 }
-                let ids: &[usize] = st.at_site.get(&inst.site).map_or(&[], Vec::as_slice);
-                let candidates: Vec<&AtomSet> = ids.iter().map(|&m| &st.mats[m].set).collect();
+                let ids = &st.at_site[inst.site.0];
+                candidates.clear();
+                candidates.extend(ids.iter().map(|&m| st.mats[m].set));
                 match exact_cover(&inst.set, &candidates, &mut budget) {
                     Ok(Some(cover)) => fired.push((i, cover.into_iter().map(|k| ids[k]).collect())),
                     Ok(None) => {}
@@ -259,7 +288,7 @@ impl Evaluator {
             if fired.is_empty() {
                 break;
             }
-            st.dirty.clear();
+            st.dirty.fill(false);
             let mut done = vec![false; instances.len()];
             for (i, pieces) in fired {
                 let inst = &instances[i];
@@ -308,7 +337,7 @@ fn lower(instances: &[Instance], closure: &Closure) -> SimGraph {
             .collect();
         deps.sort_unstable();
         deps.dedup();
-        let present = f.pieces.len() == 1 && mats[f.pieces[0]].set == inst.set;
+        let present = f.pieces.len() == 1 && *mats[f.pieces[0]].set == inst.set;
         let ready = if present {
             deps.first().copied()
         } else if let Some(&earlier) = formed.get(&f.own) {
