@@ -30,6 +30,7 @@ use einsum_core::FastMap;
 use einsum_sim::{GB, SimGraph, SimTask, SimTaskId, Topology};
 
 use crate::action::Action;
+use crate::aggregate::Aggregate;
 use crate::atomset::AtomSet;
 use crate::cover::exact_cover;
 use crate::ids::{AtomId, SiteId};
@@ -58,11 +59,16 @@ pub(crate) struct Evaluator {
     /// Per membership: the `OUT` requirements resolved to (atoms, site) pairs, or `None`
     /// when the preamble fails its static checks under that membership.
     requirements: HashMap<Membership, Option<Vec<(AtomSet, SiteId)>>>,
+    /// Every aggregate of a body met so far, by [`Aggregate::shared_address`] (with a clone
+    /// that keeps the address its own): its atoms and size, or `None` if an atom is not
+    /// declared. Candidates share most of their actions' aggregates with the bodies they were
+    /// made from, so most are looked up here instead of atom by atom.
+    interned: FastMap<usize, (Aggregate, Option<(AtomSet, f64)>)>,
 }
 
 /// One action instance of a candidate, interned.
-struct Instance {
-    set: AtomSet,
+struct Instance<'e> {
+    set: &'e AtomSet,
     site: SiteId,
     dests: Vec<SiteId>,
     /// The aggregate's number of atoms.
@@ -156,6 +162,7 @@ impl Evaluator {
                 .collect(),
             gpus: preamble.gpus.clone(),
             requirements: HashMap::new(),
+            interned: FastMap::default(),
             preamble: preamble.with_body([]),
         }
     }
@@ -196,14 +203,26 @@ impl Evaluator {
         self.requirements.get(membership).and_then(|r| r.as_deref())
     }
 
+    /// Adds the aggregates of `body` to [`Evaluator::interned`].
+    fn intern(&mut self, body: &BTreeSet<Action>) {
+        for action in body {
+            let key = action.aggregate.shared_address();
+            if !self.interned.contains_key(&key) {
+                let set = self.set_of(action.aggregate.atoms().iter());
+                self.interned.insert(key, (action.aggregate.clone(), set));
+            }
+        }
+    }
+
     /// The body's instances in the reference's order (body order, then site), or `None` if
     /// an action fails a static check (an undeclared atom, site or partition, or a transfer
-    /// to its own source).
-    fn instances(&self, body: &BTreeSet<Action>, membership: &Membership) -> Option<Vec<Instance>> {
+    /// to its own source). The body's aggregates must be interned.
+    fn instances(&self, body: &BTreeSet<Action>, membership: &Membership) -> Option<Vec<Instance<'_>>> {
         let declared = |s: &SiteId| self.gpus.as_ref().is_none_or(|g| g.contains(s));
         let mut out = Vec::with_capacity(body.len());
         for action in body {
-            let (set, bytes) = self.set_of(action.aggregate.atoms().iter())?;
+            let (_, interned) = self.interned.get(&action.aggregate.shared_address())?;
+            let (set, bytes) = interned.as_ref().map(|(set, bytes)| (set, *bytes))?;
             let dests: Vec<SiteId> = action.dests.iter().copied().collect();
             if !dests.iter().all(declared) {
                 return None;
@@ -217,7 +236,7 @@ impl Evaluator {
                 Target::Partition(_) => return None,
             };
             for site in sites {
-                out.push(Instance { set: set.clone(), site, dests: dests.clone(), len: action.aggregate.len(), bytes });
+                out.push(Instance { set, site, dests: dests.clone(), len: action.aggregate.len(), bytes });
             }
         }
         Some(out)
@@ -235,6 +254,7 @@ impl Evaluator {
         topology: &Topology,
     ) -> Option<Vec<f64>> {
         self.requirements(membership)?;
+        self.intern(body);
         let instances = self.instances(body, membership)?;
         let closure = self.closure(&instances)?;
         let reqs = self.requirements.get(membership)?.as_deref()?;
@@ -246,7 +266,7 @@ impl Evaluator {
 
     /// `S*(P)` in rounds, as `closure.rs` computes it; `None` if some instance is never
     /// enabled or a cover search runs past its budget.
-    fn closure<'a>(&'a self, instances: &'a [Instance]) -> Option<Closure<'a>> {
+    fn closure<'a>(&'a self, instances: &'a [Instance<'a>]) -> Option<Closure<'a>> {
         let sites = self
             .inputs
             .iter()
@@ -272,14 +292,14 @@ impl Evaluator {
                 if !st.dirty[inst.site.0] {
                     continue;
                 }
-                if let Some(m) = st.find(inst.site, &inst.set) {
+                if let Some(m) = st.find(inst.site, inst.set) {
                     fired.push((i, vec![m]));
                     continue;
                 }
                 let ids = &st.at_site[inst.site.0];
                 candidates.clear();
                 candidates.extend(ids.iter().map(|&m| st.mats[m].set));
-                match exact_cover(&inst.set, &candidates, &mut budget) {
+                match exact_cover(inst.set, &candidates, &mut budget) {
                     Ok(Some(cover)) => fired.push((i, cover.into_iter().map(|k| ids[k]).collect())),
                     Ok(None) => {}
                     Err(_) => return None,
@@ -293,9 +313,9 @@ impl Evaluator {
             for (i, pieces) in fired {
                 let inst = &instances[i];
                 let f = st.firings.len();
-                let own = st.add(&inst.set, inst.len, inst.bytes, inst.site, Some(f));
+                let own = st.add(inst.set, inst.len, inst.bytes, inst.site, Some(f));
                 for &d in &inst.dests {
-                    st.add(&inst.set, inst.len, inst.bytes, d, Some(f));
+                    st.add(inst.set, inst.len, inst.bytes, d, Some(f));
                 }
                 st.firings.push(Firing { instance: i, pieces, own });
                 done[i] = true;
@@ -337,7 +357,7 @@ fn lower(instances: &[Instance], closure: &Closure) -> SimGraph {
             .collect();
         deps.sort_unstable();
         deps.dedup();
-        let present = f.pieces.len() == 1 && *mats[f.pieces[0]].set == inst.set;
+        let present = f.pieces.len() == 1 && mats[f.pieces[0]].set == inst.set;
         let ready = if present {
             deps.first().copied()
         } else if let Some(&earlier) = formed.get(&f.own) {
