@@ -49,13 +49,16 @@ pub(crate) struct FairShare {
     capacity: Vec<f64>,
     /// The live flows crossing each resource, ascending by id.
     flows_on: Vec<Vec<usize>>,
-    /// Each flow's route (emptied when the flow is removed).
-    routes: Vec<Vec<usize>>,
+    /// Every flow's route, one after another: flow `f` crosses
+    /// `route_ids[route_start[f]..route_start[f + 1]]` (one array for the filling to read,
+    /// and no allocation per flow).
+    route_ids: Vec<usize>,
+    route_start: Vec<usize>,
     /// Each flow's rate as of the last [`FairShare::update`].
     rate: Vec<f64>,
     live: Vec<bool>,
-    /// The flows added since the last update, and those removed since (their routes are kept
-    /// until the update pairs them with added flows of the same route).
+    /// The flows added since the last update, and those removed since (for the update to pair
+    /// by route).
     added: Vec<usize>,
     removed: Vec<usize>,
     /// The first flow id handed out after the last update.
@@ -88,7 +91,8 @@ impl FairShare {
         FairShare {
             capacity,
             flows_on: vec![Vec::new(); n],
-            routes: Vec::new(),
+            route_ids: Vec::new(),
+            route_start: vec![0],
             rate: Vec::new(),
             live: Vec::new(),
             added: Vec::new(),
@@ -112,9 +116,9 @@ impl FairShare {
     /// Adds a flow crossing `route` (resource indices, each at most once) and returns its
     /// id. Its rate is known after the next [`FairShare::update`]; a flow that crosses
     /// nothing gets `f64::INFINITY`.
-    pub(crate) fn add(&mut self, route: Vec<usize>) -> usize {
-        let id = self.routes.len();
-        for &r in &route {
+    pub(crate) fn add(&mut self, route: &[usize]) -> usize {
+        let id = self.rate.len();
+        for &r in route {
             if self.flows_on[r].is_empty() {
                 self.busy_at[r] = self.busy.len();
                 self.busy.push(r);
@@ -125,7 +129,8 @@ impl FairShare {
             self.added.push(id);
         }
         self.rate.push(if route.is_empty() { f64::INFINITY } else { f64::NAN });
-        self.routes.push(route);
+        self.route_ids.extend_from_slice(route);
+        self.route_start.push(self.route_ids.len());
         self.live.push(true);
         self.flow_mark.push(0);
         self.frozen.push(false);
@@ -138,10 +143,11 @@ impl FairShare {
         if !std::mem::replace(&mut self.live[id], false) {
             return;
         }
-        if !self.routes[id].is_empty() {
+        let (start, end) = (self.route_start[id], self.route_start[id + 1]);
+        if start < end {
             self.removed.push(id);
         }
-        for &r in &self.routes[id] {
+        for &r in &self.route_ids[start..end] {
             let on = &mut self.flows_on[r];
             if let Ok(k) = on.binary_search(&id) {
                 on.remove(k);
@@ -166,9 +172,9 @@ impl FairShare {
         &self.busy
     }
 
-    /// The route of a live flow.
+    /// The route of a flow.
     pub(crate) fn route(&self, id: usize) -> &[usize] {
-        &self.routes[id]
+        &self.route_ids[self.route_start[id]..self.route_start[id + 1]]
     }
 
     /// Refills the components that contain a resource whose flows changed since the last
@@ -202,7 +208,7 @@ impl FairShare {
                     }
                     self.flow_mark[f] = epoch;
                     self.frozen[f] = false;
-                    for &q in &self.routes[f] {
+                    for &q in &self.route_ids[self.route_start[f]..self.route_start[f + 1]] {
                         if self.mark[q] != epoch {
                             self.mark[q] = epoch;
                             resources.push(q);
@@ -222,27 +228,23 @@ impl FairShare {
     /// Pairs the flows added since the last update with the flows removed since that crossed
     /// the same route, giving each added flow of a pair its partner's rate, and puts the
     /// resources of every unpaired change in [`FairShare::touched`]. A flow both added and
-    /// removed since the last update changed nothing and is left out. Frees the removed
-    /// flows' routes.
+    /// removed since the last update changed nothing and is left out.
     fn pair_replacements(&mut self) {
         let mut added = std::mem::take(&mut self.added);
         let mut removed = std::mem::take(&mut self.removed);
         let fresh_from = self.fresh_from;
         added.retain(|&f| self.live[f]);
-        for &f in removed.iter().filter(|&&f| f >= fresh_from) {
-            self.routes[f] = Vec::new();
-        }
         removed.retain(|&f| f < fresh_from);
         if !added.is_empty() && !removed.is_empty() {
             // by route, then by id, so that the pairing is deterministic
-            let by_route = |routes: &[Vec<usize>], a: &usize, b: &usize| routes[*a].cmp(&routes[*b]).then(a.cmp(b));
-            added.sort_unstable_by(|a, b| by_route(&self.routes, a, b));
-            removed.sort_unstable_by(|a, b| by_route(&self.routes, a, b));
+            let by_route = |a: &usize, b: &usize| self.route(*a).cmp(self.route(*b)).then(a.cmp(b));
+            added.sort_unstable_by(by_route);
+            removed.sort_unstable_by(by_route);
         }
         let (mut i, mut j) = (0, 0);
         while i < added.len() || j < removed.len() {
             let order = match (added.get(i), removed.get(j)) {
-                (Some(&a), Some(&r)) => self.routes[a].cmp(&self.routes[r]),
+                (Some(&a), Some(&r)) => self.route(a).cmp(self.route(r)),
                 (Some(_), None) => std::cmp::Ordering::Less,
                 _ => std::cmp::Ordering::Greater,
             };
@@ -253,22 +255,21 @@ impl FairShare {
                     j += 1;
                 }
                 std::cmp::Ordering::Less => {
-                    self.touched.extend_from_slice(&self.routes[added[i]]);
+                    let (start, end) = (self.route_start[added[i]], self.route_start[added[i] + 1]);
+                    self.touched.extend_from_slice(&self.route_ids[start..end]);
                     i += 1;
                 }
                 std::cmp::Ordering::Greater => {
-                    self.touched.extend_from_slice(&self.routes[removed[j]]);
+                    let (start, end) = (self.route_start[removed[j]], self.route_start[removed[j] + 1]);
+                    self.touched.extend_from_slice(&self.route_ids[start..end]);
                     j += 1;
                 }
             }
         }
-        for &r in &removed {
-            self.routes[r] = Vec::new();
-        }
         added.clear();
         removed.clear();
         (self.added, self.removed) = (added, removed);
-        self.fresh_from = self.routes.len();
+        self.fresh_from = self.rate.len();
     }
 
     /// Progressive filling of one component, given its resources in any order, each at its
@@ -310,7 +311,7 @@ impl FairShare {
                     }
                     self.frozen[f] = true;
                     self.rate[f] = share;
-                    for &q in &self.routes[f] {
+                    for &q in &self.route_ids[self.route_start[f]..self.route_start[f + 1]] {
                         self.remaining[q] -= share;
                         self.unfrozen_on[q] -= 1;
                     }
@@ -327,7 +328,7 @@ impl FairShare {
 #[cfg(test)]
 fn max_min_rates(capacity: &[f64], routes: &[&[usize]]) -> Vec<f64> {
     let mut share = FairShare::new(capacity.to_vec());
-    let ids: Vec<usize> = routes.iter().map(|r| share.add(r.to_vec())).collect();
+    let ids: Vec<usize> = routes.iter().map(|r| share.add(r)).collect();
     share.update();
     ids.into_iter().map(|f| share.rate(f)).collect()
 }
@@ -420,21 +421,21 @@ mod tests {
     #[test]
     fn a_replacement_keeps_every_rate_without_a_refilling() {
         let mut share = FairShare::new(vec![1.0, 2.0, 3.0]);
-        let ids: Vec<usize> = [vec![0, 1], vec![1], vec![1, 2]].into_iter().map(|r| share.add(r)).collect();
+        let ids: Vec<usize> = [&[0, 1][..], &[1], &[1, 2]].into_iter().map(|r| share.add(r)).collect();
         share.update();
         let before: Vec<f64> = ids.iter().map(|&f| share.rate(f)).collect();
         share.remove(ids[0]);
-        let replaced = share.add(vec![0, 1]);
+        let replaced = share.add(&[0, 1]);
         share.pair_replacements();
         assert!(share.touched.is_empty());
         assert_eq!(share.rate(replaced), before[0]);
         share.update();
         assert_eq!([share.rate(replaced), share.rate(ids[1]), share.rate(ids[2])], before[..]);
         // a flow added and removed between two updates changes nothing either
-        let passing = share.add(vec![2]);
+        let passing = share.add(&[2]);
         share.remove(passing);
         share.remove(ids[2]);
-        let other = share.add(vec![1]);
+        let other = share.add(&[1]);
         share.pair_replacements();
         assert_eq!(share.touched, [1, 1, 2], "the unpaired flows' routes, added first");
         share.update();
@@ -458,7 +459,7 @@ mod tests {
                     if route.is_empty() {
                         route.push(rng.below(resources));
                     }
-                    live.push((share.add(route.clone()), route));
+                    live.push((share.add(&route), route));
                 }
                 for _ in 0..rng.below(3) {
                     if !live.is_empty() {
@@ -471,7 +472,7 @@ mod tests {
                     if !live.is_empty() {
                         let (id, route) = live.remove(rng.below(live.len()));
                         share.remove(id);
-                        live.push((share.add(route.clone()), route));
+                        live.push((share.add(&route), route));
                     }
                 }
                 share.update();

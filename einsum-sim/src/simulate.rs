@@ -276,7 +276,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                  flows: &mut Vec<Flow>,
                  remaining: &mut Vec<f64>,
                  active: &mut Vec<usize>| {
-        let id = share.add(route);
+        let id = share.add(&route);
         debug_assert_eq!(id, flows.len());
         remaining.push(flow.bytes);
         flows.push(flow);
