@@ -113,11 +113,11 @@ struct Closure<'a> {
 }
 
 impl<'a> Closure<'a> {
-    /// No materialisation yet, on sites numbered below `sites`.
-    fn new(sites: usize) -> Closure<'a> {
+    /// No materialisation yet, on sites numbered below `sites`, with room for `mats` of them.
+    fn new(sites: usize, mats: usize) -> Closure<'a> {
         Closure {
-            mats: Vec::new(),
-            known: FastMap::default(),
+            mats: Vec::with_capacity(mats),
+            known: FastMap::with_capacity_and_hasher(mats, Default::default()),
             at_site: vec![Vec::new(); sites],
             dirty: vec![false; sites],
             firings: Vec::new(),
@@ -275,7 +275,9 @@ impl Evaluator {
             .map(|s| s.0 + 1)
             .max()
             .unwrap_or(0);
-        let mut st = Closure::new(sites);
+        // at most: every input, and every instance's aggregate at its site and its destinations
+        let mats = self.inputs.len() + instances.iter().map(|i| 1 + i.dests.len()).sum::<usize>();
+        let mut st = Closure::new(sites, mats);
         for &(atom, site) in &self.inputs {
             st.add(&self.singletons[atom], 1, self.sizes_gb[atom] * GB, site, None);
         }
