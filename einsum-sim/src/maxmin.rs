@@ -44,7 +44,7 @@ const TIE: f64 = 1e-12;
 ///
 /// Flow ids are handed out in increasing order and never reused, so ordering flows by id
 /// is ordering them by the time they were added.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct FairShare {
     capacity: Vec<f64>,
     /// The live flows crossing each resource, ascending by id.
@@ -86,31 +86,40 @@ pub(crate) struct FairShare {
 
 impl FairShare {
     /// No flows over resources of these capacities (bytes/s, positive).
-    pub(crate) fn new(capacity: Vec<f64>) -> FairShare {
+    #[cfg(test)]
+    pub(crate) fn new(capacity: &[f64]) -> FairShare {
+        let mut share = FairShare::default();
+        share.reset(capacity);
+        share
+    }
+
+    /// Back to no flows, over resources of these capacities (bytes/s, positive), keeping the
+    /// buffers: a simulator that runs many task graphs ([`crate::Workspace`]) allocates them
+    /// once. Flow ids start again from 0.
+    pub(crate) fn reset(&mut self, capacity: &[f64]) {
         let n = capacity.len();
-        FairShare {
-            capacity,
-            flows_on: vec![Vec::new(); n],
-            route_ids: Vec::new(),
-            route_start: vec![0],
-            rate: Vec::new(),
-            live: Vec::new(),
-            added: Vec::new(),
-            removed: Vec::new(),
-            fresh_from: 0,
-            touched: Vec::new(),
-            busy: Vec::new(),
-            busy_at: vec![usize::MAX; n],
-            mark: vec![0; n],
-            flow_mark: Vec::new(),
-            epoch: 0,
-            remaining: vec![0.0; n],
-            unfrozen_on: vec![0; n],
-            frozen: Vec::new(),
-            scratch_resources: Vec::new(),
-            open: Vec::new(),
-            full: Vec::new(),
-        }
+        self.capacity.clear();
+        self.capacity.extend_from_slice(capacity);
+        self.flows_on.iter_mut().for_each(Vec::clear);
+        self.flows_on.resize_with(n, Vec::new);
+        self.route_ids.clear();
+        self.route_start.clear();
+        self.route_start.push(0);
+        self.rate.clear();
+        self.live.clear();
+        self.added.clear();
+        self.removed.clear();
+        self.fresh_from = 0;
+        self.touched.clear();
+        self.busy.clear();
+        self.busy_at.clear();
+        self.busy_at.resize(n, usize::MAX);
+        // the marks only need to differ from the epochs to come, which keep counting up
+        self.mark.resize(n, 0);
+        self.flow_mark.clear();
+        self.remaining.resize(n, 0.0);
+        self.unfrozen_on.resize(n, 0);
+        self.frozen.clear();
     }
 
     /// Adds a flow crossing `route` (resource indices, each at most once) and returns its
@@ -327,7 +336,7 @@ impl FairShare {
 /// a flow that crosses nothing gets `f64::INFINITY`. Capacities must be positive.
 #[cfg(test)]
 fn max_min_rates(capacity: &[f64], routes: &[&[usize]]) -> Vec<f64> {
-    let mut share = FairShare::new(capacity.to_vec());
+    let mut share = FairShare::new(capacity);
     let ids: Vec<usize> = routes.iter().map(|r| share.add(r)).collect();
     share.update();
     ids.into_iter().map(|f| share.rate(f)).collect()
@@ -420,7 +429,7 @@ mod tests {
     /// one's rate, and only an unpaired change seeds a refilling.
     #[test]
     fn a_replacement_keeps_every_rate_without_a_refilling() {
-        let mut share = FairShare::new(vec![1.0, 2.0, 3.0]);
+        let mut share = FairShare::new(&[1.0, 2.0, 3.0]);
         let ids: Vec<usize> = [&[0, 1][..], &[1], &[1, 2]].into_iter().map(|r| share.add(r)).collect();
         share.update();
         let before: Vec<f64> = ids.iter().map(|&f| share.rate(f)).collect();
@@ -451,7 +460,7 @@ mod tests {
         for case in 0..40 {
             let resources = 2 + rng.below(12);
             let capacity: Vec<f64> = (0..resources).map(|_| 0.5 + 10.0 * rng.unit()).collect();
-            let mut share = FairShare::new(capacity.clone());
+            let mut share = FairShare::new(&capacity);
             let mut live: Vec<(usize, Vec<usize>)> = Vec::new();
             for _ in 0..30 {
                 for _ in 0..1 + rng.below(3) {

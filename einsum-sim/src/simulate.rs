@@ -69,7 +69,7 @@ struct Flow {
 pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimError> {
     check(topology, tasks)?;
     let mut record = Full::new(topology, tasks);
-    let times = run(topology, tasks, &mut record);
+    let times = run(topology, tasks, &mut record, &mut Workspace::default());
     let completion = completion(&times.end);
     let traces: Vec<TaskTrace> = tasks
         .iter()
@@ -102,8 +102,28 @@ pub fn simulate_completion(topology: &Topology, tasks: &[SimTask]) -> Result<f64
 /// that score many candidate programs by their end times, such as the exchange search).
 /// Fails as [`simulate`] does.
 pub fn simulate_end_times(topology: &Topology, tasks: &[SimTask]) -> Result<Vec<f64>, SimError> {
+    simulate_end_times_in(&mut Workspace::default(), topology, tasks)
+}
+
+/// [`simulate_end_times`], in the buffers of `workspace`: a caller that simulates many task
+/// graphs one after another (the exchange search scores every candidate) keeps one
+/// workspace, and the runs after the first allocate little. The times are the same, bit for
+/// bit, whatever the workspace ran before.
+pub fn simulate_end_times_in(
+    workspace: &mut Workspace,
+    topology: &Topology,
+    tasks: &[SimTask],
+) -> Result<Vec<f64>, SimError> {
     check(topology, tasks)?;
-    Ok(run(topology, tasks, &mut Nothing).end)
+    Ok(run(topology, tasks, &mut Nothing, workspace).end)
+}
+
+/// The buffers of the event loop, kept from one run to the next by
+/// [`simulate_end_times_in`]: the flows' rates and routes ([`FairShare`]), sized by the
+/// resources and flows of the largest run so far.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    share: FairShare,
 }
 
 /// The largest end time, folded in task order (as [`simulate`] always has).
@@ -241,8 +261,9 @@ impl Dependents {
     }
 }
 
-/// The event loop (module docs) over checked `tasks`, reporting to `record`.
-fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Times {
+/// The event loop (module docs) over checked `tasks`, reporting to `record`, in the buffers of
+/// `workspace`.
+fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record, workspace: &mut Workspace) -> Times {
     let n = tasks.len();
     let dependents = Dependents::of(tasks);
     let mut pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
@@ -254,7 +275,8 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     let mut open = vec![0usize; n];
     // The flows with bytes to move, by id (ids ascend in the order flows start), and the
     // ids of those still moving, ascending.
-    let mut share = FairShare::new(capacity);
+    let share = &mut workspace.share;
+    share.reset(&capacity);
     let mut flows: Vec<Flow> = Vec::new();
     let mut remaining: Vec<f64> = Vec::new();
     let mut active: Vec<usize> = Vec::new();
@@ -313,7 +335,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                         None => Some((flow, route)),
                     };
                     if let Some((flow, route)) = admitted {
-                        enter(flow, route, &mut share, &mut flows, &mut remaining, &mut active);
+                        enter(flow, route, share, &mut flows, &mut remaining, &mut active);
                     }
                 } else if let Some(d) = flow.delivery {
                     record.delivered(i, d, now);
@@ -370,7 +392,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
         // releases (they are issued after it).
         for channel in freed.drain(..) {
             if let Some((flow, route)) = channels.release(channel) {
-                enter(flow, route, &mut share, &mut flows, &mut remaining, &mut active);
+                enter(flow, route, share, &mut flows, &mut remaining, &mut active);
             }
         }
         waiting.pop_due(now, |i| ready.push_back(i));
@@ -633,6 +655,35 @@ mod tests {
         assert_eq!(simulate_completion(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
         assert_eq!(simulate_end_times(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
         assert_eq!(simulate_completion(&h100(), &[]).unwrap(), 0.0);
+    }
+
+    /// One workspace reused across graphs and machines of different sizes gives every run's
+    /// end times bit for bit as a fresh one does.
+    #[test]
+    fn a_reused_workspace_changes_no_end_time() {
+        let graph = |n: usize, sites: usize| -> Vec<SimTask> {
+            let mut tasks = vec![SimTask::compute("k", s(0), 1e-4)];
+            for i in 0..n {
+                let dep = SimTaskId(tasks.len() - 1 - (i % 2).min(tasks.len() - 1));
+                let (a, b) = (i % sites, (i * 3 + 1) % sites);
+                let b = if a == b { (b + 1) % sites } else { b };
+                tasks.push(SimTask::transfer("t", s(a), s(b), (1 + i % 5) as f64 * 0.01 * GB).after([dep]));
+                tasks.push(SimTask::aggregate("a", s(b), 1e8, 5e7).after([SimTaskId(tasks.len() - 1)]));
+            }
+            tasks
+        };
+        let mut workspace = Workspace::default();
+        for (name, n) in [("dgx-h100", 40), ("dgx-v100", 12), ("dgx-a100x2", 60), ("dgx-h100", 7)] {
+            let t = Topology::preset(name).expect("preset");
+            let tasks = graph(n, t.num_sites());
+            let fresh: Vec<u64> = simulate_end_times(&t, &tasks).expect("fresh").iter().map(|e| e.to_bits()).collect();
+            let reused: Vec<u64> = simulate_end_times_in(&mut workspace, &t, &tasks)
+                .expect("reused")
+                .iter()
+                .map(|e| e.to_bits())
+                .collect();
+            assert_eq!(reused, fresh, "{name}");
+        }
     }
 
     #[test]
