@@ -27,7 +27,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use einsum_core::FastMap;
-use einsum_sim::{GB, SimGraph, SimTask, SimTaskId, Topology};
+use einsum_sim::{GB, SimGraph, SimTask, SimTaskId, Topology, Workspace};
 
 use crate::action::Action;
 use crate::aggregate::Aggregate;
@@ -64,6 +64,8 @@ pub(crate) struct Evaluator {
     /// declared. Candidates share most of their actions' aggregates with the bodies they were
     /// made from, so most are looked up here instead of atom by atom.
     interned: FastMap<usize, (Aggregate, Option<(AtomSet, f64)>)>,
+    /// The simulator's buffers, kept from one candidate to the next.
+    workspace: Workspace,
 }
 
 /// One action instance of a candidate, interned.
@@ -163,6 +165,7 @@ impl Evaluator {
             gpus: preamble.gpus.clone(),
             requirements: HashMap::new(),
             interned: FastMap::default(),
+            workspace: Workspace::default(),
             preamble: preamble.with_body([]),
         }
     }
@@ -261,7 +264,8 @@ impl Evaluator {
         if !reqs.iter().all(|(set, site)| closure.find(*site, set).is_some()) {
             return None;
         }
-        lower(&instances, &closure).simulate_end_times(topology).ok()
+        let graph = lower(&instances, &closure);
+        graph.simulate_end_times_in(topology, &mut self.workspace).ok()
     }
 
     /// `S*(P)` in rounds, as `closure.rs` computes it; `None` if some instance is never
