@@ -25,9 +25,10 @@
 //! (the next transfer of a FIFO channel entering as the one ahead of it finishes) leave every
 //! rate of their component as it was, and the new flow gets the old one's rate; so
 //! [`FairShare::update`] pairs the flows added with the flows removed by route and refills
-//! only the components that an unpaired change touched. Under FIFO service a chunked
-//! exchange is mostly such replacements: one large component that would otherwise be
-//! refilled at every chunk's arrival.
+//! only the components that an unpaired change touched. Under FIFO service every chunk that
+//! arrives while another waits on its channel is such a replacement, in what is often one
+//! large component: on the searched llama layer over 72 H100s it spares a quarter of the
+//! flows the fillings visited.
 //!
 //! Within a component the filling does the same floating-point operations in the same order
 //! as filling everything at once (resources in index order, flows in the order they were
