@@ -45,6 +45,13 @@ impl Aggregate {
         &self.0
     }
 
+    /// The address of the atoms this aggregate shares with its clones: equal for clones of
+    /// one aggregate, and never another aggregate's while one of them is alive (so a cache
+    /// keyed by it must hold a clone).
+    pub(crate) fn shared_address(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     /// Number of atoms.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -161,7 +161,7 @@ pub use roofline::{
     MATMUL_COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY, Roofline,
 };
 pub use service::LinkService;
-pub use simulate::{simulate, simulate_completion, simulate_end_times};
+pub use simulate::{Workspace, simulate, simulate_completion, simulate_end_times, simulate_end_times_in};
 pub use task::{SimGraph, SimTask, SimTaskId, TaskKind};
 pub use topology::{
     ComputeRates, Fallback, GB, Link, MAX_SITES, Precision, Resource, ResourceId, ResourceKind, Site, SiteId, TFLOP,

@@ -51,7 +51,9 @@
 //! (`tests/paper_examples.rs` checks both). The paper's derivations assume only that
 //! *different* pairs sharing an endpoint split it, which both services do.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use einsum_core::FastMap;
 
 /// How the transfers of one ordered pair of sites are served (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -84,15 +86,16 @@ impl LinkService {
 }
 
 /// One FIFO per busy channel (an ordered pair of sites): the items waiting behind the one
-/// being served. A channel absent from the map is idle.
+/// being served. A channel absent from the map is idle. The map is looked up once per
+/// transfer issued and finished and never iterated, so it is a [`FastMap`].
 #[derive(Debug)]
 pub(crate) struct Channels<T> {
-    waiting: HashMap<(usize, usize), VecDeque<T>>,
+    waiting: FastMap<(usize, usize), VecDeque<T>>,
 }
 
 impl<T> Default for Channels<T> {
     fn default() -> Self {
-        Channels { waiting: HashMap::new() }
+        Channels { waiting: FastMap::default() }
     }
 }
 

@@ -8,7 +8,8 @@
 //! moves at its max-min fair rate over the resources it crosses; at every event (a task
 //! starting, a flow finishing) the rates are recomputed, for the flows whose connected
 //! component of the flow–resource graph changed only ([`FairShare`]: a kernel finishing
-//! on one device does not refill the transfers of another). The simulator jumps from one
+//! on one device does not refill the transfers of another, and a FIFO channel's next
+//! transfer entering as the one ahead of it finishes refills nothing). The simulator jumps from one
 //! completion to the next, so it takes at most one step per flow; a step costs the
 //! components it changed plus one pass over the active flows (their remaining bytes) and
 //! the busy resources, never a pass over every resource of the machine.
@@ -47,12 +48,11 @@ use crate::trace::{ResourceUsage, TaskTrace, Trace, union_length};
 /// equal flows end at one instant despite rounding.
 const FINISH_TIE: f64 = 1e-9;
 
-/// One flow of a task: `remaining` of `bytes` still to move (its route is in the
-/// [`FairShare`]).
+/// One flow of a task, of `bytes` (its route is in the [`FairShare`], the bytes it has left
+/// to move in the event loop's table by flow id).
 struct Flow {
     task: usize,
     bytes: f64,
-    remaining: f64,
     /// Index into the task's deliveries, for transfers and multicasts.
     delivery: Option<usize>,
     /// Whether it has moved all its bytes.
@@ -69,7 +69,7 @@ struct Flow {
 pub fn simulate(topology: &Topology, tasks: &[SimTask]) -> Result<Trace, SimError> {
     check(topology, tasks)?;
     let mut record = Full::new(topology, tasks);
-    let times = run(topology, tasks, &mut record);
+    let times = run(topology, tasks, &mut record, &mut Workspace::default());
     let completion = completion(&times.end);
     let traces: Vec<TaskTrace> = tasks
         .iter()
@@ -102,8 +102,28 @@ pub fn simulate_completion(topology: &Topology, tasks: &[SimTask]) -> Result<f64
 /// that score many candidate programs by their end times, such as the exchange search).
 /// Fails as [`simulate`] does.
 pub fn simulate_end_times(topology: &Topology, tasks: &[SimTask]) -> Result<Vec<f64>, SimError> {
+    simulate_end_times_in(&mut Workspace::default(), topology, tasks)
+}
+
+/// [`simulate_end_times`], in the buffers of `workspace`: a caller that simulates many task
+/// graphs one after another (the exchange search scores every candidate) keeps one
+/// workspace, and the runs after the first allocate little. The times are the same, bit for
+/// bit, whatever the workspace ran before.
+pub fn simulate_end_times_in(
+    workspace: &mut Workspace,
+    topology: &Topology,
+    tasks: &[SimTask],
+) -> Result<Vec<f64>, SimError> {
     check(topology, tasks)?;
-    Ok(run(topology, tasks, &mut Nothing).end)
+    Ok(run(topology, tasks, &mut Nothing, workspace).end)
+}
+
+/// The buffers of the event loop, kept from one run to the next by
+/// [`simulate_end_times_in`]: the flows' rates and routes ([`FairShare`]), sized by the
+/// resources and flows of the largest run so far.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    share: FairShare,
 }
 
 /// The largest end time, folded in task order (as [`simulate`] always has).
@@ -241,8 +261,9 @@ impl Dependents {
     }
 }
 
-/// The event loop (module docs) over checked `tasks`, reporting to `record`.
-fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Times {
+/// The event loop (module docs) over checked `tasks`, reporting to `record`, in the buffers of
+/// `workspace`.
+fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record, workspace: &mut Workspace) -> Times {
     let n = tasks.len();
     let dependents = Dependents::of(tasks);
     let mut pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
@@ -254,9 +275,14 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     let mut open = vec![0usize; n];
     // The flows with bytes to move, by id (ids ascend in the order flows start), and the
     // ids of those still moving, ascending.
-    let mut share = FairShare::new(capacity);
+    let share = &mut workspace.share;
+    share.reset(&capacity);
     let mut flows: Vec<Flow> = Vec::new();
+    let mut remaining: Vec<f64> = Vec::new();
     let mut active: Vec<usize> = Vec::new();
+    // Each active flow's time to finish at its current rate, by position in `active`: the
+    // step is their least, and the flows within the tie of the step finish.
+    let mut eta: Vec<f64> = Vec::new();
     let mut waiting = Waiting::default();
     // Under FIFO service, the flows waiting for their channel, and the channels freed at
     // the current event.
@@ -266,13 +292,18 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
     let mut done = 0usize;
 
     // Starts a flow: it shares its route from now on.
-    let enter =
-        |flow: Flow, route: Vec<usize>, share: &mut FairShare, flows: &mut Vec<Flow>, active: &mut Vec<usize>| {
-            let id = share.add(route);
-            debug_assert_eq!(id, flows.len());
-            flows.push(flow);
-            active.push(id);
-        };
+    let enter = |flow: Flow,
+                 route: Vec<usize>,
+                 share: &mut FairShare,
+                 flows: &mut Vec<Flow>,
+                 remaining: &mut Vec<f64>,
+                 active: &mut Vec<usize>| {
+        let id = share.add(&route);
+        debug_assert_eq!(id, flows.len());
+        remaining.push(flow.bytes);
+        flows.push(flow);
+        active.push(id);
+    };
 
     // Ends `task` at `now` and queues the dependents it releases.
     let mut finish = |task: usize, now: f64, end: &mut [f64], ready: &mut VecDeque<usize>| {
@@ -304,7 +335,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                         None => Some((flow, route)),
                     };
                     if let Some((flow, route)) = admitted {
-                        enter(flow, route, &mut share, &mut flows, &mut active);
+                        enter(flow, route, share, &mut flows, &mut remaining, &mut active);
                     }
                 } else if let Some(d) = flow.delivery {
                     record.delivered(i, d, now);
@@ -321,7 +352,9 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
 
         // Only the components whose flows changed get new rates.
         share.update();
-        let mut step = active.iter().map(|&f| flows[f].remaining / share.rate(f)).fold(f64::INFINITY, f64::min);
+        eta.clear();
+        eta.extend(active.iter().map(|&f| remaining[f] / share.rate(f)));
+        let mut step = eta.iter().copied().fold(f64::INFINITY, f64::min);
         let wake = waiting.next().filter(|&at| at - now <= step);
         if let Some(at) = wake {
             step = at - now;
@@ -330,10 +363,9 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
         now = wake.unwrap_or(now + step);
 
         let mut finished = false;
-        for &f in &active {
-            let rate = share.rate(f);
+        for (&f, &eta) in active.iter().zip(&eta) {
             let flow = &mut flows[f];
-            if flow.remaining / rate <= step * (1.0 + FINISH_TIE) {
+            if eta <= step * (1.0 + FINISH_TIE) {
                 record.moved(share.route(f), flow.bytes);
                 flow.finished = true;
                 if let Some(d) = flow.delivery {
@@ -350,7 +382,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
                 share.remove(f);
                 finished = true;
             } else {
-                flow.remaining -= rate * step;
+                remaining[f] -= share.rate(f) * step;
             }
         }
         if finished {
@@ -360,7 +392,7 @@ fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record) -> Time
         // releases (they are issued after it).
         for channel in freed.drain(..) {
             if let Some((flow, route)) = channels.release(channel) {
-                enter(flow, route, &mut share, &mut flows, &mut active);
+                enter(flow, route, share, &mut flows, &mut remaining, &mut active);
             }
         }
         waiting.pop_due(now, |i| ready.push_back(i));
@@ -378,7 +410,6 @@ fn flows_of(topology: &Topology, i: usize, task: &SimTask) -> Vec<(Flow, Vec<usi
     let flow = |bytes: f64, delivery, channel: Option<(usize, usize)>| Flow {
         task: i,
         bytes,
-        remaining: bytes,
         delivery,
         finished: false,
         channel: channel.filter(|_| fifo),
@@ -624,6 +655,35 @@ mod tests {
         assert_eq!(simulate_completion(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
         assert_eq!(simulate_end_times(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
         assert_eq!(simulate_completion(&h100(), &[]).unwrap(), 0.0);
+    }
+
+    /// One workspace reused across graphs and machines of different sizes gives every run's
+    /// end times bit for bit as a fresh one does.
+    #[test]
+    fn a_reused_workspace_changes_no_end_time() {
+        let graph = |n: usize, sites: usize| -> Vec<SimTask> {
+            let mut tasks = vec![SimTask::compute("k", s(0), 1e-4)];
+            for i in 0..n {
+                let dep = SimTaskId(tasks.len() - 1 - (i % 2).min(tasks.len() - 1));
+                let (a, b) = (i % sites, (i * 3 + 1) % sites);
+                let b = if a == b { (b + 1) % sites } else { b };
+                tasks.push(SimTask::transfer("t", s(a), s(b), (1 + i % 5) as f64 * 0.01 * GB).after([dep]));
+                tasks.push(SimTask::aggregate("a", s(b), 1e8, 5e7).after([SimTaskId(tasks.len() - 1)]));
+            }
+            tasks
+        };
+        let mut workspace = Workspace::default();
+        for (name, n) in [("dgx-h100", 40), ("dgx-v100", 12), ("dgx-a100x2", 60), ("dgx-h100", 7)] {
+            let t = Topology::preset(name).expect("preset");
+            let tasks = graph(n, t.num_sites());
+            let fresh: Vec<u64> = simulate_end_times(&t, &tasks).expect("fresh").iter().map(|e| e.to_bits()).collect();
+            let reused: Vec<u64> = simulate_end_times_in(&mut workspace, &t, &tasks)
+                .expect("reused")
+                .iter()
+                .map(|e| e.to_bits())
+                .collect();
+            assert_eq!(reused, fresh, "{name}");
+        }
     }
 
     #[test]

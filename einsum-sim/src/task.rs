@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::error::SimError;
+use crate::simulate::Workspace;
 use crate::topology::{SiteId, Topology};
 use crate::trace::Trace;
 
@@ -162,6 +163,12 @@ impl SimGraph {
     /// without the trace (see [`crate::simulate_end_times`]).
     pub fn simulate_end_times(&self, topology: &Topology) -> Result<Vec<f64>, SimError> {
         crate::simulate::simulate_end_times(topology, &self.tasks)
+    }
+
+    /// [`SimGraph::simulate_end_times`] in the buffers of `workspace` (see
+    /// [`crate::simulate_end_times_in`]).
+    pub fn simulate_end_times_in(&self, topology: &Topology, workspace: &mut Workspace) -> Result<Vec<f64>, SimError> {
+        crate::simulate::simulate_end_times_in(workspace, topology, &self.tasks)
     }
 }
 

@@ -27,9 +27,10 @@
 use std::collections::{BTreeSet, HashMap};
 
 use einsum_core::FastMap;
-use einsum_sim::{GB, SimGraph, SimTask, SimTaskId, Topology};
+use einsum_sim::{GB, SimGraph, SimTask, SimTaskId, Topology, Workspace};
 
 use crate::action::Action;
+use crate::aggregate::Aggregate;
 use crate::atomset::AtomSet;
 use crate::cover::exact_cover;
 use crate::ids::{AtomId, SiteId};
@@ -51,16 +52,25 @@ pub(crate) struct Evaluator {
     sizes_gb: Vec<f64>,
     /// `IN`: each atom's number and site, in name order.
     inputs: Vec<(usize, SiteId)>,
+    /// Each atom alone, by number: the sets of the closure's `IN` materialisations.
+    singletons: Vec<AtomSet>,
     /// `GPUS`, when declared (the static checks' declared sites).
     gpus: Option<BTreeSet<SiteId>>,
     /// Per membership: the `OUT` requirements resolved to (atoms, site) pairs, or `None`
     /// when the preamble fails its static checks under that membership.
     requirements: HashMap<Membership, Option<Vec<(AtomSet, SiteId)>>>,
+    /// Every aggregate of a body met so far, by [`Aggregate::shared_address`] (with a clone
+    /// that keeps the address its own): its atoms and size, or `None` if an atom is not
+    /// declared. Candidates share most of their actions' aggregates with the bodies they were
+    /// made from, so most are looked up here instead of atom by atom.
+    interned: FastMap<usize, (Aggregate, Option<(AtomSet, f64)>)>,
+    /// The simulator's buffers, kept from one candidate to the next.
+    workspace: Workspace,
 }
 
 /// One action instance of a candidate, interned.
-struct Instance {
-    set: AtomSet,
+struct Instance<'e> {
+    set: &'e AtomSet,
     site: SiteId,
     dests: Vec<SiteId>,
     /// The aggregate's number of atoms.
@@ -69,9 +79,10 @@ struct Instance {
     bytes: f64,
 }
 
-/// One aggregate present at one site.
-struct Mat {
-    set: AtomSet,
+/// One aggregate present at one site (its set borrowed from the evaluator's singletons or
+/// the candidate's instances, so that a materialisation copies no set).
+struct Mat<'a> {
+    set: &'a AtomSet,
     site: SiteId,
     /// Its number of atoms (the cover order: larger first).
     len: usize,
@@ -90,39 +101,48 @@ struct Firing {
     own: usize,
 }
 
-/// The closure under construction.
-#[derive(Default)]
-struct Closure {
-    mats: Vec<Mat>,
-    /// Each site's materialisations by atom set (per site, so that a lookup borrows the set).
-    known: FastMap<SiteId, FastMap<AtomSet, usize>>,
+/// The closure under construction, over sites numbered below its tables' length.
+struct Closure<'a> {
+    mats: Vec<Mat<'a>>,
+    /// The materialisations by site and atom set.
+    known: FastMap<(SiteId, &'a AtomSet), usize>,
     /// Each site's materialisations, larger aggregates first, then in order of appearance:
-    /// the order the reference closure sorts them into before each cover search.
-    at_site: FastMap<SiteId, Vec<usize>>,
-    /// Sites whose state changed in the last round.
-    dirty: BTreeSet<SiteId>,
+    /// the order the reference closure sorts them into before each cover search. By site id.
+    at_site: Vec<Vec<usize>>,
+    /// Whether each site's state changed in the last round, by site id.
+    dirty: Vec<bool>,
     firings: Vec<Firing>,
 }
 
-impl Closure {
+impl<'a> Closure<'a> {
+    /// No materialisation yet, on sites numbered below `sites`, with room for `mats` of them.
+    fn new(sites: usize, mats: usize) -> Closure<'a> {
+        Closure {
+            mats: Vec::with_capacity(mats),
+            known: FastMap::with_capacity_and_hasher(mats, Default::default()),
+            at_site: vec![Vec::new(); sites],
+            dirty: vec![false; sites],
+            firings: Vec::new(),
+        }
+    }
+
     /// The materialisation of `set` at `site`, if present.
     fn find(&self, site: SiteId, set: &AtomSet) -> Option<usize> {
-        self.known.get(&site)?.get(set).copied()
+        self.known.get(&(site, set)).copied()
     }
 
     /// Adds `set` (of `len` atoms, `bytes` in size) at `site` unless present; its number.
-    fn add(&mut self, set: &AtomSet, len: usize, bytes: f64, site: SiteId, producer: Option<usize>) -> usize {
-        let known = self.known.entry(site).or_default();
-        if let Some(&m) = known.get(set) {
-            return m;
-        }
+    fn add(&mut self, set: &'a AtomSet, len: usize, bytes: f64, site: SiteId, producer: Option<usize>) -> usize {
         let id = self.mats.len();
-        known.insert(set.clone(), id);
-        self.mats.push(Mat { set: set.clone(), site, len, bytes, producer });
-        let list = self.at_site.entry(site).or_default();
+        let known = self.known.entry((site, set)).or_insert(id);
+        if *known != id {
+            return *known;
+        }
+        self.mats.push(Mat { set, site, len, bytes, producer });
+        let list = &mut self.at_site[site.0];
         let at = list.partition_point(|&m| self.mats[m].len >= len);
         list.insert(at, id);
-        self.dirty.insert(site);
+        self.dirty[site.0] = true;
         id
     }
 }
@@ -135,8 +155,17 @@ impl Evaluator {
             atoms,
             sizes_gb: preamble.inputs.values().map(|i| i.size_gb).collect(),
             inputs: preamble.inputs.values().enumerate().map(|(i, input)| (i, input.site)).collect(),
+            singletons: (0..preamble.inputs.len())
+                .map(|i| {
+                    let mut set = AtomSet::empty();
+                    set.insert(i);
+                    set
+                })
+                .collect(),
             gpus: preamble.gpus.clone(),
             requirements: HashMap::new(),
+            interned: FastMap::default(),
+            workspace: Workspace::default(),
             preamble: preamble.with_body([]),
         }
     }
@@ -177,14 +206,26 @@ impl Evaluator {
         self.requirements.get(membership).and_then(|r| r.as_deref())
     }
 
+    /// Adds the aggregates of `body` to [`Evaluator::interned`].
+    fn intern(&mut self, body: &BTreeSet<Action>) {
+        for action in body {
+            let key = action.aggregate.shared_address();
+            if !self.interned.contains_key(&key) {
+                let set = self.set_of(action.aggregate.atoms().iter());
+                self.interned.insert(key, (action.aggregate.clone(), set));
+            }
+        }
+    }
+
     /// The body's instances in the reference's order (body order, then site), or `None` if
     /// an action fails a static check (an undeclared atom, site or partition, or a transfer
-    /// to its own source).
-    fn instances(&self, body: &BTreeSet<Action>, membership: &Membership) -> Option<Vec<Instance>> {
+    /// to its own source). The body's aggregates must be interned.
+    fn instances(&self, body: &BTreeSet<Action>, membership: &Membership) -> Option<Vec<Instance<'_>>> {
         let declared = |s: &SiteId| self.gpus.as_ref().is_none_or(|g| g.contains(s));
         let mut out = Vec::with_capacity(body.len());
         for action in body {
-            let (set, bytes) = self.set_of(action.aggregate.atoms().iter())?;
+            let (_, interned) = self.interned.get(&action.aggregate.shared_address())?;
+            let (set, bytes) = interned.as_ref().map(|(set, bytes)| (set, *bytes))?;
             let dests: Vec<SiteId> = action.dests.iter().copied().collect();
             if !dests.iter().all(declared) {
                 return None;
@@ -198,7 +239,7 @@ impl Evaluator {
                 Target::Partition(_) => return None,
             };
             for site in sites {
-                out.push(Instance { set: set.clone(), site, dests: dests.clone(), len: action.aggregate.len(), bytes });
+                out.push(Instance { set, site, dests: dests.clone(), len: action.aggregate.len(), bytes });
             }
         }
         Some(out)
@@ -216,41 +257,55 @@ impl Evaluator {
         topology: &Topology,
     ) -> Option<Vec<f64>> {
         self.requirements(membership)?;
+        self.intern(body);
         let instances = self.instances(body, membership)?;
         let closure = self.closure(&instances)?;
         let reqs = self.requirements.get(membership)?.as_deref()?;
         if !reqs.iter().all(|(set, site)| closure.find(*site, set).is_some()) {
             return None;
         }
-        lower(&instances, &closure).simulate_end_times(topology).ok()
+        let graph = lower(&instances, &closure);
+        graph.simulate_end_times_in(topology, &mut self.workspace).ok()
     }
 
     /// `S*(P)` in rounds, as `closure.rs` computes it; `None` if some instance is never
     /// enabled or a cover search runs past its budget.
-    fn closure(&self, instances: &[Instance]) -> Option<Closure> {
-        let mut st = Closure::default();
+    fn closure<'a>(&'a self, instances: &'a [Instance<'a>]) -> Option<Closure<'a>> {
+        let sites = self
+            .inputs
+            .iter()
+            .map(|(_, s)| s)
+            .chain(instances.iter().flat_map(|i| std::iter::once(&i.site).chain(&i.dests)))
+            .map(|s| s.0 + 1)
+            .max()
+            .unwrap_or(0);
+        // at most: every input, and every instance's aggregate at its site and its destinations
+        let mats = self.inputs.len() + instances.iter().map(|i| 1 + i.dests.len()).sum::<usize>();
+        let mut st = Closure::new(sites, mats);
         for &(atom, site) in &self.inputs {
-            let mut set = AtomSet::empty();
-            set.insert(atom);
-            st.add(&set, 1, self.sizes_gb[atom] * GB, site, None);
+            st.add(&self.singletons[atom], 1, self.sizes_gb[atom] * GB, site, None);
         }
-        st.dirty.extend(instances.iter().map(|i| i.site));
+        for inst in instances {
+            st.dirty[inst.site.0] = true;
+        }
         let mut pending: Vec<usize> = (0..instances.len()).collect();
         let mut budget = COVER_BUDGET;
+        let mut candidates: Vec<&AtomSet> = Vec::new();
         loop {
             let mut fired: Vec<(usize, Vec<usize>)> = Vec::new();
             for &i in &pending {
                 let inst = &instances[i];
-                if !st.dirty.contains(&inst.site) {
+                if !st.dirty[inst.site.0] {
                     continue;
                 }
-                if let Some(m) = st.find(inst.site, &inst.set) {
+                if let Some(m) = st.find(inst.site, inst.set) {
                     fired.push((i, vec![m]));
                     continue;
                 }
-                let ids: &[usize] = st.at_site.get(&inst.site).map_or(&[], Vec::as_slice);
-                let candidates: Vec<&AtomSet> = ids.iter().map(|&m| &st.mats[m].set).collect();
-                match exact_cover(&inst.set, &candidates, &mut budget) {
+                let ids = &st.at_site[inst.site.0];
+                candidates.clear();
+                candidates.extend(ids.iter().map(|&m| st.mats[m].set));
+                match exact_cover(inst.set, &candidates, &mut budget) {
                     Ok(Some(cover)) => fired.push((i, cover.into_iter().map(|k| ids[k]).collect())),
                     Ok(None) => {}
                     Err(_) => return None,
@@ -259,14 +314,14 @@ impl Evaluator {
             if fired.is_empty() {
                 break;
             }
-            st.dirty.clear();
+            st.dirty.fill(false);
             let mut done = vec![false; instances.len()];
             for (i, pieces) in fired {
                 let inst = &instances[i];
                 let f = st.firings.len();
-                let own = st.add(&inst.set, inst.len, inst.bytes, inst.site, Some(f));
+                let own = st.add(inst.set, inst.len, inst.bytes, inst.site, Some(f));
                 for &d in &inst.dests {
-                    st.add(&inst.set, inst.len, inst.bytes, d, Some(f));
+                    st.add(inst.set, inst.len, inst.bytes, d, Some(f));
                 }
                 st.firings.push(Firing { instance: i, pieces, own });
                 done[i] = true;

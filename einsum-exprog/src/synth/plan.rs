@@ -243,6 +243,10 @@ pub(crate) struct SiteRoutes {
     unloaded: RefCell<HashMap<(SiteId, bool, u64, u64), Tree>>,
     /// Ring orders: permutations of `sites`.
     pub orders: Vec<Vec<SiteId>>,
+    /// Each site's position in each ring order, by order and site id (`usize::MAX` for ids
+    /// not in it): [`build`] ranks a group's sites along its plan's order, and a table by
+    /// site id costs it no map per build.
+    positions: Vec<Vec<usize>>,
     /// Whether every pair has the same bandwidth (relays never help).
     pub uniform: bool,
 }
@@ -298,13 +302,32 @@ impl SiteRoutes {
             bounds,
             unloaded: RefCell::default(),
             orders: Vec::new(),
+            positions: Vec::new(),
             uniform: true,
         };
         let first = m.pair_bandwidths().next();
         let uniform = m.pair_bandwidths().all(|b| Some(b) == first);
         m.uniform = uniform;
         m.orders = m.ring_orders();
+        m.positions = m
+            .orders
+            .iter()
+            .map(|order| {
+                let mut at = vec![usize::MAX; n];
+                for (i, s) in order.iter().enumerate() {
+                    at[s.0] = i;
+                }
+                at
+            })
+            .collect();
         m
+    }
+
+    /// The position of `site` in ring order `order` (in `sites` for an order out of range,
+    /// as [`build`] falls back to), if it is in it.
+    fn position(&self, order: usize, site: SiteId) -> Option<usize> {
+        let at = self.positions.get(order).unwrap_or(&self.slot);
+        at.get(site.0).copied().filter(|&i| i != usize::MAX)
     }
 
     fn route(&self, a: SiteId, b: SiteId) -> Option<&Route> {
@@ -734,19 +757,19 @@ pub(crate) fn build(group: &Group, plan: &Plan, machine: &SiteRoutes) -> Vec<Act
         return Vec::new();
     }
     let order = machine.orders.get(plan.order).unwrap_or(&machine.sites);
-    let pos: BTreeMap<SiteId, usize> = order.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    let pos = |s: SiteId| machine.position(plan.order, s);
     let n = order.len().max(1);
     let mut acts = Vec::new();
     match &plan.kind {
         Kind::Butterfly if group.butterfly_applies() => butterfly(group, &pos, &mut acts),
         Kind::Butterfly => {
             let root = group.targets.iter().next().copied().unwrap_or(SiteId(0));
-            let rank = |s: SiteId| (pos.get(&s).copied().unwrap_or(0) + n - pos.get(&root).copied().unwrap_or(0)) % n;
+            let rank = |s: SiteId| (pos(s).unwrap_or(0) + n - pos(root).unwrap_or(0)) % n;
             let phases = Phases { root, reduce: Shape::Tree, spread: Shape::Tree, salt: plan.salt };
             rooted(group, &phases, &rank, machine, &mut acts);
         }
         Kind::Rooted { root, reduce, spread } => {
-            let rank = |s: SiteId| (pos.get(&s).copied().unwrap_or(0) + n - pos.get(root).copied().unwrap_or(0)) % n;
+            let rank = |s: SiteId| (pos(s).unwrap_or(0) + n - pos(*root).unwrap_or(0)) % n;
             let phases = Phases { root: *root, reduce: *reduce, spread: *spread, salt: plan.salt };
             rooted(group, &phases, &rank, machine, &mut acts);
         }
@@ -885,10 +908,11 @@ fn finish_at_root(group: &Group, root: SiteId, acts: &mut Vec<Action>) {
     }
 }
 
-/// Recursive doubling over the targets in ring order (Example 5.2).
-fn butterfly(group: &Group, pos: &BTreeMap<SiteId, usize>, acts: &mut Vec<Action>) {
+/// Recursive doubling over the targets in ring order (`pos`: a site's position in it) (Example
+/// 5.2).
+fn butterfly(group: &Group, pos: &dyn Fn(SiteId) -> Option<usize>, acts: &mut Vec<Action>) {
     let mut sites: Vec<SiteId> = group.targets.iter().copied().collect();
-    sites.sort_by_key(|s| (pos.get(s).copied().unwrap_or(usize::MAX), *s));
+    sites.sort_by_key(|s| (pos(*s).unwrap_or(usize::MAX), *s));
     let mut acc: Vec<Aggregate> = sites.iter().filter_map(|s| group.holders.get(s).cloned()).collect();
     if acc.len() != sites.len() {
         return;
