@@ -375,6 +375,18 @@ impl SiteRoutes {
         }
     }
 
+    /// Seconds the busiest resource of the route from `a` to `b` needs for the bytes queued
+    /// on it in `load` (infinite without a route): how congested the route is, for the
+    /// search's decongesting move.
+    pub fn route_time(&self, load: &Load, a: SiteId, b: SiteId) -> f64 {
+        match self.route(a, b) {
+            Some(r) if !r.resources.is_empty() => {
+                r.resources.iter().map(|&(id, cap)| load.get(id) / cap).fold(0.0, f64::max)
+            }
+            _ => f64::INFINITY,
+        }
+    }
+
     /// The intermediate site whose two-hop route from `s` to `d` has the widest bottleneck, if
     /// that beats the direct route.
     pub fn relay(&self, s: SiteId, d: SiteId) -> Option<SiteId> {
