@@ -577,6 +577,12 @@ impl Search<'_> {
         let size =
             |a: &Aggregate| a.atoms().iter().filter_map(|x| inputs.get(x)).map(|i| i.size_gb).fold(0.0, f64::max);
         let program = decongest(&cur.program, &self.machine, &size, &mut self.rng).ok()?;
+        self.successor(cur, program, "decongested the busiest link".to_string())
+    }
+
+    /// `cur` with its body replaced by `program`'s (same membership, groups and plans), scored;
+    /// `None` if it is not valid.
+    fn successor(&mut self, cur: &State, program: Program, origin: String) -> Option<State> {
         let cost = self.cost(&program, &cur.membership)?;
         Some(State {
             membership: cur.membership.clone(),
@@ -584,7 +590,7 @@ impl Search<'_> {
             plans: cur.plans.clone(),
             program,
             cost,
-            origin: "decongested the busiest link".to_string(),
+            origin,
         })
     }
 
@@ -632,16 +638,7 @@ impl Search<'_> {
             Step::Substitute(i, d, w) => ("substitute_source", unguarded::substitute_source(p, &body[i], d, w)),
             Step::Pushdown(i, j, d) => ("pushdown", unguarded::pushdown(p, &body[i], &body[j], d)),
         };
-        let program = result.ok()?;
-        let cost = self.cost(&program, &best.membership)?;
-        Some(State {
-            membership: best.membership.clone(),
-            groups: best.groups.clone(),
-            plans: best.plans.clone(),
-            program,
-            cost,
-            origin: format!("descent: {name}"),
-        })
+        self.successor(best, result.ok()?, format!("descent: {name}"))
     }
 
     /// `action`'s transfer from `source` to `dest` through two relays in a row,
@@ -934,16 +931,7 @@ impl Search<'_> {
             }
             _ => ("relay the slow routes", self.relay_slow_routes(p)),
         };
-        let program = result.ok()?;
-        let cost = self.cost(&program, &cur.membership)?;
-        Some(State {
-            membership: cur.membership.clone(),
-            groups: cur.groups.clone(),
-            plans: cur.plans.clone(),
-            program,
-            cost,
-            origin: format!("rewrite: {name}"),
-        })
+        self.successor(cur, result.ok()?, format!("rewrite: {name}"))
     }
 }
 
