@@ -5,8 +5,8 @@
 //! faster alone can overlap them worse, and a plan compiled with searched programs can predict
 //! slower than the same plan with naive ones (seen on chain B on `dgx-a100` and on the 70B
 //! stack on one `dgx-h100` node). Scoring every candidate in the plan's context would cost a
-//! whole-plan simulation per candidate; comparing the two finished plans costs one naive
-//! compile, a fraction of the searched one. So a searched compile is never predicted slower
+//! whole-plan simulation per candidate; comparing the two finished plans costs a naive
+//! compile (two where the naive plan is kept), a fraction of the searched one. So a searched compile is never predicted slower
 //! than the naive compile of the same plan.
 
 use super::{CompileError, CompileOptions, Compiled, Schedule};
