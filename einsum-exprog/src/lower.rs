@@ -61,15 +61,15 @@ pub struct Lowering {
 }
 
 impl Program {
-    /// Bytes of an aggregate: the size of its atoms (the largest, if they differ) as `IN`
-    /// declares them; an atom `IN` does not declare counts as [`DEFAULT_SIZE_GB`].
+    /// Bytes of an aggregate: [`Program::aggregate_gb`] in bytes.
     pub fn aggregate_bytes(&self, aggregate: &Aggregate) -> f64 {
-        let gb = aggregate
-            .atoms()
-            .iter()
-            .map(|a| self.inputs.get(a).map_or(DEFAULT_SIZE_GB, |i| i.size_gb))
-            .fold(0.0, f64::max);
-        gb * GB
+        self.aggregate_gb(aggregate) * GB
+    }
+
+    /// GB of an aggregate: the size of its atoms (the largest, if they differ) as `IN`
+    /// declares them; an atom `IN` does not declare counts as [`DEFAULT_SIZE_GB`].
+    pub fn aggregate_gb(&self, aggregate: &Aggregate) -> f64 {
+        aggregate.atoms().iter().map(|a| self.inputs.get(a).map_or(DEFAULT_SIZE_GB, |i| i.size_gb)).fold(0.0, f64::max)
     }
 }
 

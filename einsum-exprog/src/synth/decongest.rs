@@ -9,7 +9,6 @@ use std::collections::BTreeSet;
 
 use super::plan::{Load, SiteRoutes};
 use crate::action::Action;
-use crate::aggregate::Aggregate;
 use crate::ids::SiteId;
 use crate::program::Program;
 use crate::rewrite::{Refusal, unguarded};
@@ -29,17 +28,17 @@ enum Reroute {
 /// holder of its aggregate, whose new route's busiest resource would be least loaded, if
 /// that is under the load it leaves; refused when no transfer can be moved off. Loads are
 /// static (the bytes every transfer puts on each resource over the whole program, divided by
-/// its capacity), a proxy of the simulation's congestion. `size` gives an aggregate's bytes.
+/// its capacity), a proxy of the simulation's congestion; `preamble` declares the atoms' sizes.
 pub(crate) fn decongest(
     p: &Program,
+    preamble: &Program,
     machine: &SiteRoutes,
-    size: &dyn Fn(&Aggregate) -> f64,
     rng: &mut Rng,
 ) -> Result<Program, Refusal> {
     let sends: Vec<(&Action, SiteId, SiteId, f64)> = p
         .body
         .iter()
-        .filter_map(|a| a.source_site().map(|s| (a, s, size(&a.aggregate))))
+        .filter_map(|a| a.source_site().map(|s| (a, s, preamble.aggregate_gb(&a.aggregate))))
         .flat_map(|(a, s, bytes)| a.dests.iter().map(move |&d| (a, s, d, bytes)))
         .collect();
     let mut load = Load::new();
@@ -98,8 +97,7 @@ mod tests {
         let gpus = "GPUS: 0, 1, 2, 3, 4, 5, 6, 7\nIN: A @ 0; B @ 0\nOUT: A @ 1; B @ 1\n";
         let p = crate::load(&format!("{gpus}A @ 0 -> 1; B @ 0 -> 1\n")).unwrap();
         let machine = SiteRoutes::new(&p.sites(), &t);
-        let size = |a: &Aggregate| a.atoms().iter().map(|x| p.inputs[x].size_gb).fold(0.0, f64::max);
-        let moved = decongest(&p, &machine, &size, &mut Rng::new(0)).unwrap();
+        let moved = decongest(&p, &p, &machine, &mut Rng::new(0)).unwrap();
         assert!(moved.validate().is_ok(), "{moved}");
         assert_eq!(moved.body.len(), 3, "{moved}");
         let before = simulate(&p, &t).unwrap().completion_ms;
@@ -113,7 +111,6 @@ mod tests {
         let t = Topology::preset("dgx-v100").unwrap();
         let p = crate::load("GPUS: 0, 1, 2, 3, 4, 5, 6, 7\nIN: A @ 0\nOUT: A @ 3\nA @ 0 -> 3\n").unwrap();
         let machine = SiteRoutes::new(&p.sites(), &t);
-        let size = |_: &Aggregate| 1.0;
-        assert!(matches!(decongest(&p, &machine, &size, &mut Rng::new(0)), Err(Refusal::NotApplicable(_))));
+        assert!(matches!(decongest(&p, &p, &machine, &mut Rng::new(0)), Err(Refusal::NotApplicable(_))));
     }
 }

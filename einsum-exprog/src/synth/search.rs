@@ -573,10 +573,7 @@ impl Search<'_> {
 
     /// `cur` with one transfer moved off its most loaded resource ([`decongest`]).
     fn decongested(&mut self, cur: &State) -> Option<State> {
-        let inputs = &self.preamble.inputs;
-        let size =
-            |a: &Aggregate| a.atoms().iter().filter_map(|x| inputs.get(x)).map(|i| i.size_gb).fold(0.0, f64::max);
-        let program = decongest(&cur.program, &self.machine, &size, &mut self.rng).ok()?;
+        let program = decongest(&cur.program, &self.preamble, &self.machine, &mut self.rng).ok()?;
         self.successor(cur, program, "decongested the busiest link".to_string())
     }
 
