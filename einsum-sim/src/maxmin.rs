@@ -153,11 +153,11 @@ impl FairShare {
         if !std::mem::replace(&mut self.live[id], false) {
             return;
         }
-        let (start, end) = (self.route_start[id], self.route_start[id + 1]);
-        if start < end {
+        let route = route_of(&self.route_ids, &self.route_start, id);
+        if !route.is_empty() {
             self.removed.push(id);
         }
-        for &r in &self.route_ids[start..end] {
+        for &r in route {
             let on = &mut self.flows_on[r];
             if let Ok(k) = on.binary_search(&id) {
                 on.remove(k);
@@ -184,7 +184,7 @@ impl FairShare {
 
     /// The route of a flow.
     pub(crate) fn route(&self, id: usize) -> &[usize] {
-        &self.route_ids[self.route_start[id]..self.route_start[id + 1]]
+        route_of(&self.route_ids, &self.route_start, id)
     }
 
     /// Refills the components that contain a resource whose flows changed since the last
@@ -218,7 +218,7 @@ impl FairShare {
                     }
                     self.flow_mark[f] = epoch;
                     self.frozen[f] = false;
-                    for &q in &self.route_ids[self.route_start[f]..self.route_start[f + 1]] {
+                    for &q in route_of(&self.route_ids, &self.route_start, f) {
                         if self.mark[q] != epoch {
                             self.mark[q] = epoch;
                             resources.push(q);
@@ -265,13 +265,11 @@ impl FairShare {
                     j += 1;
                 }
                 std::cmp::Ordering::Less => {
-                    let (start, end) = (self.route_start[added[i]], self.route_start[added[i] + 1]);
-                    self.touched.extend_from_slice(&self.route_ids[start..end]);
+                    self.touched.extend_from_slice(route_of(&self.route_ids, &self.route_start, added[i]));
                     i += 1;
                 }
                 std::cmp::Ordering::Greater => {
-                    let (start, end) = (self.route_start[removed[j]], self.route_start[removed[j] + 1]);
-                    self.touched.extend_from_slice(&self.route_ids[start..end]);
+                    self.touched.extend_from_slice(route_of(&self.route_ids, &self.route_start, removed[j]));
                     j += 1;
                 }
             }
@@ -321,7 +319,7 @@ impl FairShare {
                     }
                     self.frozen[f] = true;
                     self.rate[f] = share;
-                    for &q in &self.route_ids[self.route_start[f]..self.route_start[f + 1]] {
+                    for &q in route_of(&self.route_ids, &self.route_start, f) {
                         self.remaining[q] -= share;
                         self.unfrozen_on[q] -= 1;
                     }
@@ -330,6 +328,12 @@ impl FairShare {
         }
         (self.open, self.full) = (open, full);
     }
+}
+
+/// Flow `f`'s route in [`FairShare`]'s packed arrays: a function of the two fields rather than
+/// a method, so that a caller can update the share's other fields while reading it.
+fn route_of<'a>(route_ids: &'a [usize], route_start: &[usize], f: usize) -> &'a [usize] {
+    &route_ids[route_start[f]..route_start[f + 1]]
 }
 
 /// The max-min fair rate of each flow through [`FairShare`], all added at once. `routes[f]`
