@@ -90,10 +90,17 @@ pub const MAX_REFINED_ATOMS: usize = 512;
 /// `1 / POLISH_SHARE` of them (see `Polish`).
 const POLISH_SHARE: usize = 4;
 
-/// Independent walks the iterations are split into, each from the best seed with its own
-/// stretch of the random stream (see [`crate::synth`]): whether a walk finds an improvement
-/// depends much on its stream, and two shorter walks find one more often than one long one.
+/// Independent walks the iterations are split into, each with its own stretch of the random
+/// stream (see [`crate::synth`]): whether a walk finds an improvement depends much on its
+/// stream, and two shorter walks find one more often than one long one. The first starts from
+/// the best seed; the second from the best seed under another placement when that one is
+/// within [`ALTERNATE_WITHIN`] of it (another basin), else from the best seed again.
 const WALKS: usize = 2;
+
+/// How much slower than the best seed another placement's best seed may be and still start a
+/// walk: a walk's gains over its start stay under 1.25× on the corpus (its largest, 1.23×), so
+/// a start further behind would spend its walk without reaching the best seed.
+const ALTERNATE_WITHIN: f64 = 1.25;
 
 /// The fewest iterations a walk gets: budgets under `WALKS` times it run one walk.
 const MIN_WALK: usize = 500;
@@ -229,7 +236,7 @@ fn search_with(
     // Seeds, for every chunk count tried: naive and the given body (whole atoms only), and
     // structured plans under two placements. The search goes on with the best seed's count.
     let mut naive_ms = f64::INFINITY;
-    let mut chosen: Option<(Search<'_>, State)> = None;
+    let mut chosen: Option<(Search<'_>, Seeds)> = None;
     for chunks in counts {
         let Ok(refined) = refine(&preamble, chunks) else { continue };
         let mut s = Search {
@@ -245,45 +252,48 @@ fn search_with(
             evaluated: 0,
             refused: 0,
         };
-        let mut best: Option<State> = None;
+        let mut seeds = Seeds::default();
         if chunks == 1 {
-            best = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
-            naive_ms = best.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
+            let st = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
+            naive_ms = st.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
+            seeds.consider(st);
             if !given.body.is_empty()
                 && let Ok(v) = given.validate()
             {
                 let body = given.resolve(&v.membership).body;
-                let st = s.state_of_body(&v.membership, body, "the given body")?;
-                consider(st, &mut best);
+                seeds.consider(s.state_of_body(&v.membership, body, "the given body")?);
             }
         }
-        s.seed(&canonical, options.hierarchical, &mut best)?;
+        s.seed(&canonical, options.hierarchical, &mut seeds)?;
         let evaluated = chosen.as_ref().map_or(0, |(c, _)| c.evaluated);
-        match (best, &mut chosen) {
+        match (seeds.best(), &mut chosen) {
             // more chunks only for a shorter completion: a tie keeps the fewer, larger atoms
-            (Some(b), Some((c, cb))) if b.cost.completion < cb.cost.completion * (1.0 - 1e-9) => {
+            (Some(b), Some((c, cb)))
+                if cb.best().is_none_or(|cb| b.cost.completion < cb.cost.completion * (1.0 - 1e-9)) =>
+            {
                 s.evaluated += evaluated;
-                chosen = Some((s, b));
+                chosen = Some((s, seeds));
             }
-            (Some(b), None) => chosen = Some((s, b)),
+            (Some(_), None) => chosen = Some((s, seeds)),
             (_, Some((c, _))) => c.evaluated += s.evaluated,
             (None, None) => {}
         }
     }
-    let Some((mut s, seed)) = chosen else {
+    let Some((mut s, (seed, alternate))) = chosen.and_then(|(s, seeds)| Some((s, seeds.starts()?))) else {
         return Err(SynthError::Placement("no seed program could be simulated".to_string()));
     };
     let seed_ms = seed.cost.completion;
 
-    // Independent walks from the best seed (see `WALKS`), each annealing then descending.
+    // Independent walks (see `WALKS`), each annealing then descending: the first from the best
+    // seed, the second from the alternate start if there is one.
     let clock = Instant::now();
     let walks = if options.iterations >= WALKS * MIN_WALK { WALKS } else { 1 };
     let mut iterations = 0;
-    let mut best = seed;
-    let start = best.clone();
+    let mut best = seed.clone();
     for w in 0..walks {
         let budget = options.iterations / walks + if w == 0 { options.iterations % walks } else { 0 };
-        let found = s.walk(&start, budget, &options, &clock, &mut |done| progress(iterations + done));
+        let start = if w == 0 { &seed } else { alternate.as_ref().unwrap_or(&seed) };
+        let found = s.walk(start, budget, &options, &clock, &mut |done| progress(iterations + done));
         iterations += found.1;
         if found.0.cost.better(&best.cost) {
             best = found.0;
@@ -382,10 +392,10 @@ impl Search<'_> {
         (best, iterations)
     }
 
-    /// Adds to `best` the structured seeds under the canonical placement and the one that
+    /// Adds to `seeds` the structured seeds under the canonical placement and the one that
     /// follows the data: the uniform plans, striped rings and, with `hierarchical`, the
     /// hierarchical bodies.
-    fn seed(&mut self, canonical: &Membership, hierarchical: bool, best: &mut Option<State>) -> Result<(), SynthError> {
+    fn seed(&mut self, canonical: &Membership, hierarchical: bool, seeds: &mut Seeds) -> Result<(), SynthError> {
         let mut placements = vec![canonical.clone()];
         let affinity = affinity_membership(&self.preamble)?;
         if affinity != *canonical {
@@ -395,13 +405,13 @@ impl Search<'_> {
             let gs = Rc::new(self.groups_under(m)?);
             for (plans, origin) in self.seed_plans(&gs) {
                 let st = self.state_of_plans(m, gs.clone(), plans, origin);
-                consider(st, best);
+                seeds.consider(st);
             }
             for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| hierarchical) {
                 let roots = balanced_roots(&gs);
                 if let Some(body) = hierarchical::body(&gs, &roots, &self.machine.sites, self.topology, reduction) {
                     let st = self.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
-                    consider(st, best);
+                    seeds.consider(st);
                 }
             }
         }
@@ -1057,12 +1067,39 @@ impl Polish {
     }
 }
 
-/// Keeps `st` in `best` if it is better.
-fn consider(st: Option<State>, best: &mut Option<State>) {
-    if let Some(st) = st
-        && best.as_ref().is_none_or(|b| st.cost.better(&b.cost))
-    {
-        *best = Some(st);
+/// The best seed under each placement met, in the order met.
+#[derive(Default)]
+struct Seeds {
+    per_placement: Vec<State>,
+}
+
+impl Seeds {
+    /// Keeps `st` if it is the best of its placement so far.
+    fn consider(&mut self, st: Option<State>) {
+        let Some(st) = st else { return };
+        match self.per_placement.iter_mut().find(|b| b.membership == st.membership) {
+            Some(b) if st.cost.better(&b.cost) => *b = st,
+            Some(_) => {}
+            None => self.per_placement.push(st),
+        }
+    }
+
+    /// The best seed over every placement.
+    fn best(&self) -> Option<&State> {
+        self.per_placement.iter().reduce(|a, b| if b.cost.better(&a.cost) { b } else { a })
+    }
+
+    /// Where the walks start: the best seed, and the best seed under another placement
+    /// within [`ALTERNATE_WITHIN`] of it (the best such), if any; `None` without seeds.
+    fn starts(self) -> Option<(State, Option<State>)> {
+        let mut seeds = self.per_placement;
+        seeds.sort_by(|a, b| {
+            a.cost.completion.total_cmp(&b.cost.completion).then(a.cost.objective.total_cmp(&b.cost.objective))
+        });
+        let mut seeds = seeds.into_iter();
+        let best = seeds.next()?;
+        let alternate = seeds.next().filter(|s| s.cost.completion <= best.cost.completion * ALTERNATE_WITHIN);
+        Some((best, alternate))
     }
 }
 
