@@ -2,7 +2,7 @@
 //! on each over its best seed.
 //!
 //! ```text
-//! cargo run --release -p einsum-experiments --example exchange_corpus [-- --iterations N --seed S --write DIR]
+//! cargo run --release -p einsum-experiments --example exchange_corpus [-- --iterations N --seed S --seeds K --write DIR]
 //! ```
 //!
 //! For every workload of the `exchange` experiment's two families (the transformer blocks at
@@ -17,10 +17,15 @@
 //! close the table. `--write DIR` saves each plan's preamble as an `.exprog` file (the
 //! corpus `einsum-exprog/tests/data/corpus/` holds, read by its `tests/corpus.rs`).
 //!
+//! Whether a walk of the search improves on its seed depends much on its random stream, so
+//! one seed's count of wins says little about a change to the search: `--seeds K` searches
+//! the corpus again at the seeds `S + 1, ..., S + K - 1` as well and closes with each seed's
+//! count and their total (the table is seed `S`'s).
+//!
 //! A plan's second preamble is sometimes its first up to a renaming of sites that the
 //! machine cannot tell apart (`einsum_exprog::Relabelling`: equal canonical forms, and the
 //! renaming `preserves` the topology): the same problem again, whose search is the same
-//! renamed. Such a case is marked `(= first, renamed)` and the last line gives the count
+//! renamed. Such a case is marked `(= first, renamed)` and the line after the table gives the count
 //! with and without them.
 
 use std::process::ExitCode;
@@ -105,6 +110,7 @@ fn largest_preambles(
 
 fn main() -> ExitCode {
     let mut options = SearchOptions::default();
+    let mut seeds = 1;
     let mut write: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -113,14 +119,15 @@ fn main() -> ExitCode {
         match (arg.as_str(), number, value) {
             ("--iterations", Some(n), _) => options.iterations = n as usize,
             ("--seed", Some(s), _) => options.seed = s,
+            ("--seeds", Some(k), _) if k > 0 => seeds = k,
             ("--write", _, Some(dir)) => write = Some(dir.into()),
             _ => {
-                eprintln!("expected --iterations N, --seed S or --write DIR, got {arg}");
+                eprintln!("expected --iterations N, --seed S, --seeds K (at least 1) or --write DIR, got {arg}");
                 return ExitCode::FAILURE;
             }
         }
     }
-    match run(options, write.as_deref()) {
+    match run(options, seeds, write.as_deref()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -130,8 +137,9 @@ fn main() -> ExitCode {
 }
 
 /// Builds the corpus, writing each plan's preamble to `write` (as
-/// `{machine}-{workload}.exprog`) if given, and prints the table.
-fn run(options: SearchOptions, write: Option<&std::path::Path>) -> Result<(), Box<dyn std::error::Error>> {
+/// `{machine}-{workload}.exprog`) if given, prints the table at `options.seed` and, with
+/// `seeds` over 1, the wins at each of the `seeds` seeds from it.
+fn run(options: SearchOptions, seeds: u64, write: Option<&std::path::Path>) -> Result<(), Box<dyn std::error::Error>> {
     let mut cases: Vec<(String, String, Program)> = Vec::new();
     for &(machine, devices) in MACHINES {
         for (label, workload) in workloads() {
@@ -167,51 +175,86 @@ fn run(options: SearchOptions, write: Option<&std::path::Path>) -> Result<(), Bo
         "| machine | case | atoms | GB in | naive ms | best seed ms | searched ms | gain | chunks | best found by |\n\
          |---|---|---|---|---|---|---|---|---|---|"
     );
-    let (mut wins, mut ties, mut losses) = (0, 0, 0);
-    let (mut distinct, mut distinct_wins) = (0, 0);
-    for ((machine, label, preamble), duplicate) in cases.iter().zip(&duplicates) {
+    let first = judge(&cases, &duplicates, options, true)?;
+    println!(
+        "search beat its best seed on {} of {} cases ({} of {} without the relabelled duplicates), lost on {}",
+        first.wins, first.cases, first.distinct_wins, first.distinct, first.losses
+    );
+    if seeds > 1 {
+        let last = options.seed.saturating_add(seeds - 1);
+        let mut all = vec![first];
+        for seed in (options.seed..=last).skip(1) {
+            all.push(judge(&cases, &duplicates, SearchOptions { seed, ..options }, false)?);
+        }
+        let counts = |f: fn(&Tally) -> usize| all.iter().map(|t| f(t).to_string()).collect::<Vec<_>>().join(" / ");
+        println!(
+            "over seeds {}..={last}: wins {} ({} in all), lost {} ({} in all)",
+            options.seed,
+            counts(|t| t.wins),
+            all.iter().map(|t| t.wins).sum::<usize>(),
+            counts(|t| t.losses),
+            all.iter().map(|t| t.losses).sum::<usize>(),
+        );
+    }
+    Ok(())
+}
+
+/// What the search did on the corpus at one seed.
+struct Tally {
+    /// Cases with something to move once placed.
+    cases: usize,
+    wins: usize,
+    losses: usize,
+    /// The same without the relabelled duplicates.
+    distinct: usize,
+    distinct_wins: usize,
+}
+
+/// Searches every case with `options`, printing a table row per case when `print`.
+fn judge(
+    cases: &[(String, String, Program)],
+    duplicates: &[Option<String>],
+    options: SearchOptions,
+    print: bool,
+) -> Result<Tally, Box<dyn std::error::Error>> {
+    let mut tally = Tally { cases: 0, wins: 0, losses: 0, distinct: 0, distinct_wins: 0 };
+    for ((machine, label, preamble), duplicate) in cases.iter().zip(duplicates) {
         let topology = Topology::named(machine)?;
         let found = search(preamble, &topology, options)?;
         if found.seed_ms <= 0.0 {
             // partitions declared by size: a placement that follows the data moves nothing
-            eprintln!("{machine} {label}: nothing to move once placed (a seed completes at once)");
+            if print {
+                eprintln!("{machine} {label}: nothing to move once placed (a seed completes at once)");
+            }
             continue;
         }
-        let gain = found.seed_ms / found.completion_ms;
+        tally.cases += 1;
         let won = found.completion_ms < found.seed_ms * (1.0 - 1e-9);
-        if won {
-            wins += 1;
-        }
+        tally.wins += usize::from(won);
+        tally.losses += usize::from(found.completion_ms > found.seed_ms * (1.0 + 1e-9));
         if duplicate.is_none() {
-            distinct += 1;
-            distinct_wins += usize::from(won);
+            tally.distinct += 1;
+            tally.distinct_wins += usize::from(won);
         }
-        let label = match duplicate {
-            Some(first) => format!("{label} (= {first}, renamed)"),
-            None => label.clone(),
-        };
-        if found.completion_ms > found.seed_ms * (1.0 + 1e-9) {
-            losses += 1;
-        } else if found.completion_ms >= found.seed_ms * (1.0 - 1e-9) {
-            ties += 1;
+        if print {
+            let label = match duplicate {
+                Some(first) => format!("{label} (= {first}, renamed)"),
+                None => label.clone(),
+            };
+            println!(
+                "| {machine} | {label} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {} | {} |",
+                preamble.inputs.len(),
+                preamble.inputs.values().map(|i| i.size_gb).sum::<f64>(),
+                found.naive_ms,
+                found.seed_ms,
+                found.completion_ms,
+                found.seed_ms / found.completion_ms,
+                found.chunks,
+                found.origin,
+            );
         }
-        println!(
-            "| {machine} | {label} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {gain:.3} | {} | {} |",
-            preamble.inputs.len(),
-            preamble.inputs.values().map(|i| i.size_gb).sum::<f64>(),
-            found.naive_ms,
-            found.seed_ms,
-            found.completion_ms,
-            found.chunks,
-            found.origin,
-        );
     }
-    println!(
-        "search beat its best seed on {wins} of {} cases ({distinct_wins} of {distinct} without the relabelled \
-         duplicates), lost on {losses}",
-        wins + ties + losses
-    );
-    Ok(())
+    Ok(tally)
 }
 
 /// For each case, the label of an earlier case on the same machine that it equals up to a
