@@ -55,13 +55,13 @@ use crate::{Error, LogicalOptimizer, Problem, Result, Source, TilingId};
 ///   operators, each taken when the plan stays within budget and gets cheaper), and the
 ///   cheapest result is the plan.
 ///
-/// This is a heuristic. Measured against the ILP's exact budgeted optimum on 1,360 random
+/// This is a heuristic. Measured against the ILP's exact budgeted optimum on 1,364 random
 /// problems of 6–13 operators on 2–8 devices (`measure_the_dp_gap` in `tests/memory.rs`,
 /// budgets drawn between the least resident plan and the unconstrained DP's; PCG64 draws,
-/// seed 2026): on trees the DP's plan was never more than 7.3 % dearer (7 of 708 dearer at
-/// all); on DAGs at most 18.1 % (122 of 652), where the unconstrained DP is already up to
-/// 44 % over the unconstrained ILP. (The same experiment on the earlier SplitMix64 draws:
-/// 10.3 % on 709 trees, 24.7 % on 662 DAGs.) A budget below [`min_resident_bytes`](Problem::min_resident_bytes)
+/// seed 2026; re-run 2026-12-03 with the cost models of that date): on trees the DP's plan
+/// was never more than 12.0 % dearer (29 of 709 dearer at all); on DAGs at most 30.0 % (167
+/// of 655). Without a budget the DP is exact on those trees, and on the DAGs dearer than the
+/// ILP on 349 of 655, by at most 50.0 %. A budget below [`min_resident_bytes`](Problem::min_resident_bytes)
 /// is [`Error::DoesNotFit`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Dp;
