@@ -50,32 +50,47 @@ fn compile_refuses_cuda_without_a_driver_and_unknown_backends() {
 #[test]
 #[ignore = "needs a CUDA GPU (scripts/gpu-check.sh runs it with --include-ignored)"]
 fn llama_block_on_the_gpu_matches_the_cpu_reference() {
+    // Every configuration runs; the failures are reported together at the end.
+    let mut failures = Vec::new();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
         for devices in [1, 8] {
             // Replayed and eager with fusion, and replayed without it.
             for (eager, fuse) in [(false, true), (true, true), (false, false)] {
+                let label = format!("{dtype} p = {devices} eager {eager} fuse {fuse}");
                 let options = CompileOptions {
                     devices,
                     backend: Arc::new(CudaBackend::new(CudaOptions { eager, fuse, ..CudaOptions::default() })),
                     ..CompileOptions::default()
                 };
-                let mut exe = compile(&graph, &options).unwrap();
-                exe.load_random(devices as u64).unwrap();
-                // Twice: a replayed graph must give the same answer as its first launch.
-                for _ in 0..2 {
-                    exe.execute().unwrap();
-                    let reference = graph.computation().evaluate(&exe.loaded_inputs()).unwrap();
-                    let err =
-                        reference.iter().map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0)).fold(0.0f32, f32::max);
-                    assert!(
-                        err <= 10.0 * tolerance(dtype),
-                        "{dtype} p = {devices} eager {eager} fuse {fuse}: error {err}"
-                    );
+                let run = || -> Result<f32, String> {
+                    let mut exe = compile(&graph, &options).map_err(|e| format!("compile: {e}"))?;
+                    exe.load_random(devices as u64).map_err(|e| format!("load: {e}"))?;
+                    let reference = graph.computation().evaluate(&exe.loaded_inputs()).map_err(|e| e.to_string())?;
+                    // Twice: a replayed graph must give the same answer as its first launch.
+                    let mut worst = 0.0f32;
+                    for _ in 0..2 {
+                        exe.execute().map_err(|e| format!("execute: {e}"))?;
+                        let err = reference
+                            .iter()
+                            .map(|(t, r)| scaled_error(&exe.outputs()[t], r, 1.0))
+                            .fold(0.0f32, f32::max);
+                        worst = worst.max(err);
+                    }
+                    Ok(worst)
+                };
+                match run() {
+                    Ok(err) if err <= 10.0 * tolerance(dtype) => println!("ok   {label}: error {err:.2e}"),
+                    Ok(err) => failures.push(format!("{label}: error {err}")),
+                    Err(e) => failures.push(format!("{label}: {e}")),
                 }
             }
         }
     }
+    for f in &failures {
+        println!("FAIL {f}");
+    }
+    assert!(failures.is_empty(), "{} configurations failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// Without a GPU: the CUDA lowering of a whole LLaMA block at p = 1 and p = 8, with and

@@ -14,6 +14,7 @@ use crate::fusion::fuse;
 use crate::graph_capture::{CaptureError, capture, fork_issue_join};
 use crate::inputs::InputSlots;
 use crate::lower::lower;
+use crate::setup_lock::{self, SetupGuard};
 use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, StreamPlan};
 
 /// How to prepare a [`CudaExecutable`].
@@ -82,6 +83,9 @@ pub struct CudaExecutable {
     slots: InputSlots,
     outputs: Vec<Boundary>,
     summary: CudaSummary,
+    /// Taken when the executable drops, so that its CUDA resources (every field above) are
+    /// freed under the [`setup_lock`]; released last.
+    teardown: Option<SetupGuard>,
 }
 
 fn task_error(labels: &[String], t: usize, reason: String) -> BackendError {
@@ -110,6 +114,9 @@ impl CudaExecutable {
         // Operators with no CUDA kernel are refused first, with no device involved; then a
         // machine without a GPU says so before any other work.
         crate::backend::check_kernels(graph, kernels)?;
+        // Everything below, the capture included, under the setup lock (declared first, so
+        // on an early return it is released after what was set up is freed).
+        let _setup = setup_lock::hold();
         let available = check_cuda()?;
         let fusion;
         let (graph, kernels): (&TaskGraph, &dyn KernelLibrary) = if options.fuse {
@@ -216,6 +223,7 @@ impl CudaExecutable {
             slots: InputSlots::new(graph.inputs()),
             outputs: graph.outputs().to_vec(),
             summary,
+            teardown: None,
         })
     }
 
@@ -230,12 +238,14 @@ impl CudaExecutable {
     /// its GPU's resident region, where it stays until it is loaded again or the executable
     /// is dropped. A failed copy leaves the input not loaded.
     pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        let _setup = setup_lock::hold();
         let Runtime { plan, resident, .. } = &self.rt;
         self.slots.load(&plan.resident, input, value, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
     /// Loads every input: `inputs` are the whole computation inputs in the task graph's order.
     pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
+        let _setup = setup_lock::hold();
         let Runtime { plan, resident, .. } = &self.rt;
         self.slots.load_all(&plan.resident, inputs, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
@@ -283,6 +293,14 @@ impl CudaExecutable {
     /// first run or after a failed one.
     pub fn last_run_device_seconds(&self) -> Option<f64> {
         self.last_device_seconds
+    }
+}
+
+impl Drop for CudaExecutable {
+    /// Takes the setup lock into the last field: the fields drop after this, in order, so the
+    /// graph, events, streams and memory are all freed before the lock is released.
+    fn drop(&mut self) {
+        self.teardown = Some(setup_lock::hold());
     }
 }
 

@@ -21,7 +21,8 @@
 //! issues nothing. [`executor`] issues the work with events between streams, and
 //! [`graph_capture`] captures it once as a CUDA graph that every [`CudaExecutable::run`]
 //! replays (or, with [`CudaOptions::eager`], issues it again), timed by events around the
-//! launch. [`emulate`] runs the same plan, load once and run many, on the host, in schedule
+//! launch; [`setup_lock`] keeps another thread's preparing, loading or dropping of an executable
+//! from breaking a capture. [`emulate`] runs the same plan, load once and run many, on the host, in schedule
 //! order or with the streams interleaved at random; [`race_check`] proves a plan's streams
 //! and events order every conflicting memory access.
 //!
@@ -46,6 +47,7 @@ pub mod lower;
 pub mod pool;
 pub mod race_check;
 pub mod resident;
+pub mod setup_lock;
 pub mod stream_plan;
 
 pub use backend::CudaBackend;
