@@ -30,6 +30,11 @@
 //!   GPUs): FP16/BF16 Tensor Core 10 PFLOPS *with sparsity*, so 2,500 TFLOP/s dense per GPU;
 //!   FP32 160 TFLOPS (non-tensor, no sparsity), so 80 TFLOP/s per GPU. Its NICs are not
 //!   modelled: the rack is one node.
+//! - `h200`: one H200 SXM on its own, the machine a single-GPU run is measured on: the
+//!   H100 SXM's processor (132 SMs, its clocks, so 989 TFLOP/s f16/bf16 dense and 67 f32)
+//!   with 141 GB of HBM3e at 4800 GB/s (NVIDIA's H200 datasheet). One site, so it plans for
+//!   one device; its NVLink (450 GB/s per direction, as the H100's) is given for a file that
+//!   copies the site into a machine of several.
 //!
 //! Every preset also gives each GPU its SM count (whitepaper figures, `efficiency.rs`:
 //! 108 on the A100, 132 on the H100, 80 on the V100, 148 on the B200) and the machine its
@@ -52,7 +57,7 @@ use crate::topology::{ComputeRates, Fallback, GB, Link, MAX_SITES, Site, Topolog
 
 /// The preset names [`Topology::preset`] accepts as they are; it also accepts every form of
 /// [`NODE_PRESETS`].
-pub const PRESETS: &[&str] = &["dgx-a100", "dgx-h100", "dgx-v100", "nvl72"];
+pub const PRESETS: &[&str] = &["dgx-a100", "dgx-h100", "dgx-v100", "nvl72", "h200"];
 
 /// The presets of `N` nodes, written with `N` for the number of nodes (`dgx-a100x4`).
 pub const NODE_PRESETS: &[&str] = &["dgx-a100xN", "dgx-h100xN"];
@@ -160,6 +165,15 @@ fn nvl72() -> Topology {
         .with_service(LinkService::Fifo)
 }
 
+fn h200() -> Topology {
+    let site =
+        Site::new(4800.0, 141.0, ComputeRates::tflops(989.0, 989.0, 67.0)).with_endpoint_caps(450.0).with_sms(H100_SMS);
+    Topology::new("h200", vec![site], vec![], Some(Fallback::Switch))
+        .and_then(|t| t.with_latency(H100_LATENCY))
+        .expect("the h200 preset is valid")
+        .with_service(LinkService::Fifo)
+}
+
 /// The name of the smallest machine of `base`'s family with at least `devices` sites, when
 /// `base` is a DGX preset that scales by nodes (`dgx-a100`, `dgx-h100`, or one of their
 /// `xN` forms): `dgx-a100` for up to 8 devices, `dgx-a100x2` for 9 to 16, and so on. `None`
@@ -195,6 +209,7 @@ impl Topology {
         match name {
             "dgx-v100" => Ok(dgx_v100()),
             "nvl72" => Ok(nvl72()),
+            "h200" => Ok(h200()),
             _ => match dgx_gpu(name) {
                 Some(gpu) => dgx(name.to_string(), &gpu, 1),
                 None => Err(TopologyError::UnknownPreset { name: name.to_string(), known: preset_forms() }),
@@ -218,7 +233,7 @@ mod tests {
             assert_eq!(Topology::preset(&name).expect("preset").name(), name);
         }
         let err = Topology::preset("dgx-b200").unwrap_err().to_string();
-        assert!(err.contains("dgx-b200") && err.contains("dgx-a100, dgx-h100, dgx-v100, nvl72"), "{err}");
+        assert!(err.contains("dgx-b200") && err.contains("dgx-a100, dgx-h100, dgx-v100, nvl72, h200"), "{err}");
         assert!(err.contains("dgx-a100xN, dgx-h100xN (N nodes of 8 GPUs)"), "{err}");
         for bad in ["dgx-a100x", "dgx-a100x-2", "dgx-a100x2.5", "dgx-v100x2", "nvl72x2", "dgx-a100X2"] {
             assert!(
