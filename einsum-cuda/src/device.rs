@@ -168,8 +168,15 @@ impl Gpu {
             let d = am.head_dim;
             let ptx = compile(module, &defines, arch)?;
             let m = ctx.load_module(ptx).map_err(|e| format!("loading `{}` (head dim {d}): {e}", module.name))?;
+            let shared = am.shared_bytes() as i32;
             for k in module.kernels {
-                attention.insert((*k, d), m.load_function(k).map_err(|e| format!("loading `{k}`: {e}"))?);
+                let f = m.load_function(k).map_err(|e| format!("loading `{k}`: {e}"))?;
+                if shared > 0 {
+                    // Dynamic shared memory past 48 KiB must be asked for per kernel.
+                    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+                        .map_err(|e| format!("giving `{k}` (head dim {d}) {shared} bytes of shared memory: {e}"))?;
+                }
+                attention.insert((*k, d), f);
             }
         }
         let pool = DeviceMemory::new(&ctx, pool_bytes)?;

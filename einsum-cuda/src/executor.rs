@@ -462,7 +462,7 @@ impl Runtime {
                         1,
                     ),
                     block_dim: (kernel.threads() as u32, 1, 1),
-                    shared_mem_bytes: 0,
+                    shared_mem_bytes: kernel.shared_bytes(*head_dim) as u32,
                 };
                 // SAFETY: matches the signature every attention entry shares; blocks were
                 // checked and the kernel chosen (alignment, head dim, dtype) when lowering.

@@ -7,7 +7,7 @@
 //! - [`AttentionKernel::Mma`] (`cuda/attention_mma.cu`): tensor cores (`mma.sync`, sm_80+)
 //!   for f16/bf16 at head dims 64 and 128, with 16-byte aligned operands. A block holds
 //!   [`MMA_ROWS`] query rows, `heads_per_block` heads of one GQA group at a time (the K/V
-//!   tiles are loaded once for all of them), and walks key tiles of [`MMA_KEYS`]. P is
+//!   tiles are loaded once for all of them), and walks key tiles of [`mma_keys`]. P is
 //!   rounded to the storage dtype before P·V, as FlashAttention-2 does.
 //! - [`AttentionKernel::Simt`] (`cuda/attention_simt.cu`): CUDA cores, any dtype and head
 //!   dim up to [`MAX_HEAD_DIM`]; blocks of [`simt_tile`]'s rows and keys, P kept in f32.
@@ -18,13 +18,20 @@ use super::sources::{ATTENTION_MMA, ATTENTION_SIMT, Module};
 
 /// The largest head dimension the kernels take.
 pub const MAX_HEAD_DIM: usize = 256;
-/// Warps per block of the tensor-core kernel (each owns 16 query rows).
+/// Warps per block of the tensor-core kernel.
 pub const MMA_WARPS: usize = 4;
+/// Row tiles of 16 query rows per warp of the tensor-core kernel: each K or V fragment a
+/// warp reads from shared memory feeds `2 * MMA_WARP_M` `mma` instructions, so two halve
+/// the shared-memory reads per multiply of one (the accumulators of both stay in registers).
+pub const MMA_WARP_M: usize = 2;
 /// Query rows per block of the tensor-core kernel.
-pub const MMA_ROWS: usize = 16 * MMA_WARPS;
-/// Keys per tile of the tensor-core kernel (Q, K and V tiles fill the 48 KiB of static
-/// shared memory at head dim 128).
-pub const MMA_KEYS: usize = 64;
+pub const MMA_ROWS: usize = 16 * MMA_WARP_M * MMA_WARPS;
+/// Keys per tile of the tensor-core kernel at head dim `head_dim`: 64, or 32 at head dim 128,
+/// where the scores of 64 keys and the output accumulators of two row tiles would not fit
+/// in a thread's 255 registers (ptxas puts them in local memory).
+pub fn mma_keys(head_dim: usize) -> usize {
+    if head_dim > 64 { 32 } else { 64 }
+}
 /// Head dimensions the tensor-core kernel is compiled for.
 pub const MMA_HEAD_DIMS: [usize; 2] = [64, 128];
 /// Warps per block of the CUDA-core kernel.
@@ -60,6 +67,14 @@ pub struct AttentionModule {
 }
 
 impl AttentionModule {
+    /// Bytes of dynamic shared memory a block of this module's kernels takes: the
+    /// tensor-core kernel's Q, K and V tiles in 16-bit storage (64 KiB at head dim 128, over
+    /// the 48 KiB of static shared memory, so [`crate::device::Gpu::open`] raises the
+    /// kernels' limit), none for the CUDA-core kernel (its tiles are static).
+    pub fn shared_bytes(&self) -> usize {
+        if self.tensor_cores { (MMA_ROWS + 2 * mma_keys(self.head_dim)) * self.head_dim * 2 } else { 0 }
+    }
+
     /// The source and its defines (tile sizes and head dimension).
     pub fn source(&self) -> (&'static Module, Vec<(&'static str, String)>) {
         let d = ("HEAD_DIM", self.head_dim.to_string());
@@ -67,8 +82,9 @@ impl AttentionModule {
             let defines = vec![
                 d,
                 ("MMA_ROWS", MMA_ROWS.to_string()),
-                ("MMA_KEYS", MMA_KEYS.to_string()),
+                ("MMA_KEYS", mma_keys(self.head_dim).to_string()),
                 ("MMA_WARPS", MMA_WARPS.to_string()),
+                ("MMA_WARP_M", MMA_WARP_M.to_string()),
             ];
             (&ATTENTION_MMA, defines)
         } else {
@@ -134,7 +150,7 @@ impl AttentionKernel {
     pub fn keys_per_tile(self, head_dim: usize) -> usize {
         match self {
             AttentionKernel::Simt => simt_tile(head_dim).1,
-            AttentionKernel::Mma { .. } => MMA_KEYS,
+            AttentionKernel::Mma { .. } => mma_keys(head_dim),
         }
     }
 
@@ -144,6 +160,12 @@ impl AttentionKernel {
             AttentionKernel::Simt => 1,
             AttentionKernel::Mma { heads_per_block } => heads_per_block,
         }
+    }
+
+    /// Bytes of dynamic shared memory a block takes at head dim `head_dim` (see
+    /// [`AttentionModule::shared_bytes`]).
+    pub fn shared_bytes(self, head_dim: usize) -> usize {
+        self.module(head_dim).shared_bytes()
     }
 
     /// Threads per block.

@@ -3,27 +3,41 @@
 //
 // A block of MMA_WARPS warps owns MMA_ROWS query rows: HPB heads of one GQA group (they
 // share a key/value head, so every K/V tile is loaded once for all of them) times
-// MMA_ROWS / HPB positions; each warp owns 16 rows of one head. Key/value tiles of
-// MMA_KEYS rows walk the block's visible key range [first, last) (causal tiles past the
-// diagonal and keys of other packed sequences never enter it; rows inside a tile are masked
-// by their own [lo, hi) from `bounds`). Per tile:
-//   S = Q Kᵀ             mma.sync m16n8k16, f32 accumulation, Q fragments kept in registers;
+// MMA_ROWS / HPB positions; each warp owns WARP_ROWS = 16 * MMA_WARP_M rows (MMA_WARP_M
+// row tiles of 16), so that every K or V fragment read from shared memory feeds
+// 2 * MMA_WARP_M mma instructions. Key/value tiles of MMA_KEYS rows walk the block's visible
+// key range [first, last) (causal tiles past the diagonal and keys of other packed sequences
+// never enter it; rows inside a tile are masked by their own [lo, hi) from `bounds`). Per
+// tile and warp:
+//   skip                 a tile no row of the warp sees does no arithmetic (the block's
+//                        causal diagonal, other sequences' keys);
+//   S = Q Kᵀ             mma.sync m16n8k16, f32 accumulation, Q fragments read from shared
+//                        memory (registers hold the output accumulators instead);
+//   mask                 only where the tile is not wholly visible to every row of the warp;
 //   online softmax       in the log2 domain (x = s · scale · log2 e), one rescale per tile;
 //   O += P V             P rounded to the storage dtype (as FlashAttention-2 does), V through
 //                        ldmatrix.trans.
 // Tiles are copied with cp.async: V of a tile streams in while S and the softmax are
 // computed, and the next K tile while P V is. Shared-memory rows are swizzled (16-byte
 // chunk c of row r at chunk c ^ (r mod 8)) so that ldmatrix reads are free of bank
-// conflicts. Addresses must be 16-byte aligned; the lowering only picks this kernel when
-// they are. Tile sizes come from the Rust side (-DMMA_ROWS=... -DMMA_KEYS=... -DHEAD_DIM=...).
-#if !defined(HEAD_DIM) || !defined(MMA_ROWS) || !defined(MMA_KEYS) || !defined(MMA_WARPS)
-#error "HEAD_DIM, MMA_ROWS, MMA_KEYS and MMA_WARPS are defined by the Rust side"
+// conflicts. The Q, K and V tiles are dynamic shared memory (more than the 48 KiB of static
+// shared memory at head dim 128; the host raises the kernel's limit). Blocks are taken from
+// the last query rows down, so under a causal mask the longest run first. Addresses must be
+// 16-byte aligned; the lowering only picks this kernel when they are. Tile sizes come from
+// the Rust side (-DMMA_ROWS=... -DMMA_KEYS=... -DMMA_WARPS=... -DMMA_WARP_M=... -DHEAD_DIM=...).
+#if !defined(HEAD_DIM) || !defined(MMA_ROWS) || !defined(MMA_KEYS) || !defined(MMA_WARPS) || !defined(MMA_WARP_M)
+#error "HEAD_DIM, MMA_ROWS, MMA_KEYS, MMA_WARPS and MMA_WARP_M are defined by the Rust side"
 #endif
-#if HEAD_DIM % 64 != 0 || MMA_ROWS != 16 * MMA_WARPS || MMA_KEYS % 16 != 0
+#if HEAD_DIM % 64 != 0 || MMA_ROWS != 16 * MMA_WARP_M * MMA_WARPS || MMA_KEYS % 16 != 0
 #error "unsupported tile configuration"
 #endif
 
+#define WARP_ROWS (16 * MMA_WARP_M)  // query rows per warp
 #define CHUNKS (HEAD_DIM / 8)  // 16-byte chunks per row
+#define TILE_STEP (MMA_WARPS * 32 / CHUNKS)  // rows between the chunks one thread copies
+#if TILE_STEP % 8 != 0 || MMA_KEYS % TILE_STEP != 0
+#error "unsupported tile configuration"
+#endif
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -85,6 +99,9 @@ __device__ __forceinline__ u32 pack(float lo, float hi) {
     return r;
 }
 
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -97,23 +114,31 @@ __device__ __forceinline__ void attention_mma(const u16* __restrict__ q, const u
                                               const int* __restrict__ bounds, i64 nq, i64 nk, i64 heads_lo,
                                               i64 kv_lo, i64 keys_lo, i64 group, i64 hpb, float scale_log2) {
 #if __CUDA_ARCH__ >= 800
-    __shared__ __align__(128) u16 qs[MMA_ROWS * HEAD_DIM];
-    __shared__ __align__(128) u16 ks[MMA_KEYS * HEAD_DIM];
-    __shared__ __align__(128) u16 vs[MMA_KEYS * HEAD_DIM];
+    extern __shared__ __align__(128) u16 tiles[];
+    u16* qs = tiles;                     // [MMA_ROWS][HEAD_DIM]
+    u16* ks = qs + MMA_ROWS * HEAD_DIM;  // [MMA_KEYS][HEAD_DIM]
+    u16* vs = ks + MMA_KEYS * HEAD_DIM;  // [MMA_KEYS][HEAD_DIM]
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;  // mma fragment row group and thread in group
+    const int mi = lane >> 3, r = lane & 7;  // ldmatrix: this lane's matrix and row in it
     const i64 positions = MMA_ROWS / hpb;   // positions per block
-    const i64 warps_per_head = MMA_WARPS / hpb;
-    const i64 p_block = (i64)blockIdx.x * positions;
+    // The last query rows first (see the top of the file).
+    const i64 p_block = (i64)(gridDim.x - 1 - blockIdx.x) * positions;
     // Block row b (0..MMA_ROWS) is head (chunk * hpb + b / positions), position
-    // p_block + b % positions; warp w owns block rows 16w..16w+15.
+    // p_block + b % positions; warp w owns block rows WARP_ROWS * w .. WARP_ROWS * (w + 1).
     const i64 head0 = (i64)blockIdx.y * hpb;
     const i64 kvh = (heads_lo + head0) / group - kv_lo;
     const i64 p_last = (p_block + positions < nq ? p_block + positions : nq) - 1;
-    i64 first = bounds[2 * p_block] > keys_lo ? bounds[2 * p_block] : keys_lo;
-    i64 last = bounds[2 * p_last + 1] < keys_lo + nk ? bounds[2 * p_last + 1] : keys_lo + nk;
+    // Keys are absolute positions, which `bounds` holds as 32-bit ints.
+    const int first = bounds[2 * p_block] > keys_lo ? bounds[2 * p_block] : (int)keys_lo;
+    const int last = bounds[2 * p_last + 1] < keys_lo + nk ? bounds[2 * p_last + 1] : (int)(keys_lo + nk);
     const u16* kv_k = k + kvh * nk * HEAD_DIM;
     const u16* kv_v = v + kvh * nk * HEAD_DIM;
+    // Shared-memory byte addresses of the tiles: every ldmatrix and cp.async address below is
+    // one of these plus a lane constant and a compile-time offset (the swizzle of row r is
+    // r mod 8, which for every row a lane touches is the same lane constant), so the loops
+    // spend no integer work recomputing addresses.
+    const u32 qs_a = smem(qs), ks_a = smem(ks), vs_a = smem(vs);
 
     // Q tile: block row b, chunk c.
     for (int e = tid; e < MMA_ROWS * CHUNKS; e += MMA_WARPS * 32) {
@@ -122,111 +147,185 @@ __device__ __forceinline__ void attention_mma(const u16* __restrict__ q, const u
         bool ok = pos < nq;
         cp16(smem(qs + swz(b, c)), q + ((head * nq + (ok ? pos : 0)) * HEAD_DIM + c * 8), ok);
     }
-    // K or V tile at key j0 into `dst`; keys at or past `last` are zeros.
-    auto load_tile = [&](u16* dst, const u16* src, i64 j0) {
-        for (int e = tid; e < MMA_KEYS * CHUNKS; e += MMA_WARPS * 32) {
-            int r = e / CHUNKS, c = e % CHUNKS;
-            bool ok = j0 + r < last;
-            cp16(smem(dst + swz(r, c)), src + ((ok ? j0 + r - keys_lo : 0) * HEAD_DIM + c * 8), ok);
+    // K or V tile at key j0 into the tile at `dst`; keys at or past `last` are zeros. Thread
+    // tid copies chunk tid % CHUNKS of rows tid / CHUNKS + TILE_STEP i (TILE_STEP a multiple
+    // of 8, so all its rows share one swizzle).
+    const int tr = tid / CHUNKS, tc = tid % CHUNKS;
+    const u32 tile_off = 2 * swz(tr, tc);
+    auto load_tile = [&](u32 dst, const u16* src, int j0) {
+        const u16* from = src + ((i64)(j0 - keys_lo + tr) * HEAD_DIM + tc * 8);
+#pragma unroll
+        for (int i = 0; i < MMA_KEYS / TILE_STEP; ++i) {
+            bool ok = j0 + tr + TILE_STEP * i < last;
+            cp16(dst + tile_off + 2 * TILE_STEP * HEAD_DIM * i, ok ? from + TILE_STEP * HEAD_DIM * i : src, ok);
         }
     };
-    if (first < last) load_tile(ks, kv_k, first);
+    if (first < last) load_tile(ks_a, kv_k, first);
     cp_commit();
+
+    // This thread's rows: row tile mt, half i is block row row0 + 16 mt + 8 i; their visible
+    // keys, and over the warp's rows the smallest and largest of both ends (a row past nq
+    // sees nothing: [0, 0)).
+    const int row0 = warp * WARP_ROWS + g;
+    int lo[MMA_WARP_M][2], hi[MMA_WARP_M][2];
+    int lo_min = 0x7fffffff, lo_max = 0, hi_min = 0x7fffffff, hi_max = 0;
+#pragma unroll
+    for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            i64 b = row0 + 16 * mt + 8 * i, pos = p_block + b % positions;
+            int a = pos < nq ? bounds[2 * pos] : 0, z = pos < nq ? bounds[2 * pos + 1] : 0;
+            lo[mt][i] = a;
+            hi[mt][i] = z;
+            lo_min = imin(lo_min, a);
+            lo_max = imax(lo_max, a);
+            hi_min = imin(hi_min, z);
+            hi_max = imax(hi_max, z);
+        }
+    }
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) {
+        lo_min = imin(lo_min, __shfl_xor_sync(0xffffffffu, lo_min, x));
+        lo_max = imax(lo_max, __shfl_xor_sync(0xffffffffu, lo_max, x));
+        hi_min = imin(hi_min, __shfl_xor_sync(0xffffffffu, hi_min, x));
+        hi_max = imax(hi_max, __shfl_xor_sync(0xffffffffu, hi_max, x));
+    }
     cp_wait_all();
     __syncthreads();
 
-    // This thread's two rows (g and g + 8 of its warp's 16) and their visible keys.
-    const int row0 = warp * 16 + g;
-    i64 lo[2], hi[2];
-    for (int i = 0; i < 2; ++i) {
-        i64 b = row0 + 8 * i, pos = p_block + b % positions;
-        lo[i] = pos < nq ? bounds[2 * pos] : 0;
-        hi[i] = pos < nq ? bounds[2 * pos + 1] : 0;
-    }
-    // Q fragments: k-step kk, matrices (rows 0-7 | 8-15) x (cols 0-7 | 8-15).
-    u32 qf[HEAD_DIM / 16][4];
-    {
-        const int mi = lane >> 3, r = lane & 7;
-        for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-            ldsm4(smem(qs + swz(warp * 16 + r + (mi & 1) * 8, kk * 2 + (mi >> 1))), qf[kk][0], qf[kk][1], qf[kk][2],
-                  qf[kk][3]);
-        }
-    }
-    float acc[HEAD_DIM / 8][4];
-    for (int n = 0; n < HEAD_DIM / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    // ldmatrix addresses: this lane's row of its 8x8 matrix and its swizzled chunk. Q (the
+    // A operand: matrices rows 0-7/8-15 x chunks 0/1), K (B: keys 0-7/8-15 x chunks 0/1,
+    // the other order) and V (B transposed: keys 0-7/8-15 x chunks 0/1, as Q).
+    const u32 q_lane = qs_a + 2 * HEAD_DIM * (warp * WARP_ROWS + r + (mi & 1) * 8);
+    const u32 k_lane = ks_a + 2 * HEAD_DIM * (r + (mi >> 1) * 8);
+    const u32 v_lane = vs_a + 2 * HEAD_DIM * (r + (mi & 1) * 8);
+    const u32 q_swz = (mi >> 1) ^ r, k_swz = (mi & 1) ^ r, v_swz = (mi >> 1) ^ r;
 
-    for (i64 j0 = first; j0 < last; j0 += MMA_KEYS) {
-        load_tile(vs, kv_v, j0);
+    float acc[MMA_WARP_M][HEAD_DIM / 8][4];
+    float m[MMA_WARP_M][2], l[MMA_WARP_M][2];
+#pragma unroll
+    for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+
+    for (int j0 = first; j0 < last; j0 += MMA_KEYS) {
+        load_tile(vs_a, kv_v, j0);
         cp_commit();
-        // S = Q Kᵀ for this warp's 16 rows and the tile's MMA_KEYS keys.
-        float s[MMA_KEYS / 8][4];
-        for (int n = 0; n < MMA_KEYS / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        {
-            const int mi = lane >> 3, r = lane & 7;
+        // Warp-uniform: no row of the warp sees a key of the tile, or every row sees all.
+        const bool skip = j0 >= hi_max || j0 + MMA_KEYS <= lo_min;
+        const bool whole = j0 >= lo_max && j0 + MMA_KEYS <= hi_min && j0 + MMA_KEYS <= last;
+        float s[MMA_WARP_M][MMA_KEYS / 8][4];
+        if (!skip) {
+            // S = Q Kᵀ for this warp's rows and the tile's MMA_KEYS keys.
+#pragma unroll
+            for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+#pragma unroll
+                for (int n = 0; n < MMA_KEYS / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+            }
+                        // (kk indexes shared memory only: unrolled by two, which leaves ptxas the registers
+            // the accumulators need at head dim 128.)
+#pragma unroll 2
             for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+                u32 qf[MMA_WARP_M][4];
+#pragma unroll
+                for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+                    ldsm4(q_lane + 32 * HEAD_DIM * mt + (((2 * kk) ^ q_swz) << 4), qf[mt][0], qf[mt][1], qf[mt][2],
+                          qf[mt][3]);
+                }
+#pragma unroll
                 for (int np = 0; np < MMA_KEYS / 16; ++np) {
                     u32 b0, b1, b2, b3;
-                    ldsm4(smem(ks + swz(np * 16 + r + (mi >> 1) * 8, kk * 2 + (mi & 1))), b0, b1, b2, b3);
-                    mma<BF16>(s[2 * np], qf[kk], b0, b1);
-                    mma<BF16>(s[2 * np + 1], qf[kk], b2, b3);
+                    ldsm4(k_lane + 32 * HEAD_DIM * np + (((2 * kk) ^ k_swz) << 4), b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+                        mma<BF16>(s[mt][2 * np], qf[mt], b0, b1);
+                        mma<BF16>(s[mt][2 * np + 1], qf[mt], b2, b3);
+                    }
+                }
+            }
+            // Scale, mask (unless the tile is whole), and the online softmax (one rescale per
+            // tile).
+#pragma unroll
+            for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+                float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+                for (int n = 0; n < MMA_KEYS / 8; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int i = e >> 1;
+                        float x = s[mt][n][e] * scale_log2;
+                        if (!whole) {
+                            int key = j0 + n * 8 + 2 * t + (e & 1);
+                            x = key >= lo[mt][i] && key < hi[mt][i] && key < last ? x : NEG_INF;
+                        }
+                        s[mt][n][e] = x;
+                        mx[i] = fmaxf(mx[i], x);
+                    }
+                }
+                float corr[2];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                    float mn = fmaxf(m[mt][i], mx[i]);
+                    float use = mn == NEG_INF ? 0.0f : mn;  // a row with nothing visible yet
+                    corr[i] = exp2_approx(m[mt][i] - use);
+                    m[mt][i] = mn;
+                    mx[i] = use;
+                }
+                float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int n = 0; n < MMA_KEYS / 8; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float p = exp2_approx(s[mt][n][e] - mx[e >> 1]);
+                        s[mt][n][e] = p;
+                        sum[e >> 1] += p;
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < 2; ++i) l[mt][i] = l[mt][i] * corr[i] + sum[i];
+                // Rescaling by 1 is the identity: once the running maxima settle, most tiles
+                // change none of the warp's rows, and skip it.
+                if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+                    for (int n = 0; n < HEAD_DIM / 8; ++n) {
+                        acc[mt][n][0] *= corr[0];
+                        acc[mt][n][1] *= corr[0];
+                        acc[mt][n][2] *= corr[1];
+                        acc[mt][n][3] *= corr[1];
+                    }
                 }
             }
         }
-        // Mask, scale, and the online softmax (one rescale per tile).
-        float mx[2] = {NEG_INF, NEG_INF};
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
-            for (int e = 0; e < 4; ++e) {
-                int i = e >> 1;
-                i64 key = j0 + n * 8 + 2 * t + (e & 1);
-                float x = key >= lo[i] && key < hi[i] ? s[n][e] * scale_log2 : NEG_INF;
-                s[n][e] = x;
-                mx[i] = fmaxf(mx[i], x);
-            }
-        }
-        float corr[2];
-        for (int i = 0; i < 2; ++i) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            float mn = fmaxf(m[i], mx[i]);
-            float use = mn == NEG_INF ? 0.0f : mn;  // a row with nothing visible yet
-            corr[i] = exp2_approx(m[i] - use);
-            m[i] = mn;
-            mx[i] = use;
-        }
-        for (int n = 0; n < MMA_KEYS / 8; ++n) {
-            for (int e = 0; e < 4; ++e) {
-                float p = exp2_approx(s[n][e] - mx[e >> 1]);
-                s[n][e] = p;
-            }
-        }
-        for (int i = 0; i < 2; ++i) {
-            float sum = 0.0f;
-            for (int n = 0; n < MMA_KEYS / 8; ++n) sum += s[n][2 * i] + s[n][2 * i + 1];
-            l[i] = l[i] * corr[i] + sum;
-        }
-        for (int n = 0; n < HEAD_DIM / 8; ++n) {
-            acc[n][0] *= corr[0];
-            acc[n][1] *= corr[0];
-            acc[n][2] *= corr[1];
-            acc[n][3] *= corr[1];
-        }
         cp_wait_all();  // V of this tile
         __syncthreads();  // ... visible to all, and every warp is done with K
-        if (j0 + MMA_KEYS < last) load_tile(ks, kv_k, j0 + MMA_KEYS);
+        if (j0 + MMA_KEYS < last) load_tile(ks_a, kv_k, j0 + MMA_KEYS);
         cp_commit();
-        // O += P V: P's accumulator layout is the A-fragment layout of the next mma.
-        {
-            const int mi = lane >> 3, r = lane & 7;
+        if (!skip) {
+            // O += P V: P's accumulator layout is the A-fragment layout of the next mma.
+#pragma unroll
             for (int kk = 0; kk < MMA_KEYS / 16; ++kk) {
-                u32 a[4] = {pack<BF16>(s[2 * kk][0], s[2 * kk][1]), pack<BF16>(s[2 * kk][2], s[2 * kk][3]),
-                            pack<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                            pack<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                u32 a[MMA_WARP_M][4];
+#pragma unroll
+                for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+                    a[mt][0] = pack<BF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    a[mt][1] = pack<BF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    a[mt][2] = pack<BF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    a[mt][3] = pack<BF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
                 for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
                     u32 b0, b1, b2, b3;
-                    ldsm4t(smem(vs + swz(kk * 16 + r + (mi & 1) * 8, dp * 2 + (mi >> 1))), b0, b1, b2, b3);
-                    mma<BF16>(acc[2 * dp], a, b0, b1);
-                    mma<BF16>(acc[2 * dp + 1], a, b2, b3);
+                    ldsm4t(v_lane + 32 * HEAD_DIM * kk + (((2 * dp) ^ v_swz) << 4), b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+                        mma<BF16>(acc[mt][2 * dp], a[mt], b0, b1);
+                        mma<BF16>(acc[mt][2 * dp + 1], a[mt], b2, b3);
+                    }
                 }
             }
         }
@@ -234,20 +333,28 @@ __device__ __forceinline__ void attention_mma(const u16* __restrict__ q, const u
         __syncthreads();  // ... visible to all, and every warp is done with V
     }
 
-    // O / l, staged through this warp's own rows of the Q tile for 16-byte stores.
-    float inv[2];
-    for (int i = 0; i < 2; ++i) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-    }
-    for (int n = 0; n < HEAD_DIM / 8; ++n) {
-        *(u32*)(qs + swz(row0, n) + 2 * t) = pack<BF16>(acc[n][0] * inv[0], acc[n][1] * inv[0]);
-        *(u32*)(qs + swz(row0 + 8, n) + 2 * t) = pack<BF16>(acc[n][2] * inv[1], acc[n][3] * inv[1]);
+    // O / l, staged through this warp's own rows of the Q tile (only this warp reads them)
+    // for 16-byte stores.
+#pragma unroll
+    for (int mt = 0; mt < MMA_WARP_M; ++mt) {
+        float inv[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float li = l[mt][i];
+            li += __shfl_xor_sync(0xffffffffu, li, 1);
+            li += __shfl_xor_sync(0xffffffffu, li, 2);
+            inv[i] = li > 0.0f ? 1.0f / li : 0.0f;
+        }
+        const int rt = row0 + 16 * mt;
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; ++n) {
+            *(u32*)(qs + swz(rt, n) + 2 * t) = pack<BF16>(acc[mt][n][0] * inv[0], acc[mt][n][1] * inv[0]);
+            *(u32*)(qs + swz(rt + 8, n) + 2 * t) = pack<BF16>(acc[mt][n][2] * inv[1], acc[mt][n][3] * inv[1]);
+        }
     }
     __syncwarp();
-    for (int e = lane; e < 16 * CHUNKS; e += 32) {
-        int b = warp * 16 + e / CHUNKS, c = e % CHUNKS;
+    for (int e = lane; e < WARP_ROWS * CHUNKS; e += 32) {
+        int b = warp * WARP_ROWS + e / CHUNKS, c = e % CHUNKS;
         i64 pos = p_block + b % positions, head = head0 + b / positions;
         if (pos < nq) {
             *(uint4*)(o + (head * nq + pos) * HEAD_DIM + c * 8) = *(const uint4*)(qs + swz(b, c));
