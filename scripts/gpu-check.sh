@@ -1,33 +1,39 @@
 #!/usr/bin/env bash
-# GPU check of the CUDA backend (issues 6 and 13). On a machine with an NVIDIA GPU and CUDA 13:
-#   1. finds the CUDA libraries (driver, cuBLAS, NVRTC) and says which are missing,
-#   2. builds the driver and the CUDA tests in release, or uses prebuilt copies (below),
-#   3. runs the CUDA tests (einsum-cuda's operator tests, the driver's tests/cuda.rs),
-#   4. checks llama-block at p = 1 and p = 8 (8 virtual devices on the GPUs there are)
-#      against the single-device CPU reference (`einsummable run ... --backend cuda --check`),
-#   5. times p = 1 bf16 (median of 10 graph replays after 2 warm-ups; CUDA events) of
-#      LLaMA-3-8B's block at 1K, 8K and 32K tokens and of its attention alone at 8K, against
-#      the same in PyTorch (cuBLAS, flash SDPA; scripts/torch_llama_block.py and
-#      scripts/torch_attention.py) when torch imports,
-# and prints one table (also written to $OUT/gpu-check.md when $OUT is set). Every step has
-# its own time limit inside one overall budget (GPU_CHECK_BUDGET seconds, default 540), so
-# the whole script ends inside one 10-minute call; a step that runs out of time says so.
-# Exit status: 0 only when every test and check ran on a GPU and passed.
+# GPU check of the CUDA backend: correctness first, then speed against PyTorch.
 #
-# Through the project's device tool (no network, no Rust toolchain there, 64 MiB carried):
-#   here:   scripts/gpu-check.sh --prepare      # release builds into target/gpu-check/
-#   there:  run command="scripts/gpu-check.sh" carry=["target/gpu-check"]
-# `--prepare` copies (stripped) the `einsummable` binary and the two test binaries into
-# target/gpu-check/ and prints their size. Where cargo can build offline (a machine with the
-# toolchain and the crates), the script builds instead. NVRTC (libnvrtc.so.13, ~105 MB) is too
-# large to carry: it must come from the machine (the CUDA toolkit, or pip's nvidia packages,
-# which the script finds under python3's site-packages). Binaries built here (glibc 2.36) run
-# on the device image (Ubuntu 24.04, glibc 2.39); stripped, the three came to 12 MB as debug
-# builds (release ones are no larger).
+# Needs: an NVIDIA GPU (compute capability 7.5 or later) with its driver (libcuda.so.1),
+# cuBLAS and NVRTC of CUDA 13 (libcublas.so.13, libnvrtc.so.13: from the CUDA toolkit or
+# from pip's nvidia packages under python3's site-packages, both searched), python3, and
+# for the timing comparison PyTorch with CUDA. Either cargo with the crates already fetched
+# (it builds offline) or the prebuilt binaries of `--prepare` in target/gpu-check/.
+#
+#   scripts/gpu-check.sh --prepare      # where cargo works: release builds, stripped, into
+#                                       # target/gpu-check/ (the driver and two test binaries)
+#   scripts/gpu-check.sh [--out DIR]    # on the GPU machine
+#
+# What it does, inside one overall budget (GPU_CHECK_BUDGET seconds, default 540; every step
+# has its own limit, and a step that runs out of time says so):
+#   1. finds the CUDA libraries and says which are missing;
+#   2. correctness, all at once: einsum-cuda's operator tests (every kernel against the CPU
+#      reference in f32, f16 and bf16, attention at head dims 64 and 128, causal and packed,
+#      at 8K tokens), the driver's tests/cuda.rs, and `einsummable run llama-block --check`
+#      at p = 1 and p = 8 (8 virtual devices on the one GPU) in f32 and bf16;
+#   3. timing, one run at a time: p = 1 bf16 (median of 10 graph replays after 2 warm-ups;
+#      CUDA events) of LLaMA-3-8B's block at 1K, 8K and 32K tokens and of its attention alone
+#      at 8K, beside the simulator's prediction on the `h200` preset and the same computation
+#      in PyTorch (cuBLAS, flash SDPA; scripts/torch_llama_block.py, scripts/torch_attention.py).
+# It prints one Markdown table and writes it, with every step's full log, to DIR (default
+# $OUT when set, else a new temporary directory). Exit status: 0 only when every test and
+# check ran on a GPU and passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PREBUILT=target/gpu-check
+LOGS=${OUT:-}
+if [ "${1:-}" = "--out" ]; then
+    [ -n "${2:-}" ] || { echo "--out needs a directory"; exit 2; }
+    LOGS=$2
+fi
 # Checked against the CPU reference (small enough for the host): head dim 128 as LLaMA's.
 SMALL="llama-block:tokens=1024,seqs=2,d_model=512,heads_q=8,heads_kv=2,d_head=128,d_ff=1536"
 # Timed against PyTorch: LLaMA-3-8B's block (d_model 4096, 32 query / 8 kv heads of 128,
@@ -47,14 +53,16 @@ CLI_SKIPS=(--skip run_with_the_cuda_backend_says_whether_a_driver_is_found --ski
 test_binary() {
     cargo test --release --no-run --message-format=json "$@" 2>/dev/null | python3 -c '
 import json, sys
-for line in sys.stdin:
+found = None
+for line in sys.stdin:  # all of it: leaving early would end cargo with SIGPIPE
     try:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
-        print(m["executable"])
-        break'
+    if not found and m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
+        found = m["executable"]
+if found:
+    print(found)'
 }
 
 if [ "${1:-}" = "--prepare" ]; then
@@ -69,13 +77,16 @@ if [ "${1:-}" = "--prepare" ]; then
     cp "$drv" "$PREBUILT/cuda"
     command -v strip >/dev/null && strip "$PREBUILT"/einsummable "$PREBUILT"/operators "$PREBUILT"/cuda
     du -ch "$PREBUILT"/*
-    total=$(du -cb "$PREBUILT"/* | tail -1 | cut -f1)
-    if [ "$total" -gt $((60 << 20)) ]; then
-        echo "warning: $total bytes; the device tool carries 64 MiB in all (with the working tree)"
-    fi
-    echo "now: run command=\"scripts/gpu-check.sh\" carry=[\"$PREBUILT\"]"
+    echo "then, on the GPU machine with $PREBUILT beside the checkout: scripts/gpu-check.sh --out DIR"
     exit 0
 fi
+
+if [ -z "$LOGS" ]; then
+    LOGS=$(mktemp -d)
+fi
+mkdir -p "$LOGS" || exit 2
+# Every step's own log and exit status; gathered into a few files in $LOGS at the end.
+WORK=$(mktemp -d)
 
 START=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET:-540}
@@ -112,7 +123,7 @@ except Exception:
     pass
 found = set()
 for r in roots:
-    for d in glob.glob(os.path.join(r, "nvidia", "*", "lib")):
+    for d in glob.glob(os.path.join(r, "nvidia", "*", "lib")) + glob.glob(os.path.join(r, "nvidia", "*", "lib64")):
         if glob.glob(os.path.join(d, "libnvrtc.so*")) or glob.glob(os.path.join(d, "libcublas.so*")):
             found.add(d)
 print(":".join(sorted(found)))
@@ -159,49 +170,6 @@ if [ -z "$BIN" ]; then
     exit 1
 fi
 
-declare -A TEST
-# run_tests NAME CMD...: runs a test binary (or cargo test); PASS only when tests ran and
-# none was skipped for lack of a GPU.
-run_tests() {
-    local name=$1 t log
-    shift
-    t=$(limit 240)
-    if [ "$t" -le 0 ]; then
-        TEST[$name]="not run (out of time)"
-        fail
-        return
-    fi
-    log=$(timeout "$t" "$@" 2>&1)
-    local rc=$?
-    echo "$log" | grep -E "^test |test result|skipped|panicked" | tail -40
-    if [ "$rc" = 124 ]; then
-        TEST[$name]="TIMEOUT after ${t}s"
-        fail
-    elif [ "$rc" != 0 ]; then
-        TEST[$name]="FAIL (exit $rc)"
-        fail
-    elif echo "$log" | grep -q "skipped: no CUDA"; then
-        TEST[$name]="skipped: no GPU"
-        fail
-    else
-        TEST[$name]="PASS"
-    fi
-}
-
-echo "== CUDA tests"
-if [ "$built" = 1 ]; then
-    run_tests operators cargo test --offline --release -p einsum-cuda --test operators -- --include-ignored --nocapture
-    run_tests driver cargo test --offline --release --test cuda -- --include-ignored --nocapture
-elif [ -x "$PREBUILT/operators" ] && [ -x "$PREBUILT/cuda" ]; then
-    run_tests operators "$PREBUILT/operators" --include-ignored --nocapture
-    run_tests driver "$PREBUILT/cuda" --include-ignored --nocapture "${CLI_SKIPS[@]}"
-else
-    TEST[operators]="not run (no cargo, no prebuilt tests)"
-    TEST[driver]="not run (no cargo, no prebuilt tests)"
-    echo "${TEST[operators]}"
-    fail
-fi
-
 # field FILE KEY: KEY of the last JSON object line of FILE, else a short reason.
 field() {
     python3 - "$1" "$2" <<'EOF'
@@ -225,22 +193,63 @@ else:
 EOF
 }
 
-out=$(mktemp)
-echo "== llama-block against the CPU reference"
-declare -A CHECK
+declare -A TEST CHECK
+# start NAME LIMIT CMD...: runs CMD in the background under `timeout LIMIT`, its output in
+# $WORK/NAME.log and its exit status in $WORK/NAME.rc.
+start() {
+    local name=$1 t=$2
+    shift 2
+    ( timeout "$t" "$@" >"$WORK/$name.log" 2>&1; echo $? >"$WORK/$name.rc" ) &
+}
+# rc NAME: the exit status a started job left (124 when timed out, 255 when it left none).
+rc() { cat "$WORK/$1.rc" 2>/dev/null || echo 255; }
+
+# Correctness first, all at once (they only share the GPU; nothing here is timed): the two
+# test binaries and the four CLI checks.
+echo "== correctness (in parallel): CUDA tests, llama-block against the CPU reference"
+t=$(limit 200)
+if [ "$built" = 1 ]; then
+    start operators "$t" cargo test --offline --release -p einsum-cuda --test operators -- --include-ignored --nocapture
+    start driver "$t" cargo test --offline --release --test cuda -- --include-ignored --nocapture
+elif [ -x "$PREBUILT/operators" ] && [ -x "$PREBUILT/cuda" ]; then
+    start operators "$t" "$PREBUILT/operators" --include-ignored --nocapture
+    start driver "$t" "$PREBUILT/cuda" --include-ignored --nocapture "${CLI_SKIPS[@]}"
+else
+    for name in operators driver; do
+        echo "no cargo, no prebuilt tests" >"$WORK/$name.log"
+        echo 254 >"$WORK/$name.rc"
+    done
+fi
 for p in 1 8; do
     for dt in f32 bf16; do
-        t=$(limit 120)
-        if [ "$t" -le 0 ]; then
-            CHECK[$p$dt]="not run (out of time)"
-            fail
-            continue
-        fi
-        timeout "$t" "$BIN" run "$SMALL" --devices "$p" --backend cuda --check --dtype "$dt" --json >"$out" 2>&1
-        rc=$?
-        err=$(field "$out" max_rel_error)
-        ok=$(field "$out" ok)
-        if [ "$rc" = 124 ]; then
+        start "check-p$p-$dt" "$t" "$BIN" run "$SMALL" --devices "$p" --backend cuda --check --dtype "$dt" --json
+    done
+done
+wait
+
+for name in operators driver; do
+    log="$WORK/$name.log"
+    code=$(rc "$name")
+    grep -E "^test |test result|^ok |^FAIL |skipped|panicked" "$log" | tail -60
+    if [ "$code" = 124 ]; then
+        TEST[$name]="TIMEOUT after ${t}s"
+    elif [ "$code" = 254 ]; then
+        TEST[$name]="not run (no cargo, no prebuilt tests)"
+    elif [ "$code" != 0 ]; then
+        TEST[$name]="FAIL (exit $code)"
+    elif grep -q "skipped: no CUDA" "$log"; then
+        TEST[$name]="skipped: no GPU"
+    else
+        TEST[$name]="PASS"
+    fi
+    [ "${TEST[$name]}" = PASS ] || fail
+done
+for p in 1 8; do
+    for dt in f32 bf16; do
+        name="check-p$p-$dt"
+        err=$(field "$WORK/$name.log" max_rel_error)
+        ok=$(field "$WORK/$name.log" ok)
+        if [ "$(rc "$name")" = 124 ]; then
             CHECK[$p$dt]="TIMEOUT after ${t}s"
             fail
         elif [ "$ok" = "True" ]; then
@@ -253,38 +262,87 @@ for p in 1 8; do
     done
 done
 
-echo "== timing p = 1, bf16 (median of 10 after 2 warm-ups)"
-declare -A MS DEV TORCH
+echo "== timing p = 1, bf16 (median of 10 after 2 warm-ups), one at a time"
+declare -A MS DEV PRED TORCH HOST
 have_torch=0
 python3 -c "import torch" 2>/dev/null && have_torch=1
 for entry in "${TIMED[@]}"; do
     IFS='|' read -r label wl torch_cmd <<<"$entry"
-    t=$(limit 150)
+    t=$(limit 90)
+    log="$WORK/time-$label.log"
     if [ "$t" -le 0 ]; then
         MS[$label]="not run (out of time)"
         DEV[$label]="-"
+        PRED[$label]="-"
     else
-        timeout "$t" "$BIN" run "$wl" --devices 1 --backend cuda --dtype bf16 --warmup 2 --repeat 10 --json >"$out" 2>&1
+        timeout "$t" "$BIN" run "$wl" --devices 1 --topology h200 --backend cuda --dtype bf16 --warmup 2 --repeat 10 --json >"$log" 2>&1
         rc=$?
-        MS[$label]=$(field "$out" wall_ms)
-        DEV[$label]=$(field "$out" device_ms)
+        MS[$label]=$(field "$log" wall_ms)
+        DEV[$label]=$(field "$log" device_ms)
+        PRED[$label]=$(field "$log" predicted_ms)
         [ "$rc" = 124 ] && MS[$label]="TIMEOUT after ${t}s"
     fi
-    t=$(limit 120)
+    t=$(limit 60)
+    HOST[$label]="-"
     if [ "$have_torch" = 0 ]; then
         TORCH[$label]="torch missing"
     elif [ "$t" -le 0 ]; then
         TORCH[$label]="not run (out of time)"
     else
         # shellcheck disable=SC2086
-        timeout "$t" python3 scripts/$torch_cmd 2 10 >"$out" 2>&1
+        timeout "$t" python3 scripts/$torch_cmd 2 10 >>"$log" 2>&1
         rc=$?
-        TORCH[$label]=$(field "$out" ms)
+        TORCH[$label]=$(field "$log" ms)
+        HOST[$label]=$(field "$log" ms_to_host)
         [ "$rc" = 124 ] && TORCH[$label]="TIMEOUT after ${t}s"
     fi
-    echo "$label: einsummable ${DEV[$label]} ms on the device, ${MS[$label]} ms wall; PyTorch ${TORCH[$label]} ms"
+    echo "$label: einsummable ${DEV[$label]} ms on the device, ${MS[$label]} ms wall (h200 simulator ${PRED[$label]} ms); PyTorch ${TORCH[$label]} ms, ${HOST[$label]} ms with the output to host"
 done
-rm -f "$out"
+
+# Where the time goes: every kernel of one eager run of the 8K block, ours and PyTorch's, by
+# Nsight Compute (duration, SM and DRAM throughput as a percentage of peak; clocks left as
+# they are), when ncu is here and time is left.
+echo "== profile: the 8K block's kernels (Nsight Compute)"
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+METRICS=gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
+if [ -z "$NCU" ]; then
+    echo "ncu not found: no profile"
+else
+    t=$(limit 60)
+    [ "$t" -gt 0 ] && timeout "$t" "$NCU" --clock-control none --print-units base --metrics "$METRICS" --csv \
+        "$BIN" run llama-block:tokens=8192 --devices 1 --topology h200 --backend cuda --dtype bf16 --eager --json \
+        >"$WORK/profile-einsummable.log" 2>&1
+    t=$(limit 60)
+    [ "$t" -gt 0 ] && [ "$have_torch" = 1 ] && timeout "$t" "$NCU" --clock-control none --print-units base --metrics "$METRICS" --csv \
+        python3 scripts/torch_llama_block.py 8192 1 4096 32 8 128 14336 0 1 >"$WORK/profile-torch.log" 2>&1
+    for who in einsummable torch; do
+        python3 - "$WORK/profile-$who.log" "$who" <<'EOF'
+import csv, sys
+rows = list(csv.reader(l for l in open(sys.argv[1], errors="replace") if l.startswith('"')))
+if len(rows) < 2:
+    print(sys.argv[2] + ": no profile")
+    sys.exit()
+head = rows[0]
+k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
+total = {}
+for r in rows[1:]:
+    if r[m] == "gpu__time_duration.sum":
+        name = r[k][:70]
+        total[name] = total.get(name, 0.0) + float(r[v].replace(",", ""))
+ns = sum(total.values())
+print(f"{sys.argv[2]}: {ns / 1e6:.3f} ms in {len(total)} kernels; the largest:")
+for name, t in sorted(total.items(), key=lambda x: -x[1])[:12]:
+    print(f"  {t / 1e6:8.3f} ms  {name}")
+EOF
+    done
+fi
+
+# ratio A B: A / B to two places, or "-".
+ratio() {
+    python3 -c 'import sys
+try: print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))
+except ValueError: print("-")' "$1" "$2"
+}
 
 table=$(
     echo "GPU check, $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
@@ -298,25 +356,34 @@ table=$(
     echo "|---|---|---|---|---|"
     echo "| $SMALL | ${CHECK[1f32]} | ${CHECK[1bf16]} | ${CHECK[8f32]} | ${CHECK[8bf16]} |"
     echo
-    echo "| p = 1, bf16 | einsummable on the device (ms) | einsummable wall (ms) | PyTorch (ms) | device / PyTorch |"
-    echo "|---|---|---|---|---|"
+    echo "| p = 1, bf16 | einsummable on the device (ms) | einsummable wall (ms) | simulator, h200 (ms) | PyTorch, output to host (ms) | PyTorch, output on the GPU (ms) | device / PyTorch to host | device / PyTorch on the GPU |"
+    echo "|---|---|---|---|---|---|---|---|"
     for entry in "${TIMED[@]}"; do
         IFS='|' read -r label wl _ <<<"$entry"
-        ratio=$(python3 -c 'import sys
-try: print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))
-except ValueError: print("-")' "${DEV[$label]}" "${TORCH[$label]}")
-        echo "| $label ($wl) | ${DEV[$label]} | ${MS[$label]} | ${TORCH[$label]} | $ratio |"
+        echo "| $label ($wl) | ${DEV[$label]} | ${MS[$label]} | ${PRED[$label]} | ${HOST[$label]} | ${TORCH[$label]} | $(ratio "${DEV[$label]}" "${HOST[$label]}") | $(ratio "${DEV[$label]}" "${TORCH[$label]}") |"
     done
     echo
     echo "Check columns: the largest error against the single-device CPU reference, then ok or FAIL."
     echo "einsummable: inputs and weights resident on the GPU (loaded once); the device time is CUDA"
     echo "events around the graph launch, which includes writing the saved output to pinned host"
-    echo "memory; wall adds the host's read-back. PyTorch: the computation alone on resident tensors,"
-    echo "output left on the GPU, synchronized around each run."
+    echo "memory; wall adds the host's read-back. PyTorch: the same computation on resident tensors,"
+    echo "CUDA events around each run, with its output copied to pinned host memory (the work an"
+    echo "einsummable run's device time covers) and left on the GPU. Simulator: the run's plan on the h200"
+    echo "preset (vendor figures), as \`run --topology h200\` predicts it."
     echo
     if [ "$status" = 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL (see above)"; fi
 )
 echo
 echo "$table"
-[ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && echo "$table" >"$OUT/gpu-check.md"
+# At most seven files: the table, the two test logs, the checks', the timings' and the
+# profiles'.
+echo "$table" >"$LOGS/gpu-check.md"
+cp "$WORK/operators.log" "$LOGS/tests-operators.log" 2>/dev/null
+cp "$WORK/driver.log" "$LOGS/tests-driver.log" 2>/dev/null
+for kind in check time profile; do
+    for f in "$WORK/$kind"-*.log; do
+        [ -e "$f" ] && { echo "=== $(basename "$f" .log)"; cat "$f"; }
+    done >"$LOGS/$kind.log"
+done
+echo "the table and every step's log: $LOGS"
 exit $status

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """The `attention` workload of einsummable in PyTorch: causal grouped-query attention over
 packed sequences (each sequence a batch entry), bf16, through PyTorch's FlashAttention
-backend of scaled_dot_product_attention, timed on one GPU: median of N runs after W
-warm-ups, with torch.cuda.synchronize() around each. Where the flash backend refuses
+backend of scaled_dot_product_attention, timed on one GPU by CUDA events: median of N runs after W
+warm-ups (scripts/torch_timing.py). Where the flash backend refuses
 `enable_gqa`, keys and values are expanded to every query head before timing (so the
 comparison is with flash attention either way) and the output says so.
-Prints one JSON object: {"ms": median, "runs": N, "gqa": "native" | "expanded"} or {"error": ...}.
+Prints one JSON object: {"ms": median, "ms_to_host": median with the output copied to pinned
+host memory, "runs": N, "gqa": "native" | "expanded"} or {"error": ...}.
 
 Usage: torch_attention.py tokens seqs heads_q heads_kv d_head [warmup runs]
 """
 import json
-import statistics
 import sys
-import time
+
+from torch_timing import both_times
 
 
 def main():
@@ -52,17 +53,8 @@ def main():
             gqa = "expanded"
             k, v = k.repeat_interleave(hq // hkv, dim=1), v.repeat_interleave(hq // hkv, dim=1)
             attend()
-        for _ in range(warmup):
-            attend()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(runs):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            attend()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * 1e3)
-    print(json.dumps({"ms": statistics.median(times), "runs": runs, "gqa": gqa}))
+        times = both_times(torch, attend, warmup, runs)
+    print(json.dumps({**times, "runs": runs, "gqa": gqa}))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
 """The `llama-block` workload of einsummable in PyTorch (bf16, cuBLAS matmuls, SDPA), timed
-on one GPU: median of N runs after W warm-ups, with torch.cuda.synchronize() around each.
+on one GPU by CUDA events: median of N runs after W warm-ups (scripts/torch_timing.py).
 
 The block itself is scripts/torch_block.py (shared with scripts/torch_cpu_block.py on the CPU):
 the same computation as einsum-experiments/src/workload.rs.
-Prints one JSON object: {"ms": median, "runs": N} or {"error": ...}.
+Prints one JSON object: {"ms": median, "ms_to_host": median with the output copied to pinned
+host memory, "runs": N} or {"error": ...}.
 
 Usage: torch_llama_block.py tokens seqs d_model heads_q heads_kv d_head d_ff [warmup runs]
 """
 import json
-import statistics
 import sys
-import time
 
 from torch_block import llama_block
+from torch_timing import both_times
 
 
 def main():
@@ -31,17 +31,8 @@ def main():
     block = llama_block(torch, t, seqs, d, hq, hkv, e, ff, "cuda", torch.bfloat16)
 
     with torch.no_grad():
-        for _ in range(warmup):
-            block()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(runs):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            block()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * 1e3)
-    print(json.dumps({"ms": statistics.median(times), "runs": runs}))
+        times = both_times(torch, block, warmup, runs)
+    print(json.dumps({**times, "runs": runs}))
 
 
 if __name__ == "__main__":
