@@ -35,6 +35,21 @@ fn expected(name: &str) -> (Vec<&'static str>, usize) {
         ),
         "fit" => (vec!["machine", "strategy", "inputs split", "resident GB", "peak GB", "predicted ms"], 3 * 6),
         "budget" => (vec!["budget GB", "inputs split", "resident GB", "peak GB", "predicted ms"], 11),
+        // Two machines with --small, seven workloads.
+        "scale" => (
+            vec![
+                "machine",
+                "workload",
+                "dp",
+                "data",
+                "megatron",
+                "ulysses",
+                "mesh2d",
+                "dp / best baseline",
+                "dp model error %",
+            ],
+            2 * 7,
+        ),
         other => panic!("no expectation for {other}"),
     }
 }
@@ -111,6 +126,17 @@ fn every_experiment_writes_its_three_files_from_the_command_line() {
     assert!(budget[0][3] != "n/a" && budget.last().unwrap()[3] == "n/a", "{budget:?}");
     let (_, exchange) = read_csv(&out.join("exchange.csv"));
     assert!(exchange.iter().any(|r| r[0] == "dgx-v100") && exchange.iter().any(|r| r[0] == "dgx-a100"));
+    // Scale: the default plans every cell; its ratio to the best baseline is its time over the
+    // smallest baseline time of the row; the fidelity note counts every plan.
+    let (_, scale) = read_csv(&out.join("scale.csv"));
+    for row in &scale {
+        let dp: f64 = row[2].parse().unwrap_or_else(|_| panic!("dp cell {row:?}"));
+        let best = row[3..7].iter().filter_map(|c| c.parse::<f64>().ok()).fold(f64::INFINITY, f64::min);
+        let ratio: f64 = row[7].parse().unwrap_or_else(|_| panic!("ratio cell {row:?}"));
+        assert!((ratio - dp / best).abs() <= 1e-9 * ratio, "{row:?}");
+    }
+    let md = std::fs::read_to_string(out.join("scale.md")).unwrap();
+    assert!(md.contains("The time model over all ") && md.contains("Pearson r"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -148,7 +174,7 @@ fn a_strategy_without_a_plan_is_a_missing_cell_with_its_reason() {
 #[test]
 fn bad_arguments_are_typed_errors() {
     assert!(Experiment::by_name("figure9").unwrap_err().to_string().contains("transformer, chains"));
-    assert_eq!(Experiment::by_name("all").unwrap().len(), 7);
+    assert_eq!(Experiment::by_name("all").unwrap().len(), 8);
     let setup = Setup { topology: "dgx-a100".into(), devices: vec![16], out_dir: temp_dir("bad"), small: true };
     let err = Experiment::Transformer.run(&setup, &mut Runner::quiet()).unwrap_err().to_string();
     assert!(err.contains("16") && err.contains("8 sites"), "{err}");

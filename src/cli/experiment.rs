@@ -13,9 +13,10 @@ use super::Report;
 /// Arguments of `experiment`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// transformer, chains, ablation, exchange, proxy, fit, budget, or all.
+    /// transformer, chains, ablation, exchange, proxy, fit, budget, scale, or all.
     name: String,
-    /// The machine: a topology preset or file (`exchange` always uses dgx-v100 and dgx-a100).
+    /// The machine: a topology preset or file (`exchange` always uses dgx-v100 and dgx-a100;
+    /// `fit`, `budget` and `scale` their own machines).
     /// Without it, dgx-a100 scaled to enough nodes for the largest device count.
     #[arg(long)]
     topology: Option<String>,

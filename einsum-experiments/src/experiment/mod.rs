@@ -3,7 +3,7 @@
 //! full-size models work on a laptop) and tabulates each plan's predicted time.
 //!
 //! - [`Experiment`]: the registry, one file per experiment (`transformer`, `chains`,
-//!   `ablation`, `exchange`, `proxy`, and `fit` and `budget` in `memory`), each building its list of [`Case`]s, measuring them
+//!   `ablation`, `exchange`, `proxy`, `fit` and `budget` in `memory`, and `scale`), each building its list of [`Case`]s, measuring them
 //!   through a shared [`Runner`] and turning the results into a [`Table`] and a [`BarChart`].
 //! - [`measure`]: plans and compiles one case and returns its [`Measurement`].
 //! - [`Table`] (CSV, Markdown, JSON), [`BarChart`] (SVG), [`Progress`] (stderr).
@@ -32,12 +32,14 @@ mod exchange;
 mod memory;
 mod progress;
 mod proxy;
+mod scale;
 mod table;
 mod transformer;
 
 pub use chart::BarChart;
 pub use progress::Progress;
 pub use proxy::pearson;
+pub use scale::{Fidelity, fidelity};
 pub use table::{Cell, CellReport, RowReport, Table, TableReport, geometric_mean};
 
 /// Annealing iterations per exchange program of the searched schedule at full size.
@@ -119,6 +121,10 @@ pub enum Experiment {
     Fit,
     /// LLaMA-3-8B on 8×H100 under shrinking memory budgets: the time–memory trade-off.
     Budget,
+    /// LLaMA-3-8B- and 70B-sized blocks on one to nine servers' worth of GPUs (dgx-a100 p=8
+    /// up to nvl72 p=72): the default strategy against every baseline, and the `time`
+    /// model's fidelity over the grid.
+    Scale,
 }
 
 /// What one experiment produced.
@@ -139,7 +145,7 @@ pub struct Outcome {
 impl Experiment {
     /// Every experiment, in the order `all` runs them (ablation before proxy, which reuses
     /// its random plans).
-    pub const ALL: [Experiment; 7] = [
+    pub const ALL: [Experiment; 8] = [
         Experiment::Transformer,
         Experiment::Chains,
         Experiment::Ablation,
@@ -147,6 +153,7 @@ impl Experiment {
         Experiment::Proxy,
         Experiment::Fit,
         Experiment::Budget,
+        Experiment::Scale,
     ];
 
     /// The experiment's name on the command line and in file names.
@@ -159,6 +166,7 @@ impl Experiment {
             Experiment::Proxy => "proxy",
             Experiment::Fit => "fit",
             Experiment::Budget => "budget",
+            Experiment::Scale => "scale",
         }
     }
 
@@ -180,7 +188,7 @@ impl Experiment {
         match self {
             Experiment::Exchange => exchange::TOPOLOGIES.iter().try_for_each(|t| setup.check(t))?,
             // Their machines are fixed: `--topology` and `--devices` do not apply.
-            Experiment::Fit | Experiment::Budget => {}
+            Experiment::Fit | Experiment::Budget | Experiment::Scale => {}
             _ => setup.check(&setup.topology)?,
         }
         let (table, chart) = match self {
@@ -191,6 +199,7 @@ impl Experiment {
             Experiment::Proxy => proxy::run(setup, runner),
             Experiment::Fit => memory::run_fit(setup, runner),
             Experiment::Budget => memory::run_budget(setup, runner),
+            Experiment::Scale => scale::run(setup, runner),
         };
         let files = write_files(&setup.out_dir, self.name(), &table, &chart)?;
         Ok(Outcome { experiment: self, table, chart, files, wall_s: started.elapsed().as_secs_f64() })
