@@ -59,6 +59,7 @@ fn scaling(c: &mut Criterion) {
                             schedule,
                             memory_budget: None,
                             host_memory: None,
+                            refine: einsummable::refine::DEFAULT_REFINE,
                         };
                         black_box(plan_and_compile(&request).unwrap().compiled.predicted_ms)
                     })

@@ -13,6 +13,7 @@ use einsum_logical::{CostModel, Dp, LogicalOptimizer, LogicalPlan, Machine, Time
 use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
+use crate::refine::DEFAULT_REFINE;
 use crate::{Error, Graph, Result, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
@@ -69,6 +70,9 @@ pub struct CompileOptions {
     /// Bytes per device the plan's peak (resident inputs and transient buffers) must fit;
     /// `None`: the topology's HBM capacity less [`MEMORY_RESERVE`](crate::pipeline::MEMORY_RESERVE).
     pub memory_budget: Option<f64>,
+    /// Whole-plan predictions spent comparing the optimizer's plan with its alternatives
+    /// (`einsum_compile::refine`; 0 keeps its plan as it is).
+    pub refine: usize,
 }
 
 impl Default for CompileOptions {
@@ -84,6 +88,7 @@ impl Default for CompileOptions {
             schedule: Schedule::Naive,
             topology,
             memory_budget: None,
+            refine: DEFAULT_REFINE,
         }
     }
 }
@@ -145,6 +150,14 @@ impl CompileOptions {
         self.memory_budget = budget;
         self
     }
+
+    /// Spends `predictions` whole-plan predictions on the optimizer's alternatives to its
+    /// plan (0: its plan as it is).
+    #[must_use]
+    pub fn refine(mut self, predictions: usize) -> Self {
+        self.refine = predictions;
+        self
+    }
 }
 
 impl fmt::Debug for CompileOptions {
@@ -157,6 +170,7 @@ impl fmt::Debug for CompileOptions {
             .field("schedule", &self.schedule)
             .field("topology", &self.topology.name())
             .field("memory_budget", &self.memory_budget)
+            .field("refine", &self.refine)
             .finish()
     }
 }
@@ -273,6 +287,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         schedule: options.schedule,
         memory_budget: options.memory_budget,
         host_memory: None,
+        refine: options.refine,
     })?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let (optimize_ms, compile_ms) = (planned.optimize_ms, planned.compile_ms);

@@ -22,7 +22,7 @@ mod executable;
 pub mod report;
 
 pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};
-pub use einsum_compile::{Exchanges, Schedule, memory_report, pipeline};
+pub use einsum_compile::{Exchanges, Schedule, memory_report, pipeline, refine};
 pub use einsum_core::{Backend, BackendError, Prepared};
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
 pub use einsum_cpu::CpuBackend;

@@ -21,7 +21,17 @@ fn request<'a>(
     topology: &'a Topology,
     memory_budget: Option<f64>,
 ) -> Request<'a> {
-    Request { comp, devices, strategy, cost, topology, schedule: Schedule::Naive, memory_budget, host_memory: None }
+    Request {
+        comp,
+        devices,
+        strategy,
+        cost,
+        topology,
+        schedule: Schedule::Naive,
+        memory_budget,
+        host_memory: None,
+        refine: einsummable::refine::DEFAULT_REFINE,
+    }
 }
 
 /// The dgx-a100 topology and the time model on it.

@@ -201,6 +201,8 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
             schedule,
             memory_budget: None,
             host_memory: None,
+            // The same plan under both schedules: what differs is the exchange programs.
+            refine: 0,
         };
         plan_and_compile(&request).unwrap().compiled
     };

@@ -10,7 +10,9 @@
 //!   overlapped) for [`Compiled::predicted_ms`].
 //! - [`pipeline`]: plan (with an `einsum-logical` strategy), then compile, within each
 //!   device's memory budget, planning again with less room while a compiled plan is over it
-//!   ([`plan_and_compile`]); [`memory_report`] describes what a compiled plan keeps in memory.
+//!   ([`plan_and_compile`]), after [`refine`] has compared the strategy's plan with its
+//!   alternatives by whole-plan prediction; [`memory_report`] describes what a compiled plan
+//!   keeps in memory.
 //!
 //! The pipeline lives here, not in the driver or in `einsum-logical`, because it is the one
 //! place that needs both a logical strategy and this crate's memory check, and this crate
@@ -62,6 +64,7 @@ pub mod memory_report;
 pub mod pipeline;
 mod placement;
 mod predict;
+pub mod refine;
 mod reuse;
 
 use std::collections::HashMap;

@@ -19,6 +19,7 @@
 
 use std::time::Instant;
 
+use crate::refine::{Refinement, refined};
 use crate::{CompileError, Compiled, Schedule, footprint};
 use einsum_joinagg::Computation;
 use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
@@ -112,6 +113,10 @@ pub struct Request<'a> {
     /// reports available ([`crate::footprint::available_host_memory`]), no limit where it
     /// reports nothing.
     pub host_memory: Option<f64>,
+    /// Whole-plan predictions to spend on the strategy's alternatives to its plan (see
+    /// [`crate::refine`]; [`DEFAULT_REFINE`](crate::refine::DEFAULT_REFINE) by default, 0
+    /// keeps the strategy's plan as it is).
+    pub refine: usize,
 }
 
 /// A plan that fits, compiled.
@@ -130,6 +135,8 @@ pub struct Planned {
     pub optimize_ms: f64,
     /// Wall time of physical compilation, in ms (every round).
     pub compile_ms: f64,
+    /// What the refinement of the last round did (`None` when it scored nothing).
+    pub refinement: Option<Refinement>,
 }
 
 /// Plans `req.comp` with its strategy under the memory budget and compiles the plan; see the
@@ -176,7 +183,8 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     let mut over: Option<CompileError> = None;
     for round in 1..=MAX_ROUNDS {
         let started = Instant::now();
-        let plan = match req.strategy.plan(&problem.clone().with_memory_budget(Some(room))?) {
+        let budgeted = problem.clone().with_memory_budget(Some(room))?;
+        let plan = match req.strategy.plan(&budgeted) {
             Ok(plan) => plan,
             // After the first round the room was cut for a transient peak: what did not fit
             // is the compiled plan, and its error says by how much.
@@ -186,14 +194,25 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
             Err(e) => return Err(e.into()),
         };
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
-        let specs = plan.specs();
-        fits("compiling", footprint::compile_bytes(req.comp, &specs, req.devices))?;
+        fits("compiling", footprint::compile_bytes(req.comp, &plan.specs(), req.devices))?;
         let started = Instant::now();
-        let result = crate::compile(req.comp, &specs, &options);
+        let admissible =
+            |p: &LogicalPlan| fits("compiling", footprint::compile_bytes(req.comp, &p.specs(), req.devices)).is_ok();
+        let (plan, result, refinement) =
+            refined(req.comp, req.strategy, &budgeted, plan, &options, req.refine, &admissible)?;
         compile_ms += started.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(compiled) => {
-                return Ok(Planned { plan, compiled, budget, capacity, rounds: round, optimize_ms, compile_ms });
+                return Ok(Planned {
+                    plan,
+                    compiled,
+                    budget,
+                    capacity,
+                    rounds: round,
+                    optimize_ms,
+                    compile_ms,
+                    refinement,
+                });
             }
             Err(e @ CompileError::OutOfMemory { peak, resident, .. }) if last.as_ref() != Some(&plan.choice()) => {
                 let transient = peak.saturating_sub(resident) as f64;

@@ -94,6 +94,7 @@ fn largest_preambles(
         schedule: Schedule::Naive,
         memory_budget: None,
         host_memory: None,
+        refine: einsum_compile::refine::DEFAULT_REFINE,
     })?;
     let bytes = |p: &Program| -> f64 { p.inputs.values().map(|i| i.size_gb).sum() };
     let mut preambles: Vec<Program> = Vec::new();

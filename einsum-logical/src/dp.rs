@@ -77,6 +77,12 @@ impl LogicalOptimizer for Dp {
             Some(budget) => self.solve_within(problem, budget),
         }
     }
+
+    /// The costliest operator groups' other specs, each forced and the rest optimized again
+    /// ([`forced_alternatives`](crate::forced_alternatives)).
+    fn alternatives(&self, problem: &Problem, choice: &[usize], limit: usize) -> Result<Vec<Vec<usize>>> {
+        crate::forced_alternatives(self, problem, choice, limit)
+    }
 }
 
 /// The most DP runs the budgeted search makes (besides the unconstrained one).

@@ -42,6 +42,7 @@ mod baselines;
 mod cost;
 mod dp;
 mod error;
+mod forced;
 mod greedy;
 mod ilp;
 mod memory;
@@ -60,6 +61,7 @@ pub use cost::{
 pub use dp::Dp;
 pub use einsum_joinagg::{IndexRole, OpRole};
 pub use error::{Error, Result, format_gb};
+pub use forced::{FORCED_GROUPS, forced_alternatives};
 pub use greedy::Greedy;
 pub use ilp::Ilp;
 pub use optimizer::{

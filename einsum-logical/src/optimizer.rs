@@ -74,6 +74,16 @@ pub trait LogicalOptimizer: Send + Sync {
     /// The chosen candidate index for every operator of `problem`, in its order.
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>>;
 
+    /// Other choices for `problem` worth comparing with `choice` by whole-plan prediction, at
+    /// most `limit`, the model's cheapest first; none by default. The compile pipeline
+    /// predicts them with the simulator and keeps the fastest (`einsum_compile::pipeline`),
+    /// so a strategy whose cost model misjudges a decision can still end with the faster
+    /// plan. A hand-designed baseline offers none: its plan is its definition.
+    fn alternatives(&self, problem: &Problem, choice: &[usize], limit: usize) -> Result<Vec<Vec<usize>>> {
+        let _ = (problem, choice, limit);
+        Ok(Vec::new())
+    }
+
     /// The plan this strategy chooses for `problem`, within its memory budget:
     /// [`Error::DoesNotFit`](crate::Error::DoesNotFit) when no plan fits, and
     /// [`Error::OverBudget`](crate::Error::OverBudget) when this strategy's plan does not.

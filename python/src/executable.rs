@@ -261,6 +261,7 @@ pub fn compile(
         schedule,
         topology: machine,
         memory_budget,
+        refine: einsummable::refine::DEFAULT_REFINE,
     };
     let snapshot = graph.replay()?;
     let comp = snapshot.computation();

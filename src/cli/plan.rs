@@ -6,6 +6,7 @@ use std::time::Instant;
 use einsum_logical::{Problem, cost_model_by_name};
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
+use einsummable::refine::DEFAULT_REFINE;
 use einsummable::report::{PlanReport, PlannedOpReport};
 use einsummable::{Exchanges, Result, Workload};
 
@@ -64,6 +65,11 @@ pub struct Args {
     /// topology's HBM capacity less a 10% reserve.
     #[arg(long, value_name = "GB")]
     memory_budget: Option<f64>,
+    /// Whole-plan predictions spent comparing the strategy's plan with its alternatives (the
+    /// dp strategy's: its costliest decisions taken the other way); the fastest is kept. 0
+    /// keeps the strategy's plan as the cost model chose it.
+    #[arg(long, value_name = "PREDICTIONS", default_value_t = DEFAULT_REFINE)]
+    refine: usize,
 }
 
 /// What physical compilation of the plan gave: a prediction, or why the plan cannot be
@@ -115,6 +121,7 @@ pub fn run(a: Args) -> Result<Report> {
             schedule,
             memory_budget: budget,
             host_memory: None,
+            refine: a.refine,
         };
         let planned = plan_and_compile(&request)?;
         let stats = &planned.compiled.stats;

@@ -6,6 +6,7 @@ use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
 use einsum_core::taskgraph::Task;
 use einsum_logical::cost_model_entry;
 use einsummable::memory_report::MemoryReport;
+use einsummable::refine::DEFAULT_REFINE;
 use einsummable::report::{GraphReport, explain_text};
 use einsummable::{
     BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Workload, backend_by_name,
@@ -79,6 +80,11 @@ pub struct CompileArgs {
     /// topology's HBM capacity less a 10% reserve.
     #[arg(long, value_name = "GB")]
     memory_budget: Option<f64>,
+    /// Whole-plan predictions spent comparing the strategy's plan with its alternatives (the
+    /// dp strategy's: its costliest decisions taken the other way); the fastest is kept. 0
+    /// keeps the strategy's plan as the cost model chose it.
+    #[arg(long, value_name = "PREDICTIONS", default_value_t = DEFAULT_REFINE)]
+    refine: usize,
 }
 
 impl CompileArgs {
@@ -107,6 +113,7 @@ impl CompileArgs {
             schedule,
             topology,
             memory_budget: parse_budget(self.memory_budget)?,
+            refine: self.refine,
         };
         Ok((options, ChosenName { name, note }))
     }

@@ -241,6 +241,10 @@ pub struct Case {
     /// The per-device memory budget in bytes; `None`: the topology's default
     /// ([`default_budget`](einsum_compile::pipeline::default_budget)).
     pub memory_budget: Option<u64>,
+    /// Whole-plan predictions the refinement spends on the strategy's alternatives
+    /// ([`DEFAULT_REFINE`](einsum_compile::refine::DEFAULT_REFINE) by default; 0 keeps the
+    /// strategy's own plan).
+    pub refine: usize,
 }
 
 impl Case {
@@ -254,7 +258,14 @@ impl Case {
             schedule,
             topology: topology.to_string(),
             memory_budget: None,
+            refine: einsum_compile::refine::DEFAULT_REFINE,
         }
+    }
+
+    /// The same case with another refinement budget (0: the strategy's own plan).
+    pub fn with_refine(mut self, refine: usize) -> Self {
+        self.refine = refine;
+        self
     }
 
     /// The same case with a per-device memory budget in bytes (`None`: the default).
@@ -323,6 +334,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
         schedule: case.schedule,
         memory_budget: case.memory_budget.map(|b| b as f64),
         host_memory: None,
+        refine: case.refine,
     })?;
     let compile_ms = started.elapsed().as_secs_f64() * 1e3;
     let stats = planned.compiled.graph.stats();

@@ -1,0 +1,143 @@
+//! The DP's alternatives to its own plan: the costliest operators' other specs, each forced
+//! on every operator equal to it, with the rest of the plan optimized around it again.
+//!
+//! A cost model that misprices one decision (say, a query-block split of attention against a
+//! head split, whose gathers and causal imbalance it does not charge as the machine does)
+//! makes the DP commit to it and arrange everything else around it. Scoring a few plans that
+//! each take another side of the decision, every one the model's best given that side, lets
+//! whole-plan prediction settle what the model cannot (`einsum_compile::pipeline` scores them).
+//! Equal operators (the layers of a stack, which [`Problem::new`] prices once through a
+//! shared candidate list) are forced together, so an alternative changes the decision
+//! everywhere it is made.
+
+use std::sync::Arc;
+
+use crate::{Candidate, LogicalOptimizer, Problem, Result};
+
+/// How many groups of equal operators, the costliest in the plan first, have their other
+/// specs forced.
+pub const FORCED_GROUPS: usize = 2;
+
+/// A forbidden candidate's cost: finite, so that sums stay ordered, and far above any plan.
+const FORBIDDEN: f64 = 1e30;
+
+/// Up to `limit` plans other than `choice`, the model's cheapest first: for each of the
+/// [`FORCED_GROUPS`] costliest groups of equal operators in `choice` (operators sharing one
+/// candidate list), every other spec of the group forced on all its members and the rest
+/// optimized by `strategy` within the problem's memory budget. Plans that repeat `choice`
+/// or each other, and forced problems with no plan, are left out.
+pub fn forced_alternatives(
+    strategy: &dyn LogicalOptimizer,
+    problem: &Problem,
+    choice: &[usize],
+    limit: usize,
+) -> Result<Vec<Vec<usize>>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let costs = problem.evaluate(choice)?;
+    // Groups of equal operators with their summed cost in `choice`, costliest first.
+    let mut groups: Vec<(f64, Vec<usize>)> = Vec::new();
+    for (i, op) in problem.ops.iter().enumerate() {
+        let member = |g: &(f64, Vec<usize>)| Arc::ptr_eq(&problem.ops[g.1[0]].candidates, &op.candidates);
+        match groups.iter_mut().find(|g| member(g)) {
+            Some(g) => {
+                g.0 += costs[i].total();
+                g.1.push(i);
+            }
+            None => groups.push((costs[i].total(), vec![i])),
+        }
+    }
+    groups.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut found: Vec<(f64, Vec<usize>)> = Vec::new();
+    for (_, members) in groups.iter().take(FORCED_GROUPS) {
+        let first = members[0];
+        for c in 0..problem.ops[first].candidates.len() {
+            if members.iter().all(|&i| choice[i] == c) {
+                continue;
+            }
+            let forced = forced_problem(problem, members, c);
+            let Ok(alternative) = strategy.solve(&forced) else { continue };
+            if alternative == choice || found.iter().any(|(_, f)| *f == alternative) {
+                continue;
+            }
+            if members.iter().any(|&i| alternative[i] != c) || !problem.fits(&alternative) {
+                continue;
+            }
+            found.push((problem.total(&alternative)?, alternative));
+        }
+    }
+    found.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(found.into_iter().take(limit).map(|(_, c)| c).collect())
+}
+
+/// `problem` with every candidate of the operators `members` but `keep` priced out.
+fn forced_problem(problem: &Problem, members: &[usize], keep: usize) -> Problem {
+    let mut forced = problem.clone();
+    let candidates: Arc<[Candidate]> = problem.ops[members[0]]
+        .candidates
+        .iter()
+        .enumerate()
+        .map(|(c, cand)| {
+            let mut cand = cand.clone();
+            if c != keep {
+                cand.cost.compute = FORBIDDEN;
+            }
+            cand
+        })
+        .collect();
+    for &i in members {
+        forced.ops[i].candidates = candidates.clone();
+    }
+    forced
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::{DType, TensorDesc};
+    use einsum_joinagg::Computation;
+    use einsum_ops::einsum::Einsum;
+
+    use super::*;
+    use crate::{Dp, PaperProxy};
+
+    /// A chain of four matmuls whose second and fourth are equal (each reads the previous
+    /// product and the same resident weight): they are one group, and every alternative
+    /// forces both alike.
+    #[test]
+    fn alternatives_force_a_whole_group_and_differ_from_the_plan() {
+        let mut comp = Computation::new();
+        let desc = |a: &str, b: &str| TensorDesc::of(&[(a, 64), (b, 64)], DType::F32).unwrap();
+        let (xi, wi, vi) = (
+            comp.add_input("x", desc("t", "d")),
+            comp.add_input("w", desc("d", "e")),
+            comp.add_input("v", desc("e", "d")),
+        );
+        let up = || Box::new(Einsum::matmul(&desc("t", "d"), &desc("d", "e")).unwrap());
+        let down = || Box::new(Einsum::matmul(&desc("t", "e"), &desc("e", "d")).unwrap());
+        let a = comp.add_op("a", up(), &[xi, wi]).unwrap()[0];
+        let b = comp.add_op("b", down(), &[a, vi]).unwrap()[0];
+        let c = comp.add_op("c", up(), &[b, wi]).unwrap()[0];
+        comp.add_op("d", down(), &[c, vi]).unwrap();
+        let problem = Problem::new(&comp, 4, &PaperProxy).unwrap();
+        let plan = Dp.solve(&problem).unwrap();
+        let alternatives = forced_alternatives(&Dp, &problem, &plan, 100).unwrap();
+        assert!(!alternatives.is_empty());
+        assert!(Arc::ptr_eq(&problem.ops[1].candidates, &problem.ops[3].candidates), "b and d are priced once");
+        let mut totals = Vec::new();
+        for alt in &alternatives {
+            assert_ne!(*alt, plan);
+            totals.push(problem.total(alt).unwrap());
+        }
+        // The group {b, d} is forced alike in the alternatives that force it (those where b
+        // leaves the plan's spec); the DP is free to split them only where it forced another group.
+        assert!(alternatives.iter().any(|alt| alt[1] != plan[1] && alt[1] == alt[3]), "{alternatives:?}");
+        assert!(totals.windows(2).all(|w| w[0] <= w[1]), "cheapest first: {totals:?}");
+        assert!(
+            totals.iter().all(|&t| t >= problem.total(&plan).unwrap() - 1e-9),
+            "the DP's plan is the cheapest here"
+        );
+        assert_eq!(forced_alternatives(&Dp, &problem, &plan, 2).unwrap(), alternatives[..2.min(alternatives.len())]);
+        assert!(forced_alternatives(&Dp, &problem, &plan, 0).unwrap().is_empty());
+    }
+}
