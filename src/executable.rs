@@ -13,7 +13,7 @@ use einsum_logical::{CostModel, Dp, LogicalOptimizer, LogicalPlan, Machine, Time
 use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
-use crate::refine::DEFAULT_REFINE;
+use crate::refine::{DEFAULT_REFINE, Refinement};
 use crate::{Error, Graph, Result, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
@@ -203,6 +203,8 @@ pub struct Executable<'g> {
     /// of the plan-then-compile pipeline added up).
     optimize_ms: f64,
     compile_ms: f64,
+    /// What the refinement of the plan did (`None` when it scored nothing).
+    refinement: Option<Refinement>,
     /// The task graph prepared on the backend (which holds the kernel library).
     prepared: Box<dyn Prepared + 'g>,
     /// The backend's name, and the host bytes it needs besides the input values
@@ -290,7 +292,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         refine: options.refine,
     })?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
-    let (optimize_ms, compile_ms) = (planned.optimize_ms, planned.compile_ms);
+    let (optimize_ms, compile_ms, refinement) = (planned.optimize_ms, planned.compile_ms, planned.refinement);
     let compiled = Arc::new(planned.compiled);
     let kernels = Arc::new(GraphKernels { comp, compiled: Arc::clone(&compiled) });
     let prepared = backend.prepare(&compiled.graph, kernels)?;
@@ -304,6 +306,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         capacity,
         optimize_ms,
         compile_ms,
+        refinement,
         prepared,
         backend: backend.name().to_string(),
         backend_host_bytes,
@@ -431,6 +434,12 @@ impl Executable<'_> {
     /// lowering), in ms.
     pub fn compile_ms(&self) -> f64 {
         self.compile_ms
+    }
+
+    /// What the refinement did: the optimizer's alternatives scored by whole-plan
+    /// prediction, and whether one replaced its plan (`None` when nothing was scored).
+    pub fn refinement(&self) -> Option<&Refinement> {
+        self.refinement.as_ref()
     }
 
     /// The predicted time on the topology, in ms: the whole task graph simulated once, roofline

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::Executable;
 use crate::memory_report::{MemoryReport, memory_text};
+use crate::refine::Refinement;
 
 /// The `--json` object of `plan`: the logical plan with its cost under the cost model, and
 /// what physical compilation of it predicts (every prediction `null` when the plan could
@@ -59,6 +60,11 @@ pub struct PlanReport<'a> {
     pub compile_error: Option<String>,
     /// What each device keeps in memory; `null` if not compiled.
     pub memory: Option<MemoryReport>,
+    /// What the refinement did: the alternatives it scored with naive exchange programs,
+    /// the optimizer's own plan's and the fastest one's predictions, and whether one replaced
+    /// the plan (`null` when nothing was scored: `--refine 0`, or a strategy without
+    /// alternatives, such as the baselines).
+    pub refinement: Option<Refinement>,
 }
 
 /// One operator of [`PlanReport::ops`].
@@ -168,6 +174,7 @@ impl<'a> PlanReport<'a> {
             compile_ms: Some(exe.compile_ms()),
             compile_error: None,
             memory: Some(MemoryReport::new(stats, exe.memory_capacity(), exe.memory_budget())),
+            refinement: exe.refinement().cloned(),
         }
     }
 }

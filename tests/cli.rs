@@ -74,6 +74,11 @@ fn plan_refines_the_dp_by_whole_plan_prediction() {
     assert_eq!(model["ops"][0]["splits"]["k"], 2);
     assert_eq!(refined["ops"][0]["splits"]["k"], 1);
     assert_eq!(refined["optimizer"], "dp");
+    assert!(model["refinement"].is_null(), "{}", model["refinement"]);
+    let r = &refined["refinement"];
+    assert_eq!(r["replaced"], true);
+    assert!(r["scored"].as_u64().unwrap() >= 1);
+    assert_eq!(r["own_naive_ms"], model["predicted_ms"]);
 }
 
 #[test]
@@ -446,7 +451,7 @@ fn report(out: &std::process::Output) -> (Vec<String>, serde_json::Value) {
 /// renaming, dropping or reordering a field fails here.
 #[test]
 fn plan_json_has_the_documented_fields_and_types() {
-    const PLAN_KEYS: [&str; 18] = [
+    const PLAN_KEYS: [&str; 19] = [
         "workload",
         "devices",
         "optimizer",
@@ -465,6 +470,7 @@ fn plan_json_has_the_documented_fields_and_types() {
         "compile_ms",
         "compile_error",
         "memory",
+        "refinement",
     ];
     let (keys, v) = report(&einsummable(&["plan", "matmul:n=64", "--devices", "4", "--json"]));
     assert_eq!(keys, PLAN_KEYS);
@@ -474,6 +480,12 @@ fn plan_json_has_the_documented_fields_and_types() {
     }
     assert!(v["bytes_moved"].is_u64() && v["compile_error"].is_null());
     assert_eq!((v["exchanges"].as_str(), &v["searched_ms"]), (Some("naive"), &serde_json::Value::Null));
+    let refinement = v["refinement"].as_object().expect("the DP's alternatives were scored");
+    let keys: Vec<&str> = refinement.keys().map(String::as_str).collect();
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    assert!(
+        refinement["scored"].is_u64() && refinement["replaced"].is_boolean() && refinement["own_naive_ms"].is_f64()
+    );
     let op = &v["ops"][0];
     let op_keys: Vec<&str> = op.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(op_keys, ["cost", "kind", "name", "splits"]);

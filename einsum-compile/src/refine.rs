@@ -26,8 +26,8 @@ pub const DEFAULT_REFINE: usize = 8;
 /// Alternatives scored per step of the descent, the model's cheapest first.
 pub const PER_STEP: usize = 4;
 
-/// What a refinement did.
-#[derive(Clone, Debug, PartialEq)]
+/// What a refinement did (`plan --json`'s `"refinement"`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Refinement {
     /// Alternatives the strategy offered and that compiled.
     pub scored: usize,

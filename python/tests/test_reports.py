@@ -6,7 +6,7 @@ import einsummable as es
 PLAN_KEYS = [
     "workload", "devices", "optimizer", "cost_model", "unit", "total_cost", "total_bytes",
     "optimize_ms", "ops", "topology", "schedule", "exchanges", "searched_ms", "predicted_ms", "bytes_moved", "compile_ms",
-    "compile_error", "memory",
+    "compile_error", "memory", "refinement",
 ]
 
 

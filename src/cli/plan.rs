@@ -6,7 +6,7 @@ use std::time::Instant;
 use einsum_logical::{Problem, cost_model_by_name};
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
-use einsummable::refine::DEFAULT_REFINE;
+use einsummable::refine::{DEFAULT_REFINE, Refinement};
 use einsummable::report::{PlanReport, PlannedOpReport};
 use einsummable::{Exchanges, Result, Workload};
 
@@ -83,6 +83,7 @@ enum Physical {
         bytes_moved: usize,
         compile_ms: f64,
         memory: (String, MemoryReport),
+        refinement: Option<Refinement>,
     },
     /// The plan is valid but the topology has too few sites to compile it: the reason.
     Refused(String),
@@ -135,6 +136,7 @@ pub fn run(a: Args) -> Result<Report> {
                 memory_text(&planned.compiled.graph, stats, capacity, planned.budget),
                 MemoryReport::new(stats, capacity, planned.budget),
             ),
+            refinement: planned.refinement.clone(),
         };
         (planned.plan, physical, planned.optimize_ms)
     };
@@ -167,23 +169,24 @@ pub fn run(a: Args) -> Result<Report> {
     }
     text += &format!("total {:.6e} {} ({:.4e} bytes moved)\n", plan.total, plan.unit, plan.total_bytes);
     text += &match &physical {
-        Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory } => format!(
-            "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}{}",
+        Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory, refinement } => format!(
+            "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}{}{}",
             a.schedule,
             topology_name,
             exchanges.searched_ms().map_or_else(String::new, |ms| format!(
                 "kept the naive exchange programs: the plan predicted {ms:.6} ms with the searched ones\n"
             )),
+            refinement.as_ref().map_or_else(String::new, refinement_line),
             memory.0
         ),
         Physical::Refused(why) => format!("not compiled: {why}\n"),
     };
 
-    let (predicted_ms, exchanges, bytes_moved, compile_ms, compile_error, memory) = match physical {
-        Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory } => {
-            (Some(predicted_ms), Some(exchanges), Some(bytes_moved), Some(compile_ms), None, Some(memory.1))
+    let (predicted_ms, exchanges, bytes_moved, compile_ms, compile_error, memory, refinement) = match physical {
+        Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory, refinement } => {
+            (Some(predicted_ms), Some(exchanges), Some(bytes_moved), Some(compile_ms), None, Some(memory.1), refinement)
         }
-        Physical::Refused(why) => (None, None, None, None, Some(why), None),
+        Physical::Refused(why) => (None, None, None, None, Some(why), None, None),
     };
     let json = PlanReport {
         workload: &a.workload,
@@ -204,6 +207,18 @@ pub fn run(a: Args) -> Result<Report> {
         compile_ms,
         compile_error,
         memory,
+        refinement,
     };
     Ok(Report::new(&json, text, true))
+}
+
+/// The text line saying what the refinement did.
+fn refinement_line(r: &Refinement) -> String {
+    let best = r.best_naive_ms.map_or_else(|| "none faster".into(), |ms| format!("the fastest {ms:.6} ms"));
+    format!(
+        "refined: {} alternatives scored with naive exchange programs against the optimizer's plan's {:.6} ms, {best}; {}\n",
+        r.scored,
+        r.own_naive_ms,
+        if r.replaced { "an alternative replaced the plan" } else { "the optimizer's plan kept" }
+    )
 }
