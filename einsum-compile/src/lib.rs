@@ -328,15 +328,54 @@ pub fn compile(
     specs: &HashMap<OpId, JoinAggSpec>,
     options: &CompileOptions,
 ) -> Result<Compiled, CompileError> {
-    fallback::no_slower_than_naive(options, |schedule| compile_with(comp, specs, options, schedule))
+    compile_sharing(comp, specs, options, &mut SynthesisMemo::default())
 }
 
-/// [`compile()`] with the exchange programs of `schedule` (in place of `options.schedule`).
+/// The exchange programs synthesized by earlier compiles on one topology, per schedule, for
+/// later ones ([`compile_sharing`]): compiles of plans that differ in a few operators (the
+/// refinement's alternatives) ask most of the same exchange problems.
+#[derive(Default)]
+pub struct SynthesisMemo {
+    caches: Vec<(Schedule, reuse::SynthesisCache)>,
+}
+
+impl SynthesisMemo {
+    fn cache(&mut self, schedule: Schedule) -> &mut reuse::SynthesisCache {
+        let i = match self.caches.iter().position(|(s, _)| *s == schedule) {
+            Some(i) => i,
+            None => {
+                self.caches.push((schedule, reuse::SynthesisCache::default()));
+                self.caches.len() - 1
+            }
+        };
+        &mut self.caches[i].1
+    }
+}
+
+/// [`compile()`], answering exchange problems that earlier compiles through `memo` solved
+/// from their programs (each compile already does so within itself, see `reuse.rs`). Every
+/// compile through one memo must target the same topology. A problem asked again exactly
+/// gets the program a fresh synthesis would give; one asked on renamed sites may get another
+/// program of the same simulated time.
+pub fn compile_sharing(
+    comp: &Computation,
+    specs: &HashMap<OpId, JoinAggSpec>,
+    options: &CompileOptions,
+    memo: &mut SynthesisMemo,
+) -> Result<Compiled, CompileError> {
+    fallback::no_slower_than_naive(options, |schedule| {
+        compile_with(comp, specs, options, schedule, memo.cache(schedule))
+    })
+}
+
+/// [`compile()`] with the exchange programs of `schedule` (in place of `options.schedule`),
+/// asking `cache` first.
 fn compile_with(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
     options: &CompileOptions,
     schedule: Schedule,
+    cache: &mut reuse::SynthesisCache,
 ) -> Result<Compiled, CompileError> {
     let p = options.devices;
     let topology = &options.topology;
@@ -381,8 +420,9 @@ fn compile_with(
     let mut programs = Vec::new();
     let mut placements: HashMap<OpId, Vec<DeviceId>> = HashMap::new();
     let mut produced: HashMap<TensorId, Produced<'_>> = HashMap::new();
-    // Exchange programs already synthesized, by problem up to a renaming of sites.
-    let mut cache = reuse::SynthesisCache::default();
+    // Exchange programs already synthesized (by earlier compiles too), by problem up to a
+    // renaming of sites; what this compile reused is counted from here.
+    let (hits, renamed) = (cache.hits, cache.renamed);
     // The resident buffer of every (input, device, block) loaded so far.
     let mut loaded: HashMap<(usize, DeviceId, TensorType), BufferId> = HashMap::new();
     let mut load = |graph: &mut TaskGraph, input: usize, dev: DeviceId, block: &TensorType, label: String| {
@@ -419,7 +459,7 @@ fn compile_with(
                 fixed: placement.as_deref(),
                 label: label.clone(),
             };
-            let s = synthesize(&req, schedule, topology, &mut cache)?;
+            let s = synthesize(&req, schedule, topology, cache)?;
             let here = placement.get_or_insert_with(|| s.placement.clone()).clone();
             let sources = ExchangeSources {
                 holders: &from.buffers,
@@ -542,8 +582,8 @@ fn compile_with(
     tracing::info!(
         tasks = graph.nodes().len(),
         exchange_programs = programs.len(),
-        reused_programs = cache.hits,
-        renamed_programs = cache.renamed,
+        reused_programs = cache.hits - hits,
+        renamed_programs = cache.renamed - renamed,
         predicted_ms,
         "compiled the task graph"
     );

@@ -7,24 +7,32 @@
 //! A strategy offers a few alternatives to its plan
 //! ([`LogicalOptimizer::alternatives`](einsum_logical::LogicalOptimizer::alternatives); the DP's
 //! take the other side of its costliest decisions); each is compiled with naive exchange
-//! programs (cheap and deterministic) and predicted, and the fastest is compiled as asked.
-//! When the schedule searches exchange programs, the strategy's own plan is compiled the
-//! same way too and kept unless the alternative is faster: refinement never returns a plan
-//! slower than the strategy's under the requested schedule.
+//! programs (cheap and deterministic) and predicted. When the schedule searches exchange
+//! programs, the [`FINALISTS`] fastest of them are compiled that way too, beside the
+//! strategy's own plan, which is kept unless one of them is faster: refinement never returns
+//! a plan slower than the strategy's under the requested schedule. All these compiles share
+//! their exchange programs ([`SynthesisMemo`]), since the plans differ in a few operators.
 //!
-//! The budget is counted in whole-plan predictions ([`Request::refine`](crate::pipeline::Request::refine)),
-//! never in seconds, so the plan a machine gets does not depend on its speed.
+//! The budget is counted in whole-plan predictions, never in seconds, so the plan a machine
+//! gets does not depend on its speed: at most [`Request::refine`](crate::pipeline::Request::refine)
+//! alternatives with naive programs, then, under a searched schedule, at most [`FINALISTS`]
+//! of them and the strategy's plan with searched ones.
 
 use einsum_joinagg::Computation;
 use einsum_logical::{LogicalOptimizer, LogicalPlan, Problem};
 
-use crate::{CompileError, CompileOptions, Compiled, Schedule};
+use crate::{CompileError, CompileOptions, Compiled, Schedule, SynthesisMemo};
 
 /// Whole-plan predictions spent by default on a strategy's alternatives.
 pub const DEFAULT_REFINE: usize = 8;
 
 /// Alternatives scored per step of the descent, the model's cheapest first.
 pub const PER_STEP: usize = 4;
+
+/// Under a searched schedule, how many of the scored alternatives (the fastest with naive
+/// programs) are compiled as asked beside the strategy's own plan: searched programs gain
+/// more on some plans than on others, so the naive ranking is checked on these.
+pub const FINALISTS: usize = 4;
 
 /// What a refinement did (`plan --json`'s `"refinement"`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -36,14 +44,17 @@ pub struct Refinement {
     /// The fastest plan the descent reached, likewise (`None` when no alternative was
     /// faster than the strategy's own).
     pub best_naive_ms: Option<f64>,
-    /// Whether an alternative replaced the strategy's plan.
+    /// Whether an alternative replaced the strategy's plan (under a searched schedule, one of
+    /// the finalists, which may be slower than the plan with naive programs).
     pub replaced: bool,
 }
 
 /// The plan to compile and its compilation: `plan` (the choice of `strategy` on `problem`)
-/// or the fastest plan a descent through the strategy's alternatives reaches with at most
-/// `limit` whole-plan predictions: the fastest alternative of the current plan replaces it
-/// while it predicts faster, and offers its own alternatives.
+/// or a faster one among its alternatives. With naive programs, a descent through at most
+/// `limit` of them (the fastest alternative of the current plan replaces it while it predicts
+/// faster, and offers its own alternatives) gives the plan; under a searched schedule the
+/// [`FINALISTS`] fastest alternatives it scored are compiled as asked beside `plan`, and the
+/// fastest of those is the plan.
 /// `admissible` refuses a plan before it is compiled (the host-memory estimate). The
 /// refinement is `None` when nothing was scored (`limit` 0, no alternatives, or the plan
 /// itself does not compile with naive programs: its error then comes from the requested
@@ -57,7 +68,9 @@ pub(crate) fn refined(
     limit: usize,
     admissible: &dyn Fn(&LogicalPlan) -> bool,
 ) -> einsum_logical::Result<(LogicalPlan, Result<Compiled, CompileError>, Option<Refinement>)> {
-    let compile = |p: &LogicalPlan, o: &CompileOptions| crate::compile(comp, &p.specs(), o);
+    // Every compile shares one memo: the alternatives ask mostly the same exchange problems.
+    let mut memo = SynthesisMemo::default();
+    let mut compile = |p: &LogicalPlan, o: &CompileOptions| crate::compile_sharing(comp, &p.specs(), o, &mut memo);
     let naive = CompileOptions { schedule: Schedule::Naive, ..options.clone() };
     let first = if limit == 0 { Vec::new() } else { strategy.alternatives(problem, &plan.choice(), PER_STEP)? };
     let own = if first.is_empty() { None } else { compile(&plan, &naive).ok() };
@@ -70,6 +83,8 @@ pub(crate) fn refined(
     // predictions are spent.
     let mut current_ms = own.predicted_ms;
     let mut best: Option<(LogicalPlan, Compiled)> = None;
+    // Every scored alternative with its naive prediction, for the finalists.
+    let mut seen: Vec<(LogicalPlan, f64)> = Vec::new();
     let (mut scored, mut alternatives) = (0, first);
     while scored < limit && !alternatives.is_empty() {
         let mut step: Option<(LogicalPlan, Compiled)> = None;
@@ -80,6 +95,7 @@ pub(crate) fn refined(
             }
             let Ok(compiled) = compile(&alternative, &naive) else { continue };
             scored += 1;
+            seen.push((alternative.clone(), compiled.predicted_ms));
             if step.as_ref().is_none_or(|(_, s)| compiled.predicted_ms < s.predicted_ms) {
                 step = Some((alternative, compiled));
             }
@@ -103,34 +119,31 @@ pub(crate) fn refined(
         best_naive_ms: best.as_ref().map(|(_, c)| c.predicted_ms),
         replaced: false,
     };
-    let naive_schedule = options.schedule == Schedule::Naive;
-    let (plan, result) = match best {
-        Some((alternative, compiled)) if compiled.predicted_ms < own.predicted_ms => {
-            if naive_schedule {
+    let (plan, result) = if options.schedule == Schedule::Naive {
+        match best {
+            Some((alternative, compiled)) => {
                 refinement.replaced = true;
                 (alternative, Ok(compiled))
-            } else {
-                // Both as asked; the alternative only where it is faster there too.
-                let theirs = compile(&alternative, options);
-                let mine = compile(&plan, options);
-                match (&theirs, &mine) {
-                    (Ok(t), Ok(m)) if t.predicted_ms < m.predicted_ms => {
-                        refinement.replaced = true;
-                        (alternative, theirs)
-                    }
-                    (Ok(_), Err(_)) => {
-                        refinement.replaced = true;
-                        (alternative, theirs)
-                    }
-                    _ => (plan, mine),
-                }
+            }
+            None => (plan, Ok(own)),
+        }
+    } else {
+        // The finalists as asked, beside the strategy's own plan, which wins ties.
+        seen.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut kept = (compile(&plan, options), plan);
+        for (alternative, _) in seen.into_iter().take(FINALISTS) {
+            let theirs = compile(&alternative, options);
+            let faster = match (&theirs, &kept.0) {
+                (Ok(t), Ok(k)) => t.predicted_ms < k.predicted_ms,
+                (Ok(_), Err(_)) => true,
+                _ => false,
+            };
+            if faster {
+                kept = (theirs, alternative);
+                refinement.replaced = true;
             }
         }
-        _ if naive_schedule => (plan, Ok(own)),
-        _ => {
-            let result = compile(&plan, options);
-            (plan, result)
-        }
+        (kept.1, kept.0)
     };
     tracing::info!(
         scored = refinement.scored,
