@@ -51,15 +51,18 @@ impl Exchanges {
 /// (what `footprint` estimates): the naive plan is compiled first for its time alone, and
 /// compiled again (it is deterministic) only when it is kept. A naive compile that fails (its
 /// transient peak over the budget where the searched one fits) leaves the searched plan; a
-/// searched compile that fails is the error, as without this check.
+/// searched compile that fails is the error, as without this check. `naive_ms`, where the
+/// caller already compiled the plan with naive programs, is that compile's prediction, and
+/// spares the first naive compile.
 pub(crate) fn no_slower_than_naive(
     options: &CompileOptions,
+    naive_ms: Option<f64>,
     mut compile: impl FnMut(Schedule) -> Result<Compiled, CompileError>,
 ) -> Result<Compiled, CompileError> {
     if !matches!(options.schedule, Schedule::Search { naive_fallback: true, .. }) {
         return compile(options.schedule);
     }
-    let naive_ms = compile(Schedule::Naive).ok().map(|naive| naive.predicted_ms);
+    let naive_ms = naive_ms.or_else(|| compile(Schedule::Naive).ok().map(|naive| naive.predicted_ms));
     let searched = compile(options.schedule)?;
     match naive_ms {
         Some(naive_ms) if naive_ms < searched.predicted_ms => {

@@ -328,7 +328,7 @@ pub fn compile(
     specs: &HashMap<OpId, JoinAggSpec>,
     options: &CompileOptions,
 ) -> Result<Compiled, CompileError> {
-    compile_sharing(comp, specs, options, &mut SynthesisMemo::default())
+    compile_sharing(comp, specs, options, &mut SynthesisMemo::default(), None)
 }
 
 /// The exchange programs synthesized by earlier compiles on one topology, per schedule, for
@@ -356,14 +356,17 @@ impl SynthesisMemo {
 /// from their programs (each compile already does so within itself, see `reuse.rs`). Every
 /// compile through one memo must target the same topology. A problem asked again exactly
 /// gets the program a fresh synthesis would give; one asked on renamed sites may get another
-/// program of the same simulated time.
+/// program of the same simulated time. `naive_ms`: the prediction of these specs compiled
+/// with naive programs on these options, where the caller has it, which spares the naive
+/// fallback's first compile (`None`: compiled when the schedule asks for the fallback).
 pub fn compile_sharing(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
     options: &CompileOptions,
     memo: &mut SynthesisMemo,
+    naive_ms: Option<f64>,
 ) -> Result<Compiled, CompileError> {
-    fallback::no_slower_than_naive(options, |schedule| {
+    fallback::no_slower_than_naive(options, naive_ms, |schedule| {
         compile_with(comp, specs, options, schedule, memo.cache(schedule))
     })
 }

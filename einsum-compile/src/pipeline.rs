@@ -194,10 +194,11 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
             Err(e) => return Err(e.into()),
         };
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
-        fits("compiling", footprint::compile_bytes(req.comp, &plan.specs(), req.devices))?;
+        let compile_fits =
+            |p: &LogicalPlan| fits("compiling", footprint::compile_bytes(req.comp, &p.specs(), req.devices));
+        compile_fits(&plan)?;
         let started = Instant::now();
-        let admissible =
-            |p: &LogicalPlan| fits("compiling", footprint::compile_bytes(req.comp, &p.specs(), req.devices)).is_ok();
+        let admissible = |p: &LogicalPlan| compile_fits(p).is_ok();
         let (plan, result, refinement) =
             refined(req.comp, req.strategy, &budgeted, plan, &options, req.refine, &admissible)?;
         compile_ms += started.elapsed().as_secs_f64() * 1e3;

@@ -70,12 +70,15 @@ pub(crate) fn refined(
 ) -> einsum_logical::Result<(LogicalPlan, Result<Compiled, CompileError>, Option<Refinement>)> {
     // Every compile shares one memo: the alternatives ask mostly the same exchange problems.
     let mut memo = SynthesisMemo::default();
-    let mut compile = |p: &LogicalPlan, o: &CompileOptions| crate::compile_sharing(comp, &p.specs(), o, &mut memo);
+    // `naive_ms`: the plan's naive prediction, where already known (see `compile_sharing`).
+    let mut compile = |p: &LogicalPlan, o: &CompileOptions, naive_ms: Option<f64>| {
+        crate::compile_sharing(comp, &p.specs(), o, &mut memo, naive_ms)
+    };
     let naive = CompileOptions { schedule: Schedule::Naive, ..options.clone() };
     let first = if limit == 0 { Vec::new() } else { strategy.alternatives(problem, &plan.choice(), PER_STEP)? };
-    let own = if first.is_empty() { None } else { compile(&plan, &naive).ok() };
+    let own = if first.is_empty() { None } else { compile(&plan, &naive, None).ok() };
     let Some(own) = own else {
-        let result = compile(&plan, options);
+        let result = compile(&plan, options, None);
         return Ok((plan, result, None));
     };
     // A descent: of the current plan's [`PER_STEP`] cheapest alternatives, the fastest
@@ -93,7 +96,7 @@ pub(crate) fn refined(
             if !admissible(&alternative) {
                 continue;
             }
-            let Ok(compiled) = compile(&alternative, &naive) else { continue };
+            let Ok(compiled) = compile(&alternative, &naive, None) else { continue };
             scored += 1;
             seen.push((alternative.clone(), compiled.predicted_ms));
             if step.as_ref().is_none_or(|(_, s)| compiled.predicted_ms < s.predicted_ms) {
@@ -130,9 +133,9 @@ pub(crate) fn refined(
     } else {
         // The finalists as asked, beside the strategy's own plan, which wins ties.
         seen.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let mut kept = (compile(&plan, options), plan);
-        for (alternative, _) in seen.into_iter().take(FINALISTS) {
-            let theirs = compile(&alternative, options);
+        let mut kept = (compile(&plan, options, Some(own.predicted_ms)), plan);
+        for (alternative, naive_ms) in seen.into_iter().take(FINALISTS) {
+            let theirs = compile(&alternative, options, Some(naive_ms));
             let faster = match (&theirs, &kept.0) {
                 (Ok(t), Ok(k)) => t.predicted_ms < k.predicted_ms,
                 (Ok(_), Err(_)) => true,
