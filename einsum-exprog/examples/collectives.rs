@@ -118,7 +118,7 @@ fn run(options: SearchOptions, show: bool) -> Result<(), Box<dyn std::error::Err
     }
     let v100 = Topology::preset("dgx-v100")?;
     println!(
-        "bound: DESIGN.md's formulas with the per-site bandwidth B = {:.2} GB/s on dgx-v100 (NVLink + the shared \
+        "bound: the bandwidth lower bounds of einsum-sim (bounds.rs) with the per-site bandwidth B = {:.2} GB/s on dgx-v100 (NVLink + the shared \
          bridge), {:.0} GB/s on dgx-a100, {:.0} GB/s on dgx-h100; `all-reduce (whole)`: one indivisible atom per site",
         per_site_bandwidth(&v100, SITES) / GB,
         per_site_bandwidth(&Topology::preset("dgx-a100")?, SITES) / GB,

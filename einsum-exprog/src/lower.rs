@@ -1,5 +1,5 @@
 //! Lowering a program's closure to an [`einsum_sim`] task DAG: the cost semantics of
-//! Section 5.2 (DESIGN.md, "Exchange programs and the simulator").
+//! Section 5.2 of the paper.
 //!
 //! Every firing of the closure (an action at one of its source sites) becomes at most two
 //! tasks:

@@ -1,4 +1,4 @@
-//! Bandwidth lower bounds for collectives (DESIGN.md), to measure synthesized exchange
+//! Bandwidth lower bounds for collectives, to measure synthesized exchange
 //! programs against: `S` bytes held (or wanted) by each of `n` sites, `B` bytes/s of
 //! per-site bandwidth in each direction. Every bound is 0 for `n <= 1` (nothing moves).
 

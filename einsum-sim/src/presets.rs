@@ -2,8 +2,8 @@
 //! GB200 NVL72 rack. Rates are vendor peak figures (dense, in decimal GB and TFLOP).
 //!
 //! - `dgx-h100`, `dgx-a100`: a non-blocking NVSwitch, so the only contention is at the
-//!   endpoints: every GPU has an egress and an ingress cap and no links (figures from
-//!   DESIGN.md: A100 SXM 40 GB, 1555 GB/s HBM, 312 TFLOP/s f16/bf16 and 19.5 f32, 300 GB/s
+//!   endpoints: every GPU has an egress and an ingress cap and no links (vendor figures:
+//!   A100 SXM 40 GB, 1555 GB/s HBM, 312 TFLOP/s f16/bf16 and 19.5 f32, 300 GB/s
 //!   NVLink per direction; H100 SXM 80 GB, 3350 GB/s HBM, 989 TFLOP/s f16/bf16 and 67 f32,
 //!   450 GB/s NVLink per direction).
 //! - `dgx-v100`: the real DGX-1V hybrid cube-mesh as `nvidia-smi topo -m` reports it, with

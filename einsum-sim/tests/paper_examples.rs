@@ -7,7 +7,7 @@
 use einsum_sim::{GB, LinkService, PCIE_BRIDGE, SimGraph, SimTask, SimTaskId, SiteId, Topology, Trace};
 use einsum_sim::{all_gather_bound, all_reduce_bound, all_to_all_bound, broadcast_bound, reduce_scatter_bound};
 
-/// The preset `name` without latencies or SM counts: the paper's examples and DESIGN.md's figures
+/// The preset `name` without latencies or SM counts: the paper's examples and the presets' figures
 /// are the fluid model's (`tests/latency.rs` covers the latencies). The presets serve each
 /// ordered pair's transfers in issue order ([`LinkService::Fifo`]); the examples are the same
 /// under max-min sharing ([`the_examples_are_the_same_under_both_link_services`]).

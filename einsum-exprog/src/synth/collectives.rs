@@ -1,5 +1,5 @@
 //! The requirements of the classic collectives over `n` sites, as ExProg preambles, and
-//! their bandwidth lower bounds (DESIGN.md), to measure synthesized programs against.
+//! their bandwidth lower bounds (`einsum_sim::all_reduce_bound` and the like), to measure synthesized programs against.
 //!
 //! Each site holds `total_gb` of data (all-gather: each holds `total_gb / n` and ends with
 //! `total_gb`):
