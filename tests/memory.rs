@@ -121,17 +121,20 @@ fn no_strategy_exceeds_a_tight_budget() {
 }
 
 /// With the budget of the unconstrained plan's peak the DP keeps that plan; one byte per
-/// device less and it must choose another (or refuse).
+/// device less and it must choose another (or refuse), which the model prices no lower. The
+/// refinement is off: it picks among plans by prediction, not by the model's price.
 #[test]
 fn the_budget_changes_the_plan_only_when_it_binds() {
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F16).unwrap();
     let comp = graph.computation();
     let (topology, model) = a100();
-    let (free, peak) = unconstrained_dp(comp, &topology, &model);
     let dp = optimizer_by_name("dp", 0).unwrap();
-    let same = plan_and_compile(&request(comp, 8, dp.as_ref(), &model, &topology, Some(peak))).unwrap();
+    let unrefined = |budget| Request { refine: 0, ..request(comp, 8, dp.as_ref(), &model, &topology, budget) };
+    let free = plan_and_compile(&unrefined(None)).unwrap();
+    let peak = *free.compiled.graph.stats().peak_bytes.iter().max().unwrap() as f64;
+    let same = plan_and_compile(&unrefined(Some(peak))).unwrap();
     assert_eq!(same.plan.choice(), free.plan.choice());
-    match plan_and_compile(&request(comp, 8, dp.as_ref(), &model, &topology, Some(peak - 1.0))) {
+    match plan_and_compile(&unrefined(Some(peak - 1.0))) {
         Ok(tight) => {
             assert_ne!(tight.plan.choice(), free.plan.choice());
             assert!(tight.plan.total >= free.plan.total);

@@ -26,8 +26,16 @@ use crate::{CompileError, CompileOptions, Compiled, Schedule, SynthesisMemo};
 /// Whole-plan predictions spent by default on a strategy's alternatives.
 pub const DEFAULT_REFINE: usize = 8;
 
-/// Alternatives scored per step of the descent, the model's cheapest first.
+/// Alternatives scored per step of the descent after the first, the model's cheapest first
+/// (on a graph of up to [`WIDE_FIRST_STEP_OPS`] operators the first step scores up to the
+/// whole budget: the model's near-ties to its own plan, which only the prediction can order,
+/// are all among them).
 pub const PER_STEP: usize = 4;
+
+/// The most operators a graph may have for the descent's first step to score up to the
+/// whole budget rather than [`PER_STEP`] (a transformer block has 16; a prediction of an
+/// 80-layer stack takes seconds).
+pub const WIDE_FIRST_STEP_OPS: usize = 256;
 
 /// Under a searched schedule, how many of the scored alternatives (the fastest with naive
 /// programs) are compiled as asked beside the strategy's own plan: searched programs gain
@@ -52,7 +60,7 @@ pub struct Refinement {
 /// The plan to compile and its compilation: `plan` (the choice of `strategy` on `problem`)
 /// or a faster one among its alternatives. With naive programs, a descent through at most
 /// `limit` of them (the fastest alternative of the current plan replaces it while it predicts
-/// faster, and offers its own alternatives) gives the plan; under a searched schedule the
+/// faster, and offers [`PER_STEP`] alternatives of its own) gives the plan; under a searched schedule the
 /// [`FINALISTS`] fastest alternatives it scored are compiled as asked beside `plan`, and the
 /// fastest of those is the plan.
 /// `admissible` refuses a plan before it is compiled (the host-memory estimate). The
@@ -75,23 +83,26 @@ pub(crate) fn refined(
         crate::compile_sharing(comp, &p.specs(), o, &mut memo, naive_ms)
     };
     let naive = CompileOptions { schedule: Schedule::Naive, ..options.clone() };
-    let first = if limit == 0 { Vec::new() } else { strategy.alternatives(problem, &plan.choice(), PER_STEP)? };
+    // The first step scores up to the whole budget on a graph of a few layers, where a
+    // prediction takes milliseconds; on a deep stack, [`PER_STEP`] like the later steps.
+    let width = if problem.ops.len() <= WIDE_FIRST_STEP_OPS { limit } else { PER_STEP };
+    let first = if limit == 0 { Vec::new() } else { strategy.alternatives(problem, &plan.choice(), width)? };
     let own = if first.is_empty() { None } else { compile(&plan, &naive, None).ok() };
     let Some(own) = own else {
         let result = compile(&plan, options, None);
         return Ok((plan, result, None));
     };
-    // A descent: of the current plan's [`PER_STEP`] cheapest alternatives, the fastest
-    // replaces it while it predicts faster and offers alternatives of its own, until `limit`
-    // predictions are spent.
+    // A descent: of the current plan's cheapest alternatives (up to `limit` of the plan's
+    // own, then [`PER_STEP`] of each replacement's), the fastest replaces it while it
+    // predicts faster and offers alternatives of its own, until `limit` predictions are spent.
     let mut current_ms = own.predicted_ms;
     let mut best: Option<(LogicalPlan, Compiled)> = None;
     // Every scored alternative with its naive prediction, for the finalists.
     let mut seen: Vec<(LogicalPlan, f64)> = Vec::new();
-    let (mut scored, mut alternatives) = (0, first);
+    let (mut scored, mut alternatives, mut width) = (0, first, width);
     while scored < limit && !alternatives.is_empty() {
         let mut step: Option<(LogicalPlan, Compiled)> = None;
-        for choice in alternatives.iter().take(PER_STEP.min(limit - scored)) {
+        for choice in alternatives.iter().take(width.min(limit - scored)) {
             let alternative = problem.plan(choice, strategy.name())?;
             if !admissible(&alternative) {
                 continue;
@@ -112,6 +123,7 @@ pub(crate) fn refined(
                     .filter(|c| *c != plan.choice())
                     .collect();
                 best = Some((alternative, compiled));
+                width = PER_STEP;
             }
             _ => break,
         }

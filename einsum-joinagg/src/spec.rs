@@ -41,26 +41,37 @@ impl JoinAggSpec {
         distinct(self.functions.iter().map(|f| &f.inputs[k]))
     }
 
-    /// How many function specs produce each distinct box of output `j`.
+    /// How many function specs produce each distinct box of output `j`, in order of first
+    /// appearance.
     pub fn output_multiplicities(&self, j: usize) -> Vec<(TensorType, usize)> {
-        // in order of first appearance; the index keeps this linear in the function specs
-        let mut out: Vec<(TensorType, usize)> = Vec::new();
-        let mut at: FastMap<&TensorType, usize> = FastMap::default();
-        for f in &self.functions {
-            let b = &f.outputs[j];
-            match at.get(b) {
-                Some(&i) => out[i].1 += 1,
-                None => {
-                    at.insert(b, out.len());
-                    out.push((b.clone(), 1));
-                }
-            }
-        }
-        out
+        multiplicities(self.functions.iter().map(|f| &f.outputs[j]))
+    }
+
+    /// How many function specs read each distinct block of input `k`, in order of first
+    /// appearance.
+    pub fn input_multiplicities(&self, k: usize) -> Vec<(TensorType, usize)> {
+        multiplicities(self.functions.iter().map(|f| &f.inputs[k]))
     }
 }
 
 fn distinct<'a>(boxes: impl Iterator<Item = &'a TensorType>) -> Vec<TensorType> {
     let mut seen = FastSet::default();
     boxes.filter(|b| seen.insert(*b)).cloned().collect()
+}
+
+/// Each distinct block of `blocks` with how many times it occurs, in order of first
+/// appearance (the index keeps this linear in the blocks).
+fn multiplicities<'a>(blocks: impl Iterator<Item = &'a TensorType>) -> Vec<(TensorType, usize)> {
+    let mut out: Vec<(TensorType, usize)> = Vec::new();
+    let mut at: FastMap<&TensorType, usize> = FastMap::default();
+    for b in blocks {
+        match at.get(b) {
+            Some(&i) => out[i].1 += 1,
+            None => {
+                at.insert(b, out.len());
+                out.push((b.clone(), 1));
+            }
+        }
+    }
+    out
 }

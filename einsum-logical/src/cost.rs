@@ -36,7 +36,8 @@ impl SpecCost {
 /// whether the producer's tiling equals the blocks the spec needs (repartition), plus terms
 /// of the spec alone. Every model keeps that shape, which is what lets the dynamic program
 /// minimise input by input. A model therefore answers two questions: what does moving a
-/// whole tensor into a new tiling cost, and what does a spec cost by itself.
+/// tensor from one tiling into another cost (by default the same for every pair of
+/// tilings, [`repartition`](Self::repartition)), and what does a spec cost by itself.
 ///
 /// # Extending
 /// A model from any crate implements this trait and is handed to the driver as a value
@@ -99,8 +100,21 @@ pub trait CostModel: fmt::Debug + Send + Sync {
     /// The unit of its costs (`elements`, `seconds`).
     fn unit(&self) -> &'static str;
 
-    /// Sub-cost (1): repartitioning a whole tensor of type `desc` over `p` devices.
+    /// Sub-cost (1): repartitioning a whole tensor of type `desc` over `p` devices, when
+    /// the model does not look at the two tilings (see
+    /// [`repartition_between`](Self::repartition_between)).
     fn repartition(&self, desc: &TensorDesc, p: usize) -> f64;
+
+    /// Sub-cost (1) between two tilings: moving a tensor of type `desc` from the distinct
+    /// blocks `from` (a producer's output tiling, one copy of each block) to the distinct
+    /// blocks `to` (what a consumer's spec needs, one copy of each; the join sub-cost prices
+    /// further copies). By default the tilings are ignored and this is
+    /// [`repartition`](Self::repartition). [`Problem::new`](crate::Problem::new) asks once
+    /// per pair of block sets and dtype, so the answer must depend on nothing else of `desc`.
+    fn repartition_between(&self, desc: &TensorDesc, from: &[TensorType], to: &[TensorType], p: usize) -> f64 {
+        let _ = (from, to);
+        self.repartition(desc, p)
+    }
 
     /// Sub-costs (2) and (3), and compute, of running `spec` of `op` on `p` devices, where
     /// `resident[k]` says that input `k` of `op` is a computation input ([`Source::Input`](crate::Source::Input)),
@@ -121,17 +135,6 @@ pub(crate) fn join_elements(spec: &JoinAggSpec, inputs: usize) -> Vec<f64> {
     (0..inputs).map(|k| spec.functions.iter().map(|f| f.inputs[k].volume() as f64).sum()).collect()
 }
 
-/// Σ over the distinct blocks of each input of `(m - 1)·|block|`, where `m` is how many
-/// function specs read the block: the volume shipped beyond one copy of every block, per
-/// input (what [`Time`] charges for the join of a produced input).
-pub(crate) fn replica_elements(spec: &JoinAggSpec, inputs: usize) -> Vec<f64> {
-    join_elements(spec, inputs)
-        .into_iter()
-        .enumerate()
-        .map(|(k, all)| all - spec.input_blocks(k).iter().map(|b| b.volume() as f64).sum::<f64>())
-        .collect()
-}
-
 /// Per output, its distinct boxes and how many function specs produce each
 /// ([`JoinAggSpec::output_multiplicities`]), computed once for the sums below.
 pub(crate) fn multiplicities(spec: &JoinAggSpec, outputs: usize) -> Vec<Vec<(TensorType, usize)>> {
@@ -142,17 +145,6 @@ pub(crate) fn multiplicities(spec: &JoinAggSpec, outputs: usize) -> Vec<Vec<(Ten
 /// the [`multiplicities`].
 pub(crate) fn aggregation_elements(multiplicities: &[Vec<(TensorType, usize)>]) -> Vec<f64> {
     multiplicities.iter().map(|boxes| boxes.iter().map(|(b, m)| ((m - 1) * b.volume()) as f64).sum()).collect()
-}
-
-/// `⌈log₂ m⌉`: the rounds of a tree that combines `m` whole copies.
-fn tree_rounds(m: usize) -> f64 {
-    f64::from(usize::BITS - m.saturating_sub(1).leading_zeros())
-}
-
-/// The most [`tree_rounds`] any output box needs (0 when no box is produced twice), from the
-/// [`multiplicities`].
-fn aggregation_rounds(multiplicities: &[Vec<(TensorType, usize)>]) -> f64 {
-    multiplicities.iter().flatten().map(|(_, m)| tree_rounds(*m)).fold(0.0, f64::max)
 }
 
 /// One function spec of `op` as the roofline times it ([`Roofline::kernel_seconds`]): its
@@ -178,18 +170,6 @@ fn precision(dtype: DType) -> Precision {
         DType::F16 => Precision::F16,
         DType::BF16 => Precision::BF16,
     }
-}
-
-/// Per output, the largest `⌈log₂ m⌉·|box|` over its distinct boxes produced `m` times: the
-/// elements one device must receive, one after another, to ⊕-combine the `m` copies of a box
-/// when they travel whole. A tree reduction (the fastest way to combine whole copies) takes
-/// `⌈log₂ m⌉` rounds, each of which moves a full copy over some device's link; rounds of one
-/// box cannot overlap, so no spreading over the `p` devices' links can beat it.
-pub(crate) fn aggregation_round_elements(multiplicities: &[Vec<(TensorType, usize)>]) -> Vec<f64> {
-    multiplicities
-        .iter()
-        .map(|boxes| boxes.iter().map(|(b, m)| tree_rounds(*m) * b.volume() as f64).fold(0.0, f64::max))
-        .collect()
 }
 
 /// The paper's communication proxy (Section 4.3), in numbers of elements: repartition
@@ -221,9 +201,10 @@ impl CostModel for PaperProxy {
     }
 }
 
-/// The per-device figures of a topology that the [`Time`] model needs: the slowest
-/// device's compute rates, HBM bandwidth, SM count and interconnect bandwidth (each
-/// direction), and the machine's kernel launch and slowest transfer setup latencies.
+/// The per-device figures of a topology that the [`Time`] model needs: the slowest device's
+/// compute rates, HBM bandwidth and SM count, its bandwidth inside its node and to other
+/// nodes (each direction), the node size, and the machine's kernel launch and transfer setup
+/// latencies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Machine {
     /// The topology's name.
@@ -232,17 +213,26 @@ pub struct Machine {
     pub compute: ComputeRates,
     /// HBM bytes per second of the slowest device.
     pub hbm_bandwidth: f64,
-    /// Interconnect bytes per second of the slowest device, each direction (see
-    /// [`Machine::from_topology`]); infinite on a machine of one device.
-    pub link_bandwidth: f64,
     /// Streaming multiprocessors of the device with the fewest (`None` when some device's
     /// count is not given: kernels are then not quantized in waves).
     pub sms: Option<usize>,
     /// Seconds to launch one kernel ([`einsum_sim::Latency::kernel_launch`]).
     pub kernel_launch: f64,
-    /// Seconds to set up one transfer on the slowest kind of path
-    /// ([`Topology::max_transfer_latency`]); zero on a machine of one device.
-    pub transfer_latency: f64,
+    /// Devices in the smallest node (every device on a machine of one node).
+    pub node_size: usize,
+    /// Bytes per second the slowest device sends to the other devices of its node, each
+    /// direction ([`Topology::node_injection_bandwidth`]); infinite on a machine of one
+    /// device, which never communicates.
+    pub node_bandwidth: f64,
+    /// Bytes per second of the slowest device's NIC to other nodes
+    /// ([`Topology::network_bandwidth`]); infinite on a machine of one node.
+    pub network_bandwidth: f64,
+    /// Seconds to set up one transfer inside a node, on its slowest kind of path
+    /// ([`Topology::transfer_latency`]); zero on a machine of one device.
+    pub node_latency: f64,
+    /// Seconds to set up one transfer between nodes ([`einsum_sim::Latency::network`]);
+    /// zero on a machine of one node.
+    pub network_latency: f64,
 }
 
 /// The topology preset called `name` or, when `name` is the path of a file, the custom
@@ -253,23 +243,32 @@ fn load_topology(name: &str) -> Result<Topology> {
 }
 
 impl Machine {
-    /// The figures of a topology read from `einsum-sim`: the smallest of every device's
-    /// [`Topology::injection_bandwidth`] (infinite on a single-device machine, which never
-    /// communicates), the slowest device's compute rates, HBM bandwidth and SM count, and the
-    /// topology's latencies (its slowest kind of transfer path).
+    /// The figures of a topology read from `einsum-sim`: the slowest device's compute rates,
+    /// HBM bandwidth, SM count, [`Topology::node_injection_bandwidth`] and
+    /// [`Topology::network_bandwidth`], the smallest node, and the topology's latencies.
     pub fn from_topology(topology: &Topology) -> Machine {
         let sites = topology.sites();
-        let link_bandwidth =
-            (0..sites.len()).filter_map(|i| topology.injection_bandwidth(SiteId(i))).fold(f64::INFINITY, f64::min);
+        let n = sites.len();
         let slowest = |f: fn(&ComputeRates) -> f64| sites.iter().map(|s| f(&s.compute)).fold(f64::INFINITY, f64::min);
+        let least =
+            |f: &dyn Fn(SiteId) -> Option<f64>| (0..n).filter_map(|i| f(SiteId(i))).fold(f64::INFINITY, f64::min);
+        let node_latency = (0..n)
+            .flat_map(|a| (0..n).map(move |b| (SiteId(a), SiteId(b))))
+            .filter(|&(a, b)| a != b && topology.node(a) == topology.node(b))
+            .filter_map(|(a, b)| topology.transfer_latency(a, b))
+            .fold(0.0, f64::max);
+        let several = topology.num_nodes() > 1;
         Machine {
             name: topology.name().to_string(),
             compute: ComputeRates { f16: slowest(|c| c.f16), bf16: slowest(|c| c.bf16), f32: slowest(|c| c.f32) },
             hbm_bandwidth: sites.iter().map(|s| s.hbm_bandwidth).fold(f64::INFINITY, f64::min),
-            link_bandwidth,
             sms: sites.iter().map(|s| s.sms).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().min()),
             kernel_launch: topology.latency().kernel_launch,
-            transfer_latency: topology.max_transfer_latency(),
+            node_size: topology.nodes().and_then(|nodes| nodes.sizes().into_iter().min()).unwrap_or(n),
+            node_bandwidth: least(&|s| topology.node_injection_bandwidth(s)),
+            network_bandwidth: least(&|s| topology.network_bandwidth(s)),
+            node_latency,
+            network_latency: if several { topology.latency().network } else { 0.0 },
         }
     }
 
@@ -299,50 +298,50 @@ impl Machine {
     }
 }
 
-/// Predicted seconds on a machine: the slowest function spec's kernel time plus the three
-/// communication sub-costs in bytes, spread over the `p` devices' links
-/// (`bytes / (p · bandwidth)`). Unlike the proxy, it sees that a causal query-block split of
-/// attention leaves one device with most of the work.
+/// Predicted seconds on a machine: what the whole-plan prediction charges, priced operator
+/// by operator. Its figures come from the topology ([`Machine`]); its formulas are those of
+/// the bandwidth-optimal collectives that the searched exchange programs approach (the
+/// searched synthesis seeds hierarchical reductions and multicasts, `einsum_exprog::synth`),
+/// so that the optimizer minimises what the plan will be predicted to take.
 ///
 /// **Kernels are timed by the same roofline as the whole-plan prediction**
 /// ([`Roofline::kernel_seconds`] of [`kernel_work`], its documented efficiencies by
-/// default): the larger of the function spec's FLOPs over the efficient share of the
-/// device's peak rate (scaled by the wave quantization of its output tiles on the device's
-/// SMs) and its HBM bytes ([`AbstractOperator::bytes`]) over the efficient share of its
-/// bandwidth, plus the machine's kernel launch latency, so that the optimizer and the
-/// prediction agree on what compute costs (a memory-bound normalization is not priced at
-/// tensor-core speed, and a kernel split into slivers pays its launch and its idle SMs).
+/// default): the slowest function spec's FLOPs over the efficient share of the device's peak
+/// (scaled by the wave quantization of its output tiles on the device's SMs) or its HBM
+/// bytes over the efficient share of the bandwidth, whichever is larger, plus the kernel
+/// launch. So a causal query-block split of attention pays for its last, largest block.
 ///
-/// **Every communication phase pays a transfer setup.** A repartition, a join and an
-/// aggregation that move bytes each add the machine's slowest transfer setup latency
-/// ([`Machine::transfer_latency`]) once (their transfers run in parallel), and the
-/// aggregation's tree of whole copies adds it once per round; the simulator charges the same
-/// latency per transfer (`einsum_sim::Latency`).
+/// **Communication is priced on the machine's hierarchy.** An exchange phase moves bytes
+/// over the devices' links inside their nodes (NVLink through a switch) and over their NICs
+/// between nodes; both are spread over the `p` devices and pipeline, so a phase takes the
+/// setup latency of the paths it uses plus the larger of `node bytes / (p · node
+/// bandwidth)` and `network bytes / (p · NIC bandwidth)`, and never less than what its
+/// busiest receiver takes in at its node bandwidth. Groups of devices that exchange (the
+/// readers of one block, the partial producers of one box) are assumed packed into as few
+/// nodes as their size allows, as the searched placements do where they can.
 ///
-/// **Computation inputs are resident.** The join sub-cost is charged only for inputs an
-/// operator produces ([`Source::Op`](crate::Source::Op)); a computation input ([`Source::Input`](crate::Source::Input): weights, the
-/// matrices of a chain) costs nothing to join, because the compiled task graph `Load`s it
-/// directly into the block each function spec reads, on that spec's device, before the run,
-/// and the whole-plan prediction (`einsum_compile::compile`, `predict.rs`) treats loads as
-/// free (Section 4.2: inputs may be laid out in any tiling). Charging it would price traffic
-/// the run never pays, e.g. replicating a transformer block's weights to every device, and
-/// steer the optimizer away from data-parallel splits that are in fact the fastest.
+/// **Repartitions move what the two tilings differ by**
+/// ([`CostModel::repartition_between`]): each target block is assembled on the device that
+/// can already hold the source block overlapping it most, and receives the rest; when its
+/// pieces come from more holders than a node has devices, those beyond cross between nodes.
+/// Target blocks that overlap each other (the key/value prefixes of a causal query split)
+/// are received unevenly: the largest whole by one device, and what crosses into a node is
+/// shared by its devices.
 ///
-/// **A produced input's join counts only the copies beyond the first.** The producer leaves
-/// one copy of each of its blocks in place, and the consumer's function specs are placed
-/// where their exchange program finds their blocks (`einsum_compile::compile`), so a spec
-/// whose blocks the producer already holds moves nothing for them; what must travel is every
-/// additional copy: `Σ_blocks (m - 1)·|block|` for a block read by `m` function specs (e.g.
-/// the all-gather of a row-split matrix to 8 devices moves 7 copies, not 8). When the
-/// producer's tiling differs, the repartition sub-cost pays for laying out that first copy.
+/// **Joins move the copies beyond the first.** A computation input ([`Source::Input`](crate::Source::Input):
+/// weights, the matrices of a chain) is resident, loaded in every block a function spec
+/// reads before the run (the prediction treats loads as free), so its join costs nothing.
+/// For a produced input, the first copy of each block is the repartition's (or the
+/// producer's, when the tilings agree) and every further copy travels: `Σ (m - 1)·|block|`
+/// over the node links for a block read by `m` function specs, and once to each further node
+/// its readers span.
 ///
-/// **An aggregation cannot be faster than its tree of whole copies.** Besides the volume
-/// `Σ (m - 1)·|box|` spread over all links, a box produced `m` times needs `⌈log₂ m⌉`
-/// sequential transfers of a whole copy (exchange programs move each partial block as a whole
-/// atom when the consumer reads the box whole), so the aggregation sub-cost is the larger of
-/// the two: `max(Σ (m - 1)·|box| / (p · bandwidth), max_box ⌈log₂ m⌉·|box| / bandwidth)`.
-/// Spreading alone priced e.g. the four partial sums of a 6144² f16 product split over the
-/// contracted index at a quarter of the two rounds the run needs.
+/// **Aggregations are reduce-scatters.** The `m` partial copies of a box are combined by
+/// their producers in parallel with the other boxes: inside a node each holds and sums a
+/// slice (`(m - 1)/m·|box|` received per device), across `n` nodes the node partials meet
+/// over all the node's NICs (`(n - 1)/n·|box| / g` per NIC, `g` devices per node), and each
+/// device's sum reads the partial slices and writes its own through HBM. The consumer's
+/// tiling is the repartition's business, as everywhere.
 #[derive(Clone, Debug)]
 pub struct Time {
     /// The machine whose figures are used.
@@ -357,19 +356,86 @@ impl Time {
         Self { machine, roofline: Roofline::default() }
     }
 
-    /// One communication phase moving `bytes` spread over `p` devices' links: its setup
-    /// latency and its bytes (nothing when it moves nothing).
-    fn seconds(&self, bytes: f64, p: usize) -> f64 {
-        if bytes == 0.0 {
-            0.0
-        } else {
-            self.machine.transfer_latency + bytes / (p as f64 * self.machine.link_bandwidth)
+    /// One exchange phase moving `node` bytes over the devices' links inside their nodes and
+    /// `network` bytes over their NICs, each spread over the `p` devices, while one device
+    /// receives `busiest` bytes: the setups of the paths it uses and the slowest of the three
+    /// (they pipeline); nothing when it moves nothing.
+    fn exchange(&self, node: f64, network: f64, busiest: f64, p: usize) -> f64 {
+        if node == 0.0 && network == 0.0 {
+            return 0.0;
         }
+        let (m, p) = (&self.machine, p as f64);
+        let setup = m.node_latency + if network > 0.0 { m.network_latency } else { 0.0 };
+        let spread = (node / (p * m.node_bandwidth)).max(network / (p * m.network_bandwidth));
+        setup + spread.max(busiest / m.node_bandwidth)
+    }
+
+    /// A local sum or copy moving `bytes` through one device's HBM, with its launch (nothing
+    /// when it moves nothing).
+    fn copy(&self, bytes: f64) -> f64 {
+        if bytes == 0.0 {
+            return 0.0;
+        }
+        self.machine.kernel_launch + self.roofline.copy_bytes(bytes) / self.machine.hbm_bandwidth
     }
 
     /// A kernel's seconds: its launch and its roofline time on the machine's slowest device.
     fn kernel(&self, work: &KernelWork) -> f64 {
         self.machine.kernel_launch + self.roofline.kernel_seconds(&self.machine.device(), work)
+    }
+
+    /// How many nodes a group of `m` devices packed into nodes spans.
+    fn nodes(&self, m: usize) -> f64 {
+        m.div_ceil(self.machine.node_size.max(1)) as f64
+    }
+
+    /// The join sub-cost (see the type's docs).
+    fn join(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> f64 {
+        let several = p > self.machine.node_size;
+        let (mut node, mut network) = (0.0, 0.0);
+        let mut received = vec![0.0; spec.functions.len()];
+        for (k, d) in op.inputs().iter().enumerate() {
+            if resident.get(k).copied().unwrap_or(false) {
+                continue;
+            }
+            let width = d.dtype.size_bytes() as f64;
+            for (block, m) in spec.input_multiplicities(k) {
+                let bytes = block.volume() as f64 * width;
+                node += (m - 1) as f64 * bytes;
+                if several {
+                    network += (self.nodes(m) - 1.0) * bytes;
+                }
+            }
+            // What a function spec reads beyond its share of the tensor arrives at its device.
+            let share = d.shape().iter().product::<usize>() as f64 / p as f64;
+            for (r, f) in received.iter_mut().zip(&spec.functions) {
+                *r += (f.inputs[k].volume() as f64 - share).max(0.0) * width;
+            }
+        }
+        self.exchange(node, network, received.into_iter().fold(0.0, f64::max), p)
+    }
+
+    /// The aggregation sub-cost (see the type's docs).
+    fn aggregation(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize) -> f64 {
+        let g = self.machine.node_size.max(1) as f64;
+        let (mut volume, mut slowest, mut summed, mut crosses) = (0.0, 0.0_f64, 0.0_f64, false);
+        for (j, d) in op.outputs().iter().enumerate() {
+            for (b, m) in spec.output_multiplicities(j).into_iter().filter(|&(_, m)| m > 1) {
+                let bytes = (b.volume() * d.dtype.size_bytes()) as f64;
+                let (inside, n) = ((m as f64).min(g), self.nodes(m));
+                volume += (m - 1) as f64 * bytes;
+                crosses |= n > 1.0;
+                slowest = slowest
+                    .max((inside - 1.0) / inside * bytes / self.machine.node_bandwidth)
+                    .max((n - 1.0) / n * bytes / (g * self.machine.network_bandwidth));
+                summed = summed.max(bytes * (1.0 + 1.0 / m as f64));
+            }
+        }
+        if volume == 0.0 {
+            return 0.0;
+        }
+        let setup = self.machine.node_latency + if crosses { self.machine.network_latency } else { 0.0 };
+        setup + slowest.max(volume / (p as f64 * self.machine.node_bandwidth)) + self.copy(summed)
     }
 }
 
@@ -382,30 +448,36 @@ impl CostModel for Time {
         "seconds"
     }
 
+    /// The whole tensor once over the node links: what a pair of tilings the problem did not
+    /// price costs ([`repartition_between`](CostModel::repartition_between) prices the rest).
     fn repartition(&self, desc: &TensorDesc, p: usize) -> f64 {
-        self.seconds(desc.size_bytes() as f64, p)
+        self.exchange(desc.size_bytes() as f64, 0.0, 0.0, p)
+    }
+
+    fn repartition_between(&self, desc: &TensorDesc, from: &[TensorType], to: &[TensorType], p: usize) -> f64 {
+        let width = desc.dtype.size_bytes() as f64;
+        let g = self.machine.node_size.max(1);
+        let (mut node, mut network, mut busiest) = (0.0, 0.0, 0.0_f64);
+        for cover in crate::overlap::covers(from, to) {
+            let received = (cover.volume - cover.largest) as f64 * width;
+            node += received;
+            busiest = busiest.max(received);
+            if cover.pieces > g {
+                network += received * (cover.pieces - g) as f64 / (cover.pieces - 1) as f64;
+            }
+        }
+        let whole = desc.shape().iter().product::<usize>();
+        if to.iter().map(TensorType::volume).sum::<usize>() > whole {
+            self.exchange(node, network / g as f64, busiest, p)
+        } else {
+            self.exchange(node, network, 0.0, p)
+        }
     }
 
     fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> SpecCost {
-        let width = |d: &TensorDesc| d.dtype.size_bytes() as f64;
-        let resident = |k: usize| resident.get(k).copied().unwrap_or(false);
-        let join: f64 = replica_elements(spec, op.inputs().len())
-            .iter()
-            .zip(op.inputs())
-            .enumerate()
-            .filter(|&(k, _)| !resident(k))
-            .map(|(_, (e, d))| e * width(d))
-            .sum();
-        let boxes = multiplicities(spec, op.outputs().len());
-        let aggregation: f64 = aggregation_elements(&boxes).iter().zip(op.outputs()).map(|(e, d)| e * width(d)).sum();
-        let rounds: f64 =
-            aggregation_round_elements(&boxes).iter().zip(op.outputs()).map(|(e, d)| e * width(d)).fold(0.0, f64::max);
-        // The tree's rounds each pay a setup; `seconds` already charges the first.
-        let tree_setups = (aggregation_rounds(&boxes) - 1.0).max(0.0) * self.machine.transfer_latency;
-        let tree = if rounds == 0.0 { 0.0 } else { self.seconds(rounds, 1) + tree_setups };
         SpecCost {
-            join: self.seconds(join, p),
-            aggregation: self.seconds(aggregation, p).max(tree),
+            join: self.join(op, spec, p, resident),
+            aggregation: self.aggregation(op, spec, p),
             compute: spec.functions.iter().map(|f| self.kernel(&kernel_work(op, f))).fold(0.0, f64::max),
         }
     }
@@ -467,13 +539,17 @@ mod tests {
     #[test]
     fn machines_come_from_the_simulators_topologies() {
         let a100 = Machine::by_name("dgx-a100").unwrap();
-        assert_eq!(a100.link_bandwidth, 300e9);
+        assert_eq!((a100.node_size, a100.node_bandwidth, a100.network_bandwidth), (8, 300e9, f64::INFINITY));
         assert_eq!(a100.flops(DType::F16), 312e12);
         assert_eq!(a100.flops(DType::F32), 19.5e12);
         assert_eq!(a100.hbm_bandwidth, 1555e9);
         // A DGX-1V GPU has six NVLink lanes of 25 GB/s (two double links, two single).
         let v100 = Machine::by_name("dgx-v100").unwrap();
-        assert!((v100.link_bandwidth - 150e9).abs() < 1.0, "{}", v100.link_bandwidth);
+        assert!((v100.node_bandwidth - 150e9).abs() < 1.0, "{}", v100.node_bandwidth);
+        // Two DGX H100s: NVLink at 450 GB/s inside each, a 400 Gb/s NIC per GPU between.
+        let h100 = Machine::by_name("dgx-h100x2").unwrap();
+        assert_eq!((h100.node_size, h100.node_bandwidth, h100.network_bandwidth), (8, 450e9, 50e9));
+        assert!(h100.network_latency > h100.node_latency, "{h100:?}");
         let err = Machine::by_name("dgx-b200").unwrap_err().to_string();
         assert!(err.contains("dgx-b200") && err.contains("dgx-a100"), "{err}");
         assert!(cost_model_by_name("flops", "dgx-a100").is_err());
@@ -487,7 +563,7 @@ mod tests {
         use einsum_ops::einsum::Einsum;
         let a100 = Topology::preset("dgx-a100").unwrap();
         let machine = Machine::from_topology(&a100);
-        assert_eq!((machine.sms, machine.kernel_launch, machine.transfer_latency), (Some(108), 2e-6, 3e-6));
+        assert_eq!((machine.sms, machine.kernel_launch, machine.node_latency), (Some(108), 2e-6, 3e-6));
         let time = Time::on(machine);
         let fluid = Time::on(Machine::from_topology(&a100.with_latency(einsum_sim::Latency::ZERO).unwrap()));
         let d = TensorDesc::of(&[("i", 8)], DType::F16).unwrap();
@@ -511,7 +587,7 @@ mod tests {
         let site = einsum_sim::Site::new(1000.0, 16.0, ComputeRates::tflops(100.0, 100.0, 10.0));
         let one = Topology::new("one", vec![site], vec![], None).unwrap();
         let machine = Machine::from_topology(&one);
-        assert_eq!(machine.link_bandwidth, f64::INFINITY);
+        assert_eq!((machine.node_bandwidth, machine.node_latency), (f64::INFINITY, 0.0));
         let time = Time::on(machine);
         let d = TensorDesc::of(&[("i", 8)], DType::F32).unwrap();
         assert_eq!(time.repartition(&d, 1), 0.0);

@@ -14,16 +14,25 @@ use std::sync::Arc;
 
 use crate::{Candidate, LogicalOptimizer, Problem, Result};
 
-/// How many groups of equal operators, the costliest in the plan first, have their other
-/// specs forced.
+/// How many groups of equal operators, the costliest in the plan first, always have their
+/// other specs forced.
 pub const FORCED_GROUPS: usize = 2;
+
+/// How much more work the next costliest groups may add, in operators solved (a forced
+/// problem of `n` operators counts `n`), each group whole or not at all, unless a memory
+/// budget binds (then every forced problem is a budgeted search of up to 40 DP runs, and only
+/// the costliest two groups are forced): on a block on a few devices, where operators have
+/// few specs, every decision is tried; on many devices, where one group has dozens, or on a
+/// deep stack, only the costliest two are.
+pub const EXTRA_FORCED: usize = 1024;
 
 /// A forbidden candidate's cost: finite, so that sums stay ordered, and far above any plan.
 const FORBIDDEN: f64 = 1e30;
 
 /// Up to `limit` plans other than `choice`, the model's cheapest first: for each of the
 /// [`FORCED_GROUPS`] costliest groups of equal operators in `choice` (operators sharing one
-/// candidate list), every other spec of the group forced on all its members and the rest
+/// candidate list), and, unless a memory budget binds, for the next costliest whose forced
+/// problems fit in [`EXTRA_FORCED`] more work, every other spec of the group forced on all its members and the rest
 /// optimized by `strategy` within the problem's memory budget. Plans that repeat `choice`
 /// or each other, and forced problems with no plan, are left out.
 pub fn forced_alternatives(
@@ -49,8 +58,25 @@ pub fn forced_alternatives(
         }
     }
     groups.sort_by(|a, b| b.0.total_cmp(&a.0));
+    // Under a budget that binds, every forced problem is a budgeted search of many DP runs.
+    let binds = problem.memory_budget.is_some() && {
+        let free = problem.clone().with_memory_budget(None)?;
+        !problem.fits(&strategy.solve(&free)?)
+    };
+    let mut extra = if binds { 0 } else { EXTRA_FORCED };
+    let forced_groups = groups.iter().enumerate().filter(|(g, (_, members))| {
+        let others = problem.ops[members[0]].candidates.len().saturating_sub(1) * problem.ops.len();
+        if *g < FORCED_GROUPS {
+            return true;
+        }
+        let fits = others <= extra;
+        if fits {
+            extra -= others;
+        }
+        fits
+    });
     let mut found: Vec<(f64, Vec<usize>)> = Vec::new();
-    for (_, members) in groups.iter().take(FORCED_GROUPS) {
+    for (_, (_, members)) in forced_groups {
         let first = members[0];
         for c in 0..problem.ops[first].candidates.len() {
             if members.iter().all(|&i| choice[i] == c) {

@@ -8,12 +8,15 @@
 //! # Formulation
 //! - One binary `x[o][J]` per operator `o` and candidate `J`, with `Σ_J x[o][J] = 1`: the
 //!   chosen candidate.
-//! - One continuous `r_e ∈ [0, 1]` per edge `e` (producer output → consumer input `k`): 1
-//!   when the input must be repartitioned.
-//! - Minimise `Σ_o Σ_J cost(J)·x[o][J] + Σ_e repartition[k]·r_e`, where `cost(J)` is the
-//!   candidate's tiling-independent [`SpecCost::total`](crate::SpecCost::total).
+//! - One continuous `w_e ≥ 0` per edge `e` (producer output → consumer input `k`): the cost
+//!   of repartitioning it, [`OpProblem::repartition_cost`](crate::OpProblem::repartition_cost)
+//!   `c(f, t)` from the producer's tiling `f` to the tiling `t` the consumer needs (zero when
+//!   `f = t`).
+//! - Minimise `Σ_o Σ_J cost(J)·x[o][J] + Σ_e w_e`, where `cost(J)` is the candidate's
+//!   tiling-independent [`SpecCost::total`](crate::SpecCost::total).
 //! - For every edge `e` and every tiling `t` that some consumer candidate needs on that
-//!   input: `r_e ≥ Σ_{consumer J with in_k(J) = t} x − Σ_{producer J' with out(J') = t} x`.
+//!   input, with `C_t = max_f c(f, t)` over the producer's tilings `f`:
+//!   `w_e ≥ C_t·Σ_{consumer J with in_k(J) = t} x − Σ_f (C_t − c(f, t))·Σ_{producer J' with out(J') = f} x`.
 //! - With a [memory budget](Problem::memory_budget) `B`:
 //!   `Σ_o Σ_J resident_bytes(J)·x[o][J] ≤ B`, the plan's [`Problem::resident_bytes`] (a sum
 //!   of one term per operator, so linear in `x`). A budget below
@@ -22,16 +25,15 @@
 //! # Why the linearisation is exact
 //! At an integral point exactly one consumer candidate (needing tiling `t_c`) and one
 //! producer candidate (producing `t_p`) are chosen. The constraint for `t = t_c` reads
-//! `r_e ≥ 1 − [t_p = t_c]`; the constraint for any other `t` reads `r_e ≥ 0 − [t_p = t] ≤ 0`.
-//! So the tightest lower bound on `r_e` is exactly the indicator `[t_p ≠ t_c]`, and since
-//! `repartition[k] ≥ 0` is minimised, an optimum sets `r_e` to it (when `repartition[k] = 0`
-//! the value of `r_e` does not matter). The objective at an optimum therefore equals
-//! [`Problem::total`] of the chosen candidates, and every assignment of candidates is
-//! feasible with `r_e` at its indicator, so the ILP's optimum is the exact minimum of the
-//! total. Tilings only a producer offers would give `r_e ≥ −(…) ≤ 0`, implied by `r_e ≥ 0`,
-//! so they get no constraint. No product variables `x·x'` are needed because one candidate
-//! per operator is chosen: "needs `t` and nobody produces `t`" is a difference of sums.
-//!
+//! `w_e ≥ C_t − (C_t − c(t_p, t_c)) = c(t_p, t_c)`; the constraint for any other `t` reads
+//! `w_e ≥ 0 − (C_t − c(t_p, t)) ≤ 0`. So the tightest lower bound on `w_e` is exactly the
+//! repartition's cost, and since `w_e` is minimised an optimum sets it there. The objective
+//! at an optimum therefore equals [`Problem::total`] of the chosen candidates, and every
+//! assignment of candidates is feasible with `w_e` at its cost, so the ILP's optimum is the
+//! exact minimum of the total. When every pair costs the same `R` this is the indicator
+//! formulation `w_e ≥ R·([consumer needs t] − [producer makes t])`. No product variables
+//! `x·x'` are needed because one candidate per operator is chosen.
+
 //! # Numerics
 //! Solvers work with absolute tolerances near 1e-9, while costs are elements (up to ~1e9)
 //! or seconds (down to ~1e-9). The objective is therefore divided by the total of the
@@ -130,15 +132,12 @@ impl LogicalOptimizer for Ilp {
             }
         }
 
-        // One repartition variable per edge that can need a repartition at a nonzero cost,
-        // with the tilings its consumer may need, each with the candidates on both sides.
+        // One repartition-cost variable per edge that can cost something, with the tilings
+        // its consumer may need and its producer may make, each with their candidates.
         let mut edges = Vec::new();
         for (c, op) in problem.ops.iter().enumerate() {
             for (k, source) in op.sources.iter().enumerate() {
                 let Source::Op { op: producer, output } = *source else { continue };
-                if op.repartition[k] == 0.0 {
-                    continue;
-                }
                 let mut needed: BTreeMap<_, Vec<usize>> = BTreeMap::new();
                 for (n, cand) in op.candidates.iter().enumerate() {
                     needed.entry(cand.inputs[k]).or_default().push(n);
@@ -147,14 +146,14 @@ impl LogicalOptimizer for Ilp {
                 for (n, cand) in problem.ops[producer].candidates.iter().enumerate() {
                     produced.entry(cand.outputs[output]).or_default().push(n);
                 }
-                // Nothing to decide when both sides agree on a single tiling.
-                if needed.len() == 1 && produced.len() == 1 && needed.keys().eq(produced.keys()) {
+                let free = needed.keys().all(|&t| produced.keys().all(|&f| op.repartition_cost(k, f, t) == 0.0));
+                if free {
                     continue;
                 }
-                let r = vars.add(variable().min(0.0).max(1.0));
-                columns.push(r);
-                objective.add_mul(op.repartition[k] / scale, r);
-                edges.push((r, c, producer, needed, produced));
+                let w = vars.add(variable().min(0.0));
+                columns.push(w);
+                objective.add_mul(1.0, w);
+                edges.push((w, c, k, producer, needed, produced));
             }
         }
 
@@ -171,13 +170,18 @@ impl LogicalOptimizer for Ilp {
             }
             model.add_constraint(resident.leq(1.0 + crate::memory::SLACK));
         }
-        for (r, c, producer, needed, produced) in &edges {
-            for (t, consumers) in needed {
-                let demand: Expression = consumers.iter().map(|&n| x[*c][n].1).sum();
+        for (w, c, k, producer, needed, produced) in &edges {
+            let op = &problem.ops[*c];
+            for (&t, consumers) in needed {
+                let cost = |f| op.repartition_cost(*k, f, t) / scale;
+                let most = produced.keys().map(|&f| cost(f)).fold(0.0, f64::max);
+                let demand: Expression = consumers.iter().map(|&n| most * x[*c][n].1).sum();
                 let supply: Expression = produced
-                    .get(t)
-                    .map_or_else(|| Expression::from(0.0), |ps| ps.iter().map(|&n| x[*producer][n].1).sum());
-                model.add_constraint((demand - supply).leq(*r));
+                    .iter()
+                    .flat_map(|(&f, ps)| ps.iter().map(move |&n| (most - cost(f), n)))
+                    .map(|(weight, n)| weight * x[*producer][n].1)
+                    .sum();
+                model.add_constraint((demand - supply).leq(*w));
             }
         }
 
@@ -201,7 +205,8 @@ impl LogicalOptimizer for Ilp {
 /// Rejects costs the linear program cannot represent (NaN, infinite, negative).
 fn check_costs(problem: &Problem) -> Result<()> {
     for op in &problem.ops {
-        let costs = op.candidates.iter().map(|c| c.cost.total()).chain(op.repartition.iter().copied());
+        let pairs = op.repartition_pairs.iter().flatten().flat_map(|pairs| pairs.values().copied());
+        let costs = op.candidates.iter().map(|c| c.cost.total()).chain(op.repartition.iter().copied()).chain(pairs);
         if let Some(bad) = costs.into_iter().find(|c| !c.is_finite() || *c < 0.0) {
             return Err(Error::Solver(format!("{}: cost {bad} is not a finite non-negative number", op.name)));
         }

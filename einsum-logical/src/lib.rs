@@ -47,6 +47,7 @@ mod greedy;
 mod ilp;
 mod memory;
 mod optimizer;
+mod overlap;
 mod plan;
 mod problem;
 mod random;
@@ -61,12 +62,12 @@ pub use cost::{
 pub use dp::Dp;
 pub use einsum_joinagg::{IndexRole, OpRole};
 pub use error::{Error, Result, format_gb};
-pub use forced::{FORCED_GROUPS, forced_alternatives};
+pub use forced::{EXTRA_FORCED, FORCED_GROUPS, forced_alternatives};
 pub use greedy::Greedy;
 pub use ilp::Ilp;
 pub use optimizer::{
     LogicalOptimizer, OPTIMIZERS, OptimizerEntry, OptimizerParams, optimizer_by_name, optimizer_entry, optimizers,
 };
 pub use plan::{LogicalPlan, OpCost, PlannedOp};
-pub use problem::{Candidate, OpProblem, Problem, ResidentInput, Source, TilingId};
+pub use problem::{Candidate, OpProblem, Problem, RepartitionPairs, ResidentInput, Source, TilingId};
 pub use random::Random;

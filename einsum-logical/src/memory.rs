@@ -141,10 +141,7 @@ impl Problem {
         ops.iter()
             .map(|&c| {
                 let op = &self.ops[c];
-                let moved: f64 = (0..op.sources.len())
-                    .filter(|&k| self.needs_repartition(choice, c, k))
-                    .map(|k| op.repartition[k])
-                    .sum();
+                let moved: f64 = (0..op.sources.len()).map(|k| self.edge_repartition(choice, c, k)).sum();
                 op.candidates[choice[c]].cost.total() + moved
             })
             .sum()

@@ -12,6 +12,9 @@ use einsum_joinagg::{
 
 use crate::{CostModel, Error, LogicalPlan, OpCost, PlannedOp, Result, SpecCost};
 
+/// The repartition costs of one input between pairs of tilings `(from, to)`, `from != to`.
+pub type RepartitionPairs = FastMap<(TilingId, TilingId), f64>;
+
 /// An interned set of blocks of one tensor: a producer's output tiling, or the distinct
 /// blocks a consumer's spec needs. Two ids are equal exactly when the block sets are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -104,6 +107,12 @@ pub struct OpProblem {
     pub sources: Vec<Source>,
     /// The cost of repartitioning each input, in the model's unit.
     pub repartition: Vec<f64>,
+    /// Per input produced by an operator, the cost of repartitioning it between each pair
+    /// of distinct tilings: the producer's output tilings and the blocks this operator's
+    /// candidates need ([`CostModel::repartition_between`]); `None` for a computation
+    /// input. A pair it lacks costs [`repartition`](Self::repartition) (see
+    /// [`repartition_cost`](Self::repartition_cost)).
+    pub repartition_pairs: Vec<Option<Arc<RepartitionPairs>>>,
     /// The bytes of each input tensor (what a repartition moves).
     pub input_bytes: Vec<f64>,
     /// The consumers `(op index, input slot)` of each output.
@@ -171,7 +180,9 @@ impl Problem {
             })
             .collect::<Result<_>>()?;
         let mut ops = Vec::with_capacity(index.len());
+        let mut input_descs = Vec::with_capacity(index.len());
         for (id, op, args) in comp.ops() {
+            input_descs.push(op.inputs().to_vec());
             let sources: Vec<Source> = args
                 .iter()
                 .map(|t| match comp.node(t.op) {
@@ -202,6 +213,7 @@ impl Problem {
                 output_dims: op.outputs().iter().map(|d| d.dims.iter().map(|x| x.name.clone()).collect()).collect(),
                 sources,
                 repartition: op.inputs().iter().map(|d| cost.repartition(d, p)).collect(),
+                repartition_pairs: Vec::new(),
                 input_bytes: op.inputs().iter().map(|d| d.size_bytes() as f64).collect(),
                 consumers: vec![Vec::new(); op.outputs().len()],
                 candidates,
@@ -214,6 +226,7 @@ impl Problem {
                 }
             }
         }
+        price_repartition_pairs(&mut ops, &input_descs, &interner, p, cost);
         tracing::debug!(
             ops = ops.len(),
             candidates = ops.iter().map(|o| o.candidates.len()).sum::<usize>(),
@@ -234,6 +247,19 @@ impl Problem {
         }
     }
 
+    /// The cost of repartitioning input `k` of operator `c` under a full assignment: zero
+    /// when its producer's tiling is what the candidate needs (or it is a computation input).
+    pub fn edge_repartition(&self, choice: &[usize], c: usize, k: usize) -> f64 {
+        match self.ops[c].sources[k] {
+            Source::Input { .. } => 0.0,
+            Source::Op { op, output } => self.ops[c].repartition_cost(
+                k,
+                self.ops[op].candidates[choice[op]].outputs[output],
+                self.ops[c].candidates[choice[c]].inputs[k],
+            ),
+        }
+    }
+
     /// The cost of every operator under a full assignment of candidates.
     pub fn evaluate(&self, choice: &[usize]) -> Result<Vec<OpCost>> {
         self.check(choice)?;
@@ -244,7 +270,7 @@ impl Problem {
                 let moved: Vec<usize> =
                     (0..op.sources.len()).filter(|&k| self.needs_repartition(choice, c, k)).collect();
                 OpCost {
-                    repartition: moved.iter().fold(0.0, |acc, &k| acc + op.repartition[k]),
+                    repartition: moved.iter().fold(0.0, |acc, &k| acc + self.edge_repartition(choice, c, k)),
                     join: cand.cost.join,
                     aggregation: cand.cost.aggregation,
                     compute: cand.cost.compute,
@@ -315,6 +341,19 @@ impl Candidate {
 }
 
 impl OpProblem {
+    /// The cost of repartitioning input `k` from the tiling `from` to the tiling `to`: zero
+    /// when they are equal, else the priced pair, else [`repartition`](Self::repartition).
+    pub fn repartition_cost(&self, k: usize, from: TilingId, to: TilingId) -> f64 {
+        if from == to {
+            return 0.0;
+        }
+        self.repartition_pairs
+            .get(k)
+            .and_then(Option::as_ref)
+            .and_then(|pairs| pairs.get(&(from, to)).copied())
+            .unwrap_or(self.repartition[k])
+    }
+
     /// The position of the shardable index called `name`, if the operator has one.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.shardable.iter().position(|s| s == name)
@@ -347,13 +386,80 @@ impl OpProblem {
 /// Interns block sets as [`TilingId`]s: equal sets (in any order) get equal ids, numbered
 /// in order of first appearance.
 #[derive(Default)]
-struct Interner(FastMap<Vec<TensorType>, TilingId>);
+struct Interner {
+    ids: FastMap<Vec<TensorType>, TilingId>,
+    /// The blocks of every id, sorted.
+    blocks: Vec<Vec<TensorType>>,
+}
 
 impl Interner {
     fn id(&mut self, mut blocks: Vec<TensorType>) -> TilingId {
         blocks.sort();
-        let next = TilingId(self.0.len() as u32);
-        *self.0.entry(blocks).or_insert(next)
+        let next = TilingId(self.ids.len() as u32);
+        match self.ids.entry(blocks) {
+            std::collections::hash_map::Entry::Occupied(seen) => *seen.get(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                self.blocks.push(slot.key().clone());
+                *slot.insert(next)
+            }
+        }
+    }
+
+    fn blocks(&self, id: TilingId) -> &[TensorType] {
+        &self.blocks[id.0 as usize]
+    }
+}
+
+/// Prices, for every input produced by an operator, the repartition between each of the
+/// producer's output tilings and each tiling the consumer's candidates need. Pairs are
+/// priced once per dtype and shared: the layers of a stack ask the same questions.
+fn price_repartition_pairs(
+    ops: &mut [OpProblem],
+    descs: &[Vec<einsum_core::TensorDesc>],
+    interner: &Interner,
+    p: usize,
+    cost: &dyn CostModel,
+) {
+    let distinct = |ids: &mut dyn Iterator<Item = TilingId>| {
+        let mut v: Vec<TilingId> = ids.collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let mut priced: FastMap<(TilingId, TilingId, einsum_core::DType), f64> = FastMap::default();
+    let mut tables: FastMap<(Vec<TilingId>, Vec<TilingId>, einsum_core::DType), Arc<RepartitionPairs>> =
+        FastMap::default();
+    for c in 0..ops.len() {
+        let mut pairs = Vec::with_capacity(ops[c].sources.len());
+        for (k, source) in ops[c].sources.iter().enumerate() {
+            let Source::Op { op, output } = *source else {
+                pairs.push(None);
+                continue;
+            };
+            let desc = &descs[c][k];
+            let from = distinct(&mut ops[op].candidates.iter().map(|x| x.outputs[output]));
+            let to = distinct(&mut ops[c].candidates.iter().map(|x| x.inputs[k]));
+            let key = (from, to, desc.dtype);
+            let table = match tables.get(&key) {
+                Some(t) => Arc::clone(t),
+                None => {
+                    let mut table = RepartitionPairs::default();
+                    for &f in &key.0 {
+                        for &t in key.1.iter().filter(|&&t| t != f) {
+                            let price = *priced.entry((f, t, desc.dtype)).or_insert_with(|| {
+                                cost.repartition_between(desc, interner.blocks(f), interner.blocks(t), p)
+                            });
+                            table.insert((f, t), price);
+                        }
+                    }
+                    let table = Arc::new(table);
+                    tables.insert(key, Arc::clone(&table));
+                    table
+                }
+            };
+            pairs.push(Some(table));
+        }
+        ops[c].repartition_pairs = pairs;
     }
 }
 

@@ -70,6 +70,7 @@ pub(crate) mod tests {
             output_dims: Vec::new(),
             sources: vec![Source::Input { input: 0 }],
             repartition: vec![0.0],
+            repartition_pairs: Vec::new(),
             input_bytes: vec![0.0],
             consumers: vec![Vec::new()],
             candidates: cands

@@ -383,12 +383,17 @@ impl CostModel for ChargingWeights {
 
 /// At LLaMA-3-8B proportions on one 8K-token sequence (the experiment's 1×8K case), p = 8:
 /// with weights resident (the `time` model charges no join for computation inputs), the
-/// DP's plan is the Ulysses shape: every projection by tokens, attention by `heads_kv`.
+/// DP's attention half is the Ulysses shape: every projection by tokens, attention by
+/// `heads_kv`, and its plan costs no more than Ulysses' in the model. (Its FFN splits the
+/// tokens 4 and `d_ff` 2 ways: the down projection's 1024 rows per device of a token split
+/// make 256 output tiles, 2.37 waves on the A100's 108 SMs (79% of the roofline), and 2048
+/// rows make 512, 4.74 waves (95%); the model sees the waves, and the whole-plan refinement,
+/// not this test, decides whether the aggregation that split needs is worth them.)
 /// Charging the weights' join (as the model did before) makes replicating them look
-/// expensive, and the DP splits `d_ff` and the projections' model dimensions instead.
-/// Pricing only enumerates specs, so the real sizes allocate nothing. (At toy sizes such
-/// as `d_head = 4`, attention's compute is so small that a query-block split wins instead:
-/// the proportions matter.)
+/// expensive, and the DP splits the projections' model dimensions instead. Pricing only
+/// enumerates specs, so the real sizes allocate nothing. (At toy sizes such as
+/// `d_head = 4`, attention's compute is so small that a query-block split wins instead: the
+/// proportions matter.)
 #[test]
 fn dp_finds_the_ulysses_shape_when_weights_are_resident() {
     let dims = Dims {
@@ -404,21 +409,25 @@ fn dp_finds_the_ulysses_shape_when_weights_are_resident() {
     let comp = block_of(dims);
     let problem = Problem::new(&comp, 8, &time()).unwrap();
     let choice = Dp.solve(&problem).unwrap();
-    for op in ["norm", "q", "k", "v", "wo", "residual", "up", "silu", "down", "residual2"] {
+    for op in ["norm", "q", "k", "v", "wo", "residual", "residual2"] {
         assert_chose(&problem, &choice, "dp", op, &[("tokens", 8)]);
     }
     assert_chose(&problem, &choice, "dp", "attention", &[("heads_kv", 8)]);
+    for op in ["up", "silu", "down"] {
+        assert_chose(&problem, &choice, "dp", op, &[("tokens", 4), ("d_ff", 2)]);
+    }
     let ulysses = Ulysses.solve(&problem).unwrap();
     let (dp, ul) = (problem.total(&choice).unwrap(), problem.total(&ulysses).unwrap());
-    assert!((dp - ul).abs() <= 1e-12 * ul, "dp {dp} vs ulysses {ul}");
+    assert!(dp <= ul * (1.0 + 1e-12), "dp {dp} vs ulysses {ul}");
 
     let charging = Problem::new(&comp, 8, &ChargingWeights(time())).unwrap();
     let choice = Dp.solve(&charging).unwrap();
-    assert!(!chose(&charging, &choice, "up", &[("tokens", 8)]), "up: {:?}", splits(&charging, &choice, "up"));
-    // It splits the FFN's hidden index instead (how many ways depends on the rest of the
-    // model: d_ff 4 ways before the join counted only copies beyond the first, 2 since).
+    for op in ["q", "up"] {
+        assert!(!chose(&charging, &choice, op, &[("tokens", 8)]), "{op}: {:?}", splits(&charging, &choice, op));
+    }
+    // It splits the FFN's hidden index further instead.
     let up = splits(&charging, &choice, "up");
-    assert!(up.iter().all(|s| s.iter().any(|(n, k)| n == "d_ff" && *k > 1)), "up: {up:?}");
+    assert!(up.iter().all(|s| s.iter().any(|(n, k)| n == "d_ff" && *k > 2)), "up: {up:?}");
 }
 
 /// Per operator (by name), the sorted count vectors of its chosen spec, as [`splits`] gives.

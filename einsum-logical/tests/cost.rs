@@ -1,7 +1,8 @@
-//! Which join and aggregation the cost models charge: the paper's proxy charges every input's
-//! join, the `time` model only that of operator-produced inputs (computation inputs are
-//! loaded in each function spec's layout before the run), and of those only the copies beyond
-//! the first; its aggregation is at least the tree of whole copies a box needs.
+//! Which join, aggregation and repartition the cost models charge: the paper's proxy charges
+//! every input's join, the `time` model only that of operator-produced inputs (computation
+//! inputs are loaded in each function spec's layout before the run), and of those only the
+//! copies beyond the first; its aggregations are reduce-scatters, its repartitions move what
+//! two tilings differ by, and traffic between nodes goes over the NICs.
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{Computation, enumerate_specs};
@@ -26,10 +27,22 @@ fn relu_then_matmul() -> Computation {
     comp
 }
 
-/// The DGX-A100's figures without latencies or SM count: the bandwidth and roofline terms
-/// these tests compute by hand (the unit tests of `cost.rs` cover the latency and wave terms).
+/// A machine's figures without latencies, SM count or HBM time: the bandwidth terms these
+/// tests compute by hand (the unit tests of `cost.rs` cover the latency and wave terms).
+fn fluid(name: &str) -> Machine {
+    let machine = Machine::by_name(name).unwrap();
+    Machine {
+        sms: None,
+        kernel_launch: 0.0,
+        node_latency: 0.0,
+        network_latency: 0.0,
+        hbm_bandwidth: f64::INFINITY,
+        ..machine
+    }
+}
+
 fn a100() -> Machine {
-    Machine { sms: None, kernel_launch: 0.0, transfer_latency: 0.0, ..Machine::by_name("dgx-a100").unwrap() }
+    fluid("dgx-a100")
 }
 
 fn time() -> Time {
@@ -49,7 +62,7 @@ fn close(a: f64, b: f64) -> bool {
 fn time_charges_no_join_for_a_resident_weight_and_the_proxy_does() {
     let comp = relu_then_matmul();
     let p = 4;
-    let bandwidth = a100().link_bandwidth;
+    let bandwidth = a100().node_bandwidth;
     let time = Problem::new(&comp, p, &time()).unwrap();
     let proxy = Problem::new(&comp, p, &PaperProxy).unwrap();
     let mm = time.ops.iter().position(|o| o.name == "matmul").unwrap();
@@ -149,7 +162,7 @@ fn candidate(problem: &Problem, op: usize, splits: &[(&str, usize)]) -> usize {
 fn time_joins_only_the_copies_beyond_the_first() {
     let comp = two_matmuls();
     let p = 4;
-    let bw = a100().link_bandwidth;
+    let bw = a100().node_bandwidth;
     let problem = Problem::new(&comp, p, &time()).unwrap();
     let mm2 = problem.ops.iter().position(|o| o.name == "mm2").unwrap();
     // l split 4 ways: every spec reads the whole 16×12 h, one copy exists, three more travel:
@@ -170,56 +183,77 @@ fn time_joins_only_the_copies_beyond_the_first() {
 }
 
 #[test]
-fn time_aggregates_no_faster_than_a_tree_of_whole_copies() {
+fn time_aggregates_by_reduce_scatter() {
     let comp = two_matmuls();
-    let bw = a100().link_bandwidth;
+    let bw = a100().node_bandwidth;
     for p in [2, 4] {
         let problem = Problem::new(&comp, p, &time()).unwrap();
         let proxy = Problem::new(&comp, p, &PaperProxy).unwrap();
         let mm2 = problem.ops.iter().position(|o| o.name == "mm2").unwrap();
-        // k split p ways: the 16×4 output (64 elements, 256 bytes) is produced p times.
-        // Spread: (p - 1) · 256 bytes over p links; tree: ⌈log₂ p⌉ whole copies in a row.
+        // k split p ways: the 16×4 output (64 elements, 256 bytes) is produced p times, and
+        // each of the p producers receives (p - 1)/p of it to sum its slice.
         let n = candidate(&problem, mm2, &[("k", p)]);
-        let rounds = if p == 2 { 1.0 } else { 2.0 };
-        let spread = (p as f64 - 1.0) * 256.0 / (p as f64 * bw);
-        let tree = rounds * 256.0 / bw;
         let got = problem.ops[mm2].candidates[n].cost.aggregation;
-        assert!(close(got, spread.max(tree)) && tree > spread, "p={p}: {got} vs {spread}, {tree}");
+        let want = (p as f64 - 1.0) / p as f64 * 256.0 / bw;
+        assert!(close(got, want), "p={p}: {got} vs {want}");
         // The proxy keeps the paper's Σ (m - 1)·|box|.
         assert_eq!(proxy.ops[mm2].candidates[n].cost.aggregation, (p as f64 - 1.0) * 64.0);
     }
-    // i and k split 2 ways at p = 4: two 8×4 boxes (128 bytes) made twice each: one round.
+    // i and k split 2 ways at p = 4: two 8×4 boxes (128 bytes) made twice each, in parallel.
     let problem = Problem::new(&comp, 4, &time()).unwrap();
     let mm2 = problem.ops.iter().position(|o| o.name == "mm2").unwrap();
     let n = candidate(&problem, mm2, &[("i", 2), ("k", 2)]);
-    assert!(close(problem.ops[mm2].candidates[n].cost.aggregation, 128.0 / bw));
-    // No split of k: nothing to aggregate, under either term.
+    assert!(close(problem.ops[mm2].candidates[n].cost.aggregation, 64.0 / bw));
+    // No split of k: nothing to aggregate.
     let n = candidate(&problem, mm2, &[("i", 4)]);
     assert_eq!(problem.ops[mm2].candidates[n].cost.aggregation, 0.0);
 }
 
-/// The `time` model's compute is the slowest function spec's roofline time, computed here by
-/// hand: a compute-bound f16 matmul at 0.75 of the A100's 312 TFLOP/s, a memory-bound f16
-/// relu at 0.85 of its 1555 GB/s.
+/// On two nodes of eight, a box made 16 times is reduced inside each node over NVLink and
+/// between the two over all eight NICs of a node; made 8 times, it stays inside one node.
 #[test]
-fn time_prices_kernels_at_the_roofline() {
-    let f16 = |dims: &[(&str, usize)]| TensorDesc::of(dims, DType::F16).unwrap();
-    let (x, w) = (f16(&[("t", 4096), ("d", 4096)]), f16(&[("d", 4096), ("f", 4096)]));
+fn time_sends_only_what_crosses_nodes_over_the_nics() {
+    let comp = two_matmuls();
+    let machine = fluid("dgx-a100x2");
+    let (node, nic) = (machine.node_bandwidth, machine.network_bandwidth);
+    assert!(node > 5.0 * nic, "{machine:?}");
+    let time = Time::on(machine);
+    let (_, mm2, _) =
+        comp.ops().find(|(_, op, _)| op.kind() == "matmul" && op.inputs()[1].dims[1].name == "l").unwrap();
+    let specs = enumerate_specs(mm2, 16).unwrap();
+    let spec = |counts: &[usize]| &specs.iter().find(|c| c.counts == counts).unwrap().spec;
+    let order: Vec<String> = mm2.shardable().into_iter().map(|s| s.name).collect();
+    let counts = |splits: &[(&str, usize)]| -> Vec<usize> {
+        order.iter().map(|n| splits.iter().find(|s| s.0 == n).map_or(1, |s| s.1)).collect()
+    };
+    // k split 16 ways... but k has 12 elements; split i 2 ways and k 8 ways instead: 8
+    // partials per box, one node's worth. Two 8×4 boxes of 128 bytes.
+    let inside = time.spec(mm2, spec(&counts(&[("i", 2), ("k", 8)])), 16, &[false, true]);
+    assert!(close(inside.aggregation, (7.0 / 8.0 * 128.0 / node).max(7.0 * 256.0 / (16.0 * node))));
+    // i split 16 ways and h read by nobody else: no aggregation, no join.
+    let rows = time.spec(mm2, spec(&counts(&[("i", 16)])), 16, &[false, true]);
+    assert_eq!((rows.join, rows.aggregation), (0.0, 0.0));
+    // l split 4 and i 4 ways: each of the four 4×12 row blocks of h (192 bytes) is read by
+    // four specs, which fit in one node: nothing crosses.
+    let copies = time.spec(mm2, spec(&counts(&[("i", 4), ("l", 4)])), 16, &[false, true]);
+    assert!(close(copies.join, 4.0 * 3.0 * 192.0 / (16.0 * node)), "{}", copies.join);
+}
+
+/// A repartition prices what the two tilings differ by: halving the row blocks gathers two
+/// pieces per block, turning rows into columns moves three quarters of everything, and the
+/// same tiling moves nothing.
+#[test]
+fn time_repartitions_by_the_tilings() {
+    use einsum_core::TensorType;
     let time = time();
-    for p in [1, 2, 4] {
-        let matmul = Einsum::matmul(&x, &w).unwrap();
-        for choice in enumerate_specs(&matmul, p).unwrap() {
-            let cost = time.spec(&matmul, &choice.spec, p, &[true, true]);
-            // Every spec of a 4096³ matmul splits its 2·4096³ FLOPs evenly over p devices;
-            // at 2·4096/p FLOPs per byte moved it stays compute-bound.
-            let by_hand = 2.0 * 4096f64.powi(3) / p as f64 / (312e12 * 0.75);
-            assert!(close(cost.compute, by_hand), "p = {p} {:?}: {} against {by_hand}", choice.counts, cost.compute);
-        }
-        let relu = Unary::new(&x, UnaryOp::Relu).unwrap();
-        let choice = &enumerate_specs(&relu, p).unwrap()[0];
-        let cost = time.spec(&relu, &choice.spec, p, &[true]);
-        // Reads and writes its 2-byte elements once: 2 · 2 · 4096² / p bytes.
-        let by_hand = 4.0 * 4096f64.powi(2) / p as f64 / (1555e9 * 0.85);
-        assert!(close(cost.compute, by_hand), "relu p = {p}: {} against {by_hand}", cost.compute);
-    }
+    let bw = a100().node_bandwidth;
+    let d = desc(&[("i", 8), ("j", 8)]);
+    let block = |lo: [usize; 2], hi: [usize; 2]| TensorType::new(&lo, &hi).unwrap();
+    let rows = |n: usize| (0..n).map(|r| block([r * 8 / n, 0], [(r + 1) * 8 / n, 8])).collect::<Vec<_>>();
+    let cols: Vec<_> = (0..4).map(|c| block([0, 2 * c], [8, 2 * c + 2])).collect();
+    // 8 → 4 row blocks: each 64-byte target block holds one 32-byte piece and receives one.
+    assert!(close(time.repartition_between(&d, &rows(8), &rows(4), 8), 4.0 * 32.0 / (8.0 * bw)));
+    // 4 row blocks → 4 column blocks: each 64-byte target keeps 16 bytes and receives 48.
+    assert!(close(time.repartition_between(&d, &rows(4), &cols, 4), 4.0 * 48.0 / (4.0 * bw)));
+    assert_eq!(time.repartition_between(&d, &rows(4), &rows(4), 4), 0.0);
 }

@@ -695,15 +695,30 @@ impl Topology {
         let node = self.node(site)?;
         let local = self.local_injection_bandwidth(site, node);
         let Some(nodes) = &self.nodes else { return local };
-        let nic = self.sites[site.0].nic?;
-        let network = match self.fabric.and_then(|r| self.resource(r)) {
-            Some(fabric) => nic.min(fabric.capacity / self.sites.len() as f64),
-            None => nic,
-        };
+        let network = self.network_bandwidth(site)?;
         let (size, others) = (nodes.sizes()[node], (self.sites.len() - 1) as f64);
         let local_time = local.map_or(0.0, |b| (size - 1) as f64 / others / b);
         let network_time = (self.sites.len() - size) as f64 / others / network;
         Some(1.0 / local_time.max(network_time))
+    }
+
+    /// The bytes per second `site` can send to the other sites of its node, each direction
+    /// (what [`Topology::injection_bandwidth`] mixes with the network's share): `None` for a
+    /// site out of range or alone in its node.
+    pub fn node_injection_bandwidth(&self, site: SiteId) -> Option<f64> {
+        self.local_injection_bandwidth(site, self.node(site)?)
+    }
+
+    /// The bytes per second `site` can send to other nodes: its NIC, capped by an equal share
+    /// of the fabric where the topology has one. `None` for a site out of range, without a
+    /// NIC, or on a machine of one node.
+    pub fn network_bandwidth(&self, site: SiteId) -> Option<f64> {
+        self.nodes.as_ref()?;
+        let nic = self.sites.get(site.0)?.nic?;
+        Some(match self.fabric.and_then(|r| self.resource(r)) {
+            Some(fabric) => nic.min(fabric.capacity / self.sites.len() as f64),
+            None => nic,
+        })
     }
 
     /// [`Topology::injection_bandwidth`] inside `site`'s node: `None` when the node has no
