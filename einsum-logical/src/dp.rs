@@ -62,13 +62,14 @@ use crate::{Candidate, Error, LogicalOptimizer, OpProblem, Problem, Result, Sour
 ///   operators, each taken when the plan stays within budget and gets cheaper), and the
 ///   cheapest result is the plan.
 ///
-/// This is a heuristic. Measured against the ILP's exact budgeted optimum on 1,364 random
+/// This is a heuristic. Measured against the ILP's exact budgeted optimum on 1,361 random
 /// problems of 6–13 operators on 2–8 devices (`measure_the_dp_gap` in `tests/memory.rs`,
 /// budgets drawn between the least resident plan and the unconstrained DP's; PCG64 draws,
-/// seed 2026; re-run 2026-12-03 with the cost models of that date): on trees the DP's plan
-/// was never more than 12.0 % dearer (29 of 709 dearer at all); on DAGs at most 30.0 % (167
-/// of 655). Without a budget the DP is exact on those trees, and on the DAGs dearer than the
-/// ILP on 349 of 655, by at most 50.0 %. A budget below [`min_resident_bytes`](Problem::min_resident_bytes)
+/// seed 2026; re-run 2026-12-04 with the sweeps and the `time` model's pairwise repartition
+/// costs): on trees the DP's plan was never more than 9.1 % dearer (35 of 709 dearer at all);
+/// on DAGs at most 25.0 % (157 of 652). Without a budget the DP is exact on those trees, and on
+/// the DAGs dearer than the ILP on 270 of 652, by at most 33.3 % (349 of 655 and 50.0 % before
+/// the sweeps). A budget below [`min_resident_bytes`](Problem::min_resident_bytes)
 /// is [`Error::DoesNotFit`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Dp;

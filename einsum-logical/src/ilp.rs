@@ -8,15 +8,14 @@
 //! # Formulation
 //! - One binary `x[o][J]` per operator `o` and candidate `J`, with `Σ_J x[o][J] = 1`: the
 //!   chosen candidate.
-//! - One continuous `w_e ≥ 0` per edge `e` (producer output → consumer input `k`): the cost
-//!   of repartitioning it, [`OpProblem::repartition_cost`](crate::OpProblem::repartition_cost)
-//!   `c(f, t)` from the producer's tiling `f` to the tiling `t` the consumer needs (zero when
-//!   `f = t`).
-//! - Minimise `Σ_o Σ_J cost(J)·x[o][J] + Σ_e w_e`, where `cost(J)` is the candidate's
+//! - One continuous `z ∈ [0, 1]` per edge `e` (producer output → consumer input `k`) and pair
+//!   of tilings `(f, t)`, `f` one the producer's candidates make and `t` one the consumer's
+//!   need, whose repartition costs something: `c(f, t)`,
+//!   [`OpProblem::repartition_cost`](crate::OpProblem::repartition_cost) (zero when `f = t`).
+//! - Minimise `Σ_o Σ_J cost(J)·x[o][J] + Σ c(f, t)·z`, where `cost(J)` is the candidate's
 //!   tiling-independent [`SpecCost::total`](crate::SpecCost::total).
-//! - For every edge `e` and every tiling `t` that some consumer candidate needs on that
-//!   input, with `C_t = max_f c(f, t)` over the producer's tilings `f`:
-//!   `w_e ≥ C_t·Σ_{consumer J with in_k(J) = t} x − Σ_f (C_t − c(f, t))·Σ_{producer J' with out(J') = f} x`.
+//! - For every such pair:
+//!   `z ≥ Σ_{producer J' with out(J') = f} x + Σ_{consumer J with in_k(J) = t} x − 1`.
 //! - With a [memory budget](Problem::memory_budget) `B`:
 //!   `Σ_o Σ_J resident_bytes(J)·x[o][J] ≤ B`, the plan's [`Problem::resident_bytes`] (a sum
 //!   of one term per operator, so linear in `x`). A budget below
@@ -24,15 +23,14 @@
 //!
 //! # Why the linearisation is exact
 //! At an integral point exactly one consumer candidate (needing tiling `t_c`) and one
-//! producer candidate (producing `t_p`) are chosen. The constraint for `t = t_c` reads
-//! `w_e ≥ C_t − (C_t − c(t_p, t_c)) = c(t_p, t_c)`; the constraint for any other `t` reads
-//! `w_e ≥ 0 − (C_t − c(t_p, t)) ≤ 0`. So the tightest lower bound on `w_e` is exactly the
-//! repartition's cost, and since `w_e` is minimised an optimum sets it there. The objective
-//! at an optimum therefore equals [`Problem::total`] of the chosen candidates, and every
-//! assignment of candidates is feasible with `w_e` at its cost, so the ILP's optimum is the
-//! exact minimum of the total. When every pair costs the same `R` this is the indicator
-//! formulation `w_e ≥ R·([consumer needs t] − [producer makes t])`. No product variables
-//! `x·x'` are needed because one candidate per operator is chosen.
+//! producer candidate (producing `t_p`) are chosen. The constraint of the pair `(t_p, t_c)`
+//! reads `z ≥ 1`, and every other pair's `z ≥ 0` or `z ≥ −1`. Since each `z` is minimised at a
+//! non-negative price, an optimum sets the pair's to 1 and the others to 0, so the objective
+//! equals [`Problem::total`] of the chosen candidates, and every assignment of candidates is
+//! feasible that way: the ILP's optimum is the exact minimum of the total. Every coefficient
+//! of the constraints is ±1 (costs only appear in the objective), which keeps the LP well
+//! conditioned for the solvers. No product variables `x·x'` are needed because one candidate
+//! per operator is chosen: "both sides chosen" is a sum minus one.
 
 //! # Numerics
 //! Solvers work with absolute tolerances near 1e-9, while costs are elements (up to ~1e9)
@@ -134,7 +132,9 @@ impl LogicalOptimizer for Ilp {
 
         // One repartition-cost variable per edge that can cost something, with the tilings
         // its consumer may need and its producer may make, each with their candidates.
-        let mut edges = Vec::new();
+        // One indicator per edge and pair of tilings (what the producer makes, what the
+        // consumer needs) that costs something, with the candidates on both sides.
+        let mut pairs = Vec::new();
         for (c, op) in problem.ops.iter().enumerate() {
             for (k, source) in op.sources.iter().enumerate() {
                 let Source::Op { op: producer, output } = *source else { continue };
@@ -146,14 +146,18 @@ impl LogicalOptimizer for Ilp {
                 for (n, cand) in problem.ops[producer].candidates.iter().enumerate() {
                     produced.entry(cand.outputs[output]).or_default().push(n);
                 }
-                let free = needed.keys().all(|&t| produced.keys().all(|&f| op.repartition_cost(k, f, t) == 0.0));
-                if free {
-                    continue;
+                for (&t, consumers) in &needed {
+                    for (&f, producers) in &produced {
+                        let cost = op.repartition_cost(k, f, t);
+                        if cost == 0.0 {
+                            continue;
+                        }
+                        let z = vars.add(variable().min(0.0).max(1.0));
+                        columns.push(z);
+                        objective.add_mul(cost / scale, z);
+                        pairs.push((z, c, consumers.clone(), producer, producers.clone()));
+                    }
                 }
-                let w = vars.add(variable().min(0.0));
-                columns.push(w);
-                objective.add_mul(1.0, w);
-                edges.push((w, c, k, producer, needed, produced));
             }
         }
 
@@ -170,19 +174,10 @@ impl LogicalOptimizer for Ilp {
             }
             model.add_constraint(resident.leq(1.0 + crate::memory::SLACK));
         }
-        for (w, c, k, producer, needed, produced) in &edges {
-            let op = &problem.ops[*c];
-            for (&t, consumers) in needed {
-                let cost = |f| op.repartition_cost(*k, f, t) / scale;
-                let most = produced.keys().map(|&f| cost(f)).fold(0.0, f64::max);
-                let demand: Expression = consumers.iter().map(|&n| most * x[*c][n].1).sum();
-                let supply: Expression = produced
-                    .iter()
-                    .flat_map(|(&f, ps)| ps.iter().map(move |&n| (most - cost(f), n)))
-                    .map(|(weight, n)| weight * x[*producer][n].1)
-                    .sum();
-                model.add_constraint((demand - supply).leq(*w));
-            }
+        for (z, c, consumers, producer, producers) in &pairs {
+            let chosen: Expression =
+                consumers.iter().map(|&n| x[*c][n].1).chain(producers.iter().map(|&n| x[*producer][n].1)).sum();
+            model.add_constraint((chosen - 1.0).leq(*z));
         }
 
         let solution = solve(model, self, &columns)?;
