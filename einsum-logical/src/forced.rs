@@ -32,9 +32,9 @@ const FORBIDDEN: f64 = 1e30;
 /// Up to `limit` plans other than `choice`, the model's cheapest first: for each of the
 /// [`FORCED_GROUPS`] costliest groups of equal operators in `choice` (operators sharing one
 /// candidate list), and, unless a memory budget binds, for the next costliest whose forced
-/// problems fit in [`EXTRA_FORCED`] more work, every other spec of the group forced on all its members and the rest
-/// optimized by `strategy` within the problem's memory budget. Plans that repeat `choice`
-/// or each other, and forced problems with no plan, are left out.
+/// problems fit in [`EXTRA_FORCED`] more work, every other spec of the group forced on all
+/// its members and the rest optimized by `strategy` within the problem's memory budget.
+/// Plans that repeat `choice` or each other, and forced problems with no plan, are left out.
 pub fn forced_alternatives(
     strategy: &dyn LogicalOptimizer,
     problem: &Problem,

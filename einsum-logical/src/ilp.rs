@@ -31,7 +31,7 @@
 //! of the constraints is ±1 (costs only appear in the objective), which keeps the LP well
 //! conditioned for the solvers. No product variables `x·x'` are needed because one candidate
 //! per operator is chosen: "both sides chosen" is a sum minus one.
-
+//!
 //! # Numerics
 //! Solvers work with absolute tolerances near 1e-9, while costs are elements (up to ~1e9)
 //! or seconds (down to ~1e-9). The objective is therefore divided by the total of the
@@ -130,8 +130,6 @@ impl LogicalOptimizer for Ilp {
             }
         }
 
-        // One repartition-cost variable per edge that can cost something, with the tilings
-        // its consumer may need and its producer may make, each with their candidates.
         // One indicator per edge and pair of tilings (what the producer makes, what the
         // consumer needs) that costs something, with the candidates on both sides.
         let mut pairs = Vec::new();

@@ -1,8 +1,8 @@
 //! The optimization problem every strategy solves, built once from a computation.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use einsum_core::{FastMap, TensorType};
@@ -397,8 +397,8 @@ impl Interner {
         blocks.sort();
         let next = TilingId(self.ids.len() as u32);
         match self.ids.entry(blocks) {
-            std::collections::hash_map::Entry::Occupied(seen) => *seen.get(),
-            std::collections::hash_map::Entry::Vacant(slot) => {
+            Entry::Occupied(seen) => *seen.get(),
+            Entry::Vacant(slot) => {
                 self.blocks.push(slot.key().clone());
                 *slot.insert(next)
             }
@@ -420,14 +420,8 @@ fn price_repartition_pairs(
     p: usize,
     cost: &dyn CostModel,
 ) {
-    let distinct = |ids: &mut dyn Iterator<Item = TilingId>| {
-        let mut v: Vec<TilingId> = ids.collect();
-        v.sort();
-        v.dedup();
-        v
-    };
     let mut priced: FastMap<(TilingId, TilingId, einsum_core::DType), f64> = FastMap::default();
-    let mut tables: FastMap<(Vec<TilingId>, Vec<TilingId>, einsum_core::DType), Arc<RepartitionPairs>> =
+    let mut tables: FastMap<(BTreeSet<TilingId>, BTreeSet<TilingId>, einsum_core::DType), Arc<RepartitionPairs>> =
         FastMap::default();
     for c in 0..ops.len() {
         let mut pairs = Vec::with_capacity(ops[c].sources.len());
@@ -437,8 +431,8 @@ fn price_repartition_pairs(
                 continue;
             };
             let desc = &descs[c][k];
-            let from = distinct(&mut ops[op].candidates.iter().map(|x| x.outputs[output]));
-            let to = distinct(&mut ops[c].candidates.iter().map(|x| x.inputs[k]));
+            let from: BTreeSet<TilingId> = ops[op].candidates.iter().map(|x| x.outputs[output]).collect();
+            let to: BTreeSet<TilingId> = ops[c].candidates.iter().map(|x| x.inputs[k]).collect();
             let key = (from, to, desc.dtype);
             let table = match tables.get(&key) {
                 Some(t) => Arc::clone(t),
