@@ -230,6 +230,14 @@ fn solver(unsolved: good_lp::variable::UnsolvedProblem) -> Result<good_lp::solve
     good_lp::highs(unsolved).set_mip_rel_gap(0.0).map_err(gap)?.set_mip_abs_gap(0.0).map_err(gap)
 }
 
+/// HiGHS's integrality and primal feasibility tolerances. Its defaults (1e-6 and 1e-7) let a
+/// candidate's indicator sit 1e-6 below 1, which lowers the pair indicator `z ≥ x + x' − 1`
+/// by as much: on an objective scaled to about 1, HiGHS then took an assignment 1e-6
+/// (relative) dearer than the optimum for the optimum. 1e-9 keeps such solutions within the
+/// ties the module doc allows.
+#[cfg(feature = "highs")]
+const INTEGRALITY_TOLERANCE: f64 = 1e-9;
+
 /// Solves on HiGHS within `limits` (its `time_limit` and `mip_max_nodes` options): every
 /// column's value, in creation order, when the optimum is proven.
 ///
@@ -241,7 +249,11 @@ fn solver(unsolved: good_lp::variable::UnsolvedProblem) -> Result<good_lp::solve
 fn solve(model: good_lp::solvers::highs::HighsProblem, limits: &Ilp, columns: &[Variable]) -> Result<Vec<f64>> {
     use good_lp::{Solution, SolutionStatus};
     let nodes = i32::try_from(limits.node_limit).unwrap_or(i32::MAX);
-    let model = model.set_time_limit(limits.time_limit.as_secs_f64()).set_option("mip_max_nodes", nodes);
+    let model = model
+        .set_time_limit(limits.time_limit.as_secs_f64())
+        .set_option("mip_max_nodes", nodes)
+        .set_option("mip_feasibility_tolerance", INTEGRALITY_TOLERANCE)
+        .set_option("primal_feasibility_tolerance", INTEGRALITY_TOLERANCE);
     let limit = || Error::SolverLimit {
         solver: "HiGHS",
         limit: format!(
