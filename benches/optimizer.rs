@@ -3,9 +3,9 @@
 //! on the 32-layer stack at p = 8 and 64, building the [`Problem`] with the layers sharing
 //! their enumerated and priced specs (`Problem::new`) against enumerating every operator
 //! on its own (`Problem::new_unshared`), alone and followed by the DP.
-//! Last, the DP under a binding memory budget against the unbudgeted DP.
-//! Run with `cargo bench --bench optimizer` (`-- problem_` for the second part only,
-//! `-- budget_` for the third).
+//! Then the DP under a binding memory budget against the unbudgeted DP; last, the 80-layer
+//! 70B-sized stack at p = 72. Run with `cargo bench --bench optimizer` (`-- problem_` for
+//! the second part only, `-- budget_` for the third, `-- optimize_llama70b` for the last).
 
 use std::hint::black_box;
 
@@ -107,5 +107,18 @@ fn budget(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, optimize, problem, budget);
+/// The 80-layer LLaMA-3-70B stack (`llama3-70b`: 8192 tokens, one sequence) planned for p = 72 on nvl72 (enumeration, pricing and
+/// the DP's exact search, with its elimination report), against Greedy in the same run.
+fn deep(c: &mut Criterion) {
+    let model = Time::on(Machine::by_name("nvl72").unwrap());
+    let graph = Workload::parse("llama3-70b").unwrap().build(DType::F16).unwrap();
+    let comp = graph.computation();
+    let mut group = c.benchmark_group("optimize_llama70b_80_layers");
+    group.sample_size(10);
+    group.bench_function("dp_p72", |b| b.iter(|| black_box(Dp.optimize(comp, 72, &model).unwrap())));
+    group.bench_function("greedy_p72", |b| b.iter(|| black_box(Greedy.optimize(comp, 72, &model).unwrap())));
+    group.finish();
+}
+
+criterion_group!(benches, optimize, problem, budget, deep);
 criterion_main!(benches);

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use einsum_logical::PlannedOp;
+use einsum_logical::{PlannedOp, SearchReport};
 use serde::Serialize;
 
 use crate::Executable;
@@ -37,6 +37,9 @@ pub struct PlanReport<'a> {
     pub optimize_ms: f64,
     /// Every operator's split and cost, in the plan's order.
     pub ops: Vec<PlannedOpReport<'a>>,
+    /// How the optimizer searched (the default strategy's elimination order and width);
+    /// `null` for a strategy that does not say (the baselines, greedy, random, the ILP).
+    pub search: Option<SearchJson<'a>>,
     /// The topology (a preset's name or a file) the plan is compiled for: `--topology` as
     /// given, or the default preset chosen for the devices (`dgx-a100x2` for 16).
     pub topology: &'a str,
@@ -65,6 +68,55 @@ pub struct PlanReport<'a> {
     /// the plan (`null` when nothing was scored: `--refine 0`, or a strategy without
     /// alternatives, such as the baselines).
     pub refinement: Option<Refinement>,
+}
+
+/// [`PlanReport::search`] and `explain`'s: how the default strategy searched.
+#[derive(Serialize)]
+pub struct SearchJson<'a> {
+    /// The method (`variable elimination`).
+    pub method: &'a str,
+    /// The tensors in the order they were eliminated, by their producers' names.
+    pub order: &'a [String],
+    /// The order's width: the most tensors one table it creates ranges over.
+    pub width: usize,
+    /// The most entries of one table it creates.
+    pub largest_table: usize,
+    /// True when the plan is the exact optimum of the cost model (without a memory budget).
+    pub exact: bool,
+    /// When not exact: the most the plan's cost can exceed the optimum's, relative to it.
+    pub gap_bound: Option<f64>,
+}
+
+impl<'a> SearchJson<'a> {
+    /// The JSON of a strategy's search report.
+    pub fn new(r: &'a SearchReport) -> Self {
+        SearchJson {
+            method: &r.method,
+            order: &r.order,
+            width: r.width,
+            largest_table: r.largest_table,
+            exact: r.exact,
+            gap_bound: r.gap_bound,
+        }
+    }
+}
+
+/// One line saying how the strategy searched: method, width, exactness and the start of the
+/// elimination order.
+pub fn search_line(r: &SearchReport) -> String {
+    const SHOWN: usize = 8;
+    let exact = match r.gap_bound {
+        Some(gap) if !r.exact => format!("within {:.2}% of the optimum", gap * 100.0),
+        _ if r.exact => "exact".to_string(),
+        _ => "not exact".to_string(),
+    };
+    let more = r.order.len().saturating_sub(SHOWN);
+    let order = r.order.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    let tail = if more > 0 { format!(", … ({more} more)") } else { String::new() };
+    format!(
+        "search: {}, width {}, largest table {} entries, {exact}; order: {order}{tail}\n",
+        r.method, r.width, r.largest_table
+    )
 }
 
 /// One operator of [`PlanReport::ops`].
@@ -165,6 +217,7 @@ impl<'a> PlanReport<'a> {
             total_bytes: plan.total_bytes,
             optimize_ms: exe.optimize_ms(),
             ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
+            search: plan.search.as_ref().map(SearchJson::new),
             topology,
             schedule,
             exchanges: Some(exe.compiled().exchanges.name()),
@@ -185,6 +238,10 @@ pub fn explain_text(exe: &Executable<'_>) -> String {
     let mut text = String::new();
     let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
     let _ = writeln!(text, "\nlogical plan ({} optimizer, {} cost):", exe.plan().optimizer, exe.plan().cost_model);
+    if let Some(search) = &exe.plan().search {
+        text += "  ";
+        text += &search_line(search);
+    }
     for o in &exe.plan().ops {
         let place = exe.compiled().placement.get(&o.id).map(|d| d.iter().map(|d| d.0.to_string()).collect::<Vec<_>>());
         let _ = writeln!(

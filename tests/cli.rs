@@ -451,7 +451,7 @@ fn report(out: &std::process::Output) -> (Vec<String>, serde_json::Value) {
 /// renaming, dropping or reordering a field fails here.
 #[test]
 fn plan_json_has_the_documented_fields_and_types() {
-    const PLAN_KEYS: [&str; 19] = [
+    const PLAN_KEYS: [&str; 20] = [
         "workload",
         "devices",
         "optimizer",
@@ -461,6 +461,7 @@ fn plan_json_has_the_documented_fields_and_types() {
         "total_bytes",
         "optimize_ms",
         "ops",
+        "search",
         "topology",
         "schedule",
         "exchanges",
@@ -486,6 +487,12 @@ fn plan_json_has_the_documented_fields_and_types() {
     assert!(
         refinement["scored"].is_u64() && refinement["replaced"].is_boolean() && refinement["own_naive_ms"].is_f64()
     );
+    let search = v["search"].as_object().expect("the DP reports its search");
+    let keys: Vec<&str> = search.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["exact", "gap_bound", "largest_table", "method", "order", "width"]);
+    assert_eq!((search["method"].as_str(), search["exact"].as_bool()), (Some("variable elimination"), Some(true)));
+    assert_eq!(search["order"].as_array().map(Vec::len), Some(1), "one tensor: {search:?}");
+    assert!(search["width"].is_u64() && search["largest_table"].is_u64() && search["gap_bound"].is_null());
     let op = &v["ops"][0];
     let op_keys: Vec<&str> = op.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(op_keys, ["cost", "kind", "name", "splits"]);

@@ -103,7 +103,8 @@ pub(crate) fn refined(
     while scored < limit && !alternatives.is_empty() {
         let mut step: Option<(LogicalPlan, Compiled)> = None;
         for choice in alternatives.iter().take(width.min(limit - scored)) {
-            let alternative = problem.plan(choice, strategy.name())?;
+            let mut alternative = problem.plan(choice, strategy.name())?;
+            alternative.search = plan.search.clone();
             if !admissible(&alternative) {
                 continue;
             }

@@ -1,50 +1,40 @@
-//! The exact dynamic program of Section 4.2 (Algorithm 1), with the edge cases of 4.5.
+//! The default strategy: the dynamic program of Section 4.2 (Algorithm 1), made exact on
+//! DAGs by variable elimination, with the edge cases of 4.5.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::{Candidate, Error, LogicalOptimizer, OpProblem, Problem, Result, Source, TilingId};
+use crate::elimination::{Elimination, MAX_TABLE_ENTRIES};
+use crate::{Candidate, Error, LogicalOptimizer, OpProblem, Problem, Result, SearchReport, Source, TilingId};
 
-/// Algorithm 1: a dynamic program over output tilings, exact on trees.
+/// Algorithm 1 generalised from trees to DAGs: the exact optimum of [`Problem::total`].
 ///
-/// `Opt(op, T)` is the cheapest way to produce `op`'s outputs in the tiling tuple `T`, for
-/// the tuples `T` its candidates produce (one table entry per distinct tuple, so an operator
-/// with several outputs is indexed by the tuple of their tilings, Section 4.5). For a
-/// candidate `J`, `B(J)` is its join + aggregation + compute plus, for every producer of
-/// its inputs, the minimum over that producer's table entries of `Opt(producer, entry)`
-/// plus the repartitions of the inputs it feeds that entry's tilings do not match. A
-/// consumer reading several outputs of one producer (or one output twice) therefore picks a
-/// single entry of it. `Opt(op, T)` is the least `B(J)` over the candidates with
-/// `out(J) = T`; a backward pass from the root recovers the choices. Ties go to the lowest
-/// candidate index, so the plan is deterministic.
+/// Algorithm 1 computes, per operator and tiling of its output, the cheapest way to produce
+/// it; its state is a tensor's tiling, and it is exact on trees. Every real model is a DAG
+/// (residual connections, the Q/K/V fan-out of attention, the gate/up pair of SwiGLU), so
+/// the search runs the same recurrence as min-sum variable elimination over the tensors
+/// (`elimination.rs`): a tensor's values are its producer's output tilings, an operator is
+/// one factor over the tensors it produces and reads (its cheapest candidate for those
+/// tilings, repartitions included), and eliminating the tensors one at a time in a greedy
+/// order is exact in time exponential only in the order's width. On a tree the order takes
+/// leaves first and this is Algorithm 1; on a transformer block or a stack of them the
+/// width is four whatever the depth. Ties go to the lowest tiling and candidate index, so
+/// the plan is deterministic. [`Dp::report`] gives the order, its width and whether the
+/// plan is exact (`plan --json` and `explain` show it).
 ///
-/// # Design
-/// The cost is a sum of one term per input, so the minimum over combinations of input
-/// tilings separates producer by producer: `O(s·t·n)` per operator rather than the paper's
-/// `O(s·tⁿ)`. This subsumes the linear-path tactic of Section 4.5 (an operator on a path
-/// draws one input from the path, so its inner minimum ranges over one producer's
-/// tilings): here every operator's inner minimum ranges over one producer at a time.
-///
-/// Graphs that are not trees (a tensor read by several operators, or an operator whose
-/// outputs go to different operators) are cut at every edge out of such an operator; each
-/// piece is a tree with one root. The trees are optimised one at a time, the largest first
-/// (by operator count, then total output elements, then position of the root), each seeing
-/// the choices of the trees before it:
-/// - an input produced in an already-fixed tree is free like a computation input, except
-///   that its repartition is charged when the fixed producer's tiling differs from what
-///   the candidate needs;
-/// - a root whose outputs feed already-fixed consumers pays, per candidate, the
-///   repartitions those consumers would incur.
-///
-/// Every cut edge is thus charged once, by whichever side is optimised second. Then, in up to
-/// four sweeps, every tree is optimised again with all the others fixed (its
-/// producers and its consumers alike), and its new choices are kept when they lower the cost
-/// of the operators they touch: an early tree no longer commits to a tiling that its later
-/// consumers must all repartition. The DP's total equals [`Problem::total`] of its choice
-/// (checked in debug builds). The plan is optimal within each tree given the others, not
-/// necessarily globally.
+/// # Fallback
+/// Tables are capped at [`MAX_TABLE_ENTRIES`](crate::MAX_TABLE_ENTRIES) entries. A graph
+/// whose order needs larger ones is eliminated in mini-buckets, which yields a lower bound
+/// on the optimum and a plan; the plan is then the cheaper of that one and the tree-cut DP's:
+/// the graph cut at every edge out of an operator whose outputs go to several operators,
+/// each tree optimised one at a time, the largest first, seeing the choices of the trees
+/// before it (an input produced in a fixed tree pays the repartition from the fixed tiling;
+/// a root pays the repartitions its fixed consumers would incur), then up to four sweeps in
+/// which each tree is optimised again with all the others fixed, its new choices kept when
+/// they lower the cost of the operators they touch. The report then states the gap bound,
+/// the plan's total over the lower bound, instead of exactness.
 ///
 /// # Memory budget
 /// Without a [`memory_budget`](Problem::memory_budget) the above is the whole strategy.
@@ -52,7 +42,7 @@ use crate::{Candidate, Error, LogicalOptimizer, OpProblem, Problem, Result, Sour
 /// per operator, like its cost, so the DP minimises the Lagrangian `total + λ·resident`
 /// unchanged (each candidate's cost gains `λ·resident_bytes`):
 /// - `λ = 0` is the unconstrained DP; when its plan fits it is returned as is, so the
-///   budget changes nothing (and the DP stays exact on trees);
+///   budget changes nothing (and the plan stays the exact optimum);
 /// - otherwise `λ` grows geometrically from `total / excess bytes` until the plan fits,
 ///   then is bisected geometrically between the last misfit and the first fit (at most
 ///   40 DP runs in all); every plan that fits is kept, and so are the unconstrained plan
@@ -62,15 +52,14 @@ use crate::{Candidate, Error, LogicalOptimizer, OpProblem, Problem, Result, Sour
 ///   operators, each taken when the plan stays within budget and gets cheaper), and the
 ///   cheapest result is the plan.
 ///
-/// This is a heuristic. Measured against the ILP's exact budgeted optimum on 1,361 random
-/// problems of 6–13 operators on 2–8 devices (`measure_the_dp_gap` in `tests/memory.rs`,
+/// The budgeted search is a heuristic. Measured against the ILP's exact budgeted optimum on
+/// 1,377 random problems of 6–13 operators on 2–8 devices (`measure_the_dp_gap` in `tests/memory.rs`,
 /// budgets drawn between the least resident plan and the unconstrained DP's; PCG64 draws,
-/// seed 2026; re-run 2026-12-04 with the sweeps and the `time` model's pairwise repartition
-/// costs): on trees the DP's plan was never more than 9.1 % dearer (35 of 709 dearer at all);
-/// on DAGs at most 25.0 % (157 of 652). Without a budget the DP is exact on those trees, and on
-/// the DAGs dearer than the ILP on 270 of 652, by at most 33.3 % (349 of 655 and 50.0 % before
-/// the sweeps). A budget below [`min_resident_bytes`](Problem::min_resident_bytes)
-/// is [`Error::DoesNotFit`].
+/// seed 2026, with the `time` model's pairwise repartition costs): on trees the DP's plan was
+/// never more than 9.1 % dearer (35 of 708 dearer at all), on DAGs at most 9.5 % (21 of 669;
+/// 25.0 % and 157 of 652 when the search cut DAGs into trees). Without a budget the two agree
+/// on every one. A budget below [`min_resident_bytes`](Problem::min_resident_bytes) is
+/// [`Error::DoesNotFit`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Dp;
 
@@ -91,6 +80,10 @@ impl LogicalOptimizer for Dp {
     fn alternatives(&self, problem: &Problem, choice: &[usize], limit: usize) -> Result<Vec<Vec<usize>>> {
         crate::forced_alternatives(self, problem, choice, limit)
     }
+
+    fn search_report(&self, problem: &Problem) -> Result<Option<SearchReport>> {
+        Dp::report(problem).map(Some)
+    }
 }
 
 /// The most DP runs the budgeted search makes (besides the unconstrained one).
@@ -105,20 +98,23 @@ const REPAIRED: usize = 3;
 
 impl Dp {
     /// The unconstrained DP's choice (the problem's memory budget is ignored) together with
-    /// the total it computed (the sum of the trees' minima), which equals `problem.total`
-    /// of the choice up to rounding.
+    /// its total, which equals `problem.total` of the choice up to rounding.
     pub fn solve_with_total(&self, problem: &Problem) -> Result<(Vec<usize>, f64)> {
-        let shape = Shape::of(problem)?;
-        let tables = Tables::of(problem);
-        Ok(run(problem, &shape, &tables, 0.0))
+        let outcome = Search::new(problem, MAX_TABLE_ENTRIES)?.run(0.0);
+        Ok((outcome.choice, outcome.objective))
+    }
+
+    /// How the search went on `problem` without a memory budget: the elimination order, its
+    /// width, and whether the plan is the exact optimum (else a bound on its gap).
+    pub fn report(problem: &Problem) -> Result<SearchReport> {
+        report_within(problem, MAX_TABLE_ENTRIES)
     }
 
     /// The budgeted search (see the type's doc, "Memory budget").
     fn solve_within(&self, problem: &Problem, budget: f64) -> Result<Vec<usize>> {
         problem.check_min_fits()?;
-        let shape = Shape::of(problem)?;
-        let tables = Tables::of(problem);
-        let free = run(problem, &shape, &tables, 0.0).0;
+        let search = Search::new(problem, MAX_TABLE_ENTRIES)?;
+        let free = search.run(0.0).choice;
         if problem.fits(&free) {
             return Ok(free);
         }
@@ -128,7 +124,7 @@ impl Dp {
         let mut fitting: Vec<(f64, Vec<usize>)> = Vec::new();
         let mut misfits: Vec<(f64, Vec<usize>)> = vec![(0.0, free.clone())];
         let mut keep = |lambda: f64| -> Result<bool> {
-            let choice = run(problem, &shape, &tables, lambda).0;
+            let choice = search.run(lambda).choice;
             if !problem.fits(&choice) {
                 misfits.push((lambda, choice));
                 return Ok(false);
@@ -193,8 +189,85 @@ impl Dp {
     }
 }
 
-/// The DP minimising `total + lambda · resident bytes`: its choice and that objective.
-fn run(problem: &Problem, shape: &Shape, tables: &Tables, lambda: f64) -> (Vec<usize>, f64) {
+/// [`Dp::report`] with tables of at most `limit` entries.
+fn report_within(problem: &Problem, limit: usize) -> Result<SearchReport> {
+    let search = Search::new(problem, limit)?;
+    let elimination = &search.elimination;
+    let (exact, gap_bound) = if elimination.exact() {
+        (true, None)
+    } else {
+        let outcome = search.run(0.0);
+        let gap = if outcome.lower > 0.0 {
+            Some(((outcome.objective - outcome.lower) / outcome.lower).max(0.0))
+        } else {
+            (outcome.objective <= 0.0).then_some(0.0)
+        };
+        (false, gap)
+    };
+    Ok(SearchReport {
+        method: "variable elimination".into(),
+        order: elimination.order_names(),
+        width: elimination.width(),
+        largest_table: elimination.largest_table(),
+        exact,
+        gap_bound,
+    })
+}
+
+/// The search of one problem: variable elimination, with the tree-cut DP beside it for
+/// problems whose tables had to be relaxed.
+struct Search<'p> {
+    problem: &'p Problem,
+    shape: Shape,
+    tables: Tables,
+    elimination: Elimination<'p>,
+}
+
+/// One run of the search.
+struct Outcome {
+    choice: Vec<usize>,
+    /// `total + λ · resident` of `choice`.
+    objective: f64,
+    /// A lower bound on that objective over every plan (`objective` itself when exact).
+    lower: f64,
+}
+
+impl<'p> Search<'p> {
+    /// The search of `problem` with tables of at most `limit` entries.
+    fn new(problem: &'p Problem, limit: usize) -> Result<Search<'p>> {
+        let shape = Shape::of(problem)?;
+        Ok(Search { problem, shape, tables: Tables::of(problem), elimination: Elimination::new(problem, limit) })
+    }
+
+    /// The plan minimising `total + lambda · resident bytes`: the exact optimum when no table
+    /// was relaxed, else the cheaper of the relaxed elimination's plan and the tree-cut DP's.
+    fn run(&self, lambda: f64) -> Outcome {
+        let solved = self.elimination.solve(lambda);
+        if solved.exact {
+            debug_assert!(
+                self.problem
+                    .total(&solved.choice)
+                    .is_ok_and(|t| close(t + lambda * self.problem.resident_bytes(&solved.choice), solved.bound)),
+                "the elimination's optimum {} differs from its plan's total {:?} (λ = {lambda})",
+                solved.bound,
+                self.problem.total(&solved.choice)
+            );
+            return Outcome { choice: solved.choice, objective: solved.bound, lower: solved.bound };
+        }
+        let objective = |choice: &[usize]| {
+            self.problem.total(choice).map_or(f64::INFINITY, |t| t + lambda * self.problem.resident_bytes(choice))
+        };
+        let relaxed = objective(&solved.choice);
+        let (cut, cut_objective) = tree_cut(self.problem, &self.shape, &self.tables, lambda);
+        let (choice, objective) =
+            if cut_objective <= relaxed { (cut, cut_objective) } else { (solved.choice, relaxed) };
+        Outcome { choice, objective, lower: solved.bound.min(objective) }
+    }
+}
+
+/// The tree-cut DP minimising `total + lambda · resident bytes`: its choice and that
+/// objective (see [`Dp`], "Fallback").
+fn tree_cut(problem: &Problem, shape: &Shape, tables: &Tables, lambda: f64) -> (Vec<usize>, f64) {
     let n = problem.ops.len();
     let mut fixed: Vec<Option<usize>> = vec![None; n];
     let mut opt: Vec<Vec<f64>> = vec![Vec::new(); n];
@@ -678,6 +751,51 @@ mod tests {
         assert_eq!(choice, vec![1, 0, 0, 0]);
         assert_eq!(total, 1.5);
         assert_eq!(pr.total(&choice).unwrap(), 1.5);
+    }
+
+    /// A diamond (a feeds b and c, both read by d) with every table capped at one entry:
+    /// elimination is relaxed, and the search reports a lower bound and a gap bound that
+    /// hold against enumeration, with a plan no dearer than the tree-cut DP's.
+    #[test]
+    fn relaxed_elimination_bounds_the_gap() {
+        let a = op("a", vec![], vec![], &[(0.0, vec![1], vec![]), (1.0, vec![2], vec![]), (3.0, vec![3], vec![])]);
+        let b = op(
+            "b",
+            vec![Source::Op { op: 0, output: 0 }],
+            vec![4.0],
+            &[(0.0, vec![5], vec![2]), (2.0, vec![6], vec![1])],
+        );
+        let c = op(
+            "c",
+            vec![Source::Op { op: 0, output: 0 }],
+            vec![6.0],
+            &[(0.0, vec![7], vec![3]), (1.0, vec![8], vec![2])],
+        );
+        let d = op(
+            "d",
+            vec![Source::Op { op: 1, output: 0 }, Source::Op { op: 2, output: 0 }],
+            vec![5.0, 5.0],
+            &[(0.0, vec![9], vec![5, 8]), (3.0, vec![9], vec![6, 7])],
+        );
+        let pr = problem(vec![a, b, c, d]);
+        let optimum = brute_force(&pr);
+        let exact = report_within(&pr, MAX_TABLE_ENTRIES).unwrap();
+        assert!(exact.exact && exact.gap_bound.is_none() && exact.width == 2, "{exact:?}");
+        assert_eq!(Dp.solve_with_total(&pr).unwrap().1, optimum);
+        let search = Search::new(&pr, 1).unwrap();
+        let outcome = search.run(0.0);
+        assert!(!search.elimination.exact());
+        assert!(
+            outcome.lower <= optimum && optimum <= outcome.objective,
+            "{} {optimum} {}",
+            outcome.lower,
+            outcome.objective
+        );
+        assert_eq!(pr.total(&outcome.choice).unwrap(), outcome.objective);
+        assert!(outcome.objective <= tree_cut(&pr, &search.shape, &search.tables, 0.0).1);
+        let relaxed = report_within(&pr, 1).unwrap();
+        let gap = relaxed.gap_bound.expect("a bound");
+        assert!(!relaxed.exact && outcome.objective <= optimum * (1.0 + gap) + 1e-12, "{relaxed:?}");
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub enum Error {
     #[error(
         "ILP solver ({solver}): stopped at its {limit} before proving the optimum (the ilp strategy returns only \
          proven optima); raise its limits (`--ilp-time-limit`, `--ilp-node-limit`), or use the dp strategy, which is \
-         exact on trees and takes milliseconds"
+         exact too (variable elimination) and takes milliseconds"
     )]
     SolverLimit {
         /// The solver: `microlp` or `HiGHS`.

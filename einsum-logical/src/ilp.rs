@@ -1,9 +1,11 @@
 //! The ILP strategy: the exact optimum of [`Problem::total`] over the whole DAG, found by a
 //! mixed-integer linear program solved through `good_lp`.
 //!
-//! Unlike the dynamic program, which is exact on trees but cuts the graph at every tensor
-//! with several consumers (Section 4.5), the ILP sees the whole DAG at once, so it is the
-//! reference the other strategies are measured against.
+//! It is exact by a different route than the default strategy's variable elimination
+//! ([`Dp`](crate::Dp)), and the two are checked against each other; it needs a solver and
+//! its time is unpredictable (branch and bound), so it is the reference rather than the
+//! default, and the exact strategy under a memory budget (where the DP's Lagrangian search
+//! is a heuristic).
 //!
 //! # Formulation
 //! - One binary `x[o][J]` per operator `o` and candidate `J`, with `Σ_J x[o][J] = 1`: the

@@ -41,6 +41,7 @@
 mod baselines;
 mod cost;
 mod dp;
+mod elimination;
 mod error;
 mod forced;
 mod greedy;
@@ -61,6 +62,7 @@ pub use cost::{
 };
 pub use dp::Dp;
 pub use einsum_joinagg::{IndexRole, OpRole};
+pub use elimination::MAX_TABLE_ENTRIES;
 pub use error::{Error, Result, format_gb};
 pub use forced::{EXTRA_FORCED, FORCED_GROUPS, forced_alternatives};
 pub use greedy::Greedy;
@@ -68,6 +70,6 @@ pub use ilp::Ilp;
 pub use optimizer::{
     LogicalOptimizer, OPTIMIZERS, OptimizerEntry, OptimizerParams, optimizer_by_name, optimizer_entry, optimizers,
 };
-pub use plan::{LogicalPlan, OpCost, PlannedOp};
+pub use plan::{LogicalPlan, OpCost, PlannedOp, SearchReport};
 pub use problem::{Candidate, OpProblem, Problem, RepartitionPairs, ResidentInput, Source, TilingId};
 pub use random::Random;

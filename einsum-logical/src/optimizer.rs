@@ -2,7 +2,7 @@
 
 use einsum_joinagg::Computation;
 
-use crate::{CostModel, LogicalPlan, Problem, Result};
+use crate::{CostModel, LogicalPlan, Problem, Result, SearchReport};
 
 /// A strategy that picks one candidate spec per operator.
 ///
@@ -84,6 +84,13 @@ pub trait LogicalOptimizer: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// How this strategy searched `problem` (the plan carries it as
+    /// [`LogicalPlan::search`]); none by default.
+    fn search_report(&self, problem: &Problem) -> Result<Option<SearchReport>> {
+        let _ = problem;
+        Ok(None)
+    }
+
     /// The plan this strategy chooses for `problem`, within its memory budget:
     /// [`Error::DoesNotFit`](crate::Error::DoesNotFit) when no plan fits, and
     /// [`Error::OverBudget`](crate::Error::OverBudget) when this strategy's plan does not.
@@ -92,7 +99,8 @@ pub trait LogicalOptimizer: Send + Sync {
         problem.check_min_fits()?;
         let choice = self.solve(problem)?;
         problem.check_budget(&choice, self.name())?;
-        let plan = problem.plan(&choice, self.name())?;
+        let mut plan = problem.plan(&choice, self.name())?;
+        plan.search = self.search_report(problem)?;
         tracing::info!(
             ops = plan.ops.len(),
             cost = plan.total,
@@ -150,7 +158,7 @@ pub struct OptimizerEntry {
 const TABLE: &[OptimizerEntry] = &[
     OptimizerEntry {
         name: "dp",
-        about: "the exact dynamic program of Section 4.2, exact on trees",
+        about: "Algorithm 1 of Section 4.2 made exact on DAGs by variable elimination",
         baseline: false,
         build: |_| Box::new(crate::Dp),
     },

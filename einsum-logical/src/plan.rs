@@ -81,6 +81,31 @@ pub struct LogicalPlan {
     pub resident_bytes: f64,
     /// The per-device budget for resident inputs it was planned within, if any.
     pub memory_budget: Option<f64>,
+    /// How the strategy searched, when it reports it ([`LogicalOptimizer::search_report`]).
+    ///
+    /// [`LogicalOptimizer::search_report`]: crate::LogicalOptimizer::search_report
+    pub search: Option<SearchReport>,
+}
+
+/// How a searching strategy found its plan: for the default strategy, the variable
+/// elimination's order and width, and whether the plan is the exact optimum of its model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchReport {
+    /// The method, for people (`"variable elimination"`).
+    pub method: String,
+    /// The tensors in the order they were eliminated, by their producers' names (with
+    /// `:output` for an operator of several outputs).
+    pub order: Vec<String>,
+    /// The order's width: the most tensors one table it creates ranges over (0 for a
+    /// single operator, 1 on a chain or a tree, more where tensors are shared).
+    pub width: usize,
+    /// The most entries of one table the order creates.
+    pub largest_table: usize,
+    /// True when the plan is the exact optimum of the model without a memory budget (under a
+    /// budget, the search minimises the budget's Lagrangian, see `Dp`).
+    pub exact: bool,
+    /// When not exact: the most the plan's total can exceed the optimum's, relative to it.
+    pub gap_bound: Option<f64>,
 }
 
 impl LogicalPlan {

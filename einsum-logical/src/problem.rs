@@ -315,6 +315,7 @@ impl Problem {
             total_bytes: ops.iter().map(|o| o.cost.bytes).sum(),
             resident_bytes: self.resident_bytes(choice),
             memory_budget: self.memory_budget,
+            search: None,
             ops,
         })
     }

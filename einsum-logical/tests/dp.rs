@@ -330,10 +330,11 @@ proptest! {
         check_tree(&comp, p, &time())?;
     }
 
-    /// On DAGs the DP is a heuristic: never below the optimum, and its own total is the
-    /// plan's. Its trees cover every operator once, the largest first.
+    /// On DAGs too the DP is exact (variable elimination over the tensors): its total is the
+    /// plan's and the optimum's, and it reports its elimination order, one entry per tensor.
+    /// The tree-cut DP it falls back on fails this (it is a heuristic on DAGs).
     #[test]
-    fn dp_is_consistent_on_dags(
+    fn dp_is_optimal_on_dags(
         p in prop::sample::select(vec![2usize, 3, 4, 6, 8]),
         extents in prop::array::uniform3(2usize..13),
         steps in steps(),
@@ -345,18 +346,20 @@ proptest! {
             let evaluated = problem.total(&choice).unwrap();
             prop_assert!(close(total, evaluated), "DP says {total}, the plan costs {evaluated}");
             let least = brute_force(&problem);
-            prop_assert!(evaluated >= least || close(evaluated, least), "DP {evaluated} below the optimum {least}");
-            let trees = Dp::trees(&problem).unwrap();
-            let mut seen: Vec<usize> = trees.concat();
-            seen.sort_unstable();
-            prop_assert_eq!(seen, (0..problem.ops.len()).collect::<Vec<_>>());
-            prop_assert!(trees.windows(2).all(|w| w[0].len() >= w[1].len()));
+            prop_assert!(close(evaluated, least), "DP {evaluated} but the optimum is {least}");
+            let report = Dp::report(&problem).unwrap();
+            prop_assert!(report.exact && report.gap_bound.is_none(), "{report:?}");
+            let outputs: usize = problem.ops.iter().map(|o| o.candidates[0].outputs.len()).sum();
+            prop_assert_eq!(report.order.len(), outputs);
+            prop_assert!(report.width <= outputs.saturating_sub(1), "{report:?}");
             assert_valid(&comp, &problem.plan(&choice, "dp").unwrap());
         }
     }
 }
 
-/// A tensor read by two operators is cut: the DP still prices its plan exactly.
+/// A tensor read by two operators: the DP's plan is the optimum, found by eliminating one
+/// reader's output, the shared tensor, then the other reader's (width 1); the fallback's
+/// trees are cut at the shared tensor.
 #[test]
 fn shared_tensors_are_cut() {
     let mut comp = Computation::new();
@@ -371,7 +374,9 @@ fn shared_tensors_are_cut() {
     assert_eq!(Dp::trees(&problem).unwrap(), vec![vec![0], vec![1], vec![2]]);
     let (choice, total) = Dp.solve_with_total(&problem).unwrap();
     assert_eq!(problem.total(&choice).unwrap(), total);
-    assert!(total >= brute_force(&problem));
+    assert!(close(total, brute_force(&problem)));
+    let report = Dp::report(&problem).unwrap();
+    assert_eq!((report.order, report.width, report.exact), (vec!["t".into(), "relu".into(), "s".into()], 1, true));
     assert_eq!(Dp.name(), "dp");
 }
 

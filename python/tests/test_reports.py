@@ -5,7 +5,7 @@ import einsummable as es
 # The keys of `einsummable plan --json` (src/report.rs, PlanReport).
 PLAN_KEYS = [
     "workload", "devices", "optimizer", "cost_model", "unit", "total_cost", "total_bytes",
-    "optimize_ms", "ops", "topology", "schedule", "exchanges", "searched_ms", "predicted_ms", "bytes_moved", "compile_ms",
+    "optimize_ms", "ops", "search", "topology", "schedule", "exchanges", "searched_ms", "predicted_ms", "bytes_moved", "compile_ms",
     "compile_error", "memory", "refinement",
 ]
 

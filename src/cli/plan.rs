@@ -7,7 +7,7 @@ use einsum_logical::{Problem, cost_model_by_name};
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::refine::{DEFAULT_REFINE, Refinement};
-use einsummable::report::{PlanReport, PlannedOpReport};
+use einsummable::report::{PlanReport, PlannedOpReport, SearchJson, search_line};
 use einsummable::{Exchanges, Result, Workload};
 
 use einsummable::DType;
@@ -168,6 +168,9 @@ pub fn run(a: Args) -> Result<Report> {
         );
     }
     text += &format!("total {:.6e} {} ({:.4e} bytes moved)\n", plan.total, plan.unit, plan.total_bytes);
+    if let Some(search) = &plan.search {
+        text += &search_line(search);
+    }
     text += &match &physical {
         Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory, refinement } => format!(
             "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}{}{}",
@@ -198,6 +201,7 @@ pub fn run(a: Args) -> Result<Report> {
         total_bytes: plan.total_bytes,
         optimize_ms,
         ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
+        search: plan.search.as_ref().map(SearchJson::new),
         topology: &topology_name,
         schedule: a.schedule.name(),
         exchanges: exchanges.map(|e| e.name()),

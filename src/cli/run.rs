@@ -7,7 +7,7 @@ use einsum_core::taskgraph::Task;
 use einsum_logical::cost_model_entry;
 use einsummable::memory_report::MemoryReport;
 use einsummable::refine::DEFAULT_REFINE;
-use einsummable::report::{GraphReport, explain_text};
+use einsummable::report::{GraphReport, SearchJson, explain_text};
 use einsummable::{
     BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Workload, backend_by_name,
     check::{compare_with_reference, computation_tolerance},
@@ -269,6 +269,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
             .iter()
             .map(|o| ExplainedOp { name: &o.name, kind: &o.kind, split: o.splits_label() })
             .collect(),
+        search: exe.plan().search.as_ref().map(SearchJson::new),
         programs: exe
             .programs()
             .iter()
@@ -372,6 +373,9 @@ pub struct ExplainReport<'a> {
     pub topology: &'a str,
     /// Every operator's split, in the plan's order.
     pub ops: Vec<ExplainedOp<'a>>,
+    /// How the optimizer searched, as in `plan --json`; `null` for a strategy that does not
+    /// say.
+    pub search: Option<SearchJson<'a>>,
     /// Every exchange program of the compiled plan.
     pub programs: Vec<ProgramReport>,
     /// The compiled task graph's prediction, traffic, memory and tasks.
