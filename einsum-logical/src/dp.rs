@@ -1,7 +1,7 @@
 //! The default strategy: the dynamic program of Section 4.2 (Algorithm 1), made exact on
 //! DAGs by variable elimination, with the edge cases of 4.5.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -69,9 +69,23 @@ impl LogicalOptimizer for Dp {
     }
 
     fn solve(&self, problem: &Problem) -> Result<Vec<usize>> {
+        let search = Search::new(problem, MAX_TABLE_ENTRIES)?;
         match problem.memory_budget {
-            None => Ok(self.solve_with_total(problem)?.0),
-            Some(budget) => self.solve_within(problem, budget),
+            None => Ok(search.run(0.0).choice),
+            Some(budget) => self.solve_within(&search, budget),
+        }
+    }
+
+    /// The plan with the elimination's order, width and exactness.
+    fn solve_reported(&self, problem: &Problem) -> Result<(Vec<usize>, Option<SearchReport>)> {
+        let search = Search::new(problem, MAX_TABLE_ENTRIES)?;
+        match problem.memory_budget {
+            None => {
+                let outcome = search.run(0.0);
+                let report = search.report(Some(&outcome));
+                Ok((outcome.choice, Some(report)))
+            }
+            Some(budget) => Ok((self.solve_within(&search, budget)?, Some(search.report(None)))),
         }
     }
 
@@ -79,10 +93,6 @@ impl LogicalOptimizer for Dp {
     /// ([`forced_alternatives`](crate::forced_alternatives)).
     fn alternatives(&self, problem: &Problem, choice: &[usize], limit: usize) -> Result<Vec<Vec<usize>>> {
         crate::forced_alternatives(self, problem, choice, limit)
-    }
-
-    fn search_report(&self, problem: &Problem) -> Result<Option<SearchReport>> {
-        Dp::report(problem).map(Some)
     }
 }
 
@@ -107,13 +117,13 @@ impl Dp {
     /// How the search went on `problem` without a memory budget: the elimination order, its
     /// width, and whether the plan is the exact optimum (else a bound on its gap).
     pub fn report(problem: &Problem) -> Result<SearchReport> {
-        report_within(problem, MAX_TABLE_ENTRIES)
+        Ok(Search::new(problem, MAX_TABLE_ENTRIES)?.report(None))
     }
 
     /// The budgeted search (see the type's doc, "Memory budget").
-    fn solve_within(&self, problem: &Problem, budget: f64) -> Result<Vec<usize>> {
+    fn solve_within(&self, search: &Search<'_>, budget: f64) -> Result<Vec<usize>> {
+        let problem = search.problem;
         problem.check_min_fits()?;
-        let search = Search::new(problem, MAX_TABLE_ENTRIES)?;
         let free = search.run(0.0).choice;
         if problem.fits(&free) {
             return Ok(free);
@@ -189,37 +199,13 @@ impl Dp {
     }
 }
 
-/// [`Dp::report`] with tables of at most `limit` entries.
-fn report_within(problem: &Problem, limit: usize) -> Result<SearchReport> {
-    let search = Search::new(problem, limit)?;
-    let elimination = &search.elimination;
-    let (exact, gap_bound) = if elimination.exact() {
-        (true, None)
-    } else {
-        let outcome = search.run(0.0);
-        let gap = if outcome.lower > 0.0 {
-            Some(((outcome.objective - outcome.lower) / outcome.lower).max(0.0))
-        } else {
-            (outcome.objective <= 0.0).then_some(0.0)
-        };
-        (false, gap)
-    };
-    Ok(SearchReport {
-        method: "variable elimination".into(),
-        order: elimination.order_names(),
-        width: elimination.width(),
-        largest_table: elimination.largest_table(),
-        exact,
-        gap_bound,
-    })
-}
-
 /// The search of one problem: variable elimination, with the tree-cut DP beside it for
 /// problems whose tables had to be relaxed.
 struct Search<'p> {
     problem: &'p Problem,
     shape: Shape,
-    tables: Tables,
+    /// The tree-cut DP's tables, built when it first runs.
+    tables: OnceCell<Tables>,
     elimination: Elimination<'p>,
 }
 
@@ -236,7 +222,38 @@ impl<'p> Search<'p> {
     /// The search of `problem` with tables of at most `limit` entries.
     fn new(problem: &'p Problem, limit: usize) -> Result<Search<'p>> {
         let shape = Shape::of(problem)?;
-        Ok(Search { problem, shape, tables: Tables::of(problem), elimination: Elimination::new(problem, limit) })
+        Ok(Search { problem, shape, tables: OnceCell::new(), elimination: Elimination::new(problem, limit) })
+    }
+
+    /// The elimination's order, width and exactness, with the gap bound of `free`, the run
+    /// without a budget (run again when not given), where elimination was relaxed.
+    fn report(&self, free: Option<&Outcome>) -> SearchReport {
+        let elimination = &self.elimination;
+        let gap_bound = (!elimination.exact()).then(|| {
+            let owned;
+            let free = match free {
+                Some(free) => free,
+                None => {
+                    owned = self.run(0.0);
+                    &owned
+                }
+            };
+            if free.lower > 0.0 {
+                ((free.objective - free.lower) / free.lower).max(0.0)
+            } else if free.objective <= 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        });
+        SearchReport {
+            method: "variable elimination".into(),
+            order: elimination.order_names(),
+            width: elimination.width(),
+            largest_table: elimination.largest_table(),
+            exact: elimination.exact(),
+            gap_bound,
+        }
     }
 
     /// The plan minimising `total + lambda · resident bytes`: the exact optimum when no table
@@ -258,7 +275,8 @@ impl<'p> Search<'p> {
             self.problem.total(choice).map_or(f64::INFINITY, |t| t + lambda * self.problem.resident_bytes(choice))
         };
         let relaxed = objective(&solved.choice);
-        let (cut, cut_objective) = tree_cut(self.problem, &self.shape, &self.tables, lambda);
+        let tables = self.tables.get_or_init(|| Tables::of(self.problem));
+        let (cut, cut_objective) = tree_cut(self.problem, &self.shape, tables, lambda);
         let (choice, objective) =
             if cut_objective <= relaxed { (cut, cut_objective) } else { (solved.choice, relaxed) };
         Outcome { choice, objective, lower: solved.bound.min(objective) }
@@ -779,7 +797,7 @@ mod tests {
         );
         let pr = problem(vec![a, b, c, d]);
         let optimum = brute_force(&pr);
-        let exact = report_within(&pr, MAX_TABLE_ENTRIES).unwrap();
+        let exact = Dp::report(&pr).unwrap();
         assert!(exact.exact && exact.gap_bound.is_none() && exact.width == 2, "{exact:?}");
         assert_eq!(Dp.solve_with_total(&pr).unwrap().1, optimum);
         let search = Search::new(&pr, 1).unwrap();
@@ -792,8 +810,8 @@ mod tests {
             outcome.objective
         );
         assert_eq!(pr.total(&outcome.choice).unwrap(), outcome.objective);
-        assert!(outcome.objective <= tree_cut(&pr, &search.shape, &search.tables, 0.0).1);
-        let relaxed = report_within(&pr, 1).unwrap();
+        assert!(outcome.objective <= tree_cut(&pr, &search.shape, &Tables::of(&pr), 0.0).1);
+        let relaxed = search.report(None);
         let gap = relaxed.gap_bound.expect("a bound");
         assert!(!relaxed.exact && outcome.objective <= optimum * (1.0 + gap) + 1e-12, "{relaxed:?}");
     }

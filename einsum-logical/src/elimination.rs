@@ -36,9 +36,11 @@
 //! of a stack share (see [`Problem::new`]): both are computed once per distinct key, so an
 //! 80-layer stack tabulates as many operator tables as one layer.
 
-use std::collections::HashMap;
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::Arc;
+
+use einsum_core::FastMap;
 
 use crate::{Candidate, OpProblem, Problem, Source, TilingId};
 
@@ -167,7 +169,7 @@ pub(crate) struct Elimination<'p> {
     /// True when no table (an operator's or one the order creates) exceeds `limit`.
     exact: bool,
     /// Operator tables already computed, by what they depend on.
-    tables: std::cell::RefCell<HashMap<TableKey, Rc<[f64]>>>,
+    tables: std::cell::RefCell<FastMap<TableKey, Rc<[f64]>>>,
 }
 
 /// What an operator's table depends on: its candidate list, the matrices of its slots with
@@ -198,7 +200,7 @@ impl<'p> Elimination<'p> {
     pub(crate) fn new(problem: &'p Problem, limit: usize) -> Elimination<'p> {
         let address = |op: &OpProblem| Arc::as_ptr(&op.candidates) as *const Candidate as usize;
         // Per candidate list: the distinct tilings of each output and every candidate's value.
-        let mut domains: HashMap<usize, Distinct> = HashMap::new();
+        let mut domains: FastMap<usize, Distinct> = FastMap::default();
         let mut vars = Vec::new();
         let mut var_of: Vec<Vec<usize>> = Vec::with_capacity(problem.ops.len());
         for (o, op) in problem.ops.iter().enumerate() {
@@ -206,8 +208,8 @@ impl<'p> Elimination<'p> {
             var_of.push((0..tilings.len()).map(|j| vars.len() + j).collect());
             vars.extend(tilings.iter().enumerate().map(|(output, t)| Var { op: o, output, size: t.len() }));
         }
-        let mut needs: HashMap<(usize, usize), Distinct> = HashMap::new();
-        let mut moves: HashMap<MoveKey, Rc<[f64]>> = HashMap::new();
+        let mut needs: FastMap<(usize, usize), Distinct> = FastMap::default();
+        let mut moves: FastMap<MoveKey, Rc<[f64]>> = FastMap::default();
         let mut ops = Vec::with_capacity(problem.ops.len());
         for (c, op) in problem.ops.iter().enumerate() {
             let mut slots = Vec::new();
@@ -460,7 +462,7 @@ struct Distinct {
 /// The one column of `items`.
 fn distinct(items: impl Iterator<Item = TilingId>) -> Distinct {
     let mut list: Vec<TilingId> = Vec::new();
-    let mut index: HashMap<TilingId, u32> = HashMap::new();
+    let mut index: FastMap<TilingId, u32> = FastMap::default();
     let value_of = items
         .map(|t| {
             *index.entry(t).or_insert_with(|| {
@@ -504,45 +506,35 @@ fn advance(digits: &mut [usize], radix: &[usize]) -> bool {
 /// entries.
 fn order(vars: &[Var], ops: &[OpModel]) -> (Vec<usize>, usize, f64) {
     let n = vars.len();
-    let mut adjacent: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); n];
+    let mut adjacent: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     for model in ops {
         let scope: Vec<usize> = model.outputs.iter().chain(&model.reads).copied().collect();
         for &a in &scope {
-            for &b in &scope {
-                if a != b {
-                    adjacent[a].insert(b);
-                }
-            }
+            adjacent[a].extend(scope.iter().copied().filter(|&b| b != a));
         }
     }
-    let score = |adjacent: &[std::collections::BTreeSet<usize>], v: usize| -> f64 {
-        adjacent[v].iter().fold(1.0, |a, &u| a * vars[u].size as f64)
+    // A tensor's priority: its new table's entries (a non-negative float, so its bits order
+    // as it does), its neighbour count, its index.
+    let key = |adjacent: &[BTreeSet<usize>], v: usize| {
+        let entries = adjacent[v].iter().fold(1.0f64, |a, &u| a * vars[u].size as f64);
+        (entries.to_bits(), adjacent[v].len(), v)
     };
-    let mut scores: Vec<f64> = (0..n).map(|v| score(&adjacent, v)).collect();
-    let mut done = vec![false; n];
+    let mut keys: Vec<(u64, usize, usize)> = (0..n).map(|v| key(&adjacent, v)).collect();
+    let mut queue: BTreeSet<(u64, usize, usize)> = keys.iter().copied().collect();
     let (mut order, mut width, mut largest) = (Vec::with_capacity(n), 0, 1.0f64);
-    for _ in 0..n {
-        let x = (0..n)
-            .filter(|&v| !done[v])
-            .min_by(|&a, &b| {
-                scores[a].total_cmp(&scores[b]).then(adjacent[a].len().cmp(&adjacent[b].len())).then(a.cmp(&b))
-            })
-            .expect("a tensor is left");
-        done[x] = true;
+    while let Some((entries, degree, x)) = queue.pop_first() {
         order.push(x);
-        width = width.max(adjacent[x].len());
-        largest = largest.max(scores[x]);
+        width = width.max(degree);
+        largest = largest.max(f64::from_bits(entries));
         let neighbours: Vec<usize> = std::mem::take(&mut adjacent[x]).into_iter().collect();
         for &a in &neighbours {
             adjacent[a].remove(&x);
-            for &b in &neighbours {
-                if a != b {
-                    adjacent[a].insert(b);
-                }
-            }
+            adjacent[a].extend(neighbours.iter().copied().filter(|&b| b != a));
         }
         for &a in &neighbours {
-            scores[a] = score(&adjacent, a);
+            queue.remove(&keys[a]);
+            keys[a] = key(&adjacent, a);
+            queue.insert(keys[a]);
         }
     }
     (order, width, largest)
@@ -596,13 +588,19 @@ fn eliminate(tables: &[&Table], x: usize, sizes: &[usize]) -> Table {
     let mut offsets = vec![0usize; tables.len()];
     let mut digits = vec![0usize; scope.len()];
     let mut values = Vec::with_capacity(entries);
+    // The bucket's sum along `x` at the current entry, one table at a time (every table of
+    // the bucket mentions `x`, so each stride along it is positive).
+    let mut sum = vec![0.0; sizes[x]];
     for _ in 0..entries {
-        let mut best = f64::INFINITY;
-        for v in 0..sizes[x] {
-            let cost: f64 = tables.iter().zip(&offsets).zip(&along_x).map(|((t, &o), &s)| t.values[o + v * s]).sum();
-            best = best.min(cost);
+        for (i, ((t, &o), &s)) in tables.iter().zip(&offsets).zip(&along_x).enumerate() {
+            let row = t.values[o..].iter().step_by(s);
+            if i == 0 {
+                sum.iter_mut().zip(row).for_each(|(a, &b)| *a = b);
+            } else {
+                sum.iter_mut().zip(row).for_each(|(a, &b)| *a += b);
+            }
         }
-        values.push(best);
+        values.push(sum.iter().fold(f64::INFINITY, |least, &v| if v < least { v } else { least }));
         // Advance the counter over `scope`, moving every table's offset along.
         for i in (0..scope.len()).rev() {
             digits[i] += 1;

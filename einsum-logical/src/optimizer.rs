@@ -84,11 +84,10 @@ pub trait LogicalOptimizer: Send + Sync {
         Ok(Vec::new())
     }
 
-    /// How this strategy searched `problem` (the plan carries it as
-    /// [`LogicalPlan::search`]); none by default.
-    fn search_report(&self, problem: &Problem) -> Result<Option<SearchReport>> {
-        let _ = problem;
-        Ok(None)
+    /// [`solve`](Self::solve), with a report of how the strategy searched that the plan
+    /// carries as [`LogicalPlan::search`]; by default no report.
+    fn solve_reported(&self, problem: &Problem) -> Result<(Vec<usize>, Option<SearchReport>)> {
+        Ok((self.solve(problem)?, None))
     }
 
     /// The plan this strategy chooses for `problem`, within its memory budget:
@@ -97,10 +96,10 @@ pub trait LogicalOptimizer: Send + Sync {
     fn plan(&self, problem: &Problem) -> Result<LogicalPlan> {
         let _span = tracing::info_span!("logical", optimizer = self.name(), p = problem.p).entered();
         problem.check_min_fits()?;
-        let choice = self.solve(problem)?;
+        let (choice, search) = self.solve_reported(problem)?;
         problem.check_budget(&choice, self.name())?;
         let mut plan = problem.plan(&choice, self.name())?;
-        plan.search = self.search_report(problem)?;
+        plan.search = search;
         tracing::info!(
             ops = plan.ops.len(),
             cost = plan.total,

@@ -81,9 +81,9 @@ pub struct LogicalPlan {
     pub resident_bytes: f64,
     /// The per-device budget for resident inputs it was planned within, if any.
     pub memory_budget: Option<f64>,
-    /// How the strategy searched, when it reports it ([`LogicalOptimizer::search_report`]).
+    /// How the strategy searched, when it reports it ([`LogicalOptimizer::solve_reported`]).
     ///
-    /// [`LogicalOptimizer::search_report`]: crate::LogicalOptimizer::search_report
+    /// [`LogicalOptimizer::solve_reported`]: crate::LogicalOptimizer::solve_reported
     pub search: Option<SearchReport>,
 }
 
