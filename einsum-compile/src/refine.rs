@@ -145,9 +145,8 @@ pub(crate) fn refined(
         }
     } else {
         // The finalists as asked, beside the strategy's own plan, which wins ties.
-        seen.sort_by(|a, b| a.1.total_cmp(&b.1));
         let mut kept = (compile(&plan, options, Some(own.predicted_ms)), plan);
-        for (alternative, naive_ms) in seen.into_iter().take(FINALISTS) {
+        for (alternative, naive_ms) in finalists(seen) {
             let theirs = compile(&alternative, options, Some(naive_ms));
             let faster = match (&theirs, &kept.0) {
                 (Ok(t), Ok(k)) => t.predicted_ms < k.predicted_ms,
@@ -169,4 +168,54 @@ pub(crate) fn refined(
         "refined the plan by whole-plan prediction"
     );
     Ok((plan, result, Some(refinement)))
+}
+
+/// The [`FINALISTS`] of the scored alternatives: half the fastest with naive programs, the
+/// rest the cheapest under the strategy's cost model among the others. The model prices
+/// what searched programs do, which naive programs can rank otherwise (a join's gathers
+/// cost naive programs more than the collectives searched ones approach), so a plan the
+/// naive ranking puts last may still be the fastest with searched programs.
+fn finalists(mut seen: Vec<(LogicalPlan, f64)>) -> Vec<(LogicalPlan, f64)> {
+    seen.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let rest = seen.split_off((FINALISTS - 1).min(seen.len()));
+    let mut by_model = rest;
+    by_model.sort_by(|a, b| a.0.total.total_cmp(&b.0.total));
+    seen.extend(by_model.into_iter().take(FINALISTS - seen.len()));
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(total: f64) -> LogicalPlan {
+        LogicalPlan {
+            optimizer: "dp".into(),
+            cost_model: "time".into(),
+            unit: "s",
+            devices: 1,
+            ops: Vec::new(),
+            total,
+            total_bytes: 0.0,
+            resident_bytes: 0.0,
+            memory_budget: None,
+            search: None,
+        }
+    }
+
+    /// The fastest with naive programs, then the model's cheapest of the rest, even when it
+    /// is the slowest with naive programs.
+    #[test]
+    fn finalists_are_the_naive_fastest_and_the_models_cheapest() {
+        // (model total, naive prediction)
+        let seen = [(5.0, 1.0), (6.0, 2.0), (7.0, 3.0), (4.0, 9.0), (8.0, 4.0), (9.0, 5.0)];
+        let picked: Vec<(f64, f64)> = finalists(seen.iter().map(|&(t, ms)| (plan(t), ms)).collect())
+            .into_iter()
+            .map(|(p, ms)| (p.total, ms))
+            .collect();
+        assert_eq!(picked.len(), FINALISTS);
+        assert_eq!(picked[..FINALISTS - 1], seen[..FINALISTS - 1]);
+        assert_eq!(picked[FINALISTS - 1], (4.0, 9.0));
+        assert_eq!(finalists(vec![(plan(1.0), 1.0)]).len(), 1);
+    }
 }

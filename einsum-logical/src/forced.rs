@@ -1,5 +1,6 @@
-//! The DP's alternatives to its own plan: the costliest operators' other specs, each forced
-//! on every operator equal to it, with the rest of the plan optimized around it again.
+//! The DP's alternatives to its own plan: every group of equal operators' runner-up (the best
+//! plan in which the group leaves its specs), and the costliest groups' other specs, each
+//! forced on every operator of the group, with the rest of the plan optimized around it again.
 //!
 //! A cost model that misprices one decision (say, a query-block split of attention against a
 //! head split, whose gathers and causal imbalance it does not charge as the machine does)
@@ -29,12 +30,14 @@ pub const EXTRA_FORCED: usize = 1024;
 /// A forbidden candidate's cost: finite, so that sums stay ordered, and far above any plan.
 const FORBIDDEN: f64 = 1e30;
 
-/// Up to `limit` plans other than `choice`, the model's cheapest first: for each of the
-/// [`FORCED_GROUPS`] costliest groups of equal operators in `choice` (operators sharing one
-/// candidate list), and, unless a memory budget binds, for the next costliest whose forced
-/// problems fit in [`EXTRA_FORCED`] more work, every other spec of the group forced on all
-/// its members and the rest optimized by `strategy` within the problem's memory budget.
-/// Plans that repeat `choice` or each other, and forced problems with no plan, are left out.
+/// Up to `limit` plans other than `choice`, the model's cheapest first, each optimized by
+/// `strategy` within the problem's memory budget given what it forces on a group of equal
+/// operators in `choice` (operators sharing one candidate list): for every group (the
+/// [`FORCED_GROUPS`] costliest only, under a memory budget that binds), none of the specs its
+/// members have in `choice`; and for each of the [`FORCED_GROUPS`] costliest groups, and,
+/// unless a memory budget binds, for the next costliest whose forced problems fit in
+/// [`EXTRA_FORCED`] more work, every other spec of the group on all its members. Plans that
+/// repeat `choice` or each other, and forced problems with no plan, are left out.
 pub fn forced_alternatives(
     strategy: &dyn LogicalOptimizer,
     problem: &Problem,
@@ -76,29 +79,53 @@ pub fn forced_alternatives(
         fits
     });
     let mut found: Vec<(f64, Vec<usize>)> = Vec::new();
+    let keep = |alternative: Vec<usize>, found: &mut Vec<(f64, Vec<usize>)>| -> Result<()> {
+        if alternative != choice && !found.iter().any(|(_, f)| *f == alternative) && problem.fits(&alternative) {
+            found.push((problem.total(&alternative)?, alternative));
+        }
+        Ok(())
+    };
+    // Every group's runner-up (the costliest two's only under a budget that binds): the best
+    // plan in which the group leaves its specs in `choice`, one solve per group, so that the
+    // model's near-ties to `choice` are offered on every decision, however many specs it has.
+    for (_, members) in groups.iter().take(if binds { FORCED_GROUPS } else { groups.len() }) {
+        if let Some(alternative) = runner_up(strategy, problem, choice, members) {
+            keep(alternative, &mut found)?;
+        }
+    }
     for (_, (_, members)) in forced_groups {
         let first = members[0];
         for c in 0..problem.ops[first].candidates.len() {
             if members.iter().all(|&i| choice[i] == c) {
                 continue;
             }
-            let forced = forced_problem(problem, members, c);
-            let Ok(alternative) = strategy.solve(&forced) else { continue };
-            if alternative == choice || found.iter().any(|(_, f)| *f == alternative) {
-                continue;
+            let others: Vec<usize> = (0..problem.ops[first].candidates.len()).filter(|&o| o != c).collect();
+            let Ok(alternative) = strategy.solve(&excluding(problem, members, &others)) else { continue };
+            if members.iter().all(|&i| alternative[i] == c) {
+                keep(alternative, &mut found)?;
             }
-            if members.iter().any(|&i| alternative[i] != c) || !problem.fits(&alternative) {
-                continue;
-            }
-            found.push((problem.total(&alternative)?, alternative));
         }
     }
     found.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(found.into_iter().take(limit).map(|(_, c)| c).collect())
 }
 
-/// `problem` with every candidate of the operators `members` but `keep` priced out.
-fn forced_problem(problem: &Problem, members: &[usize], keep: usize) -> Problem {
+/// The plan `strategy` chooses when none of the operators `members` (which share one
+/// candidate list) may keep a spec any of them has in `choice`; `None` when it finds none.
+fn runner_up(
+    strategy: &dyn LogicalOptimizer,
+    problem: &Problem,
+    choice: &[usize],
+    members: &[usize],
+) -> Option<Vec<usize>> {
+    let excluded: Vec<usize> = members.iter().map(|&i| choice[i]).collect();
+    let alternative = strategy.solve(&excluding(problem, members, &excluded)).ok()?;
+    members.iter().all(|&i| !excluded.contains(&alternative[i])).then_some(alternative)
+}
+
+/// `problem` with the candidates `excluded` of the operators `members` (which share one
+/// candidate list) priced out.
+fn excluding(problem: &Problem, members: &[usize], excluded: &[usize]) -> Problem {
     let mut forced = problem.clone();
     let candidates: Arc<[Candidate]> = problem.ops[members[0]]
         .candidates
@@ -106,7 +133,7 @@ fn forced_problem(problem: &Problem, members: &[usize], keep: usize) -> Problem 
         .enumerate()
         .map(|(c, cand)| {
             let mut cand = cand.clone();
-            if c != keep {
+            if excluded.contains(&c) {
                 cand.cost.compute = FORBIDDEN;
             }
             cand
@@ -123,6 +150,7 @@ mod tests {
     use einsum_core::{DType, TensorDesc};
     use einsum_joinagg::Computation;
     use einsum_ops::einsum::Einsum;
+    use einsum_ops::unary::{Unary, UnaryOp};
 
     use super::*;
     use crate::{Dp, PaperProxy};
@@ -165,5 +193,41 @@ mod tests {
         );
         assert_eq!(forced_alternatives(&Dp, &problem, &plan, 2).unwrap(), alternatives[..2.min(alternatives.len())]);
         assert!(forced_alternatives(&Dp, &problem, &plan, 0).unwrap().is_empty());
+    }
+
+    /// A chain of three operators of different kinds (three groups): every group's runner-up
+    /// is the best plan in which it leaves its spec (by enumeration), and is offered.
+    #[test]
+    fn every_groups_runner_up_is_offered() {
+        let mut comp = Computation::new();
+        let desc = |a: &str, b: &str| TensorDesc::of(&[(a, 32), (b, 32)], DType::F32).unwrap();
+        let (xi, wi) = (comp.add_input("x", desc("t", "d")), comp.add_input("w", desc("d", "e")));
+        let a = comp
+            .add_op("a", Box::new(Einsum::matmul(&desc("t", "d"), &desc("d", "e")).unwrap()), &[xi, wi])
+            .unwrap()[0];
+        let r = comp.add_op("r", Box::new(Unary::new(&desc("t", "e"), UnaryOp::Relu).unwrap()), &[a]).unwrap()[0];
+        comp.add_op("s", Box::new(Einsum::new("te->et", &[desc("t", "e")]).unwrap()), &[r]).unwrap();
+        let problem = Problem::new(&comp, 4, &PaperProxy).unwrap();
+        let plan = Dp.solve(&problem).unwrap();
+        let alternatives = forced_alternatives(&Dp, &problem, &plan, usize::MAX).unwrap();
+        let sizes: Vec<usize> = problem.ops.iter().map(|o| o.candidates.len()).collect();
+        for group in 0..3 {
+            let mut best = f64::INFINITY;
+            for n in 0..sizes.iter().product::<usize>() {
+                let choice = [n % sizes[0], n / sizes[0] % sizes[1], n / sizes[0] / sizes[1]];
+                if choice[group] != plan[group] {
+                    best = best.min(problem.total(&choice).unwrap());
+                }
+            }
+            let alternative = runner_up(&Dp, &problem, &plan, &[group]).expect("a runner-up");
+            assert_ne!(alternative[group], plan[group]);
+            assert!((problem.total(&alternative).unwrap() - best).abs() <= 1e-9 * best, "group {group}");
+            assert!(
+                alternatives
+                    .iter()
+                    .any(|alt| alt[group] != plan[group] && (problem.total(alt).unwrap() - best).abs() <= 1e-9 * best),
+                "group {group}: no alternative at {best}"
+            );
+        }
     }
 }
