@@ -2,8 +2,9 @@
 //! `time` model, by different routes (variable elimination over tensors; a MIP solved by
 //! HiGHS), so their totals must agree on the LLaMA block and on stacks of it. HiGHS only:
 //! microlp needs minutes where HiGHS needs seconds (`cargo test --features highs --test
-//! exact_dp`; the 8-layer stack at p = 72, which HiGHS needs minutes to prove, is ignored:
-//! `-- --ignored`).
+//! exact_dp`; the cases HiGHS needs up to a minute to prove are ignored: `-- --ignored`). The
+//! 8-layer stack at p = 72 is left out: HiGHS did not prove its optimum in 25 minutes (the DP
+//! solves it in 5 ms).
 #![cfg(feature = "highs")]
 
 use std::time::Duration;
@@ -45,10 +46,10 @@ fn dp_equals_ilp_on_llama_stacks() {
 }
 
 #[test]
-#[ignore = "HiGHS needs minutes to prove these optima"]
-fn dp_equals_ilp_on_deep_stacks_at_p72() {
-    let patient = Ilp { time_limit: Duration::from_secs(1800), node_limit: 10_000_000 };
+#[ignore = "HiGHS needs up to a minute to prove each of these optima"]
+fn dp_equals_ilp_on_deeper_stacks() {
+    let patient = Ilp { time_limit: Duration::from_secs(600), node_limit: 10_000_000 };
     assert_equal("llama:layers=2", &[72], &patient);
     assert_equal("llama:layers=4", &[32, 72], &patient);
-    assert_equal("llama:layers=8", &[16, 32, 72], &patient);
+    assert_equal("llama:layers=8", &[16, 32], &patient);
 }
