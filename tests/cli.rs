@@ -215,6 +215,36 @@ fn run_checks_against_the_reference_and_dumps_npy() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// An output path names what the user points at: `--dot` through a symlink writes its target
+/// and keeps the link, `--dot /dev/null` discards and leaves the device a device, and a FIFO
+/// is refused at once with the reason (writing would wait for a reader).
+#[cfg(unix)]
+#[test]
+fn outputs_respect_links_devices_and_fifos() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = std::env::temp_dir().join(format!("einsummable-outputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let explain = |dot: &std::path::Path| {
+        einsummable(&["explain", "matmul:n=64", "--devices", "2", "--dot", dot.to_str().unwrap()])
+    };
+    let (target, link) = (dir.join("graph.dot"), dir.join("link.dot"));
+    std::fs::write(&target, b"").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    assert!(explain(&link).status.success());
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(&target).unwrap().starts_with("digraph tasks"));
+    assert!(explain(std::path::Path::new("/dev/null")).status.success());
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+    let fifo = dir.join("fifo.dot");
+    if Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        let out = explain(&fifo);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is a FIFO"), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn explain_prints_plan_programs_and_a_dot_graph() {
     let dot = std::env::temp_dir().join(format!("einsummable-{}.dot", std::process::id()));

@@ -5,7 +5,11 @@
 //! path fails with a typed error after at most [`MAX_INPUT_FILE_BYTES`] bytes instead of
 //! exhausting memory. Every file the workspace writes (`--dump`, `--dot`, `experiment
 //! --out`) goes through [`write_atomic`], so that a failure part-way (a full disk, a
-//! killed process) leaves either the previous file or the new one, never a truncated one.
+//! killed process) leaves either the previous file or the new one, never a truncated one,
+//! and so that what the path names is respected: a symlink stays a link (its target is
+//! written), a file keeps its mode and its hard links, a character device is written
+//! through, and a FIFO, socket or block device is refused. [`check_writable_dir`] probes a
+//! directory without following links.
 //!
 //! Both live here, in the crate with no workspace dependencies, so that the driver and every
 //! library crate (`einsum-sim` reads topology files) can share one implementation.
@@ -49,6 +53,12 @@ pub enum FileErrorKind {
         /// The offset of the first byte that is not part of valid UTF-8.
         offset: usize,
     },
+    /// The path names something an output is not written to: a FIFO (writing would wait
+    /// for a reader), a socket or a block device (a disk).
+    NotWritable {
+        /// What it is.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for FileError {
@@ -66,6 +76,9 @@ impl fmt::Display for FileErrorKind {
                 write!(f, "larger than the limit of {limit} bytes ({} MiB) for an input file", limit >> 20)
             }
             FileErrorKind::NotUtf8 { offset } => write!(f, "not UTF-8 text (invalid byte at offset {offset})"),
+            FileErrorKind::NotWritable { what } => {
+                write!(f, "is a {what}, not written to: give a regular file or a character device")
+            }
         }
     }
 }
@@ -120,25 +133,127 @@ pub fn read_capped(path: impl AsRef<Path>, limit: u64) -> Result<String, FileErr
         .map_err(|e| FileError::new(path, FileErrorKind::NotUtf8 { offset: e.utf8_error().valid_up_to() }))
 }
 
-/// Writes `bytes` to `path` atomically: into a new temporary file in the same directory,
-/// which is then renamed over `path`. On any error the temporary file is removed and `path`
-/// is untouched (it keeps its previous contents, or stays absent), so no reader ever sees
-/// a truncated file. (Atomic against failures of this process; the data is not `fsync`ed,
-/// so a power loss right after may still lose the new contents.)
+/// Writes `bytes` to `path`, respecting what the path names:
+/// - absent, or a regular file: atomically, into a new temporary file in the same directory
+///   that is flushed to disk (`fsync`) and renamed over `path`, with the file's previous
+///   mode. On any error the temporary file is removed and `path` is untouched (its previous
+///   contents, or absent), so no reader ever sees a truncated file. A file with other hard
+///   links is rewritten in place instead, so that every link keeps naming it (atomicity is
+///   traded for their identity);
+/// - a symbolic link: its target, by these same rules (the link stays a link);
+/// - a character device (`/dev/null`, a terminal): written through as a stream;
+/// - a FIFO, a socket or a block device: refused ([`FileErrorKind::NotWritable`]), as a
+///   directory is ([`FileErrorKind::Directory`]).
 pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FileError> {
     let path = path.as_ref();
+    let meta = match fs::metadata(path) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // Absent, or a link to something absent: the link is not replaced by a file.
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(FileError::io(path, io::Error::new(io::ErrorKind::NotFound, "a link to a missing file")));
+            }
+            None
+        }
+        Err(e) => return Err(FileError::io(path, e)),
+    };
+    let Some(meta) = meta else { return replace(path, bytes, None) };
+    if meta.is_dir() {
+        return Err(FileError::new(path, FileErrorKind::Directory));
+    }
+    // The file the path resolves to: a link's target is written, the link kept.
+    let target = if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        fs::canonicalize(path).map_err(|e| FileError::io(path, e))?
+    } else {
+        path.to_path_buf()
+    };
+    if meta.is_file() {
+        return if links(&meta) > 1 { rewrite(&target, bytes) } else { replace(&target, bytes, Some(&meta)) };
+    }
+    match special(&meta) {
+        Some(what) => Err(FileError::new(path, FileErrorKind::NotWritable { what })),
+        None => rewrite(&target, bytes),
+    }
+}
+
+/// Writes a new temporary file beside `path`, with `previous`'s permissions, flushes it to
+/// disk and renames it over `path`; removes it on any error.
+fn replace(path: &Path, bytes: &[u8], previous: Option<&fs::Metadata>) -> Result<(), FileError> {
     let temp = temporary_beside(path);
     let written = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&temp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.flush()))
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            if let Some(previous) = previous {
+                f.set_permissions(previous.permissions())?;
+            }
+            f.sync_all()
+        })
         .and_then(|()| fs::rename(&temp, path));
     written.map_err(|e| {
         // Best effort: the temporary may not exist (create failed) or may be gone already.
         let _ = fs::remove_file(&temp);
         FileError::io(path, e)
     })
+}
+
+/// Writes `bytes` to the existing file or character device `path` in place.
+fn rewrite(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.flush()))
+        .map_err(|e| FileError::io(path, e))
+}
+
+/// The number of hard links to a regular file (1 where the platform does not say).
+fn links(meta: &fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::MetadataExt::nlink(meta)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        1
+    }
+}
+
+/// What a file that is neither a regular file nor a directory is, when an output is not
+/// written to it; `None` for a character device, which is written through.
+fn special(meta: &fs::Metadata) -> Option<&'static str> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = meta.file_type();
+        if kind.is_fifo() {
+            Some("FIFO")
+        } else if kind.is_socket() {
+            Some("socket")
+        } else if kind.is_block_device() {
+            Some("block device")
+        } else {
+            None
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// Checks that files can be created in the directory `dir` by creating and removing a probe
+/// file whose name no other process or call uses, created exclusively (`create_new`), so
+/// that a link planted under that name is never followed.
+pub fn check_writable_dir(dir: impl AsRef<Path>) -> Result<(), FileError> {
+    let dir = dir.as_ref();
+    let probe = temporary_beside(&dir.join("write-probe"));
+    OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| FileError::io(dir, e))?;
+    fs::remove_file(&probe).map_err(|e| FileError::io(dir, e))
 }
 
 /// A name in `path`'s directory that no other writer uses: the file name, hidden, with this
@@ -207,6 +322,65 @@ mod tests {
         assert_eq!(left, ["blocked", "out.csv"]);
         let missing_dir = write_atomic(dir.join("no/such/dir.csv"), b"x").unwrap_err();
         assert!(missing_dir.to_string().contains("dir.csv"), "{missing_dir}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn writes_respect_links_modes_devices_and_fifos() {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
+        let dir = scratch("kinds");
+        // A symlink stays a link; its target is written.
+        let target = dir.join("target.txt");
+        fs::write(&target, b"old").unwrap();
+        let link = dir.join("link.txt");
+        symlink(&target, &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+        // A link to nothing is refused, not replaced by a file.
+        let dangling = dir.join("dangling");
+        symlink(dir.join("absent"), &dangling).unwrap();
+        assert!(write_atomic(&dangling, b"x").is_err());
+        assert!(fs::symlink_metadata(&dangling).unwrap().file_type().is_symlink());
+        // The mode is kept.
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&target, b"again").unwrap();
+        assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+        // Hard links keep naming one file.
+        let hard = dir.join("hard.txt");
+        fs::hard_link(&target, &hard).unwrap();
+        write_atomic(&target, b"shared").unwrap();
+        assert_eq!(fs::read(&hard).unwrap(), b"shared");
+        assert_eq!(fs::metadata(&hard).unwrap().ino(), fs::metadata(&target).unwrap().ino());
+        // A character device is written through and stays a device.
+        write_atomic("/dev/null", b"discarded").unwrap();
+        assert!(fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+        // A FIFO is refused at once (writing would wait for a reader) and stays a FIFO.
+        let fifo = dir.join("fifo");
+        if std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+            let e = write_atomic(&fifo, b"x").unwrap_err();
+            assert!(matches!(e.kind, FileErrorKind::NotWritable { what: "FIFO" }), "{e}");
+            assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        }
+        // No temporary file is left behind.
+        let hidden =
+            fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with('.'));
+        assert_eq!(hidden.count(), 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Concurrent probes of one directory do not collide, and leave nothing behind.
+    #[test]
+    fn probes_are_unique_and_leave_nothing() {
+        let dir = scratch("probe");
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| check_writable_dir(&dir).unwrap());
+            }
+        });
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+        assert!(check_writable_dir(dir.join("missing")).is_err());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -220,7 +220,8 @@ pub fn prepare_dir(flag: &str, dir: &Path) -> Result<()> {
         message: format!("{flag}: {what}: {e}"),
     };
     std::fs::create_dir_all(dir).map_err(|e| io("cannot create the directory", e))?;
-    let probe = dir.join(".einsummable-write-probe");
-    std::fs::write(&probe, b"").map_err(|e| io("cannot write in the directory", e))?;
-    std::fs::remove_file(&probe).map_err(|e| io("cannot write in the directory", e))
+    einsum_core::fsio::check_writable_dir(dir).map_err(|e| Error::Io {
+        path: dir.display().to_string(),
+        message: format!("{flag}: cannot write in the directory: {}", e.message()),
+    })
 }
