@@ -8,8 +8,9 @@
 //! killed process) leaves either the previous file or the new one, never a truncated one,
 //! and so that what the path names is respected: a symlink stays a link (its target is
 //! written), a file keeps its mode and its hard links, a character device is written
-//! through, and a FIFO, socket or block device is refused. [`check_writable_dir`] probes a
-//! directory without following links.
+//! through, and a FIFO, socket or block device is refused. [`write_set`] writes several
+//! files (an experiment's table and chart) so that an error leaves none of them changed;
+//! [`check_writable_dir`] probes a directory without following links.
 //!
 //! Both live here, in the crate with no workspace dependencies, so that the driver and every
 //! library crate (`einsum-sim` reads topology files) can share one implementation.
@@ -145,19 +146,70 @@ pub fn read_capped(path: impl AsRef<Path>, limit: u64) -> Result<String, FileErr
 /// - a FIFO, a socket or a block device: refused ([`FileErrorKind::NotWritable`]), as a
 ///   directory is ([`FileErrorKind::Directory`]).
 pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FileError> {
-    let path = path.as_ref();
+    write_set(&[(path.as_ref(), bytes)])
+}
+
+/// Writes several files by the rules of [`write_atomic`], as a set as far as the file system
+/// allows: every destination is checked and every new file written to its temporary and
+/// flushed before any is renamed into place, so a refused path, a full disk or any error
+/// while writing leaves none of the set changed (the temporaries removed); only the renames
+/// (and the in-place writes to devices and hard-linked files) come after.
+pub fn write_set(files: &[(&Path, &[u8])]) -> Result<(), FileError> {
+    let destinations = files.iter().map(|&(path, _)| destination(path)).collect::<Result<Vec<_>, _>>()?;
+    let mut staged: Vec<(PathBuf, &Path)> = Vec::new();
+    let remove_staged = |staged: &[(PathBuf, &Path)]| {
+        for (temp, _) in staged {
+            // Best effort: the temporary may be gone already.
+            let _ = fs::remove_file(temp);
+        }
+    };
+    for (destination, &(_, bytes)) in destinations.iter().zip(files) {
+        if let Destination::Replace { target, previous } = destination {
+            match stage(target, bytes, previous.as_ref()) {
+                Ok(temp) => staged.push((temp, target)),
+                Err(e) => {
+                    remove_staged(&staged);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    for (i, (temp, target)) in staged.iter().enumerate() {
+        if let Err(e) = fs::rename(temp, target) {
+            remove_staged(&staged[i..]);
+            return Err(FileError::io(target, e));
+        }
+    }
+    for (destination, &(_, bytes)) in destinations.iter().zip(files) {
+        if let Destination::InPlace { target } = destination {
+            rewrite(target, bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where an output's bytes go.
+enum Destination {
+    /// A new file renamed over `target` (absent, or a regular file with its `previous`
+    /// metadata).
+    Replace { target: PathBuf, previous: Option<fs::Metadata> },
+    /// Written in place: a hard-linked file or a character device.
+    InPlace { target: PathBuf },
+}
+
+/// Where the bytes for `path` go, or why they do not (see [`write_atomic`]).
+fn destination(path: &Path) -> Result<Destination, FileError> {
     let meta = match fs::metadata(path) {
-        Ok(meta) => Some(meta),
+        Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // Absent, or a link to something absent: the link is not replaced by a file.
             if fs::symlink_metadata(path).is_ok() {
                 return Err(FileError::io(path, io::Error::new(io::ErrorKind::NotFound, "a link to a missing file")));
             }
-            None
+            return Ok(Destination::Replace { target: path.to_path_buf(), previous: None });
         }
         Err(e) => return Err(FileError::io(path, e)),
     };
-    let Some(meta) = meta else { return replace(path, bytes, None) };
     if meta.is_dir() {
         return Err(FileError::new(path, FileErrorKind::Directory));
     }
@@ -168,35 +220,37 @@ pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FileErro
         path.to_path_buf()
     };
     if meta.is_file() {
-        return if links(&meta) > 1 { rewrite(&target, bytes) } else { replace(&target, bytes, Some(&meta)) };
+        return Ok(if links(&meta) > 1 {
+            Destination::InPlace { target }
+        } else {
+            Destination::Replace { target, previous: Some(meta) }
+        });
     }
     match special(&meta) {
         Some(what) => Err(FileError::new(path, FileErrorKind::NotWritable { what })),
-        None => rewrite(&target, bytes),
+        None => Ok(Destination::InPlace { target }),
     }
 }
 
-/// Writes a new temporary file beside `path`, with `previous`'s permissions, flushes it to
-/// disk and renames it over `path`; removes it on any error.
-fn replace(path: &Path, bytes: &[u8], previous: Option<&fs::Metadata>) -> Result<(), FileError> {
+/// Writes a new temporary file beside `path` with `previous`'s permissions and flushes it to
+/// disk: its path. Removes it on any error.
+fn stage(path: &Path, bytes: &[u8], previous: Option<&fs::Metadata>) -> Result<PathBuf, FileError> {
     let temp = temporary_beside(path);
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            if let Some(previous) = previous {
-                f.set_permissions(previous.permissions())?;
-            }
-            f.sync_all()
-        })
-        .and_then(|()| fs::rename(&temp, path));
-    written.map_err(|e| {
-        // Best effort: the temporary may not exist (create failed) or may be gone already.
-        let _ = fs::remove_file(&temp);
-        FileError::io(path, e)
-    })
+    let written = OpenOptions::new().write(true).create_new(true).open(&temp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        if let Some(previous) = previous {
+            f.set_permissions(previous.permissions())?;
+        }
+        f.sync_all()
+    });
+    match written {
+        Ok(()) => Ok(temp),
+        Err(e) => {
+            // Best effort: the temporary may not exist (create failed).
+            let _ = fs::remove_file(&temp);
+            Err(FileError::io(path, e))
+        }
+    }
 }
 
 /// Writes `bytes` to the existing file or character device `path` in place.
@@ -381,6 +435,25 @@ mod tests {
         });
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
         assert!(check_writable_dir(dir.join("missing")).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A set of files is written whole or not at all: a refused member leaves the others as
+    /// they were, with no temporary behind.
+    #[test]
+    fn a_set_is_written_whole_or_not_at_all() {
+        let dir = scratch("set");
+        let (a, b, blocked) = (dir.join("t.csv"), dir.join("t.md"), dir.join("t.svg"));
+        write_set(&[(&a, b"1"), (&b, b"1")]).unwrap();
+        fs::create_dir(&blocked).unwrap();
+        assert!(write_set(&[(&a, b"2"), (&b, b"2"), (&blocked, b"2")]).is_err());
+        assert_eq!((fs::read(&a).unwrap(), fs::read(&b).unwrap()), (b"1".to_vec(), b"1".to_vec()));
+        let mut left: Vec<String> =
+            fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, ["t.csv", "t.md", "t.svg"]);
+        write_set(&[(&a, b"3"), (&b, b"3")]).unwrap();
+        assert_eq!(fs::read(&b).unwrap(), b"3");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -210,14 +210,13 @@ fn write_files(dir: &Path, name: &str, table: &Table, chart: &BarChart) -> Resul
     let io = |path: &Path, e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let svg = chart.to_svg()?;
-    let mut files = Vec::new();
-    for (ext, text) in [("csv", table.to_csv()), ("md", table.to_markdown()), ("svg", svg)] {
-        let path = dir.join(format!("{name}.{ext}"));
-        // Atomically: an error part-way leaves the previous file, never a truncated one.
-        einsum_core::fsio::write_atomic(&path, text.as_bytes())
-            .map_err(|e| Error::Io { path: path.display().to_string(), message: e.message() })?;
-        files.push(path);
-    }
+    let texts = [("csv", table.to_csv()), ("md", table.to_markdown()), ("svg", svg)];
+    let files: Vec<PathBuf> = texts.iter().map(|(ext, _)| dir.join(format!("{name}.{ext}"))).collect();
+    // As a set: an error part-way (a full disk) leaves the previous files, never a table
+    // without its chart or a truncated file.
+    let set: Vec<(&Path, &[u8])> = files.iter().zip(&texts).map(|(p, (_, t))| (p.as_path(), t.as_bytes())).collect();
+    einsum_core::fsio::write_set(&set)
+        .map_err(|e| Error::Io { path: e.path.display().to_string(), message: e.message() })?;
     Ok(files)
 }
 
