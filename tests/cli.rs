@@ -245,6 +245,28 @@ fn outputs_respect_links_devices_and_fifos() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A file in the working directory named like a preset does not replace the preset: the
+/// name is the preset, `./NAME` the file.
+#[test]
+fn a_preset_is_not_shadowed_by_a_file_of_its_name() {
+    let dir = std::env::temp_dir().join(format!("einsummable-shadow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("dgx-a100"), "not a topology").unwrap();
+    let plan = |topology: &str| {
+        Command::new(env!("CARGO_BIN_EXE_einsummable"))
+            .current_dir(&dir)
+            .args(["plan", "matmul:n=64", "--devices", "2", "--topology", topology, "--json"])
+            .output()
+            .expect("the binary runs")
+    };
+    let out = plan("dgx-a100");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = plan("./dgx-a100");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("./dgx-a100"), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn explain_prints_plan_programs_and_a_dot_graph() {
     let dot = std::env::temp_dir().join(format!("einsummable-{}.dot", std::process::id()));

@@ -236,10 +236,9 @@ pub struct Machine {
 }
 
 /// The topology preset called `name` or, when `name` is the path of a file, the custom
-/// topology it describes.
+/// topology it describes ([`Topology::named`]).
 fn load_topology(name: &str) -> Result<Topology> {
-    let topology = if std::path::Path::new(name).is_file() { Topology::load(name) } else { Topology::preset(name) };
-    topology.map_err(|e| Error::Topology(e.to_string()))
+    Topology::named(name).map_err(|e| Error::Topology(e.to_string()))
 }
 
 impl Machine {

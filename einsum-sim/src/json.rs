@@ -697,12 +697,17 @@ impl Topology {
     }
 
     /// The topology a command-line argument names: a preset (`dgx-a100`, ...) or, when
-    /// `name` is the path of an existing file, the custom topology it describes.
+    /// `name` is the path of an existing file, the custom topology it describes. A preset's
+    /// name is the preset even where a file of that name exists in the working directory
+    /// (`./dgx-a100` names the file), so that a stray file cannot silently change a preset.
     /// A name that is neither a preset nor a readable file fails with the preset list, or,
     /// when it looks like a path (it exists, holds a path separator or ends in `.json`), with
     /// an I/O error saying the file is missing or not a file.
     pub fn named(name: &str) -> Result<Topology> {
         let path = Path::new(name);
+        if let Ok(preset) = Topology::preset(name) {
+            return Ok(preset);
+        }
         if path.is_file() {
             return Topology::load(name);
         }
