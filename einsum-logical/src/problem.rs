@@ -320,7 +320,8 @@ impl Problem {
         })
     }
 
-    pub(crate) fn check(&self, choice: &[usize]) -> Result<()> {
+    /// [`Error::InvalidPlan`] unless `choice` names one candidate of every operator.
+    pub fn check(&self, choice: &[usize]) -> Result<()> {
         if choice.len() != self.ops.len() {
             return Err(Error::InvalidPlan(format!("{} choices for {} operators", choice.len(), self.ops.len())));
         }

@@ -125,15 +125,19 @@ impl PyProblem {
         self.inner.total(&choice).map_err(|e| crate::errors::to_py(e.into()))
     }
 
-    /// Whether the plan keeps its resident inputs within the memory budget.
-    fn fits(&self, choice: Vec<usize>) -> bool {
-        self.inner.fits(&choice)
+    /// Whether the plan keeps its resident inputs within the memory budget; a choice that
+    /// does not name one candidate of every operator raises.
+    fn fits(&self, choice: Vec<usize>) -> PyResult<bool> {
+        self.inner.check(&choice).map_err(|e| crate::errors::to_py(e.into()))?;
+        Ok(self.inner.fits(&choice))
     }
 
     /// The plan brought within the memory budget (operators moved to candidates that keep
-    /// less resident), unchanged when it fits.
-    fn repair(&self, choice: Vec<usize>) -> Vec<usize> {
-        self.inner.repair(&choice)
+    /// less resident), unchanged when it fits; a choice that does not name one candidate of
+    /// every operator raises.
+    fn repair(&self, choice: Vec<usize>) -> PyResult<Vec<usize>> {
+        self.inner.check(&choice).map_err(|e| crate::errors::to_py(e.into()))?;
+        Ok(self.inner.repair(&choice))
     }
 
     fn __repr__(&self) -> String {

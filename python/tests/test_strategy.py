@@ -44,6 +44,12 @@ def test_a_python_strategy_decides_the_plan():
         assert planned["name"] == op.name
         assert planned["splits"] == op.candidates[c].splits
     assert plan["total_cost"] == pytest.approx(problem.total(choice))
+    assert problem.fits(choice) and problem.repair(choice) == choice
+    # A choice that does not name one candidate of every operator raises, as total() does.
+    for bad in (choice[:-1], choice[:-1] + [len(problem.ops[-1].candidates)]):
+        for method in (problem.fits, problem.repair, problem.total):
+            with pytest.raises(es.EinsummableError, match="choices for|candidate"):
+                method(bad)
     dp = es.compile(g, devices=4).plan()
     assert plan["total_cost"] > dp["total_cost"]
     assert [o["splits"] for o in plan["ops"]] != [o["splits"] for o in dp["ops"]]
