@@ -74,7 +74,11 @@ impl Graph {
     }
 
     /// Adds an input tensor with named dimensions, e.g. `&[("tokens", 4096), ("d_model", 4096)]`.
+    /// Its name must be new to the graph: inputs are loaded and bound by name.
     pub fn input(&mut self, name: &str, dims: &[(&str, usize)], dtype: DType) -> Result<Tensor> {
+        if self.comp.inputs().iter().any(|t| self.comp.node(t.op).is_some_and(|n| n.name() == name)) {
+            return Err(Error::DuplicateInput(name.to_string()));
+        }
         let desc = TensorDesc::of(dims, dtype)
             .map_err(|e| Error::Build { node: format!("input `{name}`"), source: e.into() })?;
         let id = self.comp.add_input(name, desc);

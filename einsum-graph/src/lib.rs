@@ -36,4 +36,8 @@ pub enum Error {
     /// A tensor handle that does not belong to this graph.
     #[error("tensor {0} does not belong to this graph")]
     ForeignTensor(String),
+    /// An input named like one the graph already has (inputs are loaded and bound by name,
+    /// so the second could never be given a value).
+    #[error("input `{0}`: the graph already has an input of this name")]
+    DuplicateInput(String),
 }

@@ -79,6 +79,17 @@ fn duplicate_input_index_is_an_error() {
     assert!(msg.contains("`i`") && msg.contains("input `x`"), "{msg}");
 }
 
+/// Inputs are bound by name, so a second input of one name is refused, naming it.
+#[test]
+fn a_duplicate_input_name_is_refused() {
+    let mut g = Graph::new();
+    g.input("x", &[("i", 2)], DType::F32).unwrap();
+    let e = g.input("x", &[("j", 3)], DType::F16).unwrap_err();
+    assert!(matches!(&e, Error::DuplicateInput(name) if name == "x"), "{e}");
+    assert!(e.to_string().contains("input `x`"), "{e}");
+    assert!(g.input("y", &[("i", 2)], DType::F32).is_ok());
+}
+
 #[test]
 fn tensors_of_another_graph_are_rejected() {
     let mut other = Graph::new();

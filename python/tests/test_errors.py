@@ -113,3 +113,10 @@ def test_unknown_backend_and_schedule():
         es.compile(g, backend="tpu")
     with pytest.raises(es.EinsummableError, match="schedule `fast`: expected naive or search"):
         es.compile(g, schedule="fast")
+
+
+def test_a_duplicate_input_name_is_refused():
+    g = es.Graph()
+    g.input("x", {"i": 2})
+    with pytest.raises(es.GraphError, match="input `x`"):
+        g.input("x", {"i": 2})
