@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{ArgAction, Parser, Subcommand};
-use cli::{ErrorReport, to_json};
+use cli::{ErrorReport, HelpReport, to_json};
 
 mod cli;
 
@@ -53,12 +53,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // Help and version: with --json, the text as one JSON object.
+        Err(e) if !e.use_stderr() && json_asked() => {
+            println!("{}", to_json(&HelpReport { help: e.render().to_string().trim_end() }));
+            return ExitCode::SUCCESS;
+        }
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            // Bad arguments: with --json, stdout still holds exactly one JSON object. The
-            // arguments are read as OS strings: one that is not UTF-8 must not panic here
-            // (clap reports it as the error).
-            if std::env::args_os().skip(1).any(|a| a == "--json") {
+            // Bad arguments: with --json, stdout still holds exactly one JSON object.
+            if json_asked() {
                 println!("{}", to_json(&ErrorReport { error: e.to_string().trim_end() }));
             }
             eprint!("{e}");
@@ -105,4 +108,11 @@ fn init_logs(verbose: u8) {
         _ => LevelFilter::TRACE,
     };
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).without_time().init();
+}
+
+/// Whether `--json` is among the arguments, read before (or without) parsing them. They are
+/// read as OS strings: one that is not UTF-8 must not panic here (clap reports it as the
+/// error).
+fn json_asked() -> bool {
+    std::env::args_os().skip(1).any(|a| a == "--json")
 }

@@ -245,6 +245,19 @@ fn outputs_respect_links_devices_and_fifos() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--help` and `--version` with `--json` print one JSON object holding their text.
+#[test]
+fn help_with_json_is_one_json_object() {
+    for args in [&["plan", "--help", "--json"][..], &["--json", "--version"]] {
+        let out = einsummable(args);
+        assert!(out.status.success(), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+        assert!(v["help"].as_str().is_some_and(|h| !h.is_empty()), "{args:?}: {v}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&einsummable(&["plan", "--help", "--json"]).stdout).unwrap();
+    assert!(v["help"].as_str().unwrap().contains("Usage"), "{v}");
+}
+
 /// A file in the working directory named like a preset does not replace the preset: the
 /// name is the preset, `./NAME` the file.
 #[test]

@@ -39,6 +39,13 @@ pub struct ErrorReport<'a> {
     pub error: &'a str,
 }
 
+/// The `--json` object of `--help` or `--version`: the text they print without `--json`.
+#[derive(Serialize)]
+pub struct HelpReport<'a> {
+    /// The help or version text.
+    pub help: &'a str,
+}
+
 /// `value` as one line of JSON. The report structs serialise only strings, numbers, lists
 /// and string-keyed maps, which cannot fail; were one to fail, the line is an
 /// [`ErrorReport`] saying so rather than a panic.
