@@ -441,7 +441,10 @@ fn adversarial_inputs_fail_fast_with_typed_errors() {
     fails_with(&["plan", "matmul:n=99999999999999999999"], "value of `n` is too large");
     fails_with(&["plan", "matmul:n=64", "--topology", "/no/such/machine.json"], "no such file");
     fails_with(&["run", "matmul:n=64", "--devices", "2", "--topology", "missing.json"], "no such file");
-    fails_with(&["run", "matmul:n=8", "--devices", "2", "--repeat", "0"], "--repeat must be at least 1");
+    fails_with(&["run", "matmul:n=8", "--devices", "2", "--repeat", "0"], "number of timed runs is 1 to 10000");
+    let huge = u64::MAX.to_string();
+    fails_with(&["run", "matmul:n=8", "--devices", "2", "--repeat", &huge], "number of timed runs is 1 to 10000");
+    fails_with(&["run", "matmul:n=8", "--devices", "2", "--warmup", &huge], "untimed runs is at most 10000");
     // The unwritable dump directory fails before compiling (the workload would not even plan).
     fails_with(&["run", "matmul:n=1", "--devices", "8", "--dump", file], "--dump: cannot create the directory");
     fails_with(&["run", "matmul:n=2000000", "--devices", "2", "--topology", roomy.to_str().unwrap()], "host memory");

@@ -143,18 +143,25 @@ pub struct RunArgs {
     /// first; other files in DIR are left alone.
     #[arg(long)]
     dump: Option<PathBuf>,
-    /// Untimed runs before the timed ones.
+    /// Untimed runs before the timed ones (at most 10 000).
     #[arg(long, default_value_t = 0)]
     warmup: usize,
-    /// Timed runs (at least 1); the reported time is their median.
+    /// Timed runs (1 to 10 000); the reported time is their median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
 }
 
+/// The most runs `--warmup` and `--repeat` each ask for: far more than a median needs, and a
+/// bound on how long a mistyped count keeps the command busy.
+const MAX_RUNS: usize = 10_000;
+
 /// Runs `run`.
 pub fn run(a: RunArgs) -> Result<Report> {
-    if a.repeat == 0 {
-        return Err(Error::Usage("--repeat must be at least 1 (the number of timed runs)".into()));
+    if a.repeat == 0 || a.repeat > MAX_RUNS {
+        return Err(Error::Usage(format!("--repeat {}: the number of timed runs is 1 to {MAX_RUNS}", a.repeat)));
+    }
+    if a.warmup > MAX_RUNS {
+        return Err(Error::Usage(format!("--warmup {}: the number of untimed runs is at most {MAX_RUNS}", a.warmup)));
     }
     if let Some(dir) = &a.dump {
         // Before any work: an unwritable dump directory fails at once, not after the run.
