@@ -91,9 +91,12 @@ impl Graph {
         self.add("einsum", Einsum::new(equation, &descs), inputs)
     }
 
-    /// Matrix multiply `[i, j] × [j, k] → [i, k]`.
+    /// Matrix multiply of two rank-2 tensors, bound by index name: the one index they share
+    /// is contracted, wherever it sits (`[tokens, d_model] × [d_out, d_model] → [tokens,
+    /// d_out]`), and operands that share none or both are an error naming their indices
+    /// ([`Einsum::matmul_named`]).
     pub fn matmul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
-        let op = Einsum::matmul(self.desc(a)?, self.desc(b)?);
+        let op = Einsum::matmul_named(self.desc(a)?, self.desc(b)?);
         self.add("matmul", op, &[a, b])
     }
 

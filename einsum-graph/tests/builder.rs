@@ -79,6 +79,48 @@ fn duplicate_input_index_is_an_error() {
     assert!(msg.contains("`i`") && msg.contains("input `x`"), "{msg}");
 }
 
+/// A matmul binds its operands by index name: a weight stored `[d_out, d_model]` (Hugging
+/// Face's layout) is contracted over `d_model`, giving `x · wᵀ` named `[tokens, d_out]`, checked
+/// against the product by hand on random-looking data; operands that share no index name, or
+/// both, are refused naming their indices.
+#[test]
+fn matmul_binds_operands_by_name() {
+    use einsum_core::HostTensor;
+    let mut g = Graph::new();
+    let x = g.input("x", &[("tokens", 2), ("d_model", 3)], DType::F32).unwrap();
+    let w = g.input("w", &[("d_out", 3), ("d_model", 3)], DType::F32).unwrap();
+    let y = g.matmul(x, w).unwrap();
+    g.save(y).unwrap();
+    let comp = g.computation();
+    let out = comp.desc(comp.saved()[0]).unwrap();
+    assert_eq!(out.dims_string(), "tokens=2, d_out=3");
+    let xs: Vec<f32> = vec![0.5, -1.25, 2.0, 3.0, 0.75, -0.5];
+    let ws: Vec<f32> = vec![1.5, -2.0, 0.25, 0.5, 1.0, -3.0, -1.0, 2.5, 4.0];
+    let inputs = comp.inputs();
+    let feed = |i: usize, data: &[f32]| {
+        let desc = comp.desc(inputs[i]).unwrap();
+        (inputs[i], HostTensor::from_f32(desc.tensor_type(), DType::F32, data.to_vec()).unwrap())
+    };
+    let values = comp.evaluate(&[feed(0, &xs), feed(1, &ws)].into_iter().collect()).unwrap();
+    let got = values[&comp.saved()[0]].to_f32();
+    for t in 0..2 {
+        for o in 0..3 {
+            let want: f32 = (0..3).map(|d| xs[t * 3 + d] * ws[o * 3 + d]).sum();
+            assert!(
+                (got[t * 3 + o] - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "[{t}, {o}]: {} vs {want}",
+                got[t * 3 + o]
+            );
+        }
+    }
+    let v = g.input("v", &[("a", 3), ("b", 3)], DType::F32).unwrap();
+    let e = g.matmul(x, v).unwrap_err().to_string();
+    assert!(e.contains("share no index name") && e.contains("tokens") && e.contains("a=3"), "{e}");
+    let square = g.input("s", &[("tokens", 2), ("d_model", 3)], DType::F32).unwrap();
+    let e = g.matmul(x, square).unwrap_err().to_string();
+    assert!(e.contains("share both index names"), "{e}");
+}
+
 /// Inputs are bound by name, so a second input of one name is refused, naming it.
 #[test]
 fn a_duplicate_input_name_is_refused() {

@@ -95,6 +95,36 @@ impl Einsum {
         Self::build("matmul", "ij,jk->ik", &[a.clone(), b.clone()])
     }
 
+    /// The matrix multiply of two rank-2 tensors bound by index name (kind `matmul`): the
+    /// one index name they share is contracted, and the output has `a`'s other index, then
+    /// `b`'s. So `x[tokens, d_model]` times a weight stored `[d_out, d_model]` (Hugging Face's
+    /// layout) is `x · wᵀ`, `[tokens, d_out]`. Operands that share no index name, or both,
+    /// are refused naming their indices: a positional guess would be a silently wrong result.
+    pub fn matmul_named(a: &TensorDesc, b: &TensorDesc) -> Result<Einsum> {
+        let invalid = |reason: String| Error::Invalid { op: "matmul".to_string(), reason };
+        if a.rank() != 2 || b.rank() != 2 {
+            return Err(invalid(format!(
+                "operands [{}] and [{}]: a matmul takes two rank-2 tensors (einsum takes any)",
+                a.dims_string(),
+                b.dims_string()
+            )));
+        }
+        let shared: Vec<usize> = (0..2).filter(|&i| b.dims.iter().any(|d| d.name == a.dims[i].name)).collect();
+        let [j] = shared[..] else {
+            let what = if shared.is_empty() { "share no index name to contract" } else { "share both index names" };
+            return Err(invalid(format!(
+                "operands [{}] and [{}] {what}: a matmul contracts the one index they share (use einsum to say more)",
+                a.dims_string(),
+                b.dims_string()
+            )));
+        };
+        // `j` names the contracted index in both terms, wherever it sits.
+        let jb = usize::from(b.dims[1].name == a.dims[j].name);
+        let a_term: String = (0..2).map(|k| if k == j { 'j' } else { 'i' }).collect();
+        let b_term: String = (0..2).map(|k| if k == jb { 'j' } else { 'k' }).collect();
+        Self::build("matmul", &format!("{a_term},{b_term}->ik"), &[a.clone(), b.clone()])
+    }
+
     /// The equation, whitespace removed.
     pub fn equation(&self) -> &str {
         &self.equation

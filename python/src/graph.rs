@@ -310,7 +310,9 @@ impl PyGraph {
         self.push_tensor(Step::Einsum { equation, inputs })
     }
 
-    /// Matrix multiply `[i, j] x [j, k] -> [i, k]`, matching `j` by its name.
+    /// Matrix multiply of two rank-2 tensors bound by index name: the one index they share
+    /// is contracted wherever it sits (`[tokens, d_model] x [d_out, d_model] -> [tokens,
+    /// d_out]`); operands that share none or both raise `GraphError`.
     fn matmul(&mut self, a: PyRef<'_, PyTensor>, b: PyRef<'_, PyTensor>) -> PyResult<PyTensor> {
         let step = Step::Matmul { a: self.own(&a)?, b: self.own(&b)? };
         self.push_tensor(step)
