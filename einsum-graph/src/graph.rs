@@ -85,10 +85,11 @@ impl Graph {
         Ok(self.handle(id))
     }
 
-    /// A general contraction written as index strings, e.g. `"td,dhe->hte"`.
+    /// A general contraction written as index strings, e.g. `"td,dhe->hte"`; a letter must
+    /// name one index in every operand it appears in ([`Einsum::new_named`]).
     pub fn einsum(&mut self, equation: &str, inputs: &[Tensor]) -> Result<Tensor> {
         let descs = self.descs(inputs)?;
-        self.add("einsum", Einsum::new(equation, &descs), inputs)
+        self.add("einsum", Einsum::new_named(equation, &descs), inputs)
     }
 
     /// Matrix multiply of two rank-2 tensors, bound by index name: the one index they share

@@ -121,6 +121,19 @@ fn matmul_binds_operands_by_name() {
     assert!(e.contains("share both index names"), "{e}");
 }
 
+/// An einsum letter must name one index: `d` binding `d_model` in one operand and `d_out` in
+/// the other (same extent) is refused naming the letter and both names.
+#[test]
+fn einsum_letters_name_one_index() {
+    let mut g = Graph::new();
+    let x = g.input("x", &[("tokens", 2), ("d_model", 3)], DType::F32).unwrap();
+    let w = g.input("w", &[("d_out", 3), ("k", 4)], DType::F32).unwrap();
+    let e = g.einsum("td,dk->tk", &[x, w]).unwrap_err().to_string();
+    assert!(e.contains("`d_model` in operand 0 and `d_out` in operand 1"), "{e}");
+    let v = g.input("v", &[("d_model", 3), ("k", 4)], DType::F32).unwrap();
+    assert!(g.einsum("td,dk->tk", &[x, v]).is_ok());
+}
+
 /// Inputs are bound by name, so a second input of one name is refused, naming it.
 #[test]
 fn a_duplicate_input_name_is_refused() {

@@ -95,6 +95,38 @@ impl Einsum {
         Self::build("matmul", "ij,jk->ik", &[a.clone(), b.clone()])
     }
 
+    /// [`new`](Self::new) for operands whose indices are named: every letter must bind
+    /// indices of one name in every operand it appears in, since a letter that binds
+    /// `d_model` in one operand and `d_out` in another contracts them by position, a silently
+    /// wrong result when the names say they differ. Refused naming the letter, both names
+    /// and their operands.
+    pub fn new_named(equation: &str, inputs: &[TensorDesc]) -> Result<Einsum> {
+        let einsum = Self::build("einsum", equation, inputs)?;
+        for (id, &letter) in einsum.letters.iter().enumerate() {
+            let mut first: Option<(usize, &str)> = None;
+            for (k, term) in einsum.terms.iter().enumerate() {
+                for (pos, _) in term.iter().enumerate().filter(|&(_, &l)| l == id) {
+                    let name = inputs[k].dims[pos].name.as_str();
+                    match first {
+                        None => first = Some((k, name)),
+                        Some((k0, name0)) if name0 != name => {
+                            return Err(Error::Shape {
+                                op: "einsum".to_string(),
+                                index: letter.to_string(),
+                                reason: format!(
+                                    "binds `{name0}` in operand {k0} and `{name}` in operand {k}: operands are \
+                                     bound by index name, so one letter must name one index"
+                                ),
+                            });
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        Ok(einsum)
+    }
+
     /// The matrix multiply of two rank-2 tensors bound by index name (kind `matmul`): the
     /// one index name they share is contracted, and the output has `a`'s other index, then
     /// `b`'s. So `x[tokens, d_model]` times a weight stored `[d_out, d_model]` (Hugging Face's
