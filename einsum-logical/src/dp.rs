@@ -80,12 +80,8 @@ impl LogicalOptimizer for Dp {
     fn solve_reported(&self, problem: &Problem) -> Result<(Vec<usize>, Option<SearchReport>)> {
         let search = Search::new(problem, MAX_TABLE_ENTRIES)?;
         match problem.memory_budget {
-            None => {
-                let outcome = search.run(0.0);
-                let report = search.report(Some(&outcome));
-                Ok((outcome.choice, Some(report)))
-            }
-            Some(budget) => Ok((self.solve_within(&search, budget)?, Some(search.report(None)))),
+            None => Ok((search.run(0.0).choice, Some(search.report()))),
+            Some(budget) => Ok((self.solve_within(&search, budget)?, Some(search.report()))),
         }
     }
 
@@ -117,7 +113,7 @@ impl Dp {
     /// How the search went on `problem` without a memory budget: the elimination order, its
     /// width, and whether the plan is the exact optimum (else a bound on its gap).
     pub fn report(problem: &Problem) -> Result<SearchReport> {
-        Ok(Search::new(problem, MAX_TABLE_ENTRIES)?.report(None))
+        Ok(Search::new(problem, MAX_TABLE_ENTRIES)?.report())
     }
 
     /// The budgeted search (see the type's doc, "Memory budget").
@@ -225,19 +221,12 @@ impl<'p> Search<'p> {
         Ok(Search { problem, shape, tables: OnceCell::new(), elimination: Elimination::new(problem, limit) })
     }
 
-    /// The elimination's order, width and exactness, with the gap bound of `free`, the run
-    /// without a budget (run again when not given), where elimination was relaxed.
-    fn report(&self, free: Option<&Outcome>) -> SearchReport {
+    /// The elimination's order, width and exactness, and, where elimination was relaxed, the
+    /// gap bound of the run without a budget (run again for it: relaxed problems are rare).
+    fn report(&self) -> SearchReport {
         let elimination = &self.elimination;
         let gap_bound = (!elimination.exact()).then(|| {
-            let owned;
-            let free = match free {
-                Some(free) => free,
-                None => {
-                    owned = self.run(0.0);
-                    &owned
-                }
-            };
+            let free = self.run(0.0);
             if free.lower > 0.0 {
                 ((free.objective - free.lower) / free.lower).max(0.0)
             } else if free.objective <= 0.0 {
@@ -811,7 +800,7 @@ mod tests {
         );
         assert_eq!(pr.total(&outcome.choice).unwrap(), outcome.objective);
         assert!(outcome.objective <= tree_cut(&pr, &search.shape, &Tables::of(&pr), 0.0).1);
-        let relaxed = search.report(None);
+        let relaxed = search.report();
         let gap = relaxed.gap_bound.expect("a bound");
         assert!(!relaxed.exact && outcome.objective <= optimum * (1.0 + gap) + 1e-12, "{relaxed:?}");
     }

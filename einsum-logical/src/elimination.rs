@@ -94,11 +94,7 @@ struct Table {
 
 impl Table {
     fn new(vars: Vec<usize>, sizes: &[usize], values: Rc<[f64]>) -> Table {
-        let mut strides = vec![1; vars.len()];
-        for i in (0..vars.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * sizes[i + 1];
-        }
-        Table { vars, strides, values }
+        Table { vars, strides: row_major(sizes), values }
     }
 
     /// The stride of `var` in this table, zero when it is not one of its tensors.
@@ -378,7 +374,7 @@ impl<'p> Elimination<'p> {
         if let Some(values) = self.tables.borrow().get(&key) {
             return vec![Table::new(vars, &dims, values.clone())];
         }
-        let table = Table::new(vars, &dims, Rc::from(Vec::new()));
+        let strides = row_major(&dims);
         let width = model.outputs.len();
         let reads = model.reads.len();
         let mut values = vec![f64::INFINITY; entries as usize];
@@ -395,11 +391,11 @@ impl<'p> Elimination<'p> {
                     *term += slot.moves[v * slot.needs + need];
                 }
             }
-            let start: usize = (0..width).map(|j| model.value_of[n * width + j] as usize * table.strides[j]).sum();
+            let start: usize = (0..width).map(|j| model.value_of[n * width + j] as usize * strides[j]).sum();
             let cost = base(cand, lambda);
             digits.fill(0);
             loop {
-                let offset = start + (0..reads).map(|i| digits[i] * table.strides[width + i]).sum::<usize>();
+                let offset = start + (0..reads).map(|i| digits[i] * strides[width + i]).sum::<usize>();
                 let total = cost + (0..reads).map(|i| terms[i][digits[i]]).sum::<f64>();
                 if total < values[offset] {
                     values[offset] = total;
@@ -411,7 +407,7 @@ impl<'p> Elimination<'p> {
         }
         let values: Rc<[f64]> = values.into();
         self.tables.borrow_mut().insert(key, values.clone());
-        vec![Table { values, ..table }]
+        vec![Table { vars, strides, values }]
     }
 
     /// A lower bound on an operator's factor as a sum of one table per tensor it reads:
@@ -487,6 +483,15 @@ fn outputs(candidates: &[Candidate]) -> Distinct {
         tilings.extend(column.tilings);
     }
     Distinct { tilings, value_of: value_of.into() }
+}
+
+/// The strides of a row-major table with these extents (the last varies fastest).
+fn row_major(sizes: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; sizes.len()];
+    for i in (0..sizes.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * sizes[i + 1];
+    }
+    strides
 }
 
 /// Advances a mixed-radix counter, last digit fastest; false once it wraps to zero.

@@ -99,8 +99,7 @@ pub fn forced_alternatives(
             if members.iter().all(|&i| choice[i] == c) {
                 continue;
             }
-            let others: Vec<usize> = (0..problem.ops[first].candidates.len()).filter(|&o| o != c).collect();
-            let Ok(alternative) = strategy.solve(&excluding(problem, members, &others)) else { continue };
+            let Ok(alternative) = strategy.solve(&excluding(problem, members, |o| o != c)) else { continue };
             if members.iter().all(|&i| alternative[i] == c) {
                 keep(alternative, &mut found)?;
             }
@@ -119,13 +118,13 @@ fn runner_up(
     members: &[usize],
 ) -> Option<Vec<usize>> {
     let excluded: Vec<usize> = members.iter().map(|&i| choice[i]).collect();
-    let alternative = strategy.solve(&excluding(problem, members, &excluded)).ok()?;
+    let alternative = strategy.solve(&excluding(problem, members, |c| excluded.contains(&c))).ok()?;
     members.iter().all(|&i| !excluded.contains(&alternative[i])).then_some(alternative)
 }
 
-/// `problem` with the candidates `excluded` of the operators `members` (which share one
+/// `problem` with the candidates `excluded` picks of the operators `members` (which share one
 /// candidate list) priced out.
-fn excluding(problem: &Problem, members: &[usize], excluded: &[usize]) -> Problem {
+fn excluding(problem: &Problem, members: &[usize], excluded: impl Fn(usize) -> bool) -> Problem {
     let mut forced = problem.clone();
     let candidates: Arc<[Candidate]> = problem.ops[members[0]]
         .candidates
@@ -133,7 +132,7 @@ fn excluding(problem: &Problem, members: &[usize], excluded: &[usize]) -> Proble
         .enumerate()
         .map(|(c, cand)| {
             let mut cand = cand.clone();
-            if excluded.contains(&c) {
+            if excluded(c) {
                 cand.cost.compute = FORBIDDEN;
             }
             cand

@@ -102,25 +102,24 @@ impl Einsum {
     /// and their operands.
     pub fn new_named(equation: &str, inputs: &[TensorDesc]) -> Result<Einsum> {
         let einsum = Self::build("einsum", equation, inputs)?;
-        for (id, &letter) in einsum.letters.iter().enumerate() {
-            let mut first: Option<(usize, &str)> = None;
-            for (k, term) in einsum.terms.iter().enumerate() {
-                for (pos, _) in term.iter().enumerate().filter(|&(_, &l)| l == id) {
-                    let name = inputs[k].dims[pos].name.as_str();
-                    match first {
-                        None => first = Some((k, name)),
-                        Some((k0, name0)) if name0 != name => {
-                            return Err(Error::Shape {
-                                op: "einsum".to_string(),
-                                index: letter.to_string(),
-                                reason: format!(
-                                    "binds `{name0}` in operand {k0} and `{name}` in operand {k}: operands are \
-                                     bound by index name, so one letter must name one index"
-                                ),
-                            });
-                        }
-                        Some(_) => {}
+        // Per letter: the first operand binding it, and the index name it binds there.
+        let mut named: Vec<Option<(usize, &str)>> = vec![None; einsum.letters.len()];
+        for (k, term) in einsum.terms.iter().enumerate() {
+            for (&id, dim) in term.iter().zip(&inputs[k].dims) {
+                match named[id] {
+                    None => named[id] = Some((k, &dim.name)),
+                    Some((k0, name0)) if name0 != dim.name => {
+                        return Err(Error::Shape {
+                            op: "einsum".to_string(),
+                            index: einsum.letters[id].to_string(),
+                            reason: format!(
+                                "binds `{name0}` in operand {k0} and `{}` in operand {k}: operands are bound by \
+                                 index name, so one letter must name one index",
+                                dim.name
+                            ),
+                        });
                     }
+                    Some(_) => {}
                 }
             }
         }
