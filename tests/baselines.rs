@@ -181,7 +181,7 @@ fn llama_block_named(rename: &dyn Fn(&str) -> String) -> Graph {
     let v = g.einsum("td,dhe->hte", &[h, wv]).unwrap();
     let q = g.rope(q, &t, "d_head", 500_000.0, packing.clone()).unwrap();
     let k = g.rope(k, &t, "d_head", 500_000.0, packing.clone()).unwrap();
-    let a = g.attention(q, k, v, AttentionConfig::new(true, packing)).unwrap();
+    let a = g.attention(q, k, v, &t, "d_head", AttentionConfig::new(true, packing)).unwrap();
     let o = g.einsum("hte,hed->td", &[a, wo]).unwrap();
     let x = g.binary(x, o, BinaryOp::Add).unwrap();
     let h = g.rmsnorm(x, norm2, "d_model", 1e-5).unwrap();
@@ -271,7 +271,7 @@ fn conflicting_roles_are_errors_of_the_graph() {
     assert!(err.to_string().contains("`tokens`"), "{err}");
     let q = g.input("q", &[("heads_q", 4), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
     let k = g.input("k", &[("heads_kv", 2), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
-    let err = g.attention(q, k, k, AttentionConfig::new(true, Packing::single(8))).unwrap_err();
+    let err = g.attention(q, k, k, "tokens", "d_head", AttentionConfig::new(true, Packing::single(8))).unwrap_err();
     match &err {
         GraphError::Build { node, source: einsum_joinagg::Error::RoleConflict { index, .. } } => {
             assert!(node.starts_with("attention") && index == "tokens", "{err}");

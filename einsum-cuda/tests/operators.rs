@@ -78,7 +78,7 @@ fn cases(dt: DType) -> Vec<(&'static str, Computation)> {
         ("scale", Box::new(Unary::new(&x, UnaryOp::Scale(0.5)).unwrap())),
         ("add", Box::new(Binary::new(&x, &x, BinaryOp::Add).unwrap())),
         ("mul-broadcast", Box::new(Binary::new(&x, &w, BinaryOp::Mul).unwrap())),
-        ("outer-max", Box::new(Binary::new(&desc(&[("t", 6)], dt), &w, BinaryOp::Max).unwrap())),
+        ("outer-max", Box::new(Binary::outer(&desc(&[("t", 6)], dt), &w, BinaryOp::Max).unwrap())),
         ("softmax", Box::new(Softmax::new(&desc(&[("a", 3), ("b", 5), ("c", 4)], dt), "b").unwrap())),
         ("rmsnorm", Box::new(RmsNorm::new(&x, &w, "d", 1e-5).unwrap())),
         ("layernorm", Box::new(LayerNorm::new(&x, &w, &w, "d", 1e-5).unwrap())),

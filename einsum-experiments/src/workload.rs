@@ -191,7 +191,7 @@ impl Workload {
                 let q = g.input("q", &[("heads_q", p("heads_q")), ("tokens", t), ("d_head", e)], dtype)?;
                 let k = g.input("k", &[("heads_kv", p("heads_kv")), ("tokens", t), ("d_head", e)], dtype)?;
                 let v = g.input("v", &[("heads_kv", p("heads_kv")), ("tokens", t), ("d_head", e)], dtype)?;
-                let a = g.attention(q, k, v, AttentionConfig { causal: true, packing, scale: None })?;
+                let a = g.attention(q, k, v, "tokens", "d_head", AttentionConfig { causal: true, packing, scale: None })?;
                 g.save(a)?;
             }
             "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
@@ -331,7 +331,7 @@ fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, dtype: DTy
     let q = g.rope(q, "tokens", "d_head", 500_000.0, d.packing.clone())?;
     let k = g.rope(k, "tokens", "d_head", 500_000.0, d.packing.clone())?;
     let config = AttentionConfig { causal: true, packing: d.packing.clone(), scale: None };
-    let a = g.attention(q, k, v, config)?;
+    let a = g.attention(q, k, v, "tokens", "d_head", config)?;
     let o = g.einsum("hte,hed->td", &[a, wo])?;
     let x = g.binary(x, o, BinaryOp::Add)?;
 

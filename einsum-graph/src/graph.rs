@@ -107,9 +107,18 @@ impl Graph {
         self.add("unary", op, &[x])
     }
 
-    /// An elementwise binary operation, broadcasting over named indices.
+    /// An elementwise binary operation, matching indices by name and broadcasting an
+    /// operand whose indices the other has (`[tokens, d] + [d]`); operands that each have an
+    /// index the other lacks are an error naming them ([`Binary::new`]).
     pub fn binary(&mut self, a: Tensor, b: Tensor, op: BinaryOp) -> Result<Tensor> {
         let op = Binary::new(self.desc(a)?, self.desc(b)?, op);
+        self.add("binary", op, &[a, b])
+    }
+
+    /// An elementwise binary operation broadcasting each operand over the indices it lacks,
+    /// the outer broadcast asked for explicitly (`[i] * [j]` → `[i, j]`, [`Binary::outer`]).
+    pub fn binary_outer(&mut self, a: Tensor, b: Tensor, op: BinaryOp) -> Result<Tensor> {
+        let op = Binary::outer(self.desc(a)?, self.desc(b)?, op);
         self.add("binary", op, &[a, b])
     }
 
@@ -139,9 +148,19 @@ impl Graph {
     }
 
     /// Attention of `q: [heads_q, sequence, d_head]` over `k, v: [heads_kv, sequence,
-    /// d_head]` (grouped-query when `heads_q > heads_kv`).
-    pub fn attention(&mut self, q: Tensor, k: Tensor, v: Tensor, config: AttentionConfig) -> Result<Tensor> {
-        let op = Attention::new(self.desc(q)?, self.desc(k)?, self.desc(v)?, config);
+    /// d_head]` (grouped-query when `heads_q > heads_kv`), the `sequence` and `d_head`
+    /// indices found by name: an operand laid out otherwise, or lacking one, is an error
+    /// naming it ([`Attention::named`]).
+    pub fn attention(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        sequence: &str,
+        d_head: &str,
+        config: AttentionConfig,
+    ) -> Result<Tensor> {
+        let op = Attention::named(self.desc(q)?, self.desc(k)?, self.desc(v)?, sequence, d_head, config);
         self.add("attention", op, &[q, k, v])
     }
 

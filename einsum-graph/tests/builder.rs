@@ -68,7 +68,7 @@ fn attention_rejects_heads_that_do_not_group() {
     let k = g.input("k", &[("heads_kv", 4), ("seq", 8), ("d_head", 4)], DType::F32).unwrap();
     let v = g.input("v", &[("heads_kv", 4), ("seq", 8), ("d_head", 4)], DType::F32).unwrap();
     let config = AttentionConfig { causal: true, packing: Packing::single(8), scale: None };
-    let msg = g.attention(q, k, v, config).unwrap_err().to_string();
+    let msg = g.attention(q, k, v, "seq", "d_head", config).unwrap_err().to_string();
     assert!(msg.contains("attention"), "{msg}");
 }
 
@@ -158,4 +158,64 @@ fn tensors_of_another_graph_are_rejected() {
     assert!(matches!(g.binary(a, foreign, BinaryOp::Add), Err(Error::ForeignTensor(_))));
     assert!(matches!(g.desc(foreign), Err(Error::ForeignTensor(_))));
     assert!(g.binary(a, a, BinaryOp::Add).is_ok());
+}
+
+#[test]
+fn attention_finds_sequence_and_d_head_by_name() {
+    let mut g = Graph::new();
+    let causal = || AttentionConfig::new(true, Packing::single(8));
+    // Hugging Face's [tokens, heads, d_head] is refused, naming q and its layout, where a
+    // positional read would take the 8 tokens for heads.
+    let q = g.input("q", &[("tokens", 8), ("heads", 8), ("d_head", 4)], DType::F32).unwrap();
+    let k = g.input("k", &[("tokens", 8), ("heads", 8), ("d_head", 4)], DType::F32).unwrap();
+    let msg = g.attention(q, k, k, "tokens", "d_head", causal()).unwrap_err().to_string();
+    assert!(msg.contains("q is [tokens=8, heads=8, d_head=4]") && msg.contains("permute"), "{msg}");
+    // A name that is not an index of an operand.
+    let q = g.input("q2", &[("heads", 8), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
+    let k = g.input("k2", &[("heads", 8), ("seq", 8), ("d_head", 4)], DType::F32).unwrap();
+    let msg = g.attention(q, k, k, "tokens", "d_head", causal()).unwrap_err().to_string();
+    assert!(msg.contains("`tokens`") && msg.contains("not an index of k"), "{msg}");
+    // k and v must name their heads alike.
+    let k = g.input("k3", &[("heads_kv", 2), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
+    let v = g.input("v3", &[("kv_heads", 2), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
+    let msg = g.attention(q, k, v, "tokens", "d_head", causal()).unwrap_err().to_string();
+    assert!(msg.contains("name their head index differently"), "{msg}");
+    // The canonical layout builds.
+    let v = g.input("v4", &[("heads_kv", 2), ("tokens", 8), ("d_head", 4)], DType::F32).unwrap();
+    let a = g.attention(q, k, v, "tokens", "d_head", causal()).unwrap();
+    assert_eq!(g.desc(a).unwrap().shape(), vec![8, 8, 4]);
+}
+
+#[test]
+fn binary_broadcasts_only_where_asked() {
+    let mut g = Graph::new();
+    let a = g.input("a", &[("tokens", 4), ("d_model", 8)], DType::F32).unwrap();
+    let typo = g.input("typo", &[("tokens", 4), ("d_modle", 8)], DType::F32).unwrap();
+    let err = g.binary(a, typo, BinaryOp::Add).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("a: d_model; b: d_modle") && msg.contains("Binary::outer"), "{msg}");
+    // A bias over an index the other operand lacks is the same mistake.
+    let bias = g.input("bias", &[("d_modle", 8)], DType::F32).unwrap();
+    assert!(g.binary(a, bias, BinaryOp::Add).is_err());
+    // Either side may be the broadcast one; the outer broadcast is there when asked for.
+    let scale = g.input("scale", &[("tokens", 4)], DType::F32).unwrap();
+    let y = g.binary(scale, a, BinaryOp::Mul).unwrap();
+    assert_eq!(g.desc(y).unwrap().shape(), vec![4, 8]);
+    let i = g.input("i", &[("i", 3)], DType::F32).unwrap();
+    let j = g.input("j", &[("j", 5)], DType::F32).unwrap();
+    let outer = g.binary_outer(i, j, BinaryOp::Mul).unwrap();
+    assert_eq!(g.desc(outer).unwrap().shape(), vec![3, 5]);
+}
+
+#[test]
+fn norm_parameters_bind_by_name() {
+    let mut g = Graph::new();
+    let x = g.input("x", &[("tokens", 4), ("d_model", 8)], DType::F32).unwrap();
+    // Same extent, another index: a d_ff weight of a model whose d_ff equals d_model.
+    let w = g.input("w", &[("d_ff", 8)], DType::F32).unwrap();
+    let msg = g.rmsnorm(x, w, "d_model", 1e-5).unwrap_err().to_string();
+    assert!(msg.contains("the one index `d_model`") && msg.contains("d_ff=8"), "{msg}");
+    let b = g.input("b", &[("d_model", 8)], DType::F32).unwrap();
+    assert!(g.layernorm(x, b, w, "d_model", 1e-5).unwrap_err().to_string().contains("bias"));
+    assert!(g.layernorm(x, b, b, "d_model", 1e-5).is_ok());
 }

@@ -1,8 +1,9 @@
 //! Scaled dot-product attention: grouped-query, optionally causal, over packed sequences
 //! (Example 3.10), with a FlashAttention-style CPU kernel.
 //!
-//! Inputs are `q: [heads_q, sequence, d_head]`, `k, v: [heads_kv, sequence, d_head]` (by
-//! position; the index names are the user's); the output has `q`'s type. Query head `h` reads
+//! Inputs are `q: [heads_q, sequence, d_head]`, `k, v: [heads_kv, sequence, d_head]`;
+//! [`Attention::named`] finds `sequence` and `d_head` by name and refuses other layouts,
+//! [`Attention::new`] reads them by position. The output has `q`'s type. Query head `h` reads
 //! key/value head `h / (heads_q / heads_kv)`. Key `j` is visible to query `i` iff both lie in
 //! the same packed sequence and, when causal, `j <= i`.
 //!
@@ -83,6 +84,56 @@ impl Attention {
     /// [`QUERY_INDEX`]). A rank other than 3, mixed dtypes or a non-finite scale are
     /// [`Error::Invalid`].
     pub fn new(q: &TensorDesc, k: &TensorDesc, v: &TensorDesc, config: AttentionConfig) -> Result<Attention> {
+        Self::build(q, k, v, config)
+    }
+
+    /// Attention bound by index name: `sequence` and `d_head` name those indices in each of
+    /// `q`, `k` and `v`, and `k` and `v` name their head index alike. The kernel reads
+    /// `[heads, sequence, d_head]`, so an operand laid out otherwise (Hugging Face's
+    /// `[tokens, heads, d_head]`) is an [`Error::Shape`] naming it and its indices rather
+    /// than a positional guess that would take tokens for heads; so is a missing index.
+    /// Then as [`Attention::new`].
+    pub fn named(
+        q: &TensorDesc,
+        k: &TensorDesc,
+        v: &TensorDesc,
+        sequence: &str,
+        d_head: &str,
+        config: AttentionConfig,
+    ) -> Result<Attention> {
+        let shape = |index: &str, reason: String| Error::Shape { op: KIND.into(), index: index.into(), reason };
+        for (role, t) in [("q", q), ("k", k), ("v", v)] {
+            for (pos, name) in [(1, sequence), (2, d_head)] {
+                match t.position(name) {
+                    None => return Err(shape(name, format!("not an index of {role} [{}]", t.dims_string()))),
+                    Some(p) if p != pos || t.rank() != 3 => {
+                        return Err(shape(
+                            name,
+                            format!(
+                                "{role} is [{}]; attention reads [heads, {sequence}, {d_head}], so permute it \
+                                 first (an einsum such as \"thd->htd\")",
+                                t.dims_string()
+                            ),
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        if k.dims[0].name != v.dims[0].name {
+            return Err(shape(
+                &v.dims[0].name,
+                format!(
+                    "k [{}] and v [{}] name their head index differently; key and value heads are one index",
+                    k.dims_string(),
+                    v.dims_string()
+                ),
+            ));
+        }
+        Self::build(q, k, v, config)
+    }
+
+    fn build(q: &TensorDesc, k: &TensorDesc, v: &TensorDesc, config: AttentionConfig) -> Result<Attention> {
         let shape = |index: &str, reason: String| Error::Shape { op: KIND.into(), index: index.into(), reason };
         let invalid = |reason: String| Error::Invalid { op: KIND.into(), reason };
         let tensors = [("q", q), ("k", k), ("v", v)];

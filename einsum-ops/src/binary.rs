@@ -2,7 +2,9 @@
 //!
 //! `y[a's indices, then b's other indices] = op(a[a's indices], b[b's indices])`. Indices
 //! are matched by name, not by position, so `[tokens, d] + [d]` adds a bias row to every
-//! token and `[i] * [j]` is an outer product. Every output index is shardable anywhere;
+//! token. [`Binary::new`] broadcasts only an operand whose indices the other has, so a
+//! misspelt index name is an error rather than a silent outer product; [`Binary::outer`]
+//! asks for the outer broadcast (`[i] * [j]` → `[i, j]`). Every output index is shardable anywhere;
 //! each input's block follows the indices it has, so an input that lacks an index is
 //! replicated to every interval of that index.
 
@@ -86,10 +88,39 @@ pub struct Binary {
 }
 
 impl Binary {
-    /// `y = op(a, b)`, broadcasting each input over the indices it lacks. An index both
-    /// inputs name must have one extent (else [`Error::Shape`] naming it, with both
-    /// extents); the inputs must share a dtype.
+    /// `y = op(a, b)`, where one input's indices include all of the other's, which is
+    /// broadcast over the indices it lacks (`[tokens, d] + [d]`). Inputs that each have an
+    /// index the other lacks are an [`Error::Shape`] naming both inputs and those indices
+    /// (a misspelt `d_modle` would otherwise broadcast to an extra dimension); ask for
+    /// that with [`Binary::outer`]. An index both inputs name must have one extent (else
+    /// [`Error::Shape`] naming it, with both extents); the inputs must share a dtype.
     pub fn new(a: &TensorDesc, b: &TensorDesc, op: BinaryOp) -> Result<Binary> {
+        let only = |x: &TensorDesc, y: &TensorDesc| -> Vec<String> {
+            x.dims.iter().filter(|d| y.position(&d.name).is_none()).map(|d| d.name.clone()).collect()
+        };
+        let (only_a, only_b) = (only(a, b), only(b, a));
+        if !only_a.is_empty() && !only_b.is_empty() {
+            return Err(Error::Shape {
+                op: KIND.into(),
+                index: only_b[0].clone(),
+                reason: format!(
+                    "a [{}] and b [{}] each have indices the other lacks (a: {}; b: {}); an input is \
+                     broadcast only over indices the other has, so rename the indices to match, \
+                     or ask for an outer broadcast (Binary::outer)",
+                    a.dims_string(),
+                    b.dims_string(),
+                    only_a.join(", "),
+                    only_b.join(", ")
+                ),
+            });
+        }
+        Self::outer(a, b, op)
+    }
+
+    /// `y = op(a, b)`, broadcasting each input over the indices it lacks: the outer
+    /// broadcast, `[i] * [j]` → `[i, j]`. An index both inputs name must have one extent
+    /// (else [`Error::Shape`] naming it, with both extents); the inputs must share a dtype.
+    pub fn outer(a: &TensorDesc, b: &TensorDesc, op: BinaryOp) -> Result<Binary> {
         if a.dtype != b.dtype {
             return Err(Error::Invalid {
                 op: KIND.into(),
@@ -318,7 +349,8 @@ mod tests {
     fn outer_product_of_disjoint_indices() {
         let a = TensorDesc::of(&[("a", 2)], DType::F32).unwrap();
         let b = TensorDesc::of(&[("b", 3)], DType::F32).unwrap();
-        let op = Binary::new(&a, &b, BinaryOp::Mul).unwrap();
+        assert!(Binary::new(&a, &b, BinaryOp::Mul).is_err(), "an outer broadcast is asked for");
+        let op = Binary::outer(&a, &b, BinaryOp::Mul).unwrap();
         assert_eq!(op.outputs()[0].shape(), vec![2, 3]);
         let y = execute_whole(&op, &[tensor(&a, vec![1.0, 2.0]), tensor(&b, vec![3.0, 4.0, 5.0])]).unwrap();
         assert_eq!(y[0].to_f32(), vec![3.0, 4.0, 5.0, 6.0, 8.0, 10.0]);

@@ -96,18 +96,18 @@ pub(crate) fn split_rows(shape: &[usize], axis: usize) -> (usize, usize, usize) 
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
 }
 
-/// Checks a per-row parameter (weight, bias) of a norm over `x`'s dimension `axis`: rank
-/// 1, the extent of that index, `x`'s dtype. Errors name operator `op` and the index.
+/// Checks a per-row parameter (weight, bias) of a norm over `x`'s dimension `axis`: the
+/// one index of that name and extent (bound by name, as everywhere), `x`'s dtype. Errors name operator `op` and the index.
 pub(crate) fn check_param(op: &str, x: &TensorDesc, axis: usize, param: &TensorDesc, what: &str) -> Result<()> {
     let dim = &x.dims[axis];
-    if param.rank() != 1 || param.dims[0].extent != dim.extent {
+    if param.rank() != 1 || param.dims[0].extent != dim.extent || param.dims[0].name != dim.name {
         return Err(Error::Shape {
             op: op.to_string(),
             index: dim.name.clone(),
             reason: format!(
-                "the {what} must have rank 1 and extent {} (that of `{}` in x [{}]), got [{}]",
-                dim.extent,
+                "the {what} must be the one index `{}` of extent {} (that of x [{}]), got [{}]",
                 dim.name,
+                dim.extent,
                 x.dims_string(),
                 param.dims_string()
             ),

@@ -82,7 +82,7 @@ proptest! {
         let extent = |n: &str| extents[POOL.iter().position(|&q| q == n).unwrap()];
         let da: Vec<(&str, usize)> = a.iter().map(|&n| (n, extent(n))).collect();
         let db: Vec<(&str, usize)> = b.iter().map(|&n| (n, extent(n))).collect();
-        let op = Binary::new(&desc(&da), &desc(&db), op).unwrap();
+        let op = Binary::outer(&desc(&da), &desc(&db), op).unwrap();
         prop_assume!(op.outputs()[0].tensor_type().volume() <= 4000);
         check(&op, p, pick, seed)?;
     }
@@ -108,7 +108,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let &(name, n) = at.get(&dims);
-        let op = RmsNorm::new(&desc(&dims), &desc(&[("w", n)]), name, 1e-5).unwrap();
+        let op = RmsNorm::new(&desc(&dims), &desc(&[(name, n)]), name, 1e-5).unwrap();
         check(&op, p, pick, seed)?;
     }
 

@@ -30,12 +30,12 @@ enum Step {
     Einsum { equation: String, inputs: Vec<TensorId> },
     Matmul { a: TensorId, b: TensorId },
     Unary { x: TensorId, op: UnaryOp },
-    Binary { a: TensorId, b: TensorId, op: BinaryOp },
+    Binary { a: TensorId, b: TensorId, op: BinaryOp, outer: bool },
     Softmax { x: TensorId, index: String },
     RmsNorm { x: TensorId, weight: TensorId, index: String, eps: f32 },
     LayerNorm { x: TensorId, weight: TensorId, bias: TensorId, index: String, eps: f32 },
     Rope { x: TensorId, sequence: String, feature: String, theta: f32, packing: Packing },
-    Attention { q: TensorId, k: TensorId, v: TensorId, config: AttentionConfig },
+    Attention { q: TensorId, k: TensorId, v: TensorId, sequence: String, d_head: String, config: AttentionConfig },
     Reduce { x: TensorId, over: Vec<String>, op: ReduceOp },
     Role { index: String, role: IndexRole },
     Save { t: TensorId },
@@ -66,9 +66,9 @@ impl Step {
                 let x = t(x)?;
                 g.unary(x, *op)?
             }
-            Step::Binary { a, b, op } => {
+            Step::Binary { a, b, op, outer } => {
                 let (a, b) = (t(a)?, t(b)?);
-                g.binary(a, b, *op)?
+                if *outer { g.binary_outer(a, b, *op)? } else { g.binary(a, b, *op)? }
             }
             Step::Softmax { x, index } => {
                 let x = t(x)?;
@@ -86,9 +86,9 @@ impl Step {
                 let x = t(x)?;
                 g.rope(x, sequence, feature, *theta, packing.clone())?
             }
-            Step::Attention { q, k, v, config } => {
+            Step::Attention { q, k, v, sequence, d_head, config } => {
                 let (q, k, v) = (t(q)?, t(k)?, t(v)?);
-                g.attention(q, k, v, config.clone())?
+                g.attention(q, k, v, sequence, d_head, config.clone())?
             }
             Step::Reduce { x, over, op } => {
                 let x = t(x)?;
@@ -327,11 +327,14 @@ impl PyGraph {
         self.push_tensor(step)
     }
 
-    /// An elementwise binary operation (`add`, `sub`, `mul`, `div`, `max`), broadcasting
-    /// over the indices one side lacks.
-    fn binary(&mut self, a: PyRef<'_, PyTensor>, b: PyRef<'_, PyTensor>, op: &str) -> PyResult<PyTensor> {
+    /// An elementwise binary operation (`add`, `sub`, `mul`, `div`, `max`), matching indices
+    /// by name and broadcasting an operand whose indices the other has; operands that each
+    /// have an index the other lacks (a misspelt name) are a `GraphError` unless `outer`
+    /// asks for the outer broadcast.
+    #[pyo3(signature = (a, b, op, outer = false))]
+    fn binary(&mut self, a: PyRef<'_, PyTensor>, b: PyRef<'_, PyTensor>, op: &str, outer: bool) -> PyResult<PyTensor> {
         let op = BinaryOp::parse(op).map_err(Error::from).py_err()?;
-        let step = Step::Binary { a: self.own(&a)?, b: self.own(&b)?, op };
+        let step = Step::Binary { a: self.own(&a)?, b: self.own(&b)?, op, outer };
         self.push_tensor(step)
     }
 
@@ -386,21 +389,26 @@ impl PyGraph {
     }
 
     /// Attention of `q: [heads_q, sequence, d_head]` over `k, v: [heads_kv, sequence,
-    /// d_head]` (grouped-query when `heads_q > heads_kv`), causal within each packed
-    /// sequence (`seq_ends`; default: one); `scale` defaults to `1/sqrt(d_head)`.
-    #[pyo3(signature = (q, k, v, causal = true, seq_ends = None, scale = None))]
+    /// d_head]` (grouped-query when `heads_q > heads_kv`), the `sequence` and `d_head`
+    /// indices named (an operand laid out otherwise is a `GraphError`), causal within each
+    /// packed sequence (`seq_ends`; default: one); `scale` defaults to `1/sqrt(d_head)`.
+    #[pyo3(signature = (q, k, v, sequence, d_head, causal = true, seq_ends = None, scale = None))]
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
         q: PyRef<'_, PyTensor>,
         k: PyRef<'_, PyTensor>,
         v: PyRef<'_, PyTensor>,
+        sequence: String,
+        d_head: String,
         causal: bool,
         seq_ends: Option<Vec<usize>>,
         scale: Option<f32>,
     ) -> PyResult<PyTensor> {
-        let total = q.dims.get(1).map_or(1, |d| d.1);
+        let total = q.dims.iter().find(|d| d.0 == sequence).map_or(1, |d| d.1);
         let config = AttentionConfig { causal, packing: packing(seq_ends, total)?, scale };
-        let step = Step::Attention { q: self.own(&q)?, k: self.own(&k)?, v: self.own(&v)?, config };
+        let (q, k, v) = (self.own(&q)?, self.own(&k)?, self.own(&v)?);
+        let step = Step::Attention { q, k, v, sequence, d_head, config };
         self.push_tensor(step)
     }
 

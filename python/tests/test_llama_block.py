@@ -74,7 +74,7 @@ def build_block():
     q = g.rope(g.einsum("td,dhe->hte", h, wq), "tokens", "d_head", theta=THETA, seq_ends=ends)
     k = g.rope(g.einsum("td,dhe->hte", h, wk), "tokens", "d_head", theta=THETA, seq_ends=ends)
     v = g.einsum("td,dhe->hte", h, wv)
-    a = g.attention(q, k, v, causal=True, seq_ends=ends)
+    a = g.attention(q, k, v, "tokens", "d_head", causal=True, seq_ends=ends)
     x = g.binary(x, g.einsum("hte,hed->td", a, wo), "add")
     h = g.rmsnorm(x, norm2, "d_model", eps=EPS)
     act = g.binary(g.unary(g.matmul(h, w_gate), "silu"), g.matmul(h, w_up), "mul")
