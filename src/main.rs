@@ -51,6 +51,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: an interrupt removes the temporary files of outputs being
+    // written (`--dump`, `--dot`, `experiment --out`) before the process ends by it.
+    if let Err(e) = einsum_core::temporary::remove_temporaries_on_signals() {
+        eprintln!("warning: interrupts may leave temporary files behind: {e}");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // Help and version: with --json, the text as one JSON object.

@@ -19,7 +19,8 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::temporary::TemporaryFile;
 
 /// The default cap on an input file, in bytes (64 MiB): far above any hand-written or
 /// generated program or topology (the largest checked-in example is a few KB; a synthesized
@@ -60,6 +61,9 @@ pub enum FileErrorKind {
         /// What it is.
         what: &'static str,
     },
+    /// The path names a FIFO that no process writes to (reading it would wait for ever), or
+    /// whose writer closed it without writing anything.
+    NoWriter,
 }
 
 impl fmt::Display for FileError {
@@ -80,6 +84,7 @@ impl fmt::Display for FileErrorKind {
             FileErrorKind::NotWritable { what } => {
                 write!(f, "is a {what}, not written to: give a regular file or a character device")
             }
+            FileErrorKind::NoWriter => f.write_str("is a FIFO with nothing written to it (no writer has it open)"),
         }
     }
 }
@@ -113,10 +118,14 @@ impl FileError {
 /// A regular file larger than `limit` is refused from its size without reading it; any
 /// other readable file (a device such as `/dev/zero`, a pipe, `/dev/stdin`) is read until
 /// `limit + 1` bytes have arrived, so at most `limit + 1` bytes are ever held. A directory
-/// is refused by name rather than with the operating system's "Is a directory".
+/// is refused by name rather than with the operating system's "Is a directory". A FIFO is
+/// opened without waiting for a writer (an ordinary open would wait for ever where none
+/// comes): one with a writer is read to its end, one without is
+/// [`FileErrorKind::NoWriter`].
 pub fn read_capped(path: impl AsRef<Path>, limit: u64) -> Result<String, FileError> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|e| FileError::io(path, e))?;
+    let fifo = is_fifo(&fs::metadata(path).map_err(|e| FileError::io(path, e))?);
+    let file = open_for_reading(path, fifo).map_err(|e| FileError::io(path, e))?;
     let meta = file.metadata().map_err(|e| FileError::io(path, e))?;
     if meta.is_dir() {
         return Err(FileError::new(path, FileErrorKind::Directory));
@@ -130,8 +139,45 @@ pub fn read_capped(path: impl AsRef<Path>, limit: u64) -> Result<String, FileErr
     if bytes.len() as u64 > limit {
         return Err(FileError::new(path, FileErrorKind::TooLarge { limit }));
     }
+    if fifo && bytes.is_empty() {
+        return Err(FileError::new(path, FileErrorKind::NoWriter));
+    }
     String::from_utf8(bytes)
         .map_err(|e| FileError::new(path, FileErrorKind::NotUtf8 { offset: e.utf8_error().valid_up_to() }))
+}
+
+/// Opens `path` for reading; a FIFO without waiting for a writer (`O_NONBLOCK`, cleared once
+/// open so that reads wait for a writer's data, and end when it closes).
+fn open_for_reading(path: &Path, fifo: bool) -> io::Result<File> {
+    #[cfg(unix)]
+    if fifo {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+        let fd = file.as_raw_fd();
+        // SAFETY: `fd` is this open file's descriptor; F_GETFL/F_SETFL only read and set its
+        // status flags.
+        let cleared = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+        };
+        return if cleared { Ok(file) } else { Err(io::Error::last_os_error()) };
+    }
+    let _ = fifo;
+    File::open(path)
+}
+
+/// Whether `meta` is a FIFO's (never on platforms without them).
+fn is_fifo(meta: &fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        false
+    }
 }
 
 /// Writes `bytes` to `path`, respecting what the path names:
@@ -156,29 +202,15 @@ pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FileErro
 /// (and the in-place writes to devices and hard-linked files) come after.
 pub fn write_set(files: &[(&Path, &[u8])]) -> Result<(), FileError> {
     let destinations = files.iter().map(|&(path, _)| destination(path)).collect::<Result<Vec<_>, _>>()?;
-    let mut staged: Vec<(PathBuf, &Path)> = Vec::new();
-    let remove_staged = |staged: &[(PathBuf, &Path)]| {
-        for (temp, _) in staged {
-            // Best effort: the temporary may be gone already.
-            let _ = fs::remove_file(temp);
-        }
-    };
+    // Dropping the staged temporaries (on any return before their rename) removes them.
+    let mut staged: Vec<(TemporaryFile, &Path)> = Vec::new();
     for (destination, &(_, bytes)) in destinations.iter().zip(files) {
         if let Destination::Replace { target, previous } = destination {
-            match stage(target, bytes, previous.as_ref()) {
-                Ok(temp) => staged.push((temp, target)),
-                Err(e) => {
-                    remove_staged(&staged);
-                    return Err(e);
-                }
-            }
+            staged.push((stage(target, bytes, previous.as_ref())?, target));
         }
     }
-    for (i, (temp, target)) in staged.iter().enumerate() {
-        if let Err(e) = fs::rename(temp, target) {
-            remove_staged(&staged[i..]);
-            return Err(FileError::io(target, e));
-        }
+    for (temp, target) in staged {
+        temp.persist(target).map_err(|e| FileError::io(target, e))?;
     }
     for (destination, &(_, bytes)) in destinations.iter().zip(files) {
         if let Destination::InPlace { target } = destination {
@@ -233,24 +265,14 @@ fn destination(path: &Path) -> Result<Destination, FileError> {
 }
 
 /// Writes a new temporary file beside `path` with `previous`'s permissions and flushes it to
-/// disk: its path. Removes it on any error.
-fn stage(path: &Path, bytes: &[u8], previous: Option<&fs::Metadata>) -> Result<PathBuf, FileError> {
-    let temp = temporary_beside(path);
-    let written = OpenOptions::new().write(true).create_new(true).open(&temp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        if let Some(previous) = previous {
-            f.set_permissions(previous.permissions())?;
-        }
-        f.sync_all()
-    });
-    match written {
-        Ok(()) => Ok(temp),
-        Err(e) => {
-            // Best effort: the temporary may not exist (create failed).
-            let _ = fs::remove_file(&temp);
-            Err(FileError::io(path, e))
-        }
-    }
+/// disk (it is removed on any error, as on drop).
+fn stage(path: &Path, bytes: &[u8], previous: Option<&fs::Metadata>) -> Result<TemporaryFile, FileError> {
+    let (temp, mut file) = TemporaryFile::beside(path).map_err(|e| FileError::io(path, e))?;
+    file.write_all(bytes)
+        .and_then(|()| previous.map_or(Ok(()), |previous| file.set_permissions(previous.permissions())))
+        .and_then(|()| file.sync_all())
+        .map_err(|e| FileError::io(path, e))?;
+    Ok(temp)
 }
 
 /// Writes `bytes` to the existing file or character device `path` in place.
@@ -305,20 +327,8 @@ fn special(meta: &fs::Metadata) -> Option<&'static str> {
 /// that a link planted under that name is never followed.
 pub fn check_writable_dir(dir: impl AsRef<Path>) -> Result<(), FileError> {
     let dir = dir.as_ref();
-    let probe = temporary_beside(&dir.join("write-probe"));
-    OpenOptions::new().write(true).create_new(true).open(&probe).map_err(|e| FileError::io(dir, e))?;
-    fs::remove_file(&probe).map_err(|e| FileError::io(dir, e))
-}
-
-/// A name in `path`'s directory that no other writer uses: the file name, hidden, with this
-/// process's id and a per-process counter (`.NAME.PID.N.tmp`).
-fn temporary_beside(path: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut name = std::ffi::OsString::from(".");
-    name.push(path.file_name().unwrap_or(path.as_os_str()));
-    name.push(format!(".{}.{n}.tmp", std::process::id()));
-    path.with_file_name(name)
+    // Dropping the probe removes it.
+    TemporaryFile::beside(&dir.join("write-probe")).map(drop).map_err(|e| FileError::io(dir, e))
 }
 
 #[cfg(test)]
@@ -355,6 +365,35 @@ mod tests {
     fn an_endless_device_stops_at_the_cap() {
         let e = read_capped("/dev/zero", 1 << 16).unwrap_err();
         assert!(matches!(e.kind, FileErrorKind::TooLarge { limit: 65536 }), "{e}");
+    }
+
+    /// A FIFO that nobody writes is refused at once (an ordinary open would wait for ever);
+    /// a pipe that holds data, as a shell's `<(...)` gives one, is read to its end.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn fifos_without_a_writer_are_refused_and_pipes_read() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = scratch("fifo-read");
+        let fifo = dir.join("in.fifo");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = fifo.clone();
+        std::thread::spawn(move || tx.send(read_capped(&reader, 1 << 10).map_err(|e| e.kind)));
+        let outcome = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("reading a FIFO hangs");
+        assert!(matches!(outcome, Err(FileErrorKind::NoWriter)), "{outcome:?}");
+
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let mut write_end = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+        write_end.write_all(b"piped").unwrap();
+        drop(write_end);
+        assert_eq!(read_capped(format!("/proc/self/fd/{}", fds[0]), 1 << 10).unwrap(), "piped");
+        // SAFETY: the read end is still open and owned here.
+        unsafe { libc::close(fds[0]) };
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

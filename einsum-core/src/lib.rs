@@ -31,6 +31,7 @@ mod kernel_class;
 mod lease;
 mod rng;
 pub mod taskgraph;
+pub mod temporary;
 mod tensor_type;
 mod tiling;
 
