@@ -475,11 +475,12 @@ impl Executable<'_> {
     }
 
     /// Refuses a run whose [`Executable::host_bytes_needed`] exceeds the memory this process can
-    /// still allocate (`MemAvailable`, or the address-space limit less what is mapped), before
-    /// anything is allocated; where the system does not say (not Linux), it passes.
+    /// still allocate ([`einsum_core::host_memory`]: `MemAvailable`, the address-space limit
+    /// less what is mapped, the memory cgroup's limit less its usage), before anything is
+    /// allocated; where the system does not say (not Linux), it passes.
     pub fn check_host_memory(&self, reference: bool) -> Result<()> {
         let needed = self.host_bytes_needed(reference);
-        match available_host_memory() {
+        match einsum_core::host_memory::available_host_memory() {
             Some(available) if needed > available => Err(Error::HostMemory {
                 needed,
                 available,
@@ -495,27 +496,5 @@ impl Executable<'_> {
 
     fn input_name(&self, slot: usize) -> String {
         self.graph.computation().node(self.inputs[slot].op).map_or_else(String::new, |n| n.name().to_string())
-    }
-}
-
-/// The bytes this process can still allocate: the system's `MemAvailable`, capped by the
-/// soft address-space limit (`ulimit -v`) less the address space already mapped. `None`
-/// where `/proc` does not say.
-fn available_host_memory() -> Option<usize> {
-    let field = |text: &str, key: &str| -> Option<usize> {
-        let line = text.lines().find(|l| l.starts_with(key))?;
-        let kb: usize = line[key.len()..].split_whitespace().next()?.parse().ok()?;
-        Some(kb.saturating_mul(1024))
-    };
-    let free = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| field(&m, "MemAvailable:"));
-    let limit = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
-        let line = l.lines().find(|l| l.starts_with("Max address space"))?;
-        let soft: usize = line["Max address space".len()..].split_whitespace().next()?.parse().ok()?;
-        let mapped = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| field(&s, "VmSize:")).unwrap_or(0);
-        Some(soft.saturating_sub(mapped))
-    });
-    match (free, limit) {
-        (Some(f), Some(l)) => Some(f.min(l)),
-        (f, l) => f.or(l),
     }
 }

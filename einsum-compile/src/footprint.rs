@@ -216,15 +216,6 @@ pub fn check_size(
     }
 }
 
-/// The memory this process may still take: `MemAvailable` of `/proc/meminfo`, in bytes, or
-/// `None` where it cannot be read (then nothing is refused).
-pub fn available_host_memory() -> Option<f64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,12 +235,5 @@ mod tests {
         let (r, c): (Vec<&TensorType>, Vec<&TensorType>) = (rows.iter().collect(), cols.iter().collect());
         assert_eq!(intersecting_pairs(&r, &c), 16);
         assert_eq!(intersecting_pairs(&r, &r), 4);
-    }
-
-    #[test]
-    fn available_memory_is_positive_where_it_can_be_read() {
-        if let Some(bytes) = available_host_memory() {
-            assert!(bytes > 0.0);
-        }
     }
 }

@@ -110,7 +110,7 @@ pub struct Request<'a> {
     /// Bytes per device; `None`: [`default_budget`].
     pub memory_budget: Option<f64>,
     /// Host memory planning and compiling may take, in bytes; `None`: what the system
-    /// reports available ([`crate::footprint::available_host_memory`]), no limit where it
+    /// reports available ([`einsum_core::host_memory::available_host_memory`]), no limit where it
     /// reports nothing.
     pub host_memory: Option<f64>,
     /// Whole-plan predictions to spend on the strategy's alternatives to its plan (see
@@ -158,7 +158,7 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     if budget > capacity {
         return Err(PipelineError::BudgetOverCapacity { budget, capacity, topology: req.topology.name().to_string() });
     }
-    let host_limit = req.host_memory.or_else(footprint::available_host_memory);
+    let host_limit = req.host_memory.or_else(|| einsum_core::host_memory::available_host_memory().map(|b| b as f64));
     let fits = |stage: &'static str, estimate: f64| match host_limit {
         Some(limit) if estimate > limit => {
             Err(PipelineError::HostMemory { stage, devices: req.devices, estimate, limit })

@@ -24,6 +24,7 @@ mod dtype;
 mod error;
 mod fasthash;
 pub mod fsio;
+pub mod host_memory;
 mod host_tensor;
 mod interval;
 pub mod intra_op;
