@@ -1,12 +1,33 @@
 //! `einsummable.compile` and the `Executable` it returns: `run` on NumPy arrays, `plan`,
 //! `explain` and `predict`.
+//!
+//! # Design
+//! A Rust [`Executable`] borrows the graph it was compiled from, and the backend state it
+//! holds (`einsum_core::Prepared`) is not `Send`: it cannot move between threads, and the
+//! Python object cannot hold it if it is to be used from any Python thread. So every
+//! executable lives on a thread of its own, for its whole life: the thread owns the graph's
+//! snapshot, compiles it, and then serves the Python object's calls ([`Job`]s) one at a time,
+//! in the order they come, until the Python object is dropped (then it drops the executable
+//! and ends). The Python object holds the channel to its thread and what was copied out at
+//! compile (names, types, its summary), so it is `Send + Sync`: calls from several Python
+//! threads queue on the executable's thread, each whole (a run's loads, execution and
+//! offloads are never interleaved with another call's). No `unsafe` is needed.
+//!
+//! The caller waits for its job with the GIL released and wakes to check for signals
+//! ([`crate::worker::wait`]): Ctrl-C raises `KeyboardInterrupt` at once. A job whose caller
+//! was interrupted before it started is skipped; one already under way cannot be stopped
+//! (the Rust pipeline has no cancellation point) and finishes on the executable's thread, its
+//! result dropped:
+//! an interrupted run leaves its inputs loaded, as a finished one does, and the executable
+//! usable. A job that panics is `EinsummableError`, and the executable refuses every later
+//! call (its state may be half-updated), saying so.
 
-use std::mem::ManuallyDrop;
-use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread;
 use std::time::Duration;
 
-use einsum_core::TensorDesc;
+use einsum_core::{HostTensor, TensorDesc};
 use einsum_logical::LogicalOptimizer;
 use einsummable::report::{GraphReport, PlanReport, explain_text};
 use einsummable::{BackendParams, CompileOptions, Error, Executable, Graph, Schedule, Tensor, Topology};
@@ -18,6 +39,7 @@ use crate::errors::{EinsummableError, IntoPy, to_py};
 use crate::graph::{PyGraph, tensor_name};
 use crate::progress::with_progress;
 use crate::strategy::PyStrategy;
+use crate::worker::{Cancel, Reply, STACK_BYTES, catch, reply_channel, wait};
 
 /// The machine planned for without a topology: as on the command line, `dgx-a100` scaled to
 /// the fewest nodes that hold the devices.
@@ -28,56 +50,79 @@ const DEFAULT_TOPOLOGY: &str = "dgx-a100";
 const SEARCH_ITERATIONS: usize = 50;
 const SEARCH_BUDGET: Duration = Duration::from_secs(10);
 
-/// A value moved into `Python::detach` and back: the closure runs on this thread while the
-/// GIL is released, so nothing in it crosses threads.
-struct OnThisThread<T>(T);
+/// A call served on an executable's thread: given the executable, or, once an earlier job
+/// panicked, the message saying it is unusable; returns its own panic's message, if it
+/// panicked (the thread then refuses every later job).
+type Job = Box<dyn FnOnce(Result<&mut Executable<'_>, &str>) -> Option<String> + Send>;
 
-// SAFETY: `Python::detach` runs its closure on the calling thread and returns its result
-// there; the `Send` bound it asks for exists to keep GIL-bound Python references out of the
-// closure, and the values wrapped here (an executable, its graph, host tensors) hold none.
-unsafe impl<T> Send for OnThisThread<T> {}
+/// What the compiled executable's thread tells `compile`: `repr`'s text, or why not.
+type Compiled = Reply<einsummable::Result<String>>;
 
-/// An executable together with the graph it borrows, owned as one value.
-struct OwnedExecutable {
-    /// Borrows `*graph`; dropped first.
-    exe: ManuallyDrop<Executable<'static>>,
-    /// The graph, boxed so that it never moves while `exe` borrows it.
-    graph: NonNull<Graph>,
-}
-
-impl OwnedExecutable {
-    /// Compiles `graph` with `options`; the executable owns the graph.
-    fn compile(graph: Graph, options: &CompileOptions) -> einsummable::Result<Self> {
-        let graph = NonNull::from(Box::leak(Box::new(graph)));
-        // SAFETY: the box is freed only in `drop` (or below, on failure), after the executable
-        // that borrows it; it is never moved or mutated meanwhile.
-        let borrowed: &'static Graph = unsafe { graph.as_ref() };
-        match einsummable::compile(borrowed, options) {
-            Ok(exe) => Ok(OwnedExecutable { exe: ManuallyDrop::new(exe), graph }),
-            Err(e) => {
-                // SAFETY: nothing borrows the graph any more; the pointer came from `Box::leak`.
-                drop(unsafe { Box::from_raw(graph.as_ptr()) });
-                Err(e)
+/// The body of an executable's thread: compiles `graph` with `options` (progress lines to
+/// `progress` until `cancel`), sends `compiled` the outcome, then serves `jobs` until the
+/// Python object, which holds their sender, is dropped.
+fn serve(
+    graph: Graph,
+    options: CompileOptions,
+    progress: Option<Arc<Py<PyAny>>>,
+    cancel: Cancel,
+    compiled: SyncSender<Compiled>,
+    jobs: Receiver<Job>,
+    names: (String, String),
+) {
+    let outcome = catch(|| {
+        let exe = with_progress(progress, &cancel, || einsummable::compile(&graph, &options))?;
+        let (workload, topology) = &names;
+        let summary = format!(
+            "Executable({workload} on {} devices, {} optimizer, predicted {:.4} ms on {topology})",
+            exe.plan().devices,
+            exe.plan().optimizer,
+            exe.predicted_ms(),
+        );
+        Ok((exe, summary))
+    });
+    // The options hold the strategy, which may be a Python object: not kept for the
+    // executable's whole life.
+    drop(options);
+    let mut exe = match outcome {
+        Ok(Ok((exe, summary))) => {
+            if compiled.send(Ok(Ok(summary))).is_err() {
+                // `compile` was interrupted: no Python object will ever call.
+                return;
             }
+            exe
         }
-    }
-}
-
-impl Drop for OwnedExecutable {
-    fn drop(&mut self) {
-        // SAFETY: the executable goes first, then the graph it borrowed, once.
-        unsafe {
-            ManuallyDrop::drop(&mut self.exe);
-            drop(Box::from_raw(self.graph.as_ptr()));
+        Ok(Err(e)) => {
+            let _ = compiled.send(Ok(Err(e)));
+            return;
+        }
+        Err(panic) => {
+            let _ = compiled.send(Err(panic));
+            return;
+        }
+    };
+    let mut unusable: Option<String> = None;
+    for job in jobs {
+        let exe = match &unusable {
+            Some(why) => Err(why.as_str()),
+            None => Ok(&mut exe),
+        };
+        if let Some(panic) = job(exe) {
+            unusable = Some(format!(
+                "the executable is unusable: an earlier call panicked ({panic}) and may have left it \
+                 half-updated; compile the graph again"
+            ));
         }
     }
 }
 
 /// A compiled graph: its plan, exchange programs and task graph, prepared on its backend.
-/// Inputs loaded by `run` stay on the devices for later runs.
-#[pyclass(module = "einsummable", name = "Executable", unsendable)]
+/// Inputs loaded by `run` stay on the devices for later runs. Usable from any thread: calls
+/// are served one at a time, in order, on the executable's own thread.
+#[pyclass(module = "einsummable", name = "Executable", frozen)]
 pub struct PyExecutable {
-    owned: OwnedExecutable,
+    /// Sends calls to the executable's thread; dropping it ends the thread.
+    jobs: mpsc::Sender<Job>,
     /// Every computation input: name, handle, type.
     inputs: Vec<(String, Tensor, TensorDesc)>,
     /// Every saved output under its name in the Python graph.
@@ -86,11 +131,48 @@ pub struct PyExecutable {
     workload: String,
     topology: String,
     schedule: &'static str,
+    /// `repr`'s text, fixed at compile (so that it never waits for a run).
+    summary: String,
 }
 
 impl PyExecutable {
-    fn exe(&self) -> &Executable<'static> {
-        &self.owned.exe
+    /// Runs `f` on the executable's thread after the calls sent before, and waits for its
+    /// value with the GIL released: `KeyboardInterrupt` on Ctrl-C (the call is then skipped
+    /// if it had not started, else finished there and its value dropped), `EinsummableError`
+    /// naming `what` if it panicked or the executable is unusable.
+    fn call<R: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(&mut Executable<'_>) -> R + Send + 'static,
+    ) -> PyResult<R> {
+        // A Ctrl-C that came since the last check (between calls made by C code, such as
+        // `map`, where the interpreter does not look) stops the call before it starts.
+        py.check_signals()?;
+        let cancel = Cancel::default();
+        let (tx, rx) = reply_channel::<Result<R, String>>();
+        let abandoned = cancel.clone();
+        let job: Job = Box::new(move |exe| {
+            if abandoned.is_cancelled() {
+                return None;
+            }
+            match exe {
+                Ok(exe) => {
+                    let reply = catch(|| f(exe));
+                    let panicked = reply.as_ref().err().cloned();
+                    let _ = tx.send(reply.map(Ok));
+                    panicked
+                }
+                Err(unusable) => {
+                    let _ = tx.send(Ok(Err(unusable.to_string())));
+                    None
+                }
+            }
+        });
+        self.jobs.send(job).map_err(|_| {
+            EinsummableError::new_err(format!("internal error: {what}: the executable's thread has stopped"))
+        })?;
+        wait(py, rx, &cancel, what)?.map_err(|unusable| EinsummableError::new_err(format!("{what}: {unusable}")))
     }
 
     fn json<'py>(py: Python<'py>, json: String) -> PyResult<Bound<'py, PyAny>> {
@@ -104,9 +186,12 @@ impl PyExecutable {
     /// devices, runs the task graph with the GIL released, and returns every saved output,
     /// `{output name: ndarray}`. An input given once stays loaded for later runs. A run
     /// that needs more host memory than the machine has is refused first (`RunError`).
-    fn run<'py>(&mut self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
-        self.exe().check_host_memory(false).py_err()?;
-        let mut values = Vec::new();
+    /// Ctrl-C raises `KeyboardInterrupt` at once; the run then finishes on the executable's
+    /// thread (its inputs loaded, its outputs dropped), and the executable stays usable.
+    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+        // Before converting the inputs, which can take as much memory again.
+        self.call(py, "run", |exe| exe.check_host_memory(false))?.py_err()?;
+        let mut values: Vec<(Tensor, HostTensor)> = Vec::new();
         for (key, array) in inputs.iter() {
             let name: String = key.extract()?;
             let Some((_, t, desc)) = self.inputs.iter().find(|(n, _, _)| *n == name) else {
@@ -118,20 +203,15 @@ impl PyExecutable {
             };
             values.push((*t, to_host(&array, &name, desc)?));
         }
-        let exe = OnThisThread(&mut *self.owned.exe);
-        let outputs = OnThisThread(&self.outputs);
-        let results = py.detach(move || {
-            let (exe, outputs) = (exe, outputs);
-            let run = || -> einsummable::Result<Vec<_>> {
-                for (t, value) in values {
-                    exe.0.load(t, value)?;
-                }
-                exe.0.execute()?;
-                outputs.0.iter().map(|(_, t)| exe.0.offload(*t)).collect()
-            };
-            OnThisThread(run())
-        });
-        let results = results.0.py_err()?;
+        let outputs: Vec<Tensor> = self.outputs.iter().map(|(_, t)| *t).collect();
+        let results = self.call(py, "run", move |exe| -> einsummable::Result<Vec<HostTensor>> {
+            for (t, value) in values {
+                exe.load(t, value)?;
+            }
+            exe.execute()?;
+            outputs.iter().map(|t| exe.offload(*t)).collect()
+        })?;
+        let results = results.py_err()?;
         let out = PyDict::new(py);
         for ((name, _), value) in self.outputs.iter().zip(&results) {
             out.set_item(name, to_numpy(py, value, name)?)?;
@@ -142,31 +222,32 @@ impl PyExecutable {
     /// The plan as `einsummable plan --json` prints it: every operator's split and costs,
     /// the totals, the predicted time, bytes moved and memory.
     fn plan<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let report = PlanReport::compiled(self.exe(), &self.workload, &self.topology, self.schedule);
-        let json = serde_json::to_string(&report).map_err(|e| EinsummableError::new_err(e.to_string()))?;
-        Self::json(py, json)
+        let (workload, topology, schedule) = (self.workload.clone(), self.topology.clone(), self.schedule);
+        let json = self.call(py, "plan", move |exe| {
+            serde_json::to_string(&PlanReport::compiled(exe, &workload, &topology, schedule))
+        })?;
+        Self::json(py, json.map_err(|e| EinsummableError::new_err(format!("plan: {e}")))?)
     }
 
     /// What the compiled task graph predicts on the topology: `predicted_ms`,
     /// `bytes_moved`, each device's peak, resident and transient bytes, and the tasks.
     fn predict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let json = serde_json::to_string(&GraphReport::new(self.exe()))
-            .map_err(|e| EinsummableError::new_err(e.to_string()))?;
-        Self::json(py, json)
+        let json = self.call(py, "predict", |exe| serde_json::to_string(&GraphReport::new(exe)))?;
+        Self::json(py, json.map_err(|e| EinsummableError::new_err(format!("predict: {e}")))?)
     }
 
     /// The plan, every exchange program and the memory per device, as `einsummable
     /// explain` prints them.
-    fn explain(&self) -> String {
-        let exe = self.exe();
-        format!(
-            "{} on {} devices, predicted {:.4} ms on {}\n{}",
-            self.workload,
-            exe.plan().devices,
-            exe.predicted_ms(),
-            self.topology,
-            explain_text(exe)
-        )
+    fn explain(&self, py: Python<'_>) -> PyResult<String> {
+        let (workload, topology) = (self.workload.clone(), self.topology.clone());
+        self.call(py, "explain", move |exe| {
+            format!(
+                "{workload} on {} devices, predicted {:.4} ms on {topology}\n{}",
+                exe.plan().devices,
+                exe.predicted_ms(),
+                explain_text(exe)
+            )
+        })
     }
 
     /// The inputs `run` takes, `[(name, shape, dtype)]` in the graph's order.
@@ -182,15 +263,7 @@ impl PyExecutable {
     }
 
     fn __repr__(&self) -> String {
-        let exe = self.exe();
-        format!(
-            "Executable({} on {} devices, {} optimizer, predicted {:.4} ms on {})",
-            self.workload,
-            exe.plan().devices,
-            exe.plan().optimizer,
-            exe.predicted_ms(),
-            self.topology
-        )
+        self.summary.clone()
     }
 }
 
@@ -200,8 +273,11 @@ impl PyExecutable {
 /// (`time` or `proxy`) of `topology` (a preset or a topology file; default `dgx-a100`
 /// scaled to the devices), within `memory_budget` GB per device (default: the topology's
 /// HBM less 10%), synthesizes the exchange programs (`schedule`: `naive` or `search`) and
-/// prepares the task graph on `backend` (`cpu` or `cuda`). The GIL is released meanwhile;
-/// `progress`, a callable, receives a line per stage.
+/// prepares the task graph on `backend` (`cpu` or `cuda`). The work runs on the
+/// executable's own thread while the caller waits with the GIL released; Ctrl-C raises
+/// `KeyboardInterrupt` at once (the abandoned compile finishes in the background, calling
+/// neither `progress` nor a Python strategy again, and is dropped). `progress`, a callable,
+/// receives a line per stage (on the executable's thread).
 #[pyfunction]
 #[pyo3(signature = (graph, devices = 8, optimizer = None, cost = "time", topology = None,
     memory_budget = None, backend = "cpu", schedule = "naive", seed = 0, progress = None))]
@@ -223,13 +299,14 @@ pub fn compile(
         einsum_sim::scaled_preset(DEFAULT_TOPOLOGY, devices).unwrap_or_else(|| DEFAULT_TOPOLOGY.to_string())
     });
     let machine = Topology::named(&topology_name).py_err()?;
+    let cancel = Cancel::default();
     let (strategy, python_strategy): (Arc<dyn LogicalOptimizer>, Option<Arc<PyStrategy>>) = match optimizer {
         None => (optimizer_by_name("dp", seed)?, None),
         Some(o) if o.is_instance_of::<pyo3::types::PyString>() => {
             (optimizer_by_name(&o.extract::<String>()?, seed)?, None)
         }
         Some(o) => {
-            let s = Arc::new(PyStrategy::new(o)?);
+            let s = Arc::new(PyStrategy::new(o, cancel.clone())?);
             (Arc::clone(&s) as Arc<dyn LogicalOptimizer>, Some(s))
         }
     };
@@ -279,14 +356,26 @@ pub fn compile(
         .map(|(name, id)| Ok((name.clone(), snapshot.tensor(*id).py_err()?)))
         .collect::<PyResult<Vec<_>>>()?;
     let workload = graph.workload().unwrap_or("graph").to_string();
+    // The snapshot is the executable's: the Python graph is free for other threads while
+    // this one waits.
+    drop(graph);
     let progress = progress.map(Arc::new);
-    let compiled =
-        py.detach(move || OnThisThread(with_progress(progress, || OwnedExecutable::compile(snapshot, &options)))).0;
-    let owned = compiled.map_err(|e| {
+    // A Ctrl-C not yet seen (calls made by C code, such as `map`) stops the call first.
+    py.check_signals()?;
+    let (jobs, jobs_rx) = mpsc::channel();
+    let (tx, rx) = reply_channel();
+    let names = (workload.clone(), topology_name.clone());
+    let thread_cancel = cancel.clone();
+    thread::Builder::new()
+        .name("einsummable executable".into())
+        .stack_size(STACK_BYTES)
+        .spawn(move || serve(snapshot, options, progress, thread_cancel, tx, jobs_rx, names))
+        .map_err(|e| EinsummableError::new_err(format!("compile: cannot start the executable's thread: {e}")))?;
+    let summary = wait(py, rx, &cancel, "compile")?.map_err(|e| {
         // A strategy's own exception, rather than the plan error that carries its message.
         python_strategy.as_ref().and_then(|s| s.take_raised()).unwrap_or_else(|| to_py(e))
     })?;
-    Ok(PyExecutable { owned, inputs, outputs, workload, topology: topology_name, schedule: schedule_name })
+    Ok(PyExecutable { jobs, inputs, outputs, workload, topology: topology_name, schedule: schedule_name, summary })
 }
 
 /// The strategy named `name` from the optimizers' table, seeded (`random`).

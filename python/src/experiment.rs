@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use crate::errors::{EinsummableError, IntoPy};
 use crate::graph::{PyGraph, parse_dtype};
 use crate::progress::with_progress;
+use crate::worker::{Cancel, run_detached};
 
 /// The graph of the named workload `spec`, `name:key=value,...` as on the command line
 /// (e.g. `llama-block:tokens=256,d_model=128`), in `dtype`. `einsummable.workloads` builds
@@ -24,8 +25,11 @@ pub fn workload(spec: &str, dtype: &str) -> PyResult<PyGraph> {
 /// `devices` on `topology` (default: `dgx-a100` scaled to the largest count), writing
 /// `out/NAME.csv`, `.md` and `.svg`; `small` shrinks every workload. Returns one dict per
 /// experiment: its table (`name`, `caption`, `columns`, `rows`, `notes`), the files
-/// written and the wall time. The GIL is released meanwhile; progress goes to `progress`
-/// (a callable, a line per stage) or else to stderr, as on the command line.
+/// written and the wall time. The work runs on a thread of its own while the caller waits
+/// with the GIL released; progress goes to `progress` (a callable, a line per stage, called
+/// on that thread) or else to stderr, as on the command line. Ctrl-C raises
+/// `KeyboardInterrupt` at once: the experiment under way finishes in the background (its
+/// files are written, as a set) and none after it starts.
 #[pyfunction]
 #[pyo3(signature = (name, devices = vec![1, 4, 8], topology = None, out = PathBuf::from("results"), small = false, progress = None))]
 pub fn experiment<'py>(
@@ -49,24 +53,29 @@ pub fn experiment<'py>(
     let setup = Setup { topology, devices, out_dir: out, small };
     let mut runner = if progress.is_some() { Runner::quiet() } else { Runner::new() };
     let progress = progress.map(Arc::new);
-    let results = py.detach(move || {
-        with_progress(progress, || {
-            experiments
-                .into_iter()
-                .map(|e| {
-                    let outcome = e.run(&setup, &mut runner)?;
-                    let mut table = serde_json::to_value(outcome.table.report())
-                        .map_err(|e| einsummable::Error::Usage(e.to_string()))?;
-                    let files: Vec<String> = outcome.files.iter().map(|f| f.display().to_string()).collect();
-                    if let Some(object) = table.as_object_mut() {
-                        object.insert("files".into(), files.into());
-                        object.insert("wall_s".into(), outcome.wall_s.into());
-                    }
-                    Ok(table)
-                })
-                .collect::<einsummable::Result<Vec<_>>>()
+    let cancel = Cancel::default();
+    let abandoned = cancel.clone();
+    let results = run_detached(py, "experiment", &cancel, move || {
+        with_progress(progress, &abandoned, || {
+            let mut tables = Vec::new();
+            for e in experiments {
+                if abandoned.is_cancelled() {
+                    // Nobody waits for the tables: no further experiment is started.
+                    return Err(einsummable::Error::Usage("experiment: interrupted".into()));
+                }
+                let outcome = e.run(&setup, &mut runner)?;
+                let mut table = serde_json::to_value(outcome.table.report())
+                    .map_err(|e| einsummable::Error::Usage(e.to_string()))?;
+                let files: Vec<String> = outcome.files.iter().map(|f| f.display().to_string()).collect();
+                if let Some(object) = table.as_object_mut() {
+                    object.insert("files".into(), files.into());
+                    object.insert("wall_s".into(), outcome.wall_s.into());
+                }
+                tables.push(table);
+            }
+            Ok(tables)
         })
-    });
+    })?;
     let json = serde_json::to_string(&results.py_err()?).map_err(|e| EinsummableError::new_err(e.to_string()))?;
     py.import("json")?.call_method1("loads", (json,))
 }

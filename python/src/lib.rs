@@ -3,6 +3,10 @@
 //! the named workloads and the paper's experiments. `python/einsummable/__init__.py`
 //! re-exports it; the package is built by maturin (`pip install ./python`).
 //!
+//! Long calls (`compile`, `Executable.run`, `experiment`) run off the calling thread and
+//! wait with the GIL released, so that Ctrl-C interrupts them (`worker`); every class can
+//! be used from any Python thread.
+//!
 //! Everything goes through the `einsummable` crate's public API; the reports `plan()` and
 //! `predict()` return are the command line's own (`einsummable::report`), parsed from JSON.
 
@@ -13,6 +17,7 @@ mod experiment;
 mod graph;
 mod progress;
 mod strategy;
+mod worker;
 
 use pyo3::prelude::*;
 

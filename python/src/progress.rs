@@ -7,17 +7,21 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
+use crate::worker::Cancel;
+
 /// Runs `f` with the `tracing` events of this thread at info level and above passed, one
 /// formatted line each, to `callback`; without one, `f` runs as it is. An exception the
 /// callback raises is reported as unraisable (`sys.unraisablehook`), not propagated: the
-/// work goes on.
-pub fn with_progress<R>(callback: Option<Arc<Py<PyAny>>>, f: impl FnOnce() -> R) -> R {
+/// work goes on. Once `cancel` is set (the caller was interrupted and stopped waiting, while
+/// the work finishes on its thread), no line is passed on.
+pub fn with_progress<R>(callback: Option<Arc<Py<PyAny>>>, cancel: &Cancel, f: impl FnOnce() -> R) -> R {
     let Some(callback) = callback else { return f() };
+    let cancel = cancel.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
         .without_time()
         .with_target(false)
-        .with_writer(move || Line { callback: Arc::clone(&callback), bytes: Vec::new() })
+        .with_writer(move || Line { callback: Arc::clone(&callback), cancel: cancel.clone(), bytes: Vec::new() })
         .finish();
     tracing::subscriber::with_default(subscriber, f)
 }
@@ -25,6 +29,7 @@ pub fn with_progress<R>(callback: Option<Arc<Py<PyAny>>>, f: impl FnOnce() -> R)
 /// One event's formatted text, sent to the callback when the formatter drops it.
 struct Line {
     callback: Arc<Py<PyAny>>,
+    cancel: Cancel,
     bytes: Vec<u8>,
 }
 
@@ -43,7 +48,7 @@ impl Drop for Line {
     fn drop(&mut self) {
         let text = String::from_utf8_lossy(&self.bytes);
         let text = text.trim();
-        if text.is_empty() {
+        if text.is_empty() || self.cancel.is_cancelled() {
             return;
         }
         Python::attach(|py| {

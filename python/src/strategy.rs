@@ -8,18 +8,23 @@ use std::sync::Mutex;
 use einsum_logical::{Candidate, LogicalOptimizer, OpProblem, Problem, Source};
 use pyo3::prelude::*;
 
+use crate::worker::Cancel;
+
 /// A Python object with `solve(problem) -> list[int]` as a strategy. The GIL is taken for
-/// each call (compilation runs without it).
+/// each call (compilation runs without it, on a thread of its own).
 pub struct PyStrategy {
     object: Py<PyAny>,
     name: String,
     /// The exception `solve` raised, re-raised by `compile` in place of the plan error.
     raised: Mutex<Option<PyErr>>,
+    /// Set when the caller of `compile` was interrupted: `solve` is not called any more.
+    cancel: Cancel,
 }
 
 impl PyStrategy {
-    /// The strategy `object`, named by its `name` attribute or else its class's name.
-    pub fn new(object: &Bound<'_, PyAny>) -> PyResult<Self> {
+    /// The strategy `object`, named by its `name` attribute or else its class's name, for a
+    /// compile that `cancel` abandons.
+    pub fn new(object: &Bound<'_, PyAny>, cancel: Cancel) -> PyResult<Self> {
         if !object.hasattr("solve")? {
             return Err(crate::errors::PlanError::new_err(format!(
                 "optimizer: {} is neither a strategy's name nor an object with solve(problem) -> list[int]",
@@ -30,7 +35,7 @@ impl PyStrategy {
             Ok(n) if n.is_instance_of::<pyo3::types::PyString>() => n.extract::<String>()?,
             _ => object.get_type().name()?.to_string(),
         };
-        Ok(PyStrategy { object: object.clone().unbind(), name, raised: Mutex::new(None) })
+        Ok(PyStrategy { object: object.clone().unbind(), name, raised: Mutex::new(None), cancel })
     }
 
     /// The exception the last failed `solve` raised, if any (taken).
@@ -47,6 +52,14 @@ impl LogicalOptimizer for PyStrategy {
     /// Calls `solve` on a copy of the problem and checks the answer: one candidate index
     /// per operator, each in range.
     fn solve(&self, problem: &Problem) -> einsum_logical::Result<Vec<usize>> {
+        if self.cancel.is_cancelled() {
+            // Nobody waits for the plan: the abandoned compile ends here instead of running
+            // Python code the caller no longer expects.
+            return Err(einsum_logical::Error::InvalidPlan(format!(
+                "the strategy `{}` was not called: compile was interrupted",
+                self.name
+            )));
+        }
         let answer = Python::attach(|py| -> PyResult<Vec<usize>> {
             let p = Py::new(py, PyProblem { inner: problem.clone() })?;
             self.object.call_method1(py, "solve", (p,))?.extract::<Vec<usize>>(py)
