@@ -32,6 +32,10 @@ pub enum Error {
         /// What is wrong, with the valid choices.
         reason: String,
     },
+    /// A workload too large for this machine or for the compiler, refused from its estimate
+    /// before its graph is built.
+    #[error(transparent)]
+    TooLarge(#[from] workload::TooLarge),
     /// A workload whose graph cannot be built (its dimensions do not fit its operators).
     #[error(transparent)]
     Graph(#[from] einsum_graph::Error),

@@ -1,9 +1,20 @@
 //! Named workloads, written `name:key=value,...` (e.g. `ffn:tokens=256,d_model=64,d_ff=128`),
 //! shared by every command.
+//!
+//! A workload's size is known from its parameters before its graph exists
+//! ([`Workload::estimate`]: nodes, operators, operands and host bytes, from the layers and
+//! the dimensions that size an allocation), so that one too large for the machine is refused
+//! with a [`TooLarge`] error instead of building until an allocation aborts the process:
+//! [`Workload::build`] refuses a graph whose estimated bytes exceed the host memory this
+//! process can still allocate ([`einsum_core::host_memory`]), and
+//! [`Workload::check_tasks`] a graph whose compiled plan would exceed a task limit on `p`
+//! devices (the compiler's, `einsum_compile::footprint::LIMITS`), from the least task count
+//! any plan of it has.
 
 use std::collections::BTreeMap;
 
 use einsum_core::DType;
+use einsum_core::host_memory::available_host_memory;
 use einsum_joinagg::IndexRole;
 use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, unary::UnaryOp};
 
@@ -161,8 +172,76 @@ impl Workload {
         &self.params
     }
 
-    /// Builds the workload's graph with every tensor in `dtype`.
+    /// The size of the workload's graph, from its parameters alone ([`GraphEstimate`]):
+    /// nothing is built.
+    pub fn estimate(&self) -> GraphEstimate {
+        let p = |k: &str| self.params[k];
+        let (shape, packed_sequences) = match self.name.as_str() {
+            "matmul" => (Shape { inputs: 2, ops: 1, operands: 2, packed: 0 }, 0),
+            "ffn" => (Shape { inputs: 3, ops: 3, operands: 5, packed: 0 }, 0),
+            "attention" => (Shape { inputs: 3, ops: 1, operands: 3, packed: 1 }, p("seqs")),
+            "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
+                // The embedded tokens `x`, the blocks, and the head where there is a vocabulary.
+                let x = Shape { inputs: 1, ops: 0, operands: 0, packed: 0 };
+                let layers = if self.name == "llama-block" { 1 } else { p("layers") };
+                let head = if self.params.contains_key("vocab") { LM_HEAD } else { Shape::default() };
+                (x.plus(LLAMA_BLOCK.times(layers)).plus(head), p("seqs"))
+            }
+            chain => {
+                let (_, dims, _) = CHAINS.iter().find(|(n, _, _)| *n == chain).expect("parse accepts known workloads");
+                let mats = dims.len() - 1;
+                (Shape { inputs: mats, ops: mats - 1, operands: 2 * (mats - 1), packed: 0 }, 0)
+            }
+        };
+        let nodes = shape.inputs.saturating_add(shape.ops);
+        // The workload's own packing, and one copy in each operator that carries it.
+        let packings = if shape.packed > 0 { shape.packed.saturating_add(1) } else { 0 };
+        let host_bytes = nodes
+            .saturating_mul(BYTES_PER_NODE)
+            .saturating_add(packings.saturating_mul(packed_sequences).saturating_mul(BYTES_PER_SEQUENCE));
+        GraphEstimate { nodes, ops: shape.ops, operands: shape.operands, host_bytes }
+    }
+
+    /// Refuses, from [`Workload::estimate`] and before anything is built, a workload whose
+    /// compiled plan on `devices` devices would have more than `limit` tasks
+    /// ([`GraphEstimate::min_tasks`], the least any plan has), so that a graph the compiler
+    /// would refuse is not built first. Returns the estimate.
+    ///
+    /// # Errors
+    /// [`TooLarge::Tasks`] with the count and the limit.
+    pub fn check_tasks(&self, devices: usize, limit: usize) -> Result<GraphEstimate> {
+        let estimate = self.estimate();
+        let tasks = estimate.min_tasks(devices);
+        if tasks > limit {
+            return Err(TooLarge::Tasks { workload: self.to_string(), devices, ops: estimate.ops, tasks, limit }.into());
+        }
+        Ok(estimate)
+    }
+
+    /// Builds the workload's graph with every tensor in `dtype`, refusing first one whose
+    /// estimated host bytes exceed what this process can still allocate
+    /// ([`Workload::build_within`] with [`available_host_memory`]).
     pub fn build(&self, dtype: DType) -> Result<Graph> {
+        self.build_within(dtype, available_host_memory())
+    }
+
+    /// Builds the workload's graph with every tensor in `dtype`, if its estimated host bytes
+    /// ([`GraphEstimate::host_bytes`]) fit in `host_bytes` (`None`: no limit).
+    ///
+    /// # Errors
+    /// [`TooLarge::HostMemory`] before anything is allocated when they do not; the builder's
+    /// errors (dimensions an operator cannot take).
+    pub fn build_within(&self, dtype: DType, host_bytes: Option<usize>) -> Result<Graph> {
+        let estimate = self.estimate();
+        if let Some(available) = host_bytes.filter(|&limit| estimate.host_bytes > limit) {
+            return Err(TooLarge::HostMemory {
+                workload: self.to_string(),
+                nodes: estimate.nodes,
+                bytes: estimate.host_bytes,
+                available,
+            }
+            .into());
+        }
         let p = |k: &str| self.params[k];
         let mut g = Graph::new();
         match self.name.as_str() {
@@ -191,7 +270,8 @@ impl Workload {
                 let q = g.input("q", &[("heads_q", p("heads_q")), ("tokens", t), ("d_head", e)], dtype)?;
                 let k = g.input("k", &[("heads_kv", p("heads_kv")), ("tokens", t), ("d_head", e)], dtype)?;
                 let v = g.input("v", &[("heads_kv", p("heads_kv")), ("tokens", t), ("d_head", e)], dtype)?;
-                let a = g.attention(q, k, v, "tokens", "d_head", AttentionConfig { causal: true, packing, scale: None })?;
+                let a =
+                    g.attention(q, k, v, "tokens", "d_head", AttentionConfig { causal: true, packing, scale: None })?;
                 g.save(a)?;
             }
             "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
@@ -231,6 +311,125 @@ impl Workload {
         Ok(g)
     }
 }
+
+impl std::fmt::Display for Workload {
+    /// `name:key=value,...` with every key (given or default), in key order: a description
+    /// [`Workload::parse`] reads back as this workload.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let params: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        write!(f, "{}:{}", self.name, params.join(","))
+    }
+}
+
+/// Host bytes one node (an input or an operator) of a built graph takes, all told: its
+/// operator, descriptors, names and index entries. Measured as the growth of peak resident
+/// memory while building `llama:layers=L` (L = 1 000, 10 000 and 20 000, 25 nodes per layer:
+/// 1.20 kB per node, linear in L and independent of the dimensions), rounded up to cover a
+/// table's doubling at the wrong moment.
+pub const BYTES_PER_NODE: usize = 2048;
+
+/// Host bytes of one packed sequence in a packing (its end, a `usize`): the workload keeps
+/// one packing, and each operator that carries it (attention, RoPE) a copy, so `seqs` sizes
+/// an allocation of every such operator (measured: 24 bytes per sequence per LLaMA block, its
+/// two RoPEs and its attention).
+pub const BYTES_PER_SEQUENCE: usize = 8;
+
+/// The size of a workload's graph, estimated from its parameters before it is built
+/// ([`Workload::estimate`]). The counts are exact; the bytes lean high.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphEstimate {
+    /// Nodes: inputs and operators.
+    pub nodes: usize,
+    /// Operators.
+    pub ops: usize,
+    /// Operands of the operators, summed (an operator reading one tensor twice counts two).
+    pub operands: usize,
+    /// Host bytes the built graph takes: [`BYTES_PER_NODE`] per node, and
+    /// [`BYTES_PER_SEQUENCE`] per packed sequence per copy of the packing.
+    pub host_bytes: usize,
+}
+
+impl GraphEstimate {
+    /// The fewest tasks any plan of this graph compiles to on `devices` devices: per device,
+    /// one kernel per operator and one load per operand (the count the compiler's task
+    /// estimate starts from, before the transfers between operators, which only add).
+    pub fn min_tasks(&self, devices: usize) -> usize {
+        devices.saturating_mul(self.ops.saturating_add(self.operands))
+    }
+}
+
+/// A workload refused from its [`GraphEstimate`] before its graph is built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TooLarge {
+    /// Its graph would not fit in the host memory this process can still allocate.
+    #[error(
+        "workload `{workload}`: its graph of {nodes} nodes would take about {bytes} bytes of host memory, more than the {available} bytes available; refused before building it (give fewer layers or smaller dimensions)"
+    )]
+    HostMemory {
+        /// The workload, with every key.
+        workload: String,
+        /// Its nodes.
+        nodes: usize,
+        /// The estimated bytes.
+        bytes: usize,
+        /// The bytes available.
+        available: usize,
+    },
+    /// Its compiled plan would have more tasks than the compiler accepts.
+    #[error(
+        "workload `{workload}` on {devices} devices compiles to at least {tasks} tasks (a kernel per operator and a load per operand, {ops} operators, on every device), more than the limit of {limit}; refused before building its graph (give fewer layers or devices)"
+    )]
+    Tasks {
+        /// The workload, with every key.
+        workload: String,
+        /// The device count.
+        devices: usize,
+        /// Its operators.
+        ops: usize,
+        /// The fewest tasks of any plan ([`GraphEstimate::min_tasks`]).
+        tasks: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// Inputs, operators, operands and operators carrying the packing of a part of a workload.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shape {
+    inputs: usize,
+    ops: usize,
+    operands: usize,
+    packed: usize,
+}
+
+impl Shape {
+    fn plus(self, o: Shape) -> Shape {
+        Shape {
+            inputs: self.inputs.saturating_add(o.inputs),
+            ops: self.ops.saturating_add(o.ops),
+            operands: self.operands.saturating_add(o.operands),
+            packed: self.packed.saturating_add(o.packed),
+        }
+    }
+
+    fn times(self, n: usize) -> Shape {
+        Shape {
+            inputs: self.inputs.saturating_mul(n),
+            ops: self.ops.saturating_mul(n),
+            operands: self.operands.saturating_mul(n),
+            packed: self.packed.saturating_mul(n),
+        }
+    }
+}
+
+/// One LLaMA block ([`llama_block`]): nine weights; two RMSNorms, three projections, two
+/// RoPEs, attention, the output projection, two residual adds, three FFN matmuls, SiLU and
+/// the gate's product.
+const LLAMA_BLOCK: Shape = Shape { inputs: 9, ops: 16, operands: 30, packed: 3 };
+
+/// The model's head ([`lm_head`]): the final norm's weight and the projection; RMSNorm and
+/// a matmul.
+const LM_HEAD: Shape = Shape { inputs: 2, ops: 2, operands: 4, packed: 0 };
 
 /// Multiplies the matrices `mats` (`M1` is `mats[0]`) in the order `order` gives, written as
 /// in the paper: juxtaposition multiplies, left to right, and parentheses group.

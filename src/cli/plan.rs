@@ -91,9 +91,15 @@ enum Physical {
 
 /// Runs `plan`.
 pub fn run(a: Args) -> Result<Report> {
-    let graph = Workload::parse(&a.workload)?.build(a.dtype)?;
+    let workload = Workload::parse(&a.workload)?;
     let strategy = super::optimizer(&a.optimizer, a.seed, a.ilp_time_limit, a.ilp_node_limit)?;
     let ChosenTopology { name: topology_name, topology, note } = choose_topology(a.topology.as_deref(), a.devices)?;
+    // A plan that will be compiled must fit the compiler's task limit: refused from the
+    // workload's parameters, before its graph is built (and then its host memory, by `build`).
+    if a.devices <= topology.num_sites() {
+        workload.check_tasks(a.devices, einsum_compile::footprint::LIMITS.tasks)?;
+    }
+    let graph = workload.build(a.dtype)?;
     let model = cost_model_by_name(&a.cost, a.cost_topology.as_deref().unwrap_or(&topology_name))?;
     let schedule = a.schedule.schedule(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
