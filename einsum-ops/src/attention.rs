@@ -7,6 +7,15 @@
 //! key/value head `h / (heads_q / heads_kv)`. Key `j` is visible to query `i` iff both lie in
 //! the same packed sequence and, when causal, `j <= i`.
 //!
+//! Non-finite values: query `i`'s output is NumPy's `softmax(s) @ v[visible]` over the scores
+//! `s_j = scale · q_i · k_j` of the keys `j` it sees, `softmax(s) = e^(s − max s) / Σ e^(s − max s)`.
+//! So a NaN score (a NaN in `q_i` or in a seen `k_j`) makes the whole output row NaN; a `+∞`
+//! score does too (`∞ − ∞`); a `−∞` score gets weight 0 unless every seen score is `−∞`,
+//! when the row is NaN; a NaN or infinity in a seen `v_j` reaches that column (`0 · ∞` is
+//! NaN where its weight underflows to 0). A key the query does not see contributes nothing,
+//! whatever its `k` and `v` hold, so a decomposed run (whose blocks hold only the keys their
+//! queries see) equals the whole one.
+//!
 //! Three shardable indices, in this order:
 //! 0. `heads_kv` (named after `k`'s first index), anywhere: sharding it shards `heads_q` in
 //!    groups of `heads_q / heads_kv`.
@@ -321,6 +330,7 @@ impl Attention {
     /// The FlashAttention-style kernel on checked blocks: for every query head and tile of
     /// `tile_q` query rows, walks the visible key tiles of `tile_k` rows keeping a running
     /// maximum and sum per row (online softmax), so no full score matrix is ever formed.
+    /// Non-finite values follow the module doc's semantics whatever the tiling.
     fn flash(
         &self,
         q: &[f32],
@@ -336,6 +346,12 @@ impl Attention {
         let (nq, nk) = (rows.len(), keys.len());
         // Visible key range of every query row, absolute.
         let bounds: Vec<(usize, usize)> = (rows.lo..rows.hi).map(|i| self.visible(i)).collect();
+        // For every key/value head and key of the block: whether its value row holds a NaN
+        // or an infinity (one pass over v, against the nq · nk · d of the products).
+        // (An exponent of all ones is an infinity or a NaN; the or-fold vectorizes.)
+        let non_finite = |x: f32| x.to_bits() & 0x7f80_0000 == 0x7f80_0000;
+        let v_bad: Vec<bool> =
+            v.chunks_exact(d.max(1)).map(|row| row.iter().fold(false, |b, &x| b | non_finite(x))).collect();
         let mut out = vec![0.0f32; heads.len() * nq * d];
         // Heads are independent: spread them over the kernel's helper threads, each with
         // its own scratch.
@@ -347,6 +363,7 @@ impl Attention {
             let q_h = &q[i * nq * d..][..nq * d];
             let k_h = &k[kvh * nk * d..][..nk * d];
             let v_h = &v[kvh * nk * d..][..nk * d];
+            let v_bad = &v_bad[kvh * nk..][..nk];
             for t0 in (0..nq).step_by(tile_q) {
                 let t1 = (t0 + tile_q).min(nq);
                 let tq = t1 - t0;
@@ -384,29 +401,53 @@ impl Attention {
                         let (a, b) = (a - j0, b - j0);
                         row[..a].fill(0.0);
                         row[b..].fill(0.0);
+                        // The tile's maximum through `f32::max`, which the compiler vectorizes
+                        // and which drops a NaN: the NaN still reaches the output, as its weight
+                        // e^(NaN − m) is NaN, which makes the row's sum and P V NaN for good
+                        // (NaN · rescale, NaN + s), as NumPy's NaN maximum would. (A NaN-keeping
+                        // maximum measured slower here, on tiles of up to 128 scores.)
                         let tile_max = row[a..b].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                        let new_max = run_max[r].max(tile_max);
-                        let rescale =
-                            if run_max[r] == f32::NEG_INFINITY { 0.0 } else { vexp::exp(run_max[r] - new_max) };
-                        let sum = vexp::exp_shifted_sum(&mut row[a..b], new_max);
+                        let new_max = vexp::maximum(run_max[r], tile_max);
+                        // While every score seen is −∞, shift by 0 rather than by −∞ (whose
+                        // e^(−∞ − (−∞)) is NaN): those scores get weight 0, and a later finite
+                        // score takes over as the maximum (the rescale of the empty past is 0).
+                        let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
+                        let rescale = if run_max[r] == f32::NEG_INFINITY { 0.0 } else { vexp::exp(run_max[r] - shift) };
+                        let sum = vexp::exp_shifted_sum(&mut row[a..b], shift);
                         run_sum[r] = run_sum[r] * rescale + sum;
                         run_max[r] = new_max;
                         if rescale != 1.0 {
                             acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= rescale);
                         }
                     }
-                    // acc += P V.
-                    gemm(
-                        (tq, tk, d),
-                        1.0,
-                        Mat { data: s, rs: tk, cs: 1 },
-                        Mat { data: v_tile, rs: d, cs: 1 },
-                        1.0,
-                        MatMut { data: acc, rs: d },
-                    );
+                    if v_bad[j0 - keys.lo..j1 - keys.lo].iter().any(|&bad| bad) {
+                        // A value that is not finite: P V over the whole tile would carry it
+                        // as 0 · NaN (or 0 · ∞) into the rows that do not see its key, so
+                        // each row adds only the keys it sees.
+                        for (r, &(lo, hi)) in tile_bounds.iter().enumerate() {
+                            let out = &mut acc[r * d..(r + 1) * d];
+                            for j in lo.max(j0)..hi.min(j1) {
+                                let (p, vj) = (s[r * tk + j - j0], &v_tile[(j - j0) * d..][..d]);
+                                out.iter_mut().zip(vj).for_each(|(o, &x)| *o += p * x);
+                            }
+                        }
+                    } else {
+                        // acc += P V.
+                        gemm(
+                            (tq, tk, d),
+                            1.0,
+                            Mat { data: s, rs: tk, cs: 1 },
+                            Mat { data: v_tile, rs: d, cs: 1 },
+                            1.0,
+                            MatMut { data: acc, rs: d },
+                        );
+                    }
                 }
                 for (r, &sum) in run_sum[..tq].iter().enumerate() {
-                    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+                    // Every row sees a key; a maximum still −∞ means every score it saw was
+                    // −∞, where the softmax is NaN (−∞ − (−∞)). Otherwise the key at the
+                    // maximum has weight 1, and the sum is at least 1 (or NaN).
+                    let inv = if run_max[r] == f32::NEG_INFINITY { f32::NAN } else { 1.0 / sum };
                     acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= inv);
                 }
             }

@@ -13,7 +13,7 @@ use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpe
 
 use crate::{
     common::{check_call, f32s, kernel_error},
-    parallel,
+    parallel, vexp,
 };
 
 const KIND: &str = "binary";
@@ -32,7 +32,7 @@ pub enum BinaryOp {
     Mul,
     /// `a / b`.
     Div,
-    /// `max(a, b)`.
+    /// `max(a, b)`, as NumPy's `maximum`: NaN where either operand is NaN.
     Max,
 }
 
@@ -64,14 +64,17 @@ impl BinaryOp {
         }
     }
 
-    /// Applies the operation to two scalars.
+    /// Applies the operation to two scalars, with IEEE semantics as NumPy applies them: a
+    /// NaN operand gives NaN (`max` included: `max(NaN, 1)` is NaN, where `f32::max` would
+    /// give 1), `inf - inf`, `0 · inf` and `0 / 0` are NaN, `x / 0` is a signed infinity;
+    /// `max(-0, +0)` is its first operand.
     pub fn apply(self, a: f32, b: f32) -> f32 {
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
-            BinaryOp::Max => a.max(b),
+            BinaryOp::Max => vexp::maximum(a, b),
         }
     }
 }

@@ -10,13 +10,14 @@ use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpe
 
 use crate::common::{check_call, f32s, kernel_error};
 use crate::einsum::permute;
+use crate::vexp;
 
 /// Which reduction a [`Reduce`] applies; it is also the ⊕ of its partial outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     /// The sum of the reduced elements.
     Sum,
-    /// The largest of the reduced elements.
+    /// The largest of the reduced elements; NaN where any of them is NaN, as NumPy's `max`.
     Max,
 }
 
@@ -163,7 +164,7 @@ impl AbstractOperator for Reduce {
             .chunks_exact(chunk.max(1))
             .map(|c| match self.op {
                 ReduceOp::Sum => c.iter().map(|&v| v as f64).sum::<f64>() as f32,
-                ReduceOp::Max => c.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                ReduceOp::Max => vexp::max(c),
             })
             .collect();
         Ok(vec![HostTensor::from_f32(want, self.outputs[0].dtype, reduced)?])

@@ -1,6 +1,11 @@
 //! Softmax along one named index: `y[.., k, ..] = e^(x[.., k, ..] − m) / Σ_k' e^(x[.., k', ..] − m)`
 //! with `m` the maximum of the row, for numerical stability.
 //!
+//! Non-finite inputs follow that formula as NumPy evaluates it: `m` is NaN when the row
+//! holds a NaN, so the whole row is NaN; a `+∞` makes `m = +∞` and `∞ − ∞` NaN, so the row
+//! is NaN too; a `−∞` gets weight `e^−∞ = 0` while the row holds a larger value, and a row
+//! of `−∞` only is NaN (`−∞ − (−∞)`).
+//!
 //! The softmax index stays whole in every block (a row needs all of itself); every other
 //! index is shardable anywhere. This file also holds the row helpers the norms share: a
 //! row-wise kernel sees its block as `(outer, n, inner)`, with the normalised index of
@@ -83,7 +88,7 @@ impl AbstractOperator for Softmax {
                 // spread over the kernel's helper threads.
                 parallel::for_chunks_mut(&mut y, n, |r, ys| {
                     let xs = &x[r * n..(r + 1) * n];
-                    let m = xs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    let m = vexp::max(xs);
                     ys.copy_from_slice(xs);
                     let s = vexp::exp_shifted_sum(ys, m);
                     ys.iter_mut().for_each(|o| *o /= s);
@@ -94,7 +99,7 @@ impl AbstractOperator for Softmax {
             for (xs, ys) in x.chunks_exact(n * inner).zip(y.chunks_exact_mut(n * inner)) {
                 max.fill(f32::NEG_INFINITY);
                 for row in xs.chunks_exact(inner) {
-                    max.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
+                    max.iter_mut().zip(row).for_each(|(m, &v)| *m = vexp::maximum(*m, v));
                 }
                 sum.fill(0.0);
                 for (row, out) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)) {

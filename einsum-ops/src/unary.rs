@@ -20,11 +20,13 @@ const NAMES: [&str; 6] = ["relu", "gelu", "silu", "exp", "neg", "scale"];
 /// An elementwise function of one scalar.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
-    /// `max(x, 0)`.
+    /// `max(x, 0)`, as NumPy's `maximum(x, 0)`: NaN stays NaN, `-0` stays `-0`.
     Relu,
-    /// GELU in its tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+    /// GELU in its tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`,
+    /// evaluated as written, so `gelu(+∞) = +∞` and `gelu(−∞) = −∞·0 = NaN`.
     Gelu,
-    /// SiLU (swish): `x·σ(x) = x / (1 + e⁻ˣ)`.
+    /// SiLU (swish): `x·σ(x) = x / (1 + e⁻ˣ)`, evaluated as written: `silu(+∞) = +∞`,
+    /// `silu(−∞) = −∞/∞ = NaN`.
     Silu,
     /// `eˣ`.
     Exp,
@@ -71,9 +73,11 @@ impl UnaryOp {
 
     /// Applies the operation to one scalar. `Exp` and `Silu` use the kernels' vectorized
     /// `exp` (within 2 ulps of the exact value), so this equals what the kernel computes.
+    /// Every operation maps NaN to NaN; at the infinities each gives what NumPy's
+    /// evaluation of its formula gives (see the variants).
     pub fn apply(self, x: f32) -> f32 {
         match self {
-            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Relu => vexp::maximum(x, 0.0),
             UnaryOp::Gelu => {
                 // √(2/π)
                 const C: f32 = 0.797_884_6;

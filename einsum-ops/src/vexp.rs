@@ -1,4 +1,6 @@
-//! A vectorized `exp` for the kernels' softmax loops (softmax, attention, SiLU).
+//! A vectorized `exp` for the kernels' softmax loops (softmax, attention, SiLU), and the
+//! NaN-propagating maximum ([`maximum`], [`max`]) every kernel takes where NumPy's
+//! `maximum` and `max` would.
 //!
 //! # Design
 //! `f32::exp` calls libm once per element, which no compiler vectorizes. [`exp`] is a
@@ -90,6 +92,35 @@ fn exp_shifted_sum_body(xs: &mut [f32], shift: f32) -> f32 {
     acc.iter().sum()
 }
 
+/// NumPy's `maximum(a, b)`: `a` where `a >= b` or `a` is NaN, else `b`. A NaN on either
+/// side is the result (`f32::max` returns the other operand instead), and of two equal
+/// values, `-0` and `+0`, the first. Compiles to a compare and a blend, which the compiler
+/// vectorizes.
+#[inline(always)]
+pub(crate) fn maximum(a: f32, b: f32) -> f32 {
+    if a >= b || a.is_nan() { a } else { b }
+}
+
+/// NumPy's `max` of `xs`: NaN where any element is NaN, else the largest element (−∞ for an
+/// empty slice). Kept in 16 lanes, which the compiler holds in vector registers: each lane
+/// takes an element that is larger or NaN, so a NaN, once in, stays (a maximum that drops
+/// NaN, `f32::max`, would hide it), then the lanes are combined by [`maximum`].
+pub(crate) fn max(xs: &[f32]) -> f32 {
+    #[inline(always)]
+    fn step(m: &mut f32, x: f32) {
+        if x > *m || x.is_nan() {
+            *m = x;
+        }
+    }
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        lanes.iter_mut().zip(c).for_each(|(m, &x)| step(m, x));
+    }
+    lanes.iter_mut().zip(chunks.remainder()).for_each(|(m, &x)| step(m, x));
+    lanes.into_iter().fold(f32::NEG_INFINITY, maximum)
+}
+
 /// `xs[i] ← xs[i] / (1 + e^(−xs[i]))` (SiLU) for every element.
 pub(crate) fn silu_in_place(xs: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -172,6 +203,25 @@ mod tests {
         let sub = exp(-100.0);
         assert!(sub > 0.0 && !sub.is_normal());
         assert!(ulps(sub, (-100.0f64).exp() as f32) <= 1);
+    }
+
+    #[test]
+    fn maxima_propagate_nan_from_any_position() {
+        assert!(maximum(f32::NAN, 1.0).is_nan() && maximum(1.0, f32::NAN).is_nan());
+        assert_eq!(maximum(-1.0, f32::NEG_INFINITY), -1.0);
+        assert!(maximum(-0.0, 0.0).is_sign_negative() && maximum(0.0, -0.0).is_sign_positive());
+        assert_eq!(max(&[]), f32::NEG_INFINITY);
+        let xs: Vec<f32> = (0..53).map(|i| ((i * 37) % 53) as f32 - 20.0).collect();
+        assert_eq!(max(&xs), 32.0);
+        // A NaN in any lane, in the remainder, first or last.
+        for at in 0..xs.len() {
+            let mut ys = xs.clone();
+            ys[at] = f32::NAN;
+            assert!(max(&ys).is_nan(), "NaN at {at}");
+            ys[at] = f32::INFINITY;
+            assert_eq!(max(&ys), f32::INFINITY, "inf at {at}");
+        }
+        assert_eq!(max(&[f32::NEG_INFINITY; 20]), f32::NEG_INFINITY);
     }
 
     #[test]
