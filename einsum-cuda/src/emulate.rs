@@ -14,6 +14,7 @@
 
 use einsum_core::taskgraph::TaskGraph;
 use einsum_core::{BackendError, DType, HostTensor};
+use einsum_ops::binary::BinaryOp;
 use einsum_ops::reduce::ReduceOp;
 
 use crate::addressing::{Access, Index, NARROW_LIMIT, VECTOR_BYTES, offsets};
@@ -360,7 +361,8 @@ fn apply(m: &mut Memory, op: &Op) {
                     let xs: Vec<f32> = (0..*n).map(|j| m.ld(*x, at(j), *dtype)).collect();
                     let ys: Vec<f32> = match kernel {
                         RowKernel::Softmax => {
-                            let mx = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                            // rows.cu's nan_max: a NaN in the row makes the maximum NaN.
+                            let mx = xs.iter().fold(f32::NEG_INFINITY, |m, &v| BinaryOp::Max.apply(m, v));
                             let s: f32 = xs.iter().map(|v| (v - mx).exp()).sum();
                             xs.iter().map(|v| (v - mx).exp() / s).collect()
                         }
@@ -420,7 +422,8 @@ fn apply(m: &mut Memory, op: &Op) {
                     }
                     let v = m.ld(*x, bx + ox, *dtype);
                     sum += v as f64;
-                    mx = mx.max(v);
+                    // reduce.cu's nan_max(mx, v), which BinaryOp::Max applies.
+                    mx = BinaryOp::Max.apply(mx, v);
                 }
                 let r = match op {
                     ReduceOp::Sum => sum as f32,

@@ -13,6 +13,7 @@
 //!   dim up to [`MAX_HEAD_DIM`]; blocks of [`simt_tile`]'s rows and keys, P kept in f32.
 
 use einsum_core::DType;
+use einsum_ops::binary::BinaryOp;
 
 use super::sources::{ATTENTION_MMA, ATTENTION_SIMT, Module};
 
@@ -246,7 +247,8 @@ pub fn emulate(
                             qr.iter().zip(kr).fold(0.0f32, |a, (x, y)| x.mul_add(*y, a)) * s.scale_log2
                         })
                         .collect();
-                    let mn = x.iter().copied().fold(m, f32::max);
+                    // nan_max: a NaN score makes the row's maximum NaN.
+                    let mn = x.iter().fold(m, |m, &x| BinaryOp::Max.apply(m, x));
                     let used = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
                     let corr = (m - used).exp2();
                     let p: Vec<f32> = x.iter().map(|x| (x - used).exp2()).collect();
@@ -256,13 +258,19 @@ pub fn emulate(
                         *a *= corr;
                     }
                     for (key, &pj) in keys.zip(&p) {
+                        // The CUDA-core kernel adds only the keys the row sees; the tensor-core
+                        // one multiplies the whole tile (a masked key adds 0 · v).
+                        if kernel == AttentionKernel::Simt && (key < lo || key >= hi) {
+                            continue;
+                        }
                         let (pj, vr) = (round(pj), &v[kv + (key - s.keys_lo) * d..][..d]);
                         for (a, y) in acc.iter_mut().zip(vr) {
                             *a = pj.mul_add(*y, *a);
                         }
                     }
                 }
-                let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
+                // A maximum still −∞: every seen score was −∞, and −∞ − (−∞) is NaN.
+                let inv = if m == f32::NEG_INFINITY { f32::NAN } else { 1.0 / l };
                 for (o, a) in out[(h * s.nq + r) * d..][..d].iter_mut().zip(&acc) {
                     *o = a * inv;
                 }

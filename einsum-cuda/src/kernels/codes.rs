@@ -12,6 +12,12 @@
 //! that branch on a code without a generated function (the dtype loads and stores of
 //! `common.cuh`, `reduce.cu`) use the generated names, and a test checks that they name
 //! every one.
+//!
+//! # NaN
+//! The maxima and minima are NumPy's `maximum` and `minimum` (`a` where `a` wins, ties or
+//! is NaN, else `b`), as the Rust `apply` functions compute them: a NaN on either side is the
+//! result. `fmaxf` and `fminf` return the other operand of a NaN, so `relu(NaN)` would be 0
+//! and `max(NaN, 1)` 1.
 
 use std::fmt::Write as _;
 
@@ -72,13 +78,13 @@ op_codes!(DType, "DTYPE", None, {
 
 op_codes!(Aggregation, "AGG", Some("agg_apply(int op, float a, float b)"), {
     Aggregation::Sum => 0, "SUM", "a + b";
-    Aggregation::Max => 1, "MAX", "fmaxf(a, b)";
-    Aggregation::Min => 2, "MIN", "fminf(a, b)";
+    Aggregation::Max => 1, "MAX", "(a >= b || a != a) ? a : b";
+    Aggregation::Min => 2, "MIN", "(a <= b || a != a) ? a : b";
     Aggregation::Product => 3, "PRODUCT", "a * b";
 });
 
 op_codes!(UnaryOp, "UNARY", Some("unary_apply(int op, float v, float s)"), {
-    UnaryOp::Relu => 0, "RELU", "fmaxf(v, 0.0f)";
+    UnaryOp::Relu => 0, "RELU", "(v >= 0.0f || v != v) ? v : 0.0f";
     UnaryOp::Gelu => 1, "GELU", "0.5f * v * (1.0f + tanhf(0.7978846f * (v + 0.044715f * v * v * v)))";
     UnaryOp::Silu => 2, "SILU", "v / (1.0f + expf(-v))";
     UnaryOp::Exp => 3, "EXP", "expf(v)";
@@ -91,7 +97,7 @@ op_codes!(BinaryOp, "BINARY", Some("binary_apply(int op, float a, float b)"), {
     BinaryOp::Sub => 1, "SUB", "a - b";
     BinaryOp::Mul => 2, "MUL", "a * b";
     BinaryOp::Div => 3, "DIV", "a / b";
-    BinaryOp::Max => 4, "MAX", "fmaxf(a, b)";
+    BinaryOp::Max => 4, "MAX", "(a >= b || a != a) ? a : b";
 });
 
 op_codes!(ReduceOp, "REDUCE", None, {

@@ -25,6 +25,10 @@
 // the last query rows down, so under a causal mask the longest run first. Addresses must be
 // 16-byte aligned; the lowering only picks this kernel when they are. Tile sizes come from
 // the Rust side (-DMMA_ROWS=... -DMMA_KEYS=... -DMMA_WARPS=... -DMMA_WARP_M=... -DHEAD_DIM=...).
+// Non-finite values: the maxima propagate NaN (nan_max) and a row whose every seen score is
+// -inf is NaN, as einsum_ops::attention documents. One difference remains: P V multiplies
+// the whole tile, so a NaN or inf in the value of a key that a row of the tile does not see
+// reaches that row as 0 * NaN (the CUDA-core kernel and the CPU add only seen keys).
 #if !defined(HEAD_DIM) || !defined(MMA_ROWS) || !defined(MMA_KEYS) || !defined(MMA_WARPS) || !defined(MMA_WARP_M)
 #error "HEAD_DIM, MMA_ROWS, MMA_KEYS, MMA_WARPS and MMA_WARP_M are defined by the Rust side"
 #endif
@@ -262,15 +266,15 @@ __device__ __forceinline__ void attention_mma(const u16* __restrict__ q, const u
                             x = key >= lo[mt][i] && key < hi[mt][i] && key < last ? x : NEG_INF;
                         }
                         s[mt][n][e] = x;
-                        mx[i] = fmaxf(mx[i], x);
+                        mx[i] = nan_max(mx[i], x);
                     }
                 }
                 float corr[2];
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                    float mn = fmaxf(m[mt][i], mx[i]);
+                    mx[i] = nan_max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                    mx[i] = nan_max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                    float mn = nan_max(m[mt][i], mx[i]);
                     float use = mn == NEG_INF ? 0.0f : mn;  // a row with nothing visible yet
                     corr[i] = exp2_approx(m[mt][i] - use);
                     m[mt][i] = mn;
@@ -343,7 +347,8 @@ __device__ __forceinline__ void attention_mma(const u16* __restrict__ q, const u
             float li = l[mt][i];
             li += __shfl_xor_sync(0xffffffffu, li, 1);
             li += __shfl_xor_sync(0xffffffffu, li, 2);
-            inv[i] = li > 0.0f ? 1.0f / li : 0.0f;
+            // A maximum still -inf: every seen score was -inf, and -inf - (-inf) is NaN.
+            inv[i] = m[mt][i] == NEG_INF ? NAN_F32 : 1.0f / li;
         }
         const int rt = row0 + 16 * mt;
 #pragma unroll

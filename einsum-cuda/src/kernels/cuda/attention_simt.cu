@@ -10,6 +10,10 @@
 // maximum, and the online softmax rescales once per tile (log2 domain, as the tensor-core
 // kernel); lane i owns output columns i, i + 32, ..., so no thread holds a whole row and
 // nothing spills at head dim 256. Tile sizes come from the Rust side.
+//
+// Non-finite values as einsum_ops::attention documents: the maxima propagate NaN (nan_max),
+// a row whose every seen score is -inf is NaN, and P V adds only the keys a row sees, so a
+// NaN or inf value of a key the row does not see never reaches it as 0 * NaN.
 #if !defined(HEAD_DIM) || !defined(SIMT_ROWS) || !defined(SIMT_KEYS) || !defined(SIMT_WARPS)
 #error "HEAD_DIM, SIMT_ROWS, SIMT_KEYS and SIMT_WARPS are defined by the Rust side"
 #endif
@@ -21,7 +25,7 @@
 #define COLS_PER_LANE ((HEAD_DIM + 31) / 32)
 
 __device__ __forceinline__ float warp_max(float x) {
-    for (int s = 16; s > 0; s >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, s));
+    for (int s = 16; s > 0; s >>= 1) x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, s));
     return x;
 }
 __device__ __forceinline__ float warp_sum(float x) {
@@ -80,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
                 for (int c = 0; c < HEAD_DIM; ++c) s = fmaf(qr[c], ks[lane][c], s);
                 x = s * scale_log2;
             }
-            float mn = fmaxf(m[i], warp_max(x));
+            float mn = nan_max(m[i], warp_max(x));
             float use = mn == NEG_INF ? 0.0f : mn;  // a row with nothing visible yet
             float corr = exp2f(m[i] - use);
             float p = exp2f(x - use);
@@ -88,7 +92,10 @@ extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
             l[i] = l[i] * corr + warp_sum(p);
 #pragma unroll
             for (int c = 0; c < COLS_PER_LANE; ++c) acc[i][c] *= corr;
-            for (int j = 0; j < tk; ++j) {
+            // Only the keys this row sees (warp-uniform: the row is the warp's).
+            const int ja = lo[i] > j0 ? (int)(lo[i] - j0) : 0;
+            const int jb = hi[i] - j0 < tk ? (int)(hi[i] - j0) : (int)tk;
+            for (int j = ja; j < jb; ++j) {
                 float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
                 for (int c = 0; c < COLS_PER_LANE; ++c) {
@@ -102,7 +109,8 @@ extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
     for (int i = 0; i < ROWS_PER_WARP; ++i) {
         i64 r = t0 + warp * ROWS_PER_WARP + i;
         if (r >= nq) continue;
-        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        // A maximum still -inf: every seen score was -inf, and -inf - (-inf) is NaN.
+        float inv = m[i] == NEG_INF ? NAN_F32 : 1.0f / l[i];
         for (int c = 0; c < COLS_PER_LANE; ++c) {
             int col = lane + 32 * c;
             if (col < HEAD_DIM) st(o, (h * nq + r) * HEAD_DIM + col, dt, acc[i][c] * inv);

@@ -6,6 +6,12 @@ typedef unsigned int u32;
 
 #define MAX_RANK 8
 #define NEG_INF __int_as_float(0xff800000)
+#define NAN_F32 __int_as_float(0x7fc00000)
+
+// NumPy's maximum: a where a >= b or a is NaN, else b, so that a NaN on either side is the
+// result (fmaxf returns the other operand of a NaN and would hide it). The running maxima of
+// the reductions, softmax and attention take it, as the CPU kernels and the emulator do.
+__device__ __forceinline__ float nan_max(float a, float b) { return (a >= b || a != a) ? a : b; }
 
 // A strided iteration space: `shape` is iterated row-major; s[j][d] is the stride of
 // dimension d in the j-th tensor addressed (0 broadcasts).

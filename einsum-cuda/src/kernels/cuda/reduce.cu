@@ -1,7 +1,8 @@
 // Reductions: y[i] = ⊕ over the `over` iteration space of x. `keep` iterates the output
 // (keep.s0: strides in x, keep.s1: strides in y), `over` the reduced indices (over.s0:
 // strides in x). op: a REDUCE_* code of einsum_ops::reduce::ReduceOp (generated,
-// kernels/codes.rs): REDUCE_SUM (accumulated in f64, as the CPU reference) or REDUCE_MAX.
+// kernels/codes.rs): REDUCE_SUM (accumulated in f64, as the CPU reference) or REDUCE_MAX
+// (NaN where an element is NaN, as NumPy's max: nan_max keeps a NaN once it is in).
 // One body, instantiated with 64-bit (`reduce`) and 32-bit (`reduce32`, chosen by the host
 // where the offsets fit, einsum-cuda/src/addressing.rs) index arithmetic.
 template <typename I>
@@ -18,7 +19,7 @@ __device__ __forceinline__ void reduce_body(const void* x, void* y, int dt, int 
             offsets<I>(over, j, &ox, &u1, &u2);
             float v = ld(x, bx + ox, dt);
             sum += (double)v;
-            mx = fmaxf(mx, v);
+            mx = nan_max(mx, v);
         }
         float r;
         switch (op) {

@@ -1,13 +1,15 @@
 // Row-wise normalisations over the middle axis of an [outer, n, inner] block: softmax,
 // RMSNorm and LayerNorm. One warp per (outer, inner) fibre; lanes stride over n and reduce
-// with shuffles, in f32 (as the CPU reference does).
+// with shuffles, in f32 (as the CPU reference does). The softmax row maximum propagates NaN
+// (nan_max): a row holding a NaN is NaN, one holding +inf is NaN (inf - inf), as NumPy's
+// exp(x - max) / sum.
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -25,7 +27,7 @@ extern "C" __global__ void softmax(const void* x, void* y, int dt, i64 outer, i6
     if (fibre(outer, n, inner, &base) < 0) return;
     int lane = threadIdx.x % 32;
     float m = NEG_INF;
-    for (i64 j = lane; j < n; j += 32) m = fmaxf(m, ld(x, base + j * inner, dt));
+    for (i64 j = lane; j < n; j += 32) m = nan_max(m, ld(x, base + j * inner, dt));
     m = warp_max(m);
     float s = 0.0f;
     for (i64 j = lane; j < n; j += 32) s += expf(ld(x, base + j * inner, dt) - m);
