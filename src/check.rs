@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 
 use einsum_core::{DType, HostTensor, SeededRng};
-use einsum_joinagg::{Computation, OpId, TensorId, decomposition_error, enumerate_specs};
+use einsum_joinagg::{
+    AbstractOperator, Computation, JoinAggSpec, OpId, TensorId, enumerate_specs, execute_spec, execute_whole,
+};
 
 use crate::{Error, Executable, Result};
 
@@ -72,26 +74,42 @@ pub fn depth(comp: &Computation) -> usize {
 /// divided by `max(max|want|, 1)` (the largest finite magnitude of the reference, so that
 /// small outputs are compared absolutely).
 ///
+/// Non-finite elements agree where both sides hold one: NaN with NaN (the kernels propagate
+/// NaN as NumPy does, so a NaN of the reference is expected of the run), an infinity with
+/// the same infinity.
+///
 /// # Errors
-/// Says why the two cannot be compared as numbers: another type or dtype, or an element
-/// whose difference is not finite — a NaN on either side, or an infinity the other side
-/// does not hold (equal infinities agree). Such a difference has no size, so it is a
-/// failure at any tolerance rather than an error that a maximum could drop.
+/// Says why the two cannot be compared as numbers: another type or dtype, or elements whose
+/// difference is not finite — a NaN or an infinity on one side where the other holds a
+/// finite value, NaN where the other is infinite, or infinities of opposite signs. The
+/// message names the first such element (row-major) and how many there are. Such a
+/// difference has no size (a `diff > tolerance` test is false for NaN), so it is a failure
+/// at any tolerance rather than an error that a maximum could drop.
 pub fn tensor_error(got: &HostTensor, want: &HostTensor) -> std::result::Result<f32, String> {
     if got.ty() != want.ty() || got.dtype() != want.dtype() {
         return Err(format!("is {} {}, the reference {} {}", got.ty(), got.dtype(), want.ty(), want.dtype()));
     }
     let (got, want) = (got.to_f32(), want.to_f32());
     let mut diff = 0.0f32;
+    let (mut first, mut count) = (None, 0usize);
     for (i, (x, y)) in got.iter().zip(&want).enumerate() {
-        // Equal values, equal infinities included, differ by nothing.
-        if x == y {
+        // Equal values, equal infinities and two NaNs differ by nothing.
+        if x == y || (x.is_nan() && y.is_nan()) {
             continue;
         }
         if !x.is_finite() || !y.is_finite() {
-            return Err(format!("element {i} (row-major) is {x}, the reference holds {y}"));
+            first.get_or_insert((i, *x, *y));
+            count += 1;
+            continue;
         }
         diff = diff.max((x - y).abs());
+    }
+    if let Some((i, x, y)) = first {
+        let more = match count {
+            1 => String::new(),
+            n => format!(" (the first of {n} elements not finite on one side only, or of other infinities)"),
+        };
+        return Err(format!("element {i} (row-major) is {x}, the reference holds {y}{more}"));
     }
     let scale = want.iter().filter(|v| v.is_finite()).fold(1.0f32, |m, v| m.max(v.abs()));
     Ok(diff / scale)
@@ -175,8 +193,13 @@ pub struct OpCheck {
     pub specs: usize,
     /// How many of them were run.
     pub checked: usize,
-    /// The largest error among those run (`max|split - whole| / max(max|whole|, 1)`).
+    /// The largest error among those run (`max|split - whole| / max(max|whole|, 1)`);
+    /// infinite where [`mismatch`](Self::mismatch) is set.
     pub max_error: f32,
+    /// Why a decomposed run fails at any tolerance, if one does: an output element that is
+    /// NaN or infinite where the reference is finite, or the other way ([`tensor_error`]),
+    /// naming the spec's device counts, the output, the first element and their number.
+    pub mismatch: Option<String>,
 }
 
 /// The result of [`check_computation`].
@@ -198,11 +221,11 @@ pub struct CheckReport {
 
 impl CheckReport {
     /// True when every error is within the tolerance and nothing failed outright (an
-    /// operator's error that is NaN fails).
+    /// operator's error that is NaN fails, as does a non-finite mismatch).
     pub fn passed(&self) -> bool {
         self.graph_mismatch.is_none()
             && self.graph_error <= self.graph_tolerance
-            && self.ops.iter().all(|o| o.max_error <= self.tolerance)
+            && self.ops.iter().all(|o| o.mismatch.is_none() && o.max_error <= self.tolerance)
     }
 }
 
@@ -232,12 +255,19 @@ pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u
         let step = specs.len().div_ceil(max_specs.max(1));
         let mut max_error = 0.0f32;
         let mut checked = 0;
+        let mut mismatch = None;
         for choice in specs.iter().step_by(step) {
-            max_error = worse(max_error, decomposition_error(op, &choice.spec, rng.next_u64())?);
+            match decomposition_error(op, &choice.spec, rng.next_u64())? {
+                Ok(e) => max_error = worse(max_error, e),
+                Err(why) => {
+                    max_error = f32::INFINITY;
+                    mismatch.get_or_insert_with(|| format!("the spec of device counts {:?}: {why}", choice.counts));
+                }
+            }
             checked += 1;
         }
         let name = comp.node(id).map_or_else(String::new, |n| n.name().to_string());
-        ops.push(OpCheck { name, kind: op.kind().to_string(), specs: specs.len(), checked, max_error });
+        ops.push(OpCheck { name, kind: op.kind().to_string(), specs: specs.len(), checked, max_error, mismatch });
         chosen.insert(id, specs[rng.below(specs.len())].spec.clone());
     }
     let inputs = comp.random_inputs(rng.next_u64());
@@ -251,6 +281,34 @@ pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u
         tolerance: operator_tolerance(comp),
         graph_tolerance: computation_tolerance(comp),
     })
+}
+
+/// Runs `spec` and the whole-tensor kernel of `op` on the same seeded random inputs
+/// (uniform in `[-1, 1)`, as [`einsum_joinagg::decomposition_error`] draws them) and
+/// compares every output by [`tensor_error`]: the largest error, or why an output cannot be
+/// compared (naming it by position where the operator has several).
+fn decomposition_error(
+    op: &dyn AbstractOperator,
+    spec: &JoinAggSpec,
+    seed: u64,
+) -> Result<std::result::Result<f32, String>> {
+    let inputs: Vec<HostTensor> = op
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(k, d)| HostTensor::random(d.tensor_type(), d.dtype, seed.wrapping_add(k as u64)))
+        .collect();
+    let whole = execute_whole(op, &inputs)?;
+    let split = execute_spec(op, spec, &inputs)?;
+    let mut max_error = 0.0f32;
+    for (j, (w, s)) in whole.iter().zip(&split).enumerate() {
+        match tensor_error(s, w) {
+            Ok(e) => max_error = worse(max_error, e),
+            Err(why) if whole.len() > 1 => return Ok(Err(format!("output {j} {why}"))),
+            Err(why) => return Ok(Err(format!("the output {why}"))),
+        }
+    }
+    Ok(Ok(max_error))
 }
 
 /// How messages name a tensor of `comp`: its producing node's name, and the output's
