@@ -573,8 +573,8 @@ fn combine(out: &mut [f32], a: &[f32], b: &[f32], agg: Aggregation, dtype: DType
     }
     match (agg, dtype) {
         (Aggregation::Sum, DType::F32) => each(out, a, b, |x, y| x + y),
-        (Aggregation::Max, DType::F32) => each(out, a, b, f32::max),
-        (Aggregation::Min, DType::F32) => each(out, a, b, f32::min),
+        (Aggregation::Max, DType::F32) => each(out, a, b, |x, y| Aggregation::Max.apply(x, y)),
+        (Aggregation::Min, DType::F32) => each(out, a, b, |x, y| Aggregation::Min.apply(x, y)),
         (Aggregation::Product, DType::F32) => each(out, a, b, |x, y| x * y),
         (agg, DType::F16) => each(out, a, b, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::BF16) => each(out, a, b, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
@@ -591,8 +591,8 @@ fn combine_into(acc: &mut [f32], v: &[f32], agg: Aggregation, dtype: DType) {
     }
     match (agg, dtype) {
         (Aggregation::Sum, DType::F32) => each(acc, v, |x, y| x + y),
-        (Aggregation::Max, DType::F32) => each(acc, v, f32::max),
-        (Aggregation::Min, DType::F32) => each(acc, v, f32::min),
+        (Aggregation::Max, DType::F32) => each(acc, v, |x, y| Aggregation::Max.apply(x, y)),
+        (Aggregation::Min, DType::F32) => each(acc, v, |x, y| Aggregation::Min.apply(x, y)),
         (Aggregation::Product, DType::F32) => each(acc, v, |x, y| x * y),
         (agg, DType::F16) => each(acc, v, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::BF16) => each(acc, v, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
@@ -905,6 +905,24 @@ mod tests {
         assert_eq!(a, HostTensor::random(ty.clone(), DType::F32, 1));
         assert_ne!(a, HostTensor::random(ty, DType::F32, 2));
         assert!(a.to_f32().iter().any(|&x| x != 0.0));
+    }
+
+    /// Partial maxima and minima combine as NumPy's `maximum`/`minimum`: a NaN on either side
+    /// is kept (`f32::max` would return the other operand), in every dtype.
+    #[test]
+    fn aggregating_keeps_nan() {
+        let ty = TensorType::zero_bounded(&[3]);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let a = HostTensor::from_f32(ty.clone(), dtype, vec![f32::NAN, 1.0, 2.0]).unwrap();
+            let b = HostTensor::from_f32(ty.clone(), dtype, vec![5.0, f32::NAN, 1.0]).unwrap();
+            for agg in [Aggregation::Max, Aggregation::Min] {
+                for (x, y) in [(&a, &b), (&b, &a)] {
+                    let out = x.aggregate(y, agg).unwrap().to_f32();
+                    assert!(out[0].is_nan() && out[1].is_nan(), "{agg:?} {dtype}: {out:?}");
+                    assert_eq!(out[2], if agg == Aggregation::Max { 2.0 } else { 1.0 });
+                }
+            }
+        }
     }
 
     #[test]

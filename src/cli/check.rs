@@ -35,6 +35,9 @@ pub fn run(a: Args) -> Result<Report> {
     text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12}\n", "operator", "kind", "specs", "checked", "max rel err");
     for o in &report.ops {
         text += &format!("{:<16} {:<10} {:>6} {:>8} {:>12.3e}\n", o.name, o.kind, o.specs, o.checked, o.max_error);
+        if let Some(why) = &o.mismatch {
+            text += &format!("  {why}\n");
+        }
     }
     text += &format!("whole graph, random spec per operator: rel err {:.3e}\n", report.graph_error);
     if let Some(why) = &report.graph_mismatch {
@@ -95,10 +98,21 @@ pub struct CheckedOp<'a> {
     pub checked: usize,
     /// The largest error of the runs against the reference.
     pub max_error: f64,
+    /// Why a decomposed run fails at any tolerance (a NaN or an infinity where the
+    /// reference has none, or the other way, naming the spec, the output and the element),
+    /// or `null`.
+    pub mismatch: Option<&'a str>,
 }
 
 impl<'a> CheckedOp<'a> {
     fn new(o: &'a OpCheck) -> Self {
-        CheckedOp { name: &o.name, kind: &o.kind, specs: o.specs, checked: o.checked, max_error: o.max_error.into() }
+        CheckedOp {
+            name: &o.name,
+            kind: &o.kind,
+            specs: o.specs,
+            checked: o.checked,
+            max_error: o.max_error.into(),
+            mismatch: o.mismatch.as_deref(),
+        }
     }
 }
