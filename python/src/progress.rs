@@ -51,7 +51,9 @@ impl Drop for Line {
         if text.is_empty() || self.cancel.is_cancelled() {
             return;
         }
-        Python::attach(|py| {
+        // The work runs on a thread of its own, which may outlive the interpreter (work left
+        // running at exit): then the line is dropped.
+        Python::try_attach(|py| {
             if let Err(e) = self.callback.call1(py, (text,)) {
                 e.write_unraisable(py, Some(self.callback.bind(py)));
             }

@@ -60,10 +60,17 @@ impl LogicalOptimizer for PyStrategy {
                 self.name
             )));
         }
-        let answer = Python::attach(|py| -> PyResult<Vec<usize>> {
+        // Compilation runs on a thread of its own, which may outlive the interpreter.
+        let answer = Python::try_attach(|py| -> PyResult<Vec<usize>> {
             let p = Py::new(py, PyProblem { inner: problem.clone() })?;
             self.object.call_method1(py, "solve", (p,))?.extract::<Vec<usize>>(py)
-        });
+        })
+        .ok_or_else(|| {
+            einsum_logical::Error::InvalidPlan(format!(
+                "the strategy `{}` was not called: the Python interpreter has shut down",
+                self.name
+            ))
+        })?;
         let choice = answer.map_err(|e| {
             let message = format!("the strategy `{}` raised {e}", self.name);
             if let Ok(mut raised) = self.raised.lock() {
