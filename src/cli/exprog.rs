@@ -119,14 +119,21 @@ pub fn run(command: Command) -> Result<Report> {
                     let s = synth::search_observed(&preamble, &topo, options, &mut |_| bar.done())
                         .map_err(|e| in_file(e.into()))?;
                     bar.finish();
-                    let search = SearchReport { naive_ms: s.naive_ms, evaluated: s.evaluated, origin: s.origin };
+                    let search = SearchReport {
+                        naive_ms: s.naive_ms,
+                        evaluated: s.evaluated,
+                        origin: s.origin,
+                        fallback: s.fallback.map(|f| f.to_string()),
+                    };
                     (s.program, s.completion_ms, s.membership, Some(search))
                 }
             };
+            let fallback = search.as_ref().and_then(|s| s.fallback.as_ref());
             let text = format!(
-                "# {mode} synthesis on {topology}: {} ms, membership {}\n{program}\n",
+                "# {mode} synthesis on {topology}: {} ms, membership {}\n{}{program}\n",
                 round(completion_ms),
-                membership_text(&membership)
+                membership_text(&membership),
+                fallback.map_or_else(String::new, |why| format!("# not searched: {why}\n"))
             );
             let json = SynthesizeReport {
                 file: &shown,
@@ -201,7 +208,8 @@ pub struct SimulateReport<'a> {
 }
 
 /// The `--json` object of `exprog synthesize`; with `--mode search`, the search's
-/// statistics follow as `naive_ms`, `evaluated` and `origin` (absent with `naive`).
+/// statistics follow as `naive_ms`, `evaluated`, `origin` and `fallback` (absent with
+/// `naive`).
 #[derive(Serialize)]
 pub struct SynthesizeReport<'a> {
     /// The `.exprog` file with the preamble.
@@ -231,4 +239,7 @@ pub struct SearchReport {
     pub evaluated: usize,
     /// How the best candidate was reached (the seed, or the last move that improved it).
     pub origin: String,
+    /// Why the search did not run and the program is the naive one (its state would not fit
+    /// the memory it may take); `null` when it ran.
+    pub fallback: Option<String>,
 }

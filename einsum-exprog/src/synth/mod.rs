@@ -112,6 +112,18 @@
 //!    [`SearchOptions::seed`], the budget is an iteration count, and iteration order is that of
 //!    ordered collections; the optional wall-clock cap is the only source of variation.
 //!
+//! # Bounds
+//!
+//! Before anything of the search is built, its state is estimated from the preamble's atoms,
+//! required aggregates and sites ([`search_state_bytes`]: a move's candidate lists grow with
+//! the square of the aggregates one site sends); a preamble whose state would exceed
+//! [`SearchOptions::memory_limit`] (by default the `1 / SEARCH_MEMORY_SHARE` of the host
+//! memory available) is not searched: the result is its naive program, and
+//! [`Synthesis::fallback`] says why (a broadcast of 10 000 atoms on 8 sites, about 20 GB).
+//! The wall-clock cap ([`SearchOptions::time_limit`]) counts from the search's start and
+//! bounds the seeds and chunk counts as well as the walks: no step starts once the time spent
+//! and the longest step so far reach it.
+//!
 //! # Why not `egg`
 //!
 //! Equality saturation (the `egg` crate) was evaluated for this search and does not fit:
@@ -167,7 +179,10 @@ mod stripes;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use naive::{naive, naive_validated};
-pub use search::{MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SearchOptions, Synthesis, search, search_observed};
+pub use search::{
+    Fallback, MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SEARCH_MEMORY_SHARE, SearchOptions, Synthesis, search,
+    search_observed, search_state_bytes,
+};
 
 use crate::check::CheckError;
 use crate::cost::SimulateError;

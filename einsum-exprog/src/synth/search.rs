@@ -15,7 +15,10 @@ use super::owners::Owners;
 use super::plan::{
     Group, Kind, Load, Plan, SHAPES, Shape, SiteRoutes, build, congestion_aware, groups, pruned, reparent,
 };
-use super::{SynthError, affinity_membership, canonical_membership, checked_preamble, hierarchical, naive, stripes};
+use super::{
+    SynthError, affinity_membership, canonical_membership, checked_preamble, hierarchical, naive, naive_validated,
+    stripes,
+};
 use crate::action::Action;
 use crate::aggregate::Aggregate;
 use crate::cost::{Simulation, check_sites, run};
@@ -27,6 +30,7 @@ use crate::refine::refine;
 use crate::rewrite::{Refusal, unguarded};
 use crate::target::Target;
 use einsum_core::SeededRng as Rng;
+use einsum_core::host_memory::available_host_memory;
 
 /// How [`search`] runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,9 +41,12 @@ pub struct SearchOptions {
     /// independent walks from the best seed, each annealing, then descending in its last
     /// quarter (see [`crate::synth`]).
     pub iterations: usize,
-    /// An optional wall-clock budget on the annealing as well (the seeds, a fixed number of
-    /// candidates, always run); when it cuts the search short the result depends on the
-    /// machine's speed, so tests leave it `None`.
+    /// An optional wall-clock budget on the whole search, counted from its start: no seed,
+    /// chunk count or iteration starts once the time spent and the longest step so far (a
+    /// candidate's scoring, or an iteration) reach it, so that it overruns by at most one
+    /// step, the last simulation of the best program keeping the room of the step reserved
+    /// (the naive program, the first seed, is always scored). When it cuts the search short
+    /// the result depends on the machine's speed, so tests leave it `None`, or give it zero.
     pub time_limit: Option<Duration>,
     /// Initial temperature, relative: a candidate `x` times slower than the current one is
     /// accepted with probability `exp(-(x - 1) / t)`; `t` decays geometrically to 1% of it.
@@ -53,11 +60,18 @@ pub struct SearchOptions {
     /// the best seed. A caller whose atoms are tensor cells passes
     /// [`crate::Preamble::max_chunks`], so that every chunk is a non-empty slice.
     pub max_chunks: usize,
+    /// The bytes the search's state may take ([`search_state_bytes`]); `None`: the
+    /// `1 / SEARCH_MEMORY_SHARE` of the host memory this process can still allocate
+    /// ([`available_host_memory`]; no limit where the system reports none). A preamble whose
+    /// state would not fit is not searched: the result is its naive program, with
+    /// [`Synthesis::fallback`] saying why; a chunk count whose state would not fit is not
+    /// tried.
+    pub memory_limit: Option<usize>,
 }
 
 impl Default for SearchOptions {
     /// Seed 0, 1000 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
-    /// into up to [`MAX_CHUNKS`] chunks.
+    /// into up to [`MAX_CHUNKS`] chunks, state bounded by the host's memory.
     fn default() -> Self {
         SearchOptions {
             seed: 0,
@@ -66,6 +80,7 @@ impl Default for SearchOptions {
             temperature: 0.05,
             hierarchical: true,
             max_chunks: MAX_CHUNKS,
+            memory_limit: None,
         }
     }
 }
@@ -85,6 +100,84 @@ pub const MIN_CHUNK_GB: f64 = 4e-3;
 /// The most atoms a refined preamble may have: chunk counts that would exceed it are not
 /// tried (the cost of evaluating a candidate grows with its actions).
 pub const MAX_REFINED_ATOMS: usize = 512;
+
+/// The share of the host memory available ([`available_host_memory`]) the search's state may
+/// take by default: a half, since the search runs inside a compile whose task graph, other
+/// programs and simulator are live beside it, and its estimate ([`search_state_bytes`]) can
+/// be exceeded by a shape it was not measured on.
+pub const SEARCH_MEMORY_SHARE: usize = 2;
+
+/// Bytes of one entry of the search's largest move lists: two actions and a site (the
+/// pushdown candidates of [`Search::rewrite`], 24 bytes), or a step of the descent (32).
+const BYTES_PER_MOVE: usize = 32;
+
+/// Bytes the search keeps per atom or group and site: the bodies of the seeds and of the
+/// walks' states, the evaluator's interned atoms and the memo of scores.
+const BYTES_PER_ATOM_SITE: usize = 8192;
+
+/// The bytes the search's state takes at most for a preamble of `atoms` atoms, `groups`
+/// distinct required aggregates and `sites` sites, estimated before anything is built.
+///
+/// Dominant is a move's candidate list: pushdown and fusion pair the actions of one source
+/// that share a destination, and a seed whose every group leaves one site (a broadcast's
+/// star, a chain's every hop) gives that site one action per group, so the list (and the
+/// descent's list of steps) holds up to `groups² / 2` pairs per destination; over `sites`
+/// destinations, at [`BYTES_PER_MOVE`] each, twice while a `Vec` grows:
+/// `BYTES_PER_MOVE · groups² · sites`. Besides that, [`BYTES_PER_ATOM_SITE`] per atom or
+/// group and site. Measured peak resident memory of `exprog synthesize` on `dgx-h100`
+/// (8 sites) against the estimate: a broadcast from one site of 1 000 atoms 0.18 GB
+/// (estimate 0.39 GB), of 4 000 atoms 2.3 GB (4.6 GB), of 10 000 atoms past 18 GB when it
+/// aborted (26.9 GB); an all-gather of 2 000 atoms 0.54 GB (1.3 GB), of 4 000 atoms 2.0 GB
+/// (4.6 GB); an all-reduce of 500 groups of 8 atoms 0.20 GB (0.36 GB).
+pub fn search_state_bytes(atoms: usize, groups: usize, sites: usize) -> usize {
+    let moves = BYTES_PER_MOVE.saturating_mul(groups.saturating_mul(groups)).saturating_mul(sites);
+    let states = BYTES_PER_ATOM_SITE.saturating_mul(atoms.saturating_add(groups)).saturating_mul(sites);
+    moves.saturating_add(states)
+}
+
+/// Why [`search`] returned the naive program without searching ([`Synthesis::fallback`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Fallback {
+    /// The search's state would not fit its memory limit ([`SearchOptions::memory_limit`]).
+    #[error(
+        "the search's state would take about {estimate} bytes ({atoms} atoms, {groups} required aggregates, {sites} sites), more than its limit of {limit} bytes: kept the naive program"
+    )]
+    Memory {
+        /// Atoms of the preamble.
+        atoms: usize,
+        /// Distinct required aggregates (the search's groups).
+        groups: usize,
+        /// Sites of the preamble.
+        sites: usize,
+        /// [`search_state_bytes`] of them.
+        estimate: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// How many items of a move list, or pairs behind it, are formed between two looks at the
+/// clock ([`within`]).
+const CHECK_EVERY: usize = 1 << 16;
+
+/// `items`, ending once `budget` is over (looked at every [`CHECK_EVERY`] items), with `cut`
+/// set then. The lists of pairs a move draws from grow with the square of one site's actions
+/// (seconds to list at a few thousand), so a step must be able to give up inside one for the
+/// search to keep its budget; without a limit the items are all of them.
+fn within<'a, T: 'a>(
+    items: impl Iterator<Item = T> + 'a,
+    budget: Budget,
+    cut: &'a mut bool,
+) -> impl Iterator<Item = T> + 'a {
+    items
+        .enumerate()
+        .take_while(move |(n, _)| {
+            let over = n % CHECK_EVERY == CHECK_EVERY - 1 && budget.over();
+            *cut |= over;
+            !over
+        })
+        .map(|(_, item)| item)
+}
 
 /// The annealing's iterations are followed by a descent that spends the last
 /// `1 / POLISH_SHARE` of them (see `Polish`).
@@ -136,6 +229,35 @@ pub struct Synthesis {
     pub origin: String,
     /// The best program's simulation.
     pub simulation: Simulation,
+    /// Why the search did not run, where it did not: the program is then the naive one.
+    pub fallback: Option<Fallback>,
+}
+
+/// The search's wall-time budget ([`SearchOptions::time_limit`]): the clock started with the
+/// search, and the longest step seen, whose room is kept.
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    clock: Instant,
+    limit: Option<Duration>,
+    step: Duration,
+}
+
+impl Budget {
+    /// Whether the next step would cross the limit: the time spent and the longest step so
+    /// far reach it.
+    fn spent(&self) -> bool {
+        self.limit.is_some_and(|limit| self.clock.elapsed() + self.step >= limit)
+    }
+
+    /// Whether the limit has passed: a step in progress gives up.
+    fn over(&self) -> bool {
+        self.limit.is_some_and(|limit| self.clock.elapsed() >= limit)
+    }
+
+    /// A step that began at `since` has ended.
+    fn record(&mut self, since: Instant) {
+        self.step = self.step.max(since.elapsed());
+    }
 }
 
 /// A point of the search: a membership, the plan last used for each group, and the program:
@@ -193,6 +315,7 @@ struct Search<'a> {
     reference: bool,
     evaluated: usize,
     refused: usize,
+    budget: Budget,
 }
 
 /// Synthesizes a body for `preamble` on `topology` by a seeded simulated-annealing search over
@@ -224,20 +347,36 @@ fn search_with(
     progress: &mut dyn FnMut(usize),
     reference: bool,
 ) -> Result<Synthesis, SynthError> {
+    let mut budget = Budget { clock: Instant::now(), limit: options.time_limit, step: Duration::ZERO };
     let given = preamble;
     let preamble = checked_preamble(given)?;
     check_sites(&preamble, topology)?;
-    let naive_program = naive(&preamble)?;
     let machine = SiteRoutes::new(&preamble.sites(), topology);
     let canonical = canonical_membership(&preamble)?;
     let group_count = groups(&preamble, &canonical).map_or(0, |gs| gs.len());
-    let counts = chunk_counts(&preamble, group_count, &machine, options.max_chunks);
+
+    // The state's size, before anything of the search is built: a preamble too large is not
+    // searched, and a chunk count too large is not tried.
+    let (atoms, sites) = (preamble.inputs.len(), machine.sites.len());
+    let limit = options.memory_limit.or_else(|| available_host_memory().map(|b| b / SEARCH_MEMORY_SHARE));
+    let state = |k: usize| search_state_bytes(atoms.saturating_mul(k), group_count.saturating_mul(k), sites);
+    if let Some(limit) = limit.filter(|&l| state(1) > l) {
+        let fallback = Fallback::Memory { atoms, groups: group_count, sites, estimate: state(1), limit };
+        return naive_fallback(&preamble, topology, fallback);
+    }
+    let mut counts = chunk_counts(&preamble, group_count, &machine, options.max_chunks);
+    counts.retain(|&k| limit.is_none_or(|l| state(k) <= l));
+    let naive_program = naive(&preamble)?;
 
     // Seeds, for every chunk count tried: naive and the given body (whole atoms only), and
     // structured plans under two placements. The search goes on with the best seed's count.
     let mut naive_ms = f64::INFINITY;
     let mut chosen: Option<(Search<'_>, Seeds)> = None;
     for chunks in counts {
+        // the whole atoms are always seeded; more chunks only while the budget lasts
+        if chunks > 1 && budget.spent() {
+            break;
+        }
         let Ok(refined) = refine(&preamble, chunks) else { continue };
         let mut s = Search {
             machine: machine.clone(),
@@ -251,13 +390,17 @@ fn search_with(
             reference,
             evaluated: 0,
             refused: 0,
+            budget,
         };
         let mut seeds = Seeds::default();
         if chunks == 1 {
+            let since = Instant::now();
             let st = s.state_of_body(&canonical, naive_program.body.clone(), "naive")?;
+            s.budget.record(since);
             naive_ms = st.as_ref().map_or(f64::INFINITY, |st| st.cost.completion);
             seeds.consider(st);
             if !given.body.is_empty()
+                && !s.budget.spent()
                 && let Ok(v) = given.validate()
             {
                 let body = given.resolve(&v.membership).body;
@@ -265,6 +408,7 @@ fn search_with(
             }
         }
         s.seed(&canonical, options.hierarchical, &mut seeds)?;
+        budget = s.budget;
         let evaluated = chosen.as_ref().map_or(0, |(c, _)| c.evaluated);
         match (seeds.best(), &mut chosen) {
             // more chunks only for a shorter completion: a tie keeps the fewer, larger atoms
@@ -283,17 +427,17 @@ fn search_with(
         return Err(SynthError::Placement("no seed program could be simulated".to_string()));
     };
     let seed_ms = seed.cost.completion;
+    s.budget = budget;
 
     // Independent walks (see `WALKS`), each annealing then descending: the first from the best
     // seed, the second from the alternate start if there is one.
-    let clock = Instant::now();
     let walks = if options.iterations >= WALKS * MIN_WALK { WALKS } else { 1 };
     let mut iterations = 0;
     let mut best = seed.clone();
     for w in 0..walks {
         let budget = options.iterations / walks + if w == 0 { options.iterations % walks } else { 0 };
         let start = if w == 0 { &seed } else { alternate.as_ref().unwrap_or(&seed) };
-        let found = s.walk(start, budget, &options, &clock, &mut |done| progress(iterations + done));
+        let found = s.walk(start, budget, &options, &mut |done| progress(iterations + done));
         iterations += found.1;
         if found.0.cost.better(&best.cost) {
             best = found.0;
@@ -322,19 +466,44 @@ fn search_with(
         refused: s.refused,
         origin: best.origin,
         simulation,
+        fallback: None,
+    })
+}
+
+/// The naive program of `preamble` as the search's result, when `fallback` says why the
+/// search did not run (logged as a warning too).
+fn naive_fallback(preamble: &Program, topology: &Topology, fallback: Fallback) -> Result<Synthesis, SynthError> {
+    tracing::warn!(%fallback, "exchange program not searched");
+    let (program, validation) = naive_validated(preamble)?;
+    let membership = validation.membership.clone();
+    let simulation = run(&program, validation, topology, None)?;
+    let ms = simulation.completion_ms;
+    Ok(Synthesis {
+        program,
+        completion_ms: ms,
+        chunks: 1,
+        membership,
+        naive_ms: ms,
+        seed_ms: ms,
+        evaluated: 1,
+        iterations: 0,
+        refused: 0,
+        origin: "naive".to_string(),
+        simulation,
+        fallback: Some(fallback),
     })
 }
 
 impl Search<'_> {
     /// One walk of `budget` iterations from `start`: annealing, then a descent from the best
     /// found (see `Polish`) in the last `1 / POLISH_SHARE` of them. Returns the best state and
-    /// the iterations run (fewer when `options.time_limit`, counted from `clock`, cuts it).
+    /// the iterations run (fewer when the search's budget, [`SearchOptions::time_limit`], cuts
+    /// it).
     fn walk(
         &mut self,
         start: &State,
         budget: usize,
         options: &SearchOptions,
-        clock: &Instant,
         progress: &mut dyn FnMut(usize),
     ) -> (State, usize) {
         let mut best = start.clone();
@@ -344,14 +513,24 @@ impl Search<'_> {
         let mut polish: Option<Polish> = None;
         let mut since_best = 0;
         let mut iterations = 0;
+        let mut started: Option<Instant> = None;
         for it in 0..budget {
-            if options.time_limit.is_some_and(|limit| clock.elapsed() >= limit) {
+            if let Some(since) = started {
+                self.budget.record(since);
+            }
+            if self.budget.spent() {
                 break;
             }
+            started = Some(Instant::now());
             iterations += 1;
             progress(iterations);
             if it >= polish_from {
-                let queue = polish.get_or_insert_with(|| Polish::around(&best, &mut self.rng));
+                if polish.is_none() {
+                    // listing the descent's steps is quadratic too: it gives up when the budget
+                    // is over, and so does the walk
+                    polish = Polish::around(&best, &mut self.rng, &self.budget);
+                }
+                let Some(queue) = polish.as_mut() else { break };
                 if let Some(step) = queue.steps.pop() {
                     match self.apply(&best, &queue.body, step) {
                         Some(candidate) if candidate.cost.better(&best.cost) => {
@@ -401,18 +580,32 @@ impl Search<'_> {
         if affinity != *canonical {
             placements.push(affinity);
         }
+        // Each seed is one step of the budget: none starts once it is spent.
         for m in &placements {
+            if self.budget.spent() {
+                return Ok(());
+            }
             let gs = Rc::new(self.groups_under(m)?);
             for (plans, origin) in self.seed_plans(&gs) {
+                if self.budget.spent() {
+                    return Ok(());
+                }
+                let since = Instant::now();
                 let st = self.state_of_plans(m, gs.clone(), plans, origin);
+                self.budget.record(since);
                 seeds.consider(st);
             }
             for reduction in hierarchical::RootReduction::ALL.into_iter().filter(|_| hierarchical) {
+                if self.budget.spent() {
+                    return Ok(());
+                }
+                let since = Instant::now();
                 let roots = balanced_roots(&gs);
                 if let Some(body) = hierarchical::body(&gs, &roots, &self.machine.sites, self.topology, reduction) {
                     let st = self.state_of_body(m, body, &format!("seed: hierarchical, {reduction:?} to the root"))?;
                     seeds.consider(st);
                 }
+                self.budget.record(since);
             }
         }
         Ok(())
@@ -875,14 +1068,18 @@ impl Search<'_> {
                 // the pairs `a < b` of one source, in the order of the pairs of the body
                 let of_source = source_index(&body);
                 let (body, of_source) = (&body, &of_source);
-                let triples: Vec<(&Action, &Action, SiteId)> = (0..body.len())
-                    .flat_map(|i| {
-                        let same = &of_source[&body[i].source];
-                        same[same.partition_point(|&j| j <= i)..].iter().map(move |&j| (body[i], body[j]))
-                    })
+                let pairs = (0..body.len()).flat_map(|i| {
+                    let same = &of_source[&body[i].source];
+                    same[same.partition_point(|&j| j <= i)..].iter().map(move |&j| (body[i], body[j]))
+                });
+                let mut cut = false;
+                let triples: Vec<(&Action, &Action, SiteId)> = within(pairs, self.budget, &mut cut)
                     .filter(|(a, b)| a.aggregate.is_disjoint(&b.aggregate))
                     .flat_map(|(a, b)| a.dests.intersection(&b.dests).map(move |d| (a, b, *d)))
                     .collect();
+                if cut {
+                    return None;
+                }
                 let &(a, b, d) = self.rng.pick(&triples)?;
                 ("pushdown", unguarded::pushdown(p, a, b, d))
             }
@@ -927,12 +1124,15 @@ impl Search<'_> {
                     into.entry(d).or_default().push(i);
                 }
                 let (sends, into) = (&sends, &into);
-                let pairs: Vec<(&Action, &Action, SiteId)> = sends
-                    .iter()
-                    .flat_map(|&(x, r, d)| into[&d].iter().map(move |&j| (x, r, d, sends[j])))
+                let all = sends.iter().flat_map(|&(x, r, d)| into[&d].iter().map(move |&j| (x, r, d, sends[j])));
+                let mut cut = false;
+                let pairs: Vec<(&Action, &Action, SiteId)> = within(all, self.budget, &mut cut)
                     .filter(|&(x, r, _, (y, q, _))| r != q && x.aggregate.is_disjoint(&y.aggregate))
                     .map(|(x, _, d, (y, _, _))| (x, y, d))
                     .collect();
+                if cut {
+                    return None;
+                }
                 let &(x, y, d) = self.rng.pick(&pairs)?;
                 ("relay and combine", relay_and_combine(p, x, y, d))
             }
@@ -1021,14 +1221,18 @@ struct Polish {
 }
 
 impl Polish {
-    /// Every step of the descent around `best`, shuffled by `rng`.
-    fn around(best: &State, rng: &mut Rng) -> Polish {
+    /// Every step of the descent around `best`, shuffled by `rng`; `None` when `budget` is
+    /// over before they are all listed.
+    fn around(best: &State, rng: &mut Rng, budget: &Budget) -> Option<Polish> {
         let body: Vec<Action> = best.program.body.iter().cloned().collect();
         let refs: Vec<&Action> = body.iter().collect();
         let runs = aggregate_runs(&refs);
         let of_source = source_index(&refs);
         let mut steps: Vec<Step> = (0..body.len()).map(Step::Delete).collect();
         for (i, a) in body.iter().enumerate() {
+            if budget.over() {
+                return None;
+            }
             let Some(s) = a.source_site() else { continue };
             let holders: BTreeSet<SiteId> = body[runs[i].clone()]
                 .iter()
@@ -1061,9 +1265,12 @@ impl Polish {
             }
         }
         for i in (1..steps.len()).rev() {
+            if i % CHECK_EVERY == 0 && budget.over() {
+                return None;
+            }
             steps.swap(i, rng.below(i + 1));
         }
-        Polish { body, steps }
+        Some(Polish { body, steps })
     }
 }
 
@@ -1294,6 +1501,7 @@ mod tests {
             reference: false,
             evaluated: 0,
             refused: 0,
+            budget: Budget { clock: Instant::now(), limit: None, step: Duration::ZERO },
         };
         let a = action(&p, "A @ 0 -> 5");
         for _ in 0..8 {
