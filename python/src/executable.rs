@@ -37,7 +37,7 @@ use pyo3::types::PyDict;
 use crate::array::{to_host, to_numpy};
 use crate::errors::{EinsummableError, IntoPy, to_py};
 use crate::graph::{PyGraph, tensor_name};
-use crate::progress::with_progress;
+use crate::progress::{callback, with_progress};
 use crate::strategy::PyStrategy;
 use crate::worker::{Cancel, Reply, STACK_BYTES, catch, reply_channel, wait};
 
@@ -295,6 +295,7 @@ pub fn compile(
     seed: u64,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<PyExecutable> {
+    let progress = callback(py, progress)?;
     let topology_name = topology.unwrap_or_else(|| {
         einsum_sim::scaled_preset(DEFAULT_TOPOLOGY, devices).unwrap_or_else(|| DEFAULT_TOPOLOGY.to_string())
     });
@@ -359,7 +360,6 @@ pub fn compile(
     // The snapshot is the executable's: the Python graph is free for other threads while
     // this one waits.
     drop(graph);
-    let progress = progress.map(Arc::new);
     // A Ctrl-C not yet seen (calls made by C code, such as `map`) stops the call first.
     py.check_signals()?;
     let (jobs, jobs_rx) = mpsc::channel();

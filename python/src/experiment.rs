@@ -1,14 +1,13 @@
 //! The named workloads as graphs, the paper's experiments, and the strategies' table.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use einsummable::experiment::{Experiment, Runner, Setup};
 use pyo3::prelude::*;
 
 use crate::errors::{EinsummableError, IntoPy};
 use crate::graph::{PyGraph, parse_dtype};
-use crate::progress::with_progress;
+use crate::progress::{callback, with_progress};
 use crate::worker::{Cancel, run_detached};
 
 /// The graph of the named workload `spec`, `name:key=value,...` as on the command line
@@ -41,6 +40,7 @@ pub fn experiment<'py>(
     small: bool,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let progress = callback(py, progress)?;
     let experiments = Experiment::by_name(name).py_err()?;
     if devices.is_empty() || devices.contains(&0) {
         return Err(EinsummableError::new_err(format!("devices: {devices:?} is not a list of positive counts")));
@@ -52,7 +52,6 @@ pub fn experiment<'py>(
         .map_err(|e| EinsummableError::new_err(format!("out: cannot create {}: {e}", out.display())))?;
     let setup = Setup { topology, devices, out_dir: out, small };
     let mut runner = if progress.is_some() { Runner::quiet() } else { Runner::new() };
-    let progress = progress.map(Arc::new);
     let cancel = Cancel::default();
     let abandoned = cancel.clone();
     let results = run_detached(py, "experiment", &cancel, move || {

@@ -9,6 +9,18 @@ use pyo3::prelude::*;
 
 use crate::worker::Cancel;
 
+/// The progress callback of a long call, checked callable before any work starts (it is
+/// called later, on the work's thread, where an error could only be reported as unraisable).
+pub fn callback(py: Python<'_>, progress: Option<Py<PyAny>>) -> PyResult<Option<Arc<Py<PyAny>>>> {
+    match progress {
+        Some(p) if !p.bind(py).is_callable() => Err(crate::errors::EinsummableError::new_err(format!(
+            "progress: {} is not callable; give a function that takes one line (a str)",
+            p.bind(py).repr()?
+        ))),
+        p => Ok(p.map(Arc::new)),
+    }
+}
+
 /// Runs `f` with the `tracing` events of this thread at info level and above passed, one
 /// formatted line each, to `callback`; without one, `f` runs as it is. An exception the
 /// callback raises is reported as unraisable (`sys.unraisablehook`), not propagated: the
