@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 
 use crate::errors::{DTypeError, IntoPy};
+use crate::worker::guarded;
 
 /// NumPy's name of `dtype`'s arrays.
 fn numpy_name(dtype: DType) -> &'static str {
@@ -61,13 +62,14 @@ pub fn to_host(array: &Bound<'_, PyAny>, name: &str, desc: &TensorDesc) -> PyRes
     };
     let bytes = a.call_method0("tobytes")?;
     let bytes: &[u8] = bytes.cast::<pyo3::types::PyBytes>()?.as_bytes();
-    HostTensor::from_ne_bytes(desc.tensor_type(), desc.dtype, bytes).py_err()
+    guarded("converting an array", || HostTensor::from_ne_bytes(desc.tensor_type(), desc.dtype, bytes).py_err())
 }
 
 /// A new, writable NumPy array holding `t` (in its dtype), output `name`.
 pub fn to_numpy<'py>(py: Python<'py>, t: &HostTensor, name: &str) -> PyResult<Bound<'py, PyAny>> {
     let dtype = numpy_dtype(py, t.dtype(), &format!("output `{name}`"))?;
-    let buffer = PyByteArray::new(py, &t.to_ne_bytes());
+    let bytes = guarded("converting an output", || Ok(t.to_ne_bytes()))?;
+    let buffer = PyByteArray::new(py, &bytes);
     let np = py.import("numpy")?;
     let flat = np.call_method1("frombuffer", (buffer, dtype))?;
     flat.call_method1("reshape", (t.ty().shape(),))

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use crate::errors::{EinsummableError, IntoPy};
 use crate::graph::{PyGraph, parse_dtype};
 use crate::progress::{callback, with_progress};
-use crate::worker::{Cancel, run_detached};
+use crate::worker::{Cancel, guarded, run_detached};
 
 /// The graph of the named workload `spec`, `name:key=value,...` as on the command line
 /// (e.g. `llama-block:tokens=256,d_model=128`), in `dtype`. `einsummable.workloads` builds
@@ -16,7 +16,8 @@ use crate::worker::{Cancel, run_detached};
 #[pyfunction]
 #[pyo3(signature = (spec, dtype = "f32"))]
 pub fn workload(spec: &str, dtype: &str) -> PyResult<PyGraph> {
-    PyGraph::from_workload(spec, parse_dtype(dtype)?)
+    let dtype = parse_dtype(dtype)?;
+    guarded("workload", || PyGraph::from_workload(spec, dtype))
 }
 
 /// Runs the experiment `name` of Section 6 (`transformer`, `chains`, `ablation`,

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use einsum_logical::{Candidate, LogicalOptimizer, OpProblem, Problem, Source};
 use pyo3::prelude::*;
 
-use crate::worker::Cancel;
+use crate::worker::{Cancel, guarded};
 
 /// A Python object with `solve(problem) -> list[int]` as a strategy. The GIL is taken for
 /// each call (compilation runs without it, on a thread of its own).
@@ -142,22 +142,26 @@ impl PyProblem {
     /// The plan's total cost (every spec's join, aggregation and compute, and every
     /// repartition its neighbours' choices cause), in `unit`.
     fn total(&self, choice: Vec<usize>) -> PyResult<f64> {
-        self.inner.total(&choice).map_err(|e| crate::errors::to_py(e.into()))
+        guarded("Problem.total", || self.inner.total(&choice).map_err(|e| crate::errors::to_py(e.into())))
     }
 
     /// Whether the plan keeps its resident inputs within the memory budget; a choice that
     /// does not name one candidate of every operator raises.
     fn fits(&self, choice: Vec<usize>) -> PyResult<bool> {
-        self.inner.check(&choice).map_err(|e| crate::errors::to_py(e.into()))?;
-        Ok(self.inner.fits(&choice))
+        guarded("Problem.fits", || {
+            self.inner.check(&choice).map_err(|e| crate::errors::to_py(e.into()))?;
+            Ok(self.inner.fits(&choice))
+        })
     }
 
     /// The plan brought within the memory budget (operators moved to candidates that keep
     /// less resident), unchanged when it fits; a choice that does not name one candidate of
     /// every operator raises.
     fn repair(&self, choice: Vec<usize>) -> PyResult<Vec<usize>> {
-        self.inner.check(&choice).map_err(|e| crate::errors::to_py(e.into()))?;
-        Ok(self.inner.repair(&choice))
+        guarded("Problem.repair", || {
+            self.inner.check(&choice).map_err(|e| crate::errors::to_py(e.into()))?;
+            Ok(self.inner.repair(&choice))
+        })
     }
 
     fn __repr__(&self) -> String {

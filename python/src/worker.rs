@@ -54,6 +54,13 @@ pub fn catch<R>(f: impl FnOnce() -> R) -> Reply<R> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|panic| panic_message(&*panic))
 }
 
+/// `f`'s result on this thread, with a panic (a bug in the Rust crates, reached by some input)
+/// as `EinsummableError` naming `what` instead of `PanicException`, which `except Exception`
+/// does not catch.
+pub fn guarded<R>(what: &str, f: impl FnOnce() -> PyResult<R>) -> PyResult<R> {
+    catch(f).unwrap_or_else(|panic| Err(EinsummableError::new_err(format!("internal error: {what} panicked: {panic}"))))
+}
+
 /// The text a panic carries (`panic!`'s formatted message), or a placeholder.
 fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
