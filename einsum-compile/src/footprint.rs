@@ -111,10 +111,10 @@ impl CompileLimits {
     /// pieces costs up to `k²` (see [`LIMITS`]); the naive schedule simulates each program
     /// once, a search at least once per iteration and once more for its start, so its limit
     /// is [`CompileLimits::exchange_pieces`] over the square root of that count: the same
-    /// bound on `k²` times the simulations. A search with a wall-time budget stops its
-    /// annealing by time whatever its cap, so it is charged for at most
-    /// [`BUDGETED_SEARCH_SIMULATIONS`]: what the budget does not bound is its start (the
-    /// seeds) and the iteration that crosses the budget.
+    /// bound on `k²` times the simulations. A search with a wall-time budget stops its seeds
+    /// and annealing by time whatever its cap, so it is charged for at most
+    /// [`BUDGETED_SEARCH_SIMULATIONS`]: what the budget does not bound is the naive program,
+    /// the first seed, always scored, and the step that crosses the budget.
     pub fn exchange_pieces_for(&self, schedule: Schedule) -> usize {
         match schedule {
             Schedule::Naive => self.exchange_pieces,
