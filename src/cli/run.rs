@@ -88,8 +88,13 @@ pub struct CompileArgs {
 }
 
 impl CompileArgs {
+    /// The workload's graph, refused before it is built where its plan on `devices` could
+    /// not fit the compiler's task limit (and then where the graph would not fit in host
+    /// memory), as `plan` does.
     fn graph(&self) -> Result<Graph> {
-        Ok(Workload::parse(&self.workload)?.build(self.dtype)?)
+        let workload = Workload::parse(&self.workload)?;
+        workload.check_tasks(self.devices, einsum_compile::footprint::LIMITS.tasks)?;
+        Ok(workload.build(self.dtype)?)
     }
 
     /// The compile options, and the topology's name with the note on how it was chosen.
