@@ -61,6 +61,7 @@ extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
         hi[i] = r < nq ? bounds[2 * r + 1] : 0;
         m[i] = NEG_INF;
         l[i] = 0.0f;
+#pragma unroll
         for (int c = 0; c < COLS_PER_LANE; ++c) acc[i][c] = 0.0f;
     }
     for (i64 j0 = first; j0 < last; j0 += SIMT_KEYS) {
@@ -79,7 +80,8 @@ extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
     for (int i = 0; i < ROWS_PER_WARP; ++i) {
             const float* qr = qs[warp * ROWS_PER_WARP + i];
             float x = NEG_INF;
-            if (lane < tk && key >= lo[i] && key < hi[i]) {
+            const bool visible = lane < tk && key >= lo[i] && key < hi[i];
+            if (visible) {
                 float s = 0.0f;
                 for (int c = 0; c < HEAD_DIM; ++c) s = fmaf(qr[c], ks[lane][c], s);
                 x = s * scale_log2;
@@ -92,11 +94,11 @@ extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
             l[i] = l[i] * corr + warp_sum(p);
 #pragma unroll
             for (int c = 0; c < COLS_PER_LANE; ++c) acc[i][c] *= corr;
-            // Only the keys this row sees (warp-uniform: the row is the warp's).
-            const int ja = lo[i] > j0 ? (int)(lo[i] - j0) : 0;
-            const int jb = hi[i] - j0 < tk ? (int)(hi[i] - j0) : (int)tk;
-            for (int j = ja; j < jb; ++j) {
+            // Only the keys this row sees (bit j of `seen`; warp-uniform: the row is the warp's).
+            const u32 seen = __ballot_sync(0xffffffffu, visible);
+            for (int j = 0; j < tk; ++j) {
                 float pj = __shfl_sync(0xffffffffu, p, j);
+                if (!((seen >> j) & 1u)) continue;
 #pragma unroll
                 for (int c = 0; c < COLS_PER_LANE; ++c) {
                     int col = lane + 32 * c;
@@ -111,6 +113,7 @@ extern "C" __global__ void __launch_bounds__(SIMT_WARPS * 32)
         if (r >= nq) continue;
         // A maximum still -inf: every seen score was -inf, and -inf - (-inf) is NaN.
         float inv = m[i] == NEG_INF ? NAN_F32 : 1.0f / l[i];
+#pragma unroll
         for (int c = 0; c < COLS_PER_LANE; ++c) {
             int col = lane + 32 * c;
             if (col < HEAD_DIM) st(o, (h * nq + r) * HEAD_DIM + col, dt, acc[i][c] * inv);
