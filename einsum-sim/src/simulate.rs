@@ -264,141 +264,202 @@ impl Dependents {
 /// The event loop (module docs) over checked `tasks`, reporting to `record`, in the buffers of
 /// `workspace`.
 fn run(topology: &Topology, tasks: &[SimTask], record: &mut impl Record, workspace: &mut Workspace) -> Times {
-    let n = tasks.len();
-    let dependents = Dependents::of(tasks);
-    let mut pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
-    let mut capacity: Vec<f64> = topology.resources().iter().map(|r| r.capacity).collect();
-    capacity.extend(std::iter::repeat_n(1.0, topology.num_sites()));
-    let mut times = Times { start: vec![f64::NAN; n], end: vec![f64::NAN; n] };
+    let mut state = EventLoop::new(topology, tasks, record, workspace);
+    loop {
+        state.issue_ready();
+        if state.active.is_empty() && state.waiting.is_empty() {
+            break;
+        }
+        state.advance();
+    }
+    debug_assert_eq!(state.done, tasks.len(), "the cycle check guarantees every task runs");
+    state.times
+}
 
-    let mut ready: VecDeque<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
-    let mut open = vec![0usize; n];
+/// The state of one run of the event loop: the tasks released and those under way, the flows
+/// moving and those waiting for their FIFO channel, and the time.
+struct EventLoop<'a, R: Record> {
+    topology: &'a Topology,
+    tasks: &'a [SimTask],
+    record: &'a mut R,
+    dependents: Dependents,
+    /// Each task's dependencies that have not ended.
+    pending: Vec<usize>,
+    times: Times,
+    /// The tasks released and not yet issued, in release order.
+    ready: VecDeque<usize>,
+    /// Each task's flows that have not finished.
+    open: Vec<usize>,
+    share: &'a mut FairShare,
     // The flows with bytes to move, by id (ids ascend in the order flows start), and the
     // ids of those still moving, ascending.
-    let share = &mut workspace.share;
-    share.reset(&capacity);
-    let mut flows: Vec<Flow> = Vec::new();
-    let mut remaining: Vec<f64> = Vec::new();
-    let mut active: Vec<usize> = Vec::new();
+    flows: Vec<Flow>,
+    remaining: Vec<f64>,
+    active: Vec<usize>,
     // Each active flow's time to finish at its current rate, by position in `active`: the
     // step is their least, and the flows within the tie of the step finish.
-    let mut eta: Vec<f64> = Vec::new();
-    let mut waiting = Waiting::default();
+    eta: Vec<f64>,
+    waiting: Waiting,
     // Under FIFO service, the flows waiting for their channel, and the channels freed at
     // the current event.
-    let mut channels: Channels<(Flow, Vec<usize>)> = Channels::default();
-    let mut freed: Vec<(usize, usize)> = Vec::new();
-    let mut now = 0.0_f64;
-    let mut done = 0usize;
+    channels: Channels<(Flow, Vec<usize>)>,
+    freed: Vec<(usize, usize)>,
+    now: f64,
+    done: usize,
+}
 
-    // Starts a flow: it shares its route from now on.
-    let enter = |flow: Flow,
-                 route: Vec<usize>,
-                 share: &mut FairShare,
-                 flows: &mut Vec<Flow>,
-                 remaining: &mut Vec<f64>,
-                 active: &mut Vec<usize>| {
-        let id = share.add(&route);
-        debug_assert_eq!(id, flows.len());
-        remaining.push(flow.bytes);
-        flows.push(flow);
-        active.push(id);
-    };
+impl<'a, R: Record> EventLoop<'a, R> {
+    /// Time 0: the tasks without dependencies ready, nothing moving.
+    fn new(topology: &'a Topology, tasks: &'a [SimTask], record: &'a mut R, workspace: &'a mut Workspace) -> Self {
+        let n = tasks.len();
+        let dependents = Dependents::of(tasks);
+        let pending: Vec<usize> = tasks.iter().map(|t| t.deps.len()).collect();
+        let mut capacity: Vec<f64> = topology.resources().iter().map(|r| r.capacity).collect();
+        capacity.extend(std::iter::repeat_n(1.0, topology.num_sites()));
+        let times = Times { start: vec![f64::NAN; n], end: vec![f64::NAN; n] };
+        let ready: VecDeque<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+        let share = &mut workspace.share;
+        share.reset(&capacity);
+        EventLoop {
+            topology,
+            tasks,
+            record,
+            dependents,
+            pending,
+            times,
+            ready,
+            open: vec![0usize; n],
+            share,
+            flows: Vec::new(),
+            remaining: Vec::new(),
+            active: Vec::new(),
+            eta: Vec::new(),
+            waiting: Waiting::default(),
+            channels: Channels::default(),
+            freed: Vec::new(),
+            now: 0.0_f64,
+            done: 0usize,
+        }
+    }
 
-    // Ends `task` at `now` and queues the dependents it releases.
-    let mut finish = |task: usize, now: f64, end: &mut [f64], ready: &mut VecDeque<usize>| {
-        end[task] = now;
-        for &j in dependents.of_task(task) {
-            pending[j] -= 1;
-            if pending[j] == 0 {
-                ready.push_back(j);
+    /// Starts a flow: it shares its route from now on.
+    fn enter(&mut self, flow: Flow, route: Vec<usize>) {
+        let id = self.share.add(&route);
+        debug_assert_eq!(id, self.flows.len());
+        self.remaining.push(flow.bytes);
+        self.flows.push(flow);
+        self.active.push(id);
+    }
+
+    /// Ends `task` now and queues the dependents it releases.
+    fn finish(&mut self, task: usize) {
+        self.times.end[task] = self.now;
+        for &j in self.dependents.of_task(task) {
+            self.pending[j] -= 1;
+            if self.pending[j] == 0 {
+                self.ready.push_back(j);
             }
         }
-    };
+        self.done += 1;
+    }
 
-    loop {
-        while let Some(i) = ready.pop_front() {
-            if times.start[i].is_nan() {
-                times.start[i] = now;
-                let latency = topology.task_latency(&tasks[i].kind);
+    /// Issues the ready tasks in turn: a task with a latency waits for it first; the others
+    /// start their flows (under FIFO service, those whose channel is free), and a task
+    /// without bytes to move ends at once, releasing its dependents into the same queue.
+    fn issue_ready(&mut self) {
+        while let Some(i) = self.ready.pop_front() {
+            if self.times.start[i].is_nan() {
+                self.times.start[i] = self.now;
+                let latency = self.topology.task_latency(&self.tasks[i].kind);
                 if latency > 0.0 {
-                    waiting.push(now + latency, i);
+                    self.waiting.push(self.now + latency, i);
                     continue;
                 }
             }
-            for (flow, route) in flows_of(topology, i, &tasks[i]) {
-                record.route(i, &route);
+            for (flow, route) in flows_of(self.topology, i, &self.tasks[i]) {
+                self.record.route(i, &route);
                 if flow.bytes > 0.0 {
-                    open[i] += 1;
+                    self.open[i] += 1;
                     let admitted = match flow.channel {
-                        Some(channel) => channels.admit(channel, (flow, route)),
+                        Some(channel) => self.channels.admit(channel, (flow, route)),
                         None => Some((flow, route)),
                     };
                     if let Some((flow, route)) = admitted {
-                        enter(flow, route, share, &mut flows, &mut remaining, &mut active);
+                        self.enter(flow, route);
                     }
                 } else if let Some(d) = flow.delivery {
-                    record.delivered(i, d, now);
+                    self.record.delivered(i, d, self.now);
                 }
             }
-            if open[i] == 0 {
-                finish(i, now, &mut times.end, &mut ready);
-                done += 1;
+            if self.open[i] == 0 {
+                self.finish(i);
             }
         }
-        if active.is_empty() && waiting.is_empty() {
-            break;
-        }
+    }
 
+    /// Moves time to the next event, the first flow to finish or task to end its latency:
+    /// finishes the flows within the tie of the step, lets the next flow of each freed
+    /// channel enter, and releases the tasks whose latency has passed.
+    fn advance(&mut self) {
         // Only the components whose flows changed get new rates.
-        share.update();
-        eta.clear();
-        eta.extend(active.iter().map(|&f| remaining[f] / share.rate(f)));
-        let mut step = eta.iter().copied().fold(f64::INFINITY, f64::min);
-        let wake = waiting.next().filter(|&at| at - now <= step);
+        self.share.update();
+        self.eta.clear();
+        self.eta.extend(self.active.iter().map(|&f| self.remaining[f] / self.share.rate(f)));
+        let mut step = self.eta.iter().copied().fold(f64::INFINITY, f64::min);
+        let wake = self.waiting.next().filter(|&at| at - self.now <= step);
         if let Some(at) = wake {
-            step = at - now;
+            step = at - self.now;
         }
-        record.busy(share.busy(), step);
-        now = wake.unwrap_or(now + step);
+        self.record.busy(self.share.busy(), step);
+        self.now = wake.unwrap_or(self.now + step);
 
         let mut finished = false;
-        for (&f, &eta) in active.iter().zip(&eta) {
-            let flow = &mut flows[f];
+        for k in 0..self.active.len() {
+            let (f, eta) = (self.active[k], self.eta[k]);
             if eta <= step * (1.0 + FINISH_TIE) {
-                record.moved(share.route(f), flow.bytes);
-                flow.finished = true;
-                if let Some(d) = flow.delivery {
-                    record.delivered(flow.task, d, now);
-                }
-                open[flow.task] -= 1;
-                if open[flow.task] == 0 {
-                    finish(flow.task, now, &mut times.end, &mut ready);
-                    done += 1;
-                }
-                if let Some(channel) = flow.channel {
-                    freed.push(channel);
-                }
-                share.remove(f);
+                self.finish_flow(f);
                 finished = true;
             } else {
-                remaining[f] -= share.rate(f) * step;
+                self.remaining[f] -= self.share.rate(f) * step;
             }
         }
         if finished {
-            active.retain(|&f| !flows[f].finished);
+            let flows = &self.flows;
+            self.active.retain(|&f| !flows[f].finished);
         }
         // The next flow of each freed channel enters now, ahead of the tasks this event
         // releases (they are issued after it).
-        for channel in freed.drain(..) {
-            if let Some((flow, route)) = channels.release(channel) {
-                enter(flow, route, share, &mut flows, &mut remaining, &mut active);
+        let freed = std::mem::take(&mut self.freed);
+        for &channel in &freed {
+            if let Some((flow, route)) = self.channels.release(channel) {
+                self.enter(flow, route);
             }
         }
-        waiting.pop_due(now, |i| ready.push_back(i));
+        self.freed = freed;
+        self.freed.clear();
+        let ready = &mut self.ready;
+        self.waiting.pop_due(self.now, |i| ready.push_back(i));
     }
-    debug_assert_eq!(done, n, "the cycle check guarantees every task runs");
-    times
+
+    /// Flow `f` finishes now: its delivery is made, its task ends if it was its last flow,
+    /// and its channel is freed.
+    fn finish_flow(&mut self, f: usize) {
+        let flow = &mut self.flows[f];
+        self.record.moved(self.share.route(f), flow.bytes);
+        flow.finished = true;
+        if let Some(d) = flow.delivery {
+            self.record.delivered(flow.task, d, self.now);
+        }
+        let (task, channel) = (flow.task, flow.channel);
+        self.open[task] -= 1;
+        if self.open[task] == 0 {
+            self.finish(task);
+        }
+        if let Some(channel) = channel {
+            self.freed.push(channel);
+        }
+        self.share.remove(f);
+    }
 }
 
 /// The flows of task `i` with their routes, in the order of its trace's deliveries.
@@ -532,302 +593,4 @@ fn check_acyclic(tasks: &[SimTask]) -> Result<(), SimError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::topology::GB;
-
-    /// The DGX-H100 without latencies: the fluid model's exact figures.
-    fn h100() -> Topology {
-        Topology::preset("dgx-h100").expect("preset").fluid()
-    }
-
-    fn s(i: usize) -> SiteId {
-        SiteId(i)
-    }
-
-    #[test]
-    fn empty_graph_completes_at_zero() {
-        let trace = simulate(&h100(), &[]).expect("simulate");
-        assert_eq!((trace.completion(), trace.transfer_time()), (0.0, 0.0));
-        assert!(trace.resource_usage().iter().all(|u| u.bytes == 0.0 && u.busy_time == 0.0));
-    }
-
-    #[test]
-    fn zero_byte_tasks_finish_at_once_and_release_dependents() {
-        let tasks = vec![
-            SimTask::transfer("t", s(0), s(1), GB),
-            SimTask::transfer("empty", s(1), s(2), 0.0).after([SimTaskId(0)]),
-            SimTask::multicast("nobody", s(2), vec![], GB).after([SimTaskId(1)]),
-            SimTask::aggregate("noop", s(2), 0.0, 0.0).after([SimTaskId(2)]),
-            SimTask::transfer("last", s(2), s(3), GB).after([SimTaskId(3)]),
-        ];
-        let trace = simulate(&h100(), &tasks).expect("simulate");
-        let one = GB / (450.0 * GB);
-        for i in 1..4 {
-            assert_eq!((trace.tasks()[i].start, trace.tasks()[i].end), (one, one), "task {i}");
-        }
-        assert_eq!(trace.tasks()[1].deliveries, [(s(2), one)]);
-        assert_eq!(trace.completion(), 2.0 * one);
-        assert_eq!(trace.transfer_time(), 2.0 * one);
-    }
-
-    #[test]
-    fn concurrent_aggregations_share_hbm() {
-        let tasks = vec![
-            SimTask::aggregate("x", s(0), 2.0 * GB, GB),
-            SimTask::aggregate("y", s(0), 2.0 * GB, GB),
-            SimTask::aggregate("z", s(1), 2.0 * GB, GB),
-        ];
-        let trace = simulate(&h100(), &tasks).expect("simulate");
-        let alone = 3.0 * GB / (3350.0 * GB);
-        assert_eq!(trace.tasks()[0].end, 2.0 * alone);
-        assert_eq!(trace.tasks()[1].end, 2.0 * alone);
-        assert_eq!(trace.tasks()[2].end, alone);
-        assert_eq!(trace.transfer_time(), 0.0);
-        assert_eq!(trace.bytes_through("hbm[0]"), 6.0 * GB);
-        let hbm0 = h100().hbm(s(0)).expect("hbm");
-        assert_eq!(trace.usage(hbm0).map(|u| u.busy_time), Some(2.0 * alone));
-    }
-
-    #[test]
-    fn kernels_share_their_site_and_overlap_across_sites() {
-        let t = h100();
-        let tasks = vec![
-            SimTask::compute("a", s(0), 0.002),
-            SimTask::compute("b", s(0), 0.001),
-            SimTask::compute("c", s(1), 0.003),
-            SimTask::transfer("t", s(0), s(1), 0.45 * GB).after([SimTaskId(0)]),
-            SimTask::compute("d", s(1), 0.001).after([SimTaskId(2), SimTaskId(3)]),
-        ];
-        let trace = simulate(&t, &tasks).expect("simulate");
-        // a and b share compute[0] at half rate each until b ends at 2 ms, then a runs alone
-        assert_eq!(trace.tasks()[1].end, 0.002);
-        assert_eq!(trace.tasks()[0].end, 0.003);
-        assert_eq!(trace.tasks()[2].end, 0.003);
-        // the transfer (1 ms at 450 GB/s) does not compete with kernels
-        assert!((trace.tasks()[3].end - 0.004).abs() < 1e-15);
-        assert!((trace.completion() - 0.005).abs() < 1e-15);
-        let n = t.resources().len();
-        let compute0 = &trace.resource_usage()[n];
-        assert_eq!((compute0.name.as_str(), compute0.capacity, compute0.bytes), ("compute[0]", 1.0, 0.003));
-        assert_eq!(trace.bytes_through("compute[1]"), 0.004);
-        assert_eq!(trace.tasks()[0].resources, [ResourceId(n)]);
-        assert!(trace.to_string().contains("compute[1]"));
-        assert!(matches!(
-            simulate(&t, &[SimTask::compute("bad", s(0), f64::INFINITY)]),
-            Err(SimError::InvalidBytes { field: "seconds", .. })
-        ));
-        assert!(matches!(simulate(&t, &[SimTask::compute("far", s(8), 1.0)]), Err(SimError::UnknownSite { .. })));
-    }
-
-    /// `simulate_completion` and `simulate_end_times` run the event loop of `simulate` and
-    /// must give its completion and every task's end bit for bit, here with latencies (tasks
-    /// waiting before their flows), shared links, multicasts and zero-byte tasks, on three
-    /// machines; and fail alike.
-    #[test]
-    fn the_completion_alone_is_the_traced_completion_bit_for_bit() {
-        let mut tasks = vec![
-            SimTask::compute("k0", s(0), 1.3e-4),
-            SimTask::compute("k1", s(1), 0.7e-4),
-            SimTask::multicast("m", s(0), vec![s(1), s(2), s(3)], 0.3 * GB).after([SimTaskId(0)]),
-            SimTask::transfer("empty", s(2), s(1), 0.0).after([SimTaskId(1)]),
-        ];
-        for i in 0..12 {
-            let dep = SimTaskId(tasks.len() - 1 - i % 3);
-            tasks.push(
-                SimTask::transfer("t", s(i % 4), s((i + 1 + i / 4) % 4), (1 + i) as f64 * 0.01 * GB).after([dep]),
-            );
-            tasks.push(SimTask::aggregate("a", s(i % 4), 1e8, 5e7).after([SimTaskId(tasks.len() - 1)]));
-        }
-        for name in ["dgx-h100", "dgx-v100", "dgx-a100x2"] {
-            let t = Topology::preset(name).expect("preset");
-            assert!(t.latency().kernel_launch > 0.0, "{name}");
-            let trace = simulate(&t, &tasks).expect("simulate");
-            let traced = trace.completion();
-            assert!(traced > 0.0);
-            assert_eq!(simulate_completion(&t, &tasks).expect("completion").to_bits(), traced.to_bits(), "{name}");
-            let ends: Vec<u64> = trace.tasks().iter().map(|task| task.end.to_bits()).collect();
-            let alone: Vec<u64> = simulate_end_times(&t, &tasks).expect("ends").iter().map(|e| e.to_bits()).collect();
-            assert_eq!(alone, ends, "{name}");
-            assert!(ends.iter().collect::<std::collections::BTreeSet<_>>().len() > tasks.len() / 2, "{name}");
-        }
-        let bad = vec![SimTask::transfer("x", s(0), s(1), GB).after([SimTaskId(0)])];
-        assert_eq!(simulate_completion(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
-        assert_eq!(simulate_end_times(&h100(), &bad).unwrap_err(), simulate(&h100(), &bad).unwrap_err());
-        assert_eq!(simulate_completion(&h100(), &[]).unwrap(), 0.0);
-    }
-
-    /// One workspace reused across graphs and machines of different sizes gives every run's
-    /// end times bit for bit as a fresh one does.
-    #[test]
-    fn a_reused_workspace_changes_no_end_time() {
-        let graph = |n: usize, sites: usize| -> Vec<SimTask> {
-            let mut tasks = vec![SimTask::compute("k", s(0), 1e-4)];
-            for i in 0..n {
-                let dep = SimTaskId(tasks.len() - 1 - (i % 2).min(tasks.len() - 1));
-                let (a, b) = (i % sites, (i * 3 + 1) % sites);
-                let b = if a == b { (b + 1) % sites } else { b };
-                tasks.push(SimTask::transfer("t", s(a), s(b), (1 + i % 5) as f64 * 0.01 * GB).after([dep]));
-                tasks.push(SimTask::aggregate("a", s(b), 1e8, 5e7).after([SimTaskId(tasks.len() - 1)]));
-            }
-            tasks
-        };
-        let mut workspace = Workspace::default();
-        for (name, n) in [("dgx-h100", 40), ("dgx-v100", 12), ("dgx-a100x2", 60), ("dgx-h100", 7)] {
-            let t = Topology::preset(name).expect("preset");
-            let tasks = graph(n, t.num_sites());
-            let fresh: Vec<u64> = simulate_end_times(&t, &tasks).expect("fresh").iter().map(|e| e.to_bits()).collect();
-            let reused: Vec<u64> = simulate_end_times_in(&mut workspace, &t, &tasks)
-                .expect("reused")
-                .iter()
-                .map(|e| e.to_bits())
-                .collect();
-            assert_eq!(reused, fresh, "{name}");
-        }
-    }
-
-    #[test]
-    fn a_faster_flow_takes_what_a_slower_one_leaves() {
-        // 0->1 and 2->1 share ingress[1]; 2->3 shares egress[2] with 2->1. Max-min: all three
-        // at 225 GB/s until the 0.5 GB flows end, then 2->3 alone at 450.
-        let tasks = vec![
-            SimTask::transfer("a", s(0), s(1), 0.5 * GB),
-            SimTask::transfer("b", s(2), s(1), 0.5 * GB),
-            SimTask::transfer("c", s(2), s(3), GB),
-        ];
-        let trace = simulate(&h100(), &tasks).expect("simulate");
-        let half = 0.5 * GB / (225.0 * GB);
-        assert_eq!(trace.tasks()[0].end, half);
-        assert_eq!(trace.tasks()[1].end, half);
-        assert!((trace.tasks()[2].end - (half + 0.5 * GB / (450.0 * GB))).abs() < 1e-15);
-    }
-
-    /// Two 0.5 GB chunks on one ordered pair: fair sharing gives each half the link, so both
-    /// arrive at the end; FIFO serves the first alone, which arrives at half that time, and
-    /// then the second, which ends when fair sharing ended both.
-    #[test]
-    fn fifo_serves_two_chunks_on_one_link_in_order() {
-        let tasks = vec![
-            SimTask::transfer("c1", s(0), s(1), 0.5 * GB),
-            SimTask::transfer("c2", s(0), s(1), 0.5 * GB),
-            SimTask::aggregate("sum c1", s(1), 1.0 * GB, 0.5 * GB).after([SimTaskId(0)]),
-        ];
-        let both = GB / (450.0 * GB);
-        let fair = simulate(&h100().with_service(LinkService::Fair), &tasks).expect("fair");
-        assert_eq!((fair.tasks()[0].end, fair.tasks()[1].end), (both, both));
-        let fifo = simulate(&h100().with_service(LinkService::Fifo), &tasks).expect("fifo");
-        assert_eq!(fifo.tasks()[0].end, both / 2.0);
-        assert!((fifo.tasks()[1].end - both).abs() < 1e-15 * both.max(1.0));
-        // the ⊕ of the first chunk overlaps the second's transfer
-        assert_eq!(fifo.tasks()[2].start, both / 2.0);
-        assert!(fifo.tasks()[2].end < fair.tasks()[2].end);
-        // the queued transfer's task started with the first (it was issued), its bytes later
-        assert_eq!(fifo.tasks()[1].start, 0.0);
-        assert_eq!(fifo.bytes_through("ingress[1]"), fair.bytes_through("ingress[1]"));
-    }
-
-    /// FIFO serves one ordered pair: the reverse direction, another destination and a
-    /// multicast's other destinations are other channels and share fairly, and a transfer
-    /// issued later (its dependency ended later) waits behind one issued earlier even if it
-    /// comes first in the task list.
-    #[test]
-    fn fifo_channels_are_ordered_pairs_in_issue_order() {
-        let t = h100().with_service(LinkService::Fifo);
-        let one = GB / (450.0 * GB);
-        let tasks = vec![
-            SimTask::compute("late", s(0), one / 4.0),
-            SimTask::transfer("issued second", s(0), s(1), GB).after([SimTaskId(0)]),
-            SimTask::transfer("issued first", s(0), s(1), GB),
-            SimTask::transfer("back", s(1), s(0), GB),
-        ];
-        let trace = simulate(&t, &tasks).expect("simulate");
-        // 0->1 alone on its channel: 1 GB at 450 GB/s; the reverse link is its own channel.
-        assert_eq!(trace.tasks()[2].end, one);
-        assert_eq!(trace.tasks()[3].end, one);
-        assert!((trace.tasks()[1].end - 2.0 * one).abs() < 1e-15);
-        // a multicast to 1 and 2 plus a transfer to 2: channel 0->2 serves two flows in order,
-        // while 0->1 shares the egress with 0->2's head
-        let tasks = vec![
-            SimTask::multicast("m", s(0), vec![s(1), s(2)], 0.5 * GB),
-            SimTask::transfer("t", s(0), s(2), 0.5 * GB),
-        ];
-        let trace = simulate(&t, &tasks).expect("simulate");
-        assert_eq!(trace.tasks()[0].deliveries[0], (s(1), one));
-        assert_eq!(trace.tasks()[0].deliveries[1], (s(2), one));
-        assert!((trace.tasks()[1].end - one * 1.5).abs() < 1e-15, "{}", trace.tasks()[1].end);
-    }
-
-    /// Three rounds of chunks on every ordered pair of a machine with latencies: two issued at
-    /// once (each channel queues the second), the third after another pair's second. FIFO
-    /// ends every transfer, moves the same bytes, delivers the first round at twice the rate
-    /// fair sharing gives it, and ends no later.
-    #[test]
-    fn fifo_runs_every_transfer_of_a_busy_machine() {
-        let t = Topology::preset("dgx-a100").expect("preset");
-        assert_eq!(t.service(), LinkService::Fifo);
-        let pairs: Vec<(usize, usize)> =
-            (0..8).flat_map(|a| (0..8).filter(move |&b| b != a).map(move |b| (a, b))).collect();
-        let mut tasks = Vec::new();
-        for k in 0..3 {
-            for (p, &(a, b)) in pairs.iter().enumerate() {
-                let deps = (k == 2).then_some(SimTaskId(pairs.len() + (p + 1) % pairs.len()));
-                tasks.push(SimTask::transfer("x", s(a), s(b), 0.01 * GB * (1 + k) as f64).after(deps));
-            }
-        }
-        let fair = simulate(&t.clone().with_service(LinkService::Fair), &tasks).expect("fair");
-        let fifo = simulate(&t, &tasks).expect("fifo");
-        assert!(fifo.tasks().iter().all(|task| task.end.is_finite() && task.end > 0.0));
-        assert_eq!(fifo.bytes_through("egress[3]"), fair.bytes_through("egress[3]"));
-        let setup = t.latency().link;
-        let (first_fair, first_fifo) = (fair.tasks()[0].end - setup, fifo.tasks()[0].end - setup);
-        assert!((first_fair - 2.0 * first_fifo).abs() < 1e-9 * first_fair, "{first_fair} vs {first_fifo}");
-        assert!(fifo.completion() <= fair.completion() * (1.0 + 1e-9));
-    }
-
-    #[test]
-    fn bad_graphs_are_typed_errors() {
-        let t = h100();
-        let run = |tasks: Vec<SimTask>| simulate(&t, &tasks).unwrap_err();
-        assert!(matches!(
-            run(vec![SimTask::transfer("x", s(0), s(1), GB).after([SimTaskId(5)])]),
-            SimError::UnknownDependency { dep: SimTaskId(5), count: 1, .. }
-        ));
-        assert!(matches!(
-            run(vec![SimTask::transfer("x", s(0), s(8), GB)]),
-            SimError::UnknownSite { site: SiteId(8), .. }
-        ));
-        assert!(matches!(run(vec![SimTask::aggregate("x", s(9), 1.0, 1.0)]), SimError::UnknownSite { .. }));
-        assert!(matches!(run(vec![SimTask::transfer("x", s(3), s(3), GB)]), SimError::SameSite { .. }));
-        assert!(matches!(run(vec![SimTask::multicast("x", s(3), vec![s(1), s(3)], GB)]), SimError::SameSite { .. }));
-        assert!(matches!(
-            run(vec![SimTask::multicast("x", s(0), vec![s(1), s(2), s(1)], GB)]),
-            SimError::DuplicateDestination { site: SiteId(1), .. }
-        ));
-        assert!(matches!(
-            run(vec![SimTask::aggregate("x", s(0), 1.0, f64::NAN)]),
-            SimError::InvalidBytes { field: "write_bytes", .. }
-        ));
-        assert!(matches!(run(vec![SimTask::transfer("x", s(0), s(1), -1.0)]), SimError::InvalidBytes { .. }));
-        assert!(matches!(run(vec![SimTask::transfer("x", s(0), s(1), f64::INFINITY)]), SimError::InvalidBytes { .. }));
-    }
-
-    #[test]
-    fn cycles_are_reported_with_their_members() {
-        let t = h100();
-        let self_loop = vec![SimTask::transfer("me", s(0), s(1), GB).after([SimTaskId(0)])];
-        let err = simulate(&t, &self_loop).unwrap_err();
-        assert_eq!(err, SimError::Cycle { tasks: vec![SimTaskId(0)], labels: vec!["me".into()] });
-        assert_eq!(err.to_string(), "dependency cycle: #0 (`me`) needs #0 (`me`)");
-
-        let tasks = vec![
-            SimTask::transfer("root", s(0), s(1), GB),
-            SimTask::transfer("a", s(0), s(1), GB).after([SimTaskId(0), SimTaskId(3)]),
-            SimTask::transfer("b", s(0), s(1), GB).after([SimTaskId(1)]),
-            SimTask::transfer("c", s(0), s(1), GB).after([SimTaskId(2)]),
-            SimTask::transfer("after", s(0), s(1), GB).after([SimTaskId(3)]),
-        ];
-        let SimError::Cycle { mut tasks, .. } = simulate(&t, &tasks).unwrap_err() else { panic!("expected a cycle") };
-        tasks.sort();
-        assert_eq!(tasks, [SimTaskId(1), SimTaskId(2), SimTaskId(3)]);
-    }
-}
+mod tests;

@@ -29,8 +29,12 @@ use std::fmt;
 
 use crate::error::TopologyError;
 use crate::latency::Latency;
-use crate::nodes::{Fabric, Nodes};
+use crate::nodes::Nodes;
 use crate::service::LinkService;
+
+mod build;
+
+use build::{Resources, check_nodes, check_sites};
 
 /// Bytes in a gigabyte: sizes and bandwidths use decimal units, GB = 1e9 bytes.
 pub const GB: f64 = 1e9;
@@ -272,32 +276,6 @@ pub struct Topology {
     service: LinkService,
 }
 
-fn check_positive(value: f64, path: impl FnOnce() -> String) -> Result<(), TopologyError> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(TopologyError::field(path(), format!("expected a positive number, got {value}")))
-    }
-}
-
-/// `nodes` checked against `n` sites: one node per site, numbered from 0 without gaps.
-/// `None` when it is a single node (the same machine as no `nodes`).
-fn check_nodes(nodes: Nodes, n: usize) -> Result<Option<Nodes>, TopologyError> {
-    if nodes.node_of().len() != n {
-        return Err(TopologyError::field(
-            "nodes",
-            format!("gives the nodes of {} sites, but the topology has {n}", nodes.node_of().len()),
-        ));
-    }
-    if let Some(k) = nodes.sizes().iter().position(|&size| size == 0) {
-        return Err(TopologyError::field(
-            "nodes",
-            format!("node {k} has no site (nodes are numbered from 0 without gaps)"),
-        ));
-    }
-    Ok((nodes.count() > 1).then_some(nodes))
-}
-
 impl Topology {
     /// Checks the description of a machine of one node and derives its resources. Errors
     /// name the offending field as the JSON format spells it (`sites[2].hbm_gbps`,
@@ -335,126 +313,19 @@ impl Topology {
             Some(nodes) => check_nodes(nodes, n)?,
             None => None,
         };
-        // Each site's NIC, on a machine of several nodes.
-        let mut nics = Vec::new();
-        for (i, site) in sites.iter().enumerate() {
-            check_positive(site.hbm_bandwidth, || format!("sites[{i}].hbm_gbps"))?;
-            check_positive(site.hbm_capacity, || format!("sites[{i}].hbm_gb"))?;
-            check_positive(site.compute.f16, || format!("sites[{i}].tflops.f16"))?;
-            check_positive(site.compute.bf16, || format!("sites[{i}].tflops.bf16"))?;
-            check_positive(site.compute.f32, || format!("sites[{i}].tflops.f32"))?;
-            if let Some(e) = site.egress {
-                check_positive(e, || format!("sites[{i}].egress_gbps"))?;
-            }
-            if let Some(e) = site.ingress {
-                check_positive(e, || format!("sites[{i}].ingress_gbps"))?;
-            }
-            if site.sms == Some(0) {
-                return Err(TopologyError::field(format!("sites[{i}].sms"), "expected a positive count, got 0"));
-            }
-            match (site.nic, &nodes) {
-                (Some(nic), Some(_)) => {
-                    check_positive(nic, || format!("sites[{i}].nic_gbps"))?;
-                    nics.push(nic);
-                }
-                (None, Some(_)) => {
-                    return Err(TopologyError::field(
-                        format!("sites[{i}].nic_gbps"),
-                        "missing (every site of a machine of several nodes reaches the other nodes through its NIC)",
-                    ));
-                }
-                (Some(_), None) => {
-                    return Err(TopologyError::field(
-                        format!("sites[{i}].nic_gbps"),
-                        "a NIC carries traffic between nodes, and the topology has one node (give `nodes`)",
-                    ));
-                }
-                (None, None) => {}
-            }
-        }
+        let nics = check_sites(&sites, nodes.as_ref())?;
 
-        let mut resources = Vec::new();
-        let mut push = |kind, capacity| {
-            resources.push(Resource { kind, capacity });
-            ResourceId(resources.len() - 1)
-        };
+        let mut resources = Resources::default();
         let egress: Vec<_> =
-            (0..n).map(|i| sites[i].egress.map(|c| push(ResourceKind::Egress(SiteId(i)), c))).collect();
+            (0..n).map(|i| sites[i].egress.map(|c| resources.push(ResourceKind::Egress(SiteId(i)), c))).collect();
         let ingress: Vec<_> =
-            (0..n).map(|i| sites[i].ingress.map(|c| push(ResourceKind::Ingress(SiteId(i)), c))).collect();
-        let hbm: Vec<_> = (0..n).map(|i| push(ResourceKind::Hbm(SiteId(i)), sites[i].hbm_bandwidth)).collect();
-
-        let node_of = |s: SiteId| nodes.as_ref().map_or(0, |nodes| nodes.node_of()[s.0]);
-        let mut link_index = HashMap::new();
-        for (i, link) in links.iter().enumerate() {
-            for (end, site) in [("a", link.a), ("b", link.b)] {
-                if site.0 >= n {
-                    return Err(TopologyError::field(
-                        format!("links[{i}].{end}"),
-                        format!("site {site} is out of range (the topology has {n} sites)"),
-                    ));
-                }
-            }
-            if link.a == link.b {
-                return Err(TopologyError::field(
-                    format!("links[{i}].b"),
-                    format!("a link joins site {} to itself", link.a),
-                ));
-            }
-            check_positive(link.bandwidth, || format!("links[{i}].gbps"))?;
-            if link_index.contains_key(&(link.a, link.b)) {
-                return Err(TopologyError::field(
-                    format!("links[{i}]"),
-                    format!("sites {} and {} are already linked by an earlier entry", link.a, link.b),
-                ));
-            }
-            if node_of(link.a) != node_of(link.b) {
-                return Err(TopologyError::field(
-                    format!("links[{i}]"),
-                    format!(
-                        "sites {} and {} are in different nodes ({} and {}); nodes are joined by the fabric, not by \
-                         links",
-                        link.a,
-                        link.b,
-                        node_of(link.a),
-                        node_of(link.b)
-                    ),
-                ));
-            }
-            let ab = push(ResourceKind::Link { from: link.a, to: link.b }, link.bandwidth);
-            let ba = push(ResourceKind::Link { from: link.b, to: link.a }, link.bandwidth);
-            link_index.insert((link.a, link.b), ab);
-            link_index.insert((link.b, link.a), ba);
-        }
-
-        let shared = match &fallback {
-            Some(Fallback::Shared { name, bandwidth }) => {
-                if name.is_empty() {
-                    return Err(TopologyError::field("fallback.shared", "expected a non-empty name"));
-                }
-                check_positive(*bandwidth, || "fallback.gbps".to_string())?;
-                match &nodes {
-                    None => vec![push(ResourceKind::Shared(name.clone()), *bandwidth)],
-                    Some(nodes) => (0..nodes.count())
-                        .map(|k| push(ResourceKind::Shared(format!("{name}@node{k}")), *bandwidth))
-                        .collect(),
-                }
-            }
-            _ => Vec::new(),
-        };
-
-        let (mut nic_out, mut nic_in, mut fabric) = (Vec::new(), Vec::new(), None);
-        if let Some(nodes) = &nodes {
-            nic_out = nics.iter().enumerate().map(|(i, &c)| push(ResourceKind::NicEgress(SiteId(i)), c)).collect();
-            nic_in = nics.iter().enumerate().map(|(i, &c)| push(ResourceKind::NicIngress(SiteId(i)), c)).collect();
-            if let Fabric::Shared { name, bandwidth } = nodes.fabric() {
-                if name.is_empty() {
-                    return Err(TopologyError::field("fabric.shared", "expected a non-empty name"));
-                }
-                check_positive(*bandwidth, || "fabric.gbps".to_string())?;
-                fabric = Some(push(ResourceKind::Shared(name.clone()), *bandwidth));
-            }
-        }
+            (0..n).map(|i| sites[i].ingress.map(|c| resources.push(ResourceKind::Ingress(SiteId(i)), c))).collect();
+        let hbm: Vec<_> =
+            (0..n).map(|i| resources.push(ResourceKind::Hbm(SiteId(i)), sites[i].hbm_bandwidth)).collect();
+        let link_index = resources.links(&links, n, nodes.as_ref())?;
+        let shared = resources.shared(fallback.as_ref(), nodes.as_ref())?;
+        let (nic_out, nic_in, fabric) = resources.network(&nics, nodes.as_ref())?;
+        let resources = resources.0;
 
         let topology = Topology {
             name: name.into(),
@@ -764,200 +635,4 @@ impl Topology {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn site() -> Site {
-        Site::new(100.0, 10.0, ComputeRates::tflops(1.0, 1.0, 1.0))
-    }
-
-    #[test]
-    fn routes_cross_endpoint_caps_and_links() {
-        let sites = vec![site().with_endpoint_caps(10.0), site(), site().with_endpoint_caps(5.0)];
-        let links = vec![Link::gbps(0, 1, 20.0)];
-        let t = Topology::new("t", sites, links, Some(Fallback::Shared { name: "bus".into(), bandwidth: GB }))
-            .expect("valid");
-        let names = |a, b| {
-            t.route(SiteId(a), SiteId(b)).unwrap().iter().map(|r| t.resource(*r).unwrap().name()).collect::<Vec<_>>()
-        };
-        assert_eq!(names(0, 1), ["egress[0]", "link 0->1"]);
-        assert_eq!(names(1, 0), ["link 1->0", "ingress[0]"]);
-        assert_eq!(names(0, 2), ["egress[0]", "bus", "ingress[2]"]);
-        assert_eq!(names(1, 2), ["bus", "ingress[2]"]);
-        assert_eq!(t.route_bandwidth(SiteId(0), SiteId(1)), Some(10.0 * GB));
-        assert_eq!(t.route_bandwidth(SiteId(1), SiteId(2)), Some(GB));
-        assert_eq!(t.route(SiteId(1), SiteId(1)), None);
-        assert_eq!(t.route(SiteId(1), SiteId(3)), None);
-        assert_eq!(t.find_resource("bus"), t.shared_resource());
-    }
-
-    #[test]
-    fn bad_descriptions_name_the_field() {
-        let err = |sites: Vec<Site>, links: Vec<Link>, fb: Option<Fallback>| {
-            Topology::new("t", sites, links, fb).unwrap_err().to_string()
-        };
-        let two = || vec![site(), site()];
-        assert!(err(vec![], vec![], None).starts_with("sites: "));
-        let mut bad = site();
-        bad.hbm_bandwidth = -1.0;
-        assert!(err(vec![site(), bad], vec![], Some(Fallback::Switch)).starts_with("sites[1].hbm_gbps: "));
-        assert!(err(two(), vec![Link::gbps(0, 2, 1.0)], None).starts_with("links[0].b: "));
-        assert!(err(two(), vec![Link::gbps(0, 0, 1.0)], None).starts_with("links[0].b: "));
-        assert!(err(two(), vec![Link::gbps(0, 1, 0.0)], None).starts_with("links[0].gbps: "));
-        let dup = vec![Link::gbps(0, 1, 1.0), Link::gbps(1, 0, 1.0)];
-        assert!(err(two(), dup, None).starts_with("links[1]: "));
-        assert_eq!(
-            Topology::new("t", two(), vec![], None),
-            Err(TopologyError::Unroutable { src: SiteId(0), dst: SiteId(1) })
-        );
-        assert!(err(two(), vec![], Some(Fallback::Switch)).starts_with("fallback: "));
-        let nan = Fallback::Shared { name: "x".into(), bandwidth: f64::NAN };
-        assert!(err(two(), vec![], Some(nan)).starts_with("fallback.gbps: "));
-    }
-
-    /// The typical rule counts a V100's six 25 GB/s NVLink lanes; the bound adds the PCIe
-    /// bridge shared by all eight (it reaches the sites it is not linked to); an NVSwitch
-    /// port is its egress cap under both.
-    #[test]
-    fn injection_bandwidth_typical_and_bound() {
-        let v100 = Topology::preset("dgx-v100").unwrap();
-        let (typical, bound) = (v100.injection_bandwidth(SiteId(0)).unwrap(), v100.max_injection_bandwidth(SiteId(0)));
-        assert!((typical - 150.0 * GB).abs() < 1.0, "{typical}");
-        assert_eq!(bound, Some(165.75 * GB));
-        let a100 = Topology::preset("dgx-a100").unwrap();
-        assert_eq!(a100.injection_bandwidth(SiteId(3)), Some(300.0 * GB));
-        assert_eq!(a100.max_injection_bandwidth(SiteId(3)), Some(300.0 * GB));
-        assert_eq!(a100.injection_bandwidth(SiteId(8)), None);
-        // Only a shared fallback: each site typically gets the bus's route bandwidth.
-        let bus = Topology::new(
-            "bus",
-            vec![site(), site()],
-            vec![],
-            Some(Fallback::Shared { name: "bus".into(), bandwidth: 4.0 * GB }),
-        )
-        .unwrap();
-        assert_eq!(bus.injection_bandwidth(SiteId(0)), Some(4.0 * GB));
-        assert_eq!(bus.max_injection_bandwidth(SiteId(0)), Some(4.0 * GB));
-    }
-
-    /// Two nodes of two sites: an NVSwitch-like node 0, and a node 1 of two linked sites
-    /// with a shared bus that nothing uses.
-    fn two_nodes(fabric: Fabric) -> Result<Topology, TopologyError> {
-        let switched = site().with_endpoint_caps(10.0).with_nic(2.0);
-        let plain = site().with_nic(3.0);
-        Topology::with_nodes(
-            "two",
-            vec![switched, switched, plain, plain],
-            vec![Link::gbps(2, 3, 7.0)],
-            Some(Fallback::Shared { name: "bus".into(), bandwidth: GB }),
-            Some(Nodes::blocks(2, 2, fabric)),
-        )
-    }
-
-    #[test]
-    fn routes_between_nodes_cross_only_the_nics_and_a_shared_fabric() {
-        let t = two_nodes(Fabric::NonBlocking).expect("valid");
-        let names = |t: &Topology, a, b| {
-            t.route(SiteId(a), SiteId(b)).unwrap().iter().map(|r| t.resource(*r).unwrap().name()).collect::<Vec<_>>()
-        };
-        assert_eq!(names(&t, 0, 1), ["egress[0]", "bus@node0", "ingress[1]"]);
-        assert_eq!(names(&t, 2, 3), ["link 2->3"]);
-        // The NVSwitch caps of sites 0 and 1 are not crossed on the way to another node.
-        assert_eq!(names(&t, 0, 3), ["nic-out[0]", "nic-in[3]"]);
-        assert_eq!(names(&t, 3, 1), ["nic-out[3]", "nic-in[1]"]);
-        assert_eq!(t.route_bandwidth(SiteId(0), SiteId(3)), Some(2.0 * GB));
-        assert_eq!((t.num_nodes(), t.node(SiteId(2)), t.node(SiteId(4))), (2, Some(1), None));
-        assert_eq!(t.node_shared_resource(1), t.find_resource("bus@node1"));
-        assert_eq!(t.shared_resource(), t.find_resource("bus@node0"));
-        assert_eq!(t.fabric_resource(), None);
-        let spine = two_nodes(Fabric::Shared { name: "spine".into(), bandwidth: 0.5 * GB }).expect("valid");
-        assert_eq!(names(&spine, 1, 2), ["nic-out[1]", "spine", "nic-in[2]"]);
-        assert_eq!(spine.route_bandwidth(SiteId(1), SiteId(2)), Some(0.5 * GB));
-        assert_eq!(spine.fabric_resource(), spine.find_resource("spine"));
-        // A single node is no nodes at all.
-        let one = Topology::with_nodes("one", vec![site(); 2], vec![], Some(Fallback::Switch), None);
-        let one_node = Nodes::blocks(1, 2, Fabric::NonBlocking);
-        assert_eq!(
-            Topology::with_nodes("one", vec![site(); 2], vec![], Some(Fallback::Switch), Some(one_node))
-                .map(|t| t.nodes),
-            one.map(|t| t.nodes)
-        );
-    }
-
-    #[test]
-    fn bad_node_descriptions_name_the_field() {
-        let err = |sites: Vec<Site>, links: Vec<Link>, nodes: Nodes| {
-            Topology::with_nodes("t", sites, links, Some(Fallback::Switch), Some(nodes)).unwrap_err().to_string()
-        };
-        let nic = || site().with_endpoint_caps(1.0).with_nic(1.0);
-        let e = err(vec![nic(); 3], vec![], Nodes::blocks(2, 2, Fabric::NonBlocking));
-        assert_eq!(e, "nodes: gives the nodes of 4 sites, but the topology has 3");
-        let e = err(vec![nic(); 3], vec![], Nodes::new(vec![0, 2, 2], Fabric::NonBlocking));
-        assert!(e.starts_with("nodes: node 1 has no site"), "{e}");
-        let e = err(vec![nic(), site().with_endpoint_caps(1.0)], vec![], Nodes::new(vec![0, 1], Fabric::NonBlocking));
-        assert!(e.starts_with("sites[1].nic_gbps: missing"), "{e}");
-        let e = err(vec![nic(); 2], vec![Link::gbps(0, 1, 1.0)], Nodes::new(vec![0, 1], Fabric::NonBlocking));
-        assert!(e.starts_with("links[0]: sites 0 and 1 are in different nodes (0 and 1)"), "{e}");
-        let spine = Fabric::Shared { name: "spine".into(), bandwidth: -1.0 };
-        assert!(err(vec![nic(); 2], vec![], Nodes::new(vec![0, 1], spine)).starts_with("fabric.gbps: "));
-        let unnamed = Fabric::Shared { name: String::new(), bandwidth: 1.0 };
-        assert!(err(vec![nic(); 2], vec![], Nodes::new(vec![0, 1], unnamed)).starts_with("fabric.shared: "));
-        let e = Topology::new("t", vec![nic(); 2], vec![], Some(Fallback::Switch)).unwrap_err().to_string();
-        assert!(e.starts_with("sites[0].nic_gbps: a NIC carries traffic between nodes"), "{e}");
-        // Pairs inside a node still need a route; pairs of different nodes have their NICs.
-        let e = Topology::with_nodes(
-            "t",
-            vec![site().with_nic(1.0); 3],
-            vec![],
-            None,
-            Some(Nodes::new(vec![0, 0, 1], Fabric::NonBlocking)),
-        );
-        assert_eq!(e, Err(TopologyError::Unroutable { src: SiteId(0), dst: SiteId(1) }));
-        let e = Topology::with_nodes(
-            "t",
-            vec![site().with_nic(1.0); 2],
-            vec![],
-            None,
-            Some(Nodes::new(vec![0, 1], Fabric::NonBlocking)),
-        );
-        assert!(e.is_ok(), "{e:?}");
-    }
-
-    /// Typical: a uniform all-to-all drains 1/3 of a site's bytes inside its node and 2/3
-    /// through its NIC at once; the bound adds the NIC to what the site sends inside.
-    #[test]
-    fn injection_bandwidth_of_several_nodes() {
-        let t = two_nodes(Fabric::NonBlocking).expect("valid");
-        // Site 0: 1/3 at 10 GB/s (egress cap), 2/3 at 2 GB/s (NIC): the NIC's share is slower.
-        let expected = 1.0 / f64::max((1.0 / 3.0) / (10.0 * GB), (2.0 / 3.0) / (2.0 * GB));
-        assert_eq!(t.injection_bandwidth(SiteId(0)), Some(expected));
-        assert_eq!(t.max_injection_bandwidth(SiteId(0)), Some(12.0 * GB));
-        // Site 2: its link of 7 GB/s, a bus (only linked sites in its node), NIC 3 GB/s.
-        assert_eq!(t.max_injection_bandwidth(SiteId(2)), Some(10.0 * GB));
-        // A shared fabric of 4 GB/s split among 4 sites leaves each 1 GB/s.
-        let spine = two_nodes(Fabric::Shared { name: "spine".into(), bandwidth: 4.0 * GB }).expect("valid");
-        let expected = 1.0 / f64::max((1.0 / 3.0) / (10.0 * GB), (2.0 / 3.0) / GB);
-        assert_eq!(spine.injection_bandwidth(SiteId(0)), Some(expected));
-        // Nodes of one site each: all traffic leaves through the NIC.
-        let singles = Topology::with_nodes(
-            "singles",
-            vec![site().with_nic(5.0); 3],
-            vec![],
-            None,
-            Some(Nodes::new(vec![0, 1, 2], Fabric::NonBlocking)),
-        )
-        .expect("valid");
-        assert_eq!(singles.injection_bandwidth(SiteId(1)), Some(5.0 * GB));
-        assert_eq!(singles.max_injection_bandwidth(SiteId(1)), Some(5.0 * GB));
-    }
-
-    #[test]
-    fn single_site_needs_no_routes() {
-        let t = Topology::new("one", vec![site()], vec![], None).expect("valid");
-        assert_eq!(t.num_sites(), 1);
-        assert_eq!(t.resources().len(), 1);
-        assert_eq!(t.injection_bandwidth(SiteId(0)), None);
-        assert_eq!(t.max_injection_bandwidth(SiteId(0)), Some(0.0));
-        assert_eq!(t.injection_bandwidth(SiteId(1)), None);
-    }
-}
+mod tests;
