@@ -199,36 +199,7 @@ pub fn fuse_with<L: KernelLibrary>(graph: &TaskGraph, kernels: L, rules: &[Rule]
         })
         .max()
         .unwrap_or(0);
-    let mut plans: Vec<Option<Plan>> = (0..nodes.len()).map(|_| None).collect();
-    {
-        let mut scan = Scan {
-            graph,
-            kernels: &kernels,
-            rules,
-            readers: vec![Vec::new(); graph.buffers().len()],
-            dependents: vec![Vec::new(); nodes.len()],
-        };
-        for (t, n) in nodes.iter().enumerate() {
-            for b in n.task.reads() {
-                scan.readers[b.0 as usize].push(t);
-            }
-            for d in &n.deps {
-                scan.dependents[d.0 as usize].push(t);
-            }
-        }
-        let mut taken = vec![false; nodes.len()];
-        for b in 0..nodes.len() {
-            if taken[b] {
-                continue;
-            }
-            let Some(plan) = scan.pair(&taken, b) else {
-                continue;
-            };
-            taken[b] = true;
-            taken[plan.first] = true;
-            plans[b] = Some(plan);
-        }
-    }
+    let mut plans = find_pairs(graph, &kernels, rules);
     // Rebuild: every buffer but the dropped intermediates, every task but the fused firsts.
     let mut dropped = vec![false; graph.buffers().len()];
     let mut absorbed = vec![false; nodes.len()];
@@ -295,6 +266,42 @@ pub fn fuse_with<L: KernelLibrary>(graph: &TaskGraph, kernels: L, rules: &[Rule]
         }
     }
     Ok(Fusion { graph: out, kernels: FusedKernels { base: kernels, first_fused, fused } })
+}
+
+/// The pairs to fuse (see the module docs), by second task: `graph`'s tasks are scanned in
+/// schedule order, and a task not yet in a pair becomes the second of the pair one of `rules`
+/// fuses, if any.
+fn find_pairs<L: KernelLibrary>(graph: &TaskGraph, kernels: &L, rules: &[Rule]) -> Vec<Option<Plan>> {
+    let nodes = graph.nodes();
+    let mut plans: Vec<Option<Plan>> = (0..nodes.len()).map(|_| None).collect();
+    let mut scan = Scan {
+        graph,
+        kernels,
+        rules,
+        readers: vec![Vec::new(); graph.buffers().len()],
+        dependents: vec![Vec::new(); nodes.len()],
+    };
+    for (t, n) in nodes.iter().enumerate() {
+        for b in n.task.reads() {
+            scan.readers[b.0 as usize].push(t);
+        }
+        for d in &n.deps {
+            scan.dependents[d.0 as usize].push(t);
+        }
+    }
+    let mut taken = vec![false; nodes.len()];
+    for b in 0..nodes.len() {
+        if taken[b] {
+            continue;
+        }
+        let Some(plan) = scan.pair(&taken, b) else {
+            continue;
+        };
+        taken[b] = true;
+        taken[plan.first] = true;
+        plans[b] = Some(plan);
+    }
+    plans
 }
 
 /// The only output of a fusable first task.

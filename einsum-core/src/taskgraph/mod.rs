@@ -324,14 +324,25 @@ impl TaskGraph {
         Ok(id)
     }
 
+    /// Checks `task` before it is pushed: its buffers ([`TaskGraph::check_buffers`]) and
+    /// what its kind asks of them ([`TaskGraph::check_kind`]); the error names the task.
     fn check(&self, task: &Task, label: &str) -> Result<(), TaskGraphError> {
-        let fail = |reason: String| Err(TaskGraphError { label: label.to_string(), kind: task.kind(), reason });
+        self.check_buffers(task).and_then(|()| self.check_kind(task)).map_err(|reason| TaskGraphError {
+            label: label.to_string(),
+            kind: task.kind(),
+            reason,
+        })
+    }
+
+    /// Every buffer `task` names exists on a device of the graph, every buffer it reads has
+    /// been written, and none it writes has (single assignment).
+    fn check_buffers(&self, task: &Task) -> Result<(), String> {
         for &b in task.read_buffers().iter().chain(task.written_buffers()) {
             if b.0 as usize >= self.buffers.len() {
-                return fail(format!("unknown buffer {}", b.0));
+                return Err(format!("unknown buffer {}", b.0));
             }
             if self.buffer(b).device.0 as usize >= self.devices {
-                return fail(format!(
+                return Err(format!(
                     "buffer {} is on {}, the graph has {} devices",
                     b.0,
                     self.buffer(b).device,
@@ -341,20 +352,27 @@ impl TaskGraph {
         }
         for &b in task.read_buffers() {
             if self.writer(b).is_none() {
-                return fail(format!("reads buffer {} before any task writes it", b.0));
+                return Err(format!("reads buffer {} before any task writes it", b.0));
             }
         }
         for &b in task.written_buffers() {
             if self.writer(b).is_some() {
-                return fail(format!("buffer {} is already written", b.0));
+                return Err(format!("buffer {} is already written", b.0));
             }
         }
+        Ok(())
+    }
+
+    /// What `task`'s kind asks of its buffers: a Load a block of its input not yet resident
+    /// there, slices, aggregations, stitches and kernels on one device, a transfer between
+    /// two, blocks of matching types and dtypes, and a Store a block of its output.
+    fn check_kind(&self, task: &Task) -> Result<(), String> {
         let buf = |b: &BufferId| self.buffer(*b);
         let same_device = |bs: &[BufferId]| bs.windows(2).all(|w| buf(&w[0]).device == buf(&w[1]).device);
         match task {
             Task::Load { input, dst } => match self.inputs.get(*input) {
-                None => fail(format!("unknown input {input}")),
-                Some(i) if !buf(dst).ty.is_projection_of(&i.ty) || buf(dst).dtype != i.dtype => fail(format!(
+                None => Err(format!("unknown input {input}")),
+                Some(i) if !buf(dst).ty.is_projection_of(&i.ty) || buf(dst).dtype != i.dtype => Err(format!(
                     "block {} {} is not a block of input `{}` {} {}",
                     buf(dst).ty,
                     buf(dst).dtype,
@@ -363,7 +381,7 @@ impl TaskGraph {
                     i.dtype
                 )),
                 Some(i) => match self.loads.get(&(*input, buf(dst).device, buf(dst).ty.clone())) {
-                    Some(b) => fail(format!(
+                    Some(b) => Err(format!(
                         "block {} of input `{}` is already resident on {} as buffer {}",
                         buf(dst).ty,
                         i.name,
@@ -375,18 +393,18 @@ impl TaskGraph {
             },
             Task::Slice { src, dst } => {
                 if !same_device(&[*src, *dst]) || buf(src).dtype != buf(dst).dtype {
-                    fail("slice across devices or dtypes".into())
+                    Err("slice across devices or dtypes".into())
                 } else if !buf(dst).ty.is_projection_of(&buf(src).ty) {
-                    fail(format!("{} is not inside {}", buf(dst).ty, buf(src).ty))
+                    Err(format!("{} is not inside {}", buf(dst).ty, buf(src).ty))
                 } else {
                     Ok(())
                 }
             }
             Task::Transfer { src, dst } => {
                 if buf(src).device == buf(dst).device {
-                    fail(format!("transfer within {}", buf(src).device))
+                    Err(format!("transfer within {}", buf(src).device))
                 } else if buf(src).ty != buf(dst).ty || buf(src).dtype != buf(dst).dtype {
-                    fail(format!("transfer changes the block: {} to {}", buf(src).ty, buf(dst).ty))
+                    Err(format!("transfer changes the block: {} to {}", buf(src).ty, buf(dst).ty))
                 } else {
                     Ok(())
                 }
@@ -395,11 +413,11 @@ impl TaskGraph {
                 let mut all = srcs.clone();
                 all.push(*dst);
                 if srcs.len() < 2 {
-                    fail(format!("aggregates {} pieces", srcs.len()))
+                    Err(format!("aggregates {} pieces", srcs.len()))
                 } else if !same_device(&all) {
-                    fail("aggregates across devices".into())
+                    Err("aggregates across devices".into())
                 } else if all.iter().any(|b| buf(b).ty != buf(dst).ty || buf(b).dtype != buf(dst).dtype) {
-                    fail("aggregates blocks of different types".into())
+                    Err("aggregates blocks of different types".into())
                 } else {
                     Ok(())
                 }
@@ -408,25 +426,25 @@ impl TaskGraph {
                 let mut all = srcs.clone();
                 all.push(*dst);
                 if !same_device(&all) || all.iter().any(|b| buf(b).dtype != buf(dst).dtype) {
-                    return fail("stitches across devices or dtypes".into());
+                    return Err("stitches across devices or dtypes".into());
                 }
                 let parts: Vec<TensorType> = srcs.iter().map(|b| buf(b).ty.clone()).collect();
-                check_tiling(&buf(dst).ty, &parts).or_else(|e| fail(e.to_string()))
+                check_tiling(&buf(dst).ty, &parts).map_err(|e| e.to_string())
             }
             Task::Kernel { inputs, outputs, .. } => {
                 let all: Vec<BufferId> = inputs.iter().chain(outputs).copied().collect();
                 if outputs.is_empty() {
-                    fail("a kernel with no output".into())
+                    Err("a kernel with no output".into())
                 } else if !same_device(&all) {
-                    fail("kernel buffers on several devices".into())
+                    Err("kernel buffers on several devices".into())
                 } else {
                     Ok(())
                 }
             }
             Task::Store { output, src } => match self.outputs.get(*output) {
-                None => fail(format!("unknown output {output}")),
+                None => Err(format!("unknown output {output}")),
                 Some(o) if !buf(src).ty.is_projection_of(&o.ty) || buf(src).dtype != o.dtype => {
-                    fail(format!("block {} is not a block of output `{}` {}", buf(src).ty, o.name, o.ty))
+                    Err(format!("block {} is not a block of output `{}` {}", buf(src).ty, o.name, o.ty))
                 }
                 _ => Ok(()),
             },
