@@ -288,23 +288,7 @@ fn apply(m: &mut Memory, op: &Op) {
             let (w, base) = m.locate(*dst, true);
             w[base..base + bytes].copy_from_slice(&data);
         }
-        Op::Aggregate { srcs, accumulate, out, dtype, agg, n, vector } => {
-            assert!(!srcs.is_empty() && srcs.len() <= MAX_AGG_SOURCES, "{} aggregation sources", srcs.len());
-            if *vector {
-                check_vector(m, srcs);
-                check_vector(m, &[*out]);
-            }
-            // The order of aggregate.cu: a left fold from the first source (or from `out`),
-            // in f32, rounded to the element type once.
-            let (start, rest) = if *accumulate { (*out, &srcs[..]) } else { (srcs[0], &srcs[1..]) };
-            for i in 0..*n {
-                let mut acc = m.ld(start, i, *dtype);
-                for s in rest {
-                    acc = agg.apply(acc, m.ld(*s, i, *dtype));
-                }
-                m.st(*out, i, *dtype, acc);
-            }
-        }
+        Op::Aggregate { .. } => apply_aggregate(m, op),
         Op::Unary { x, y, dtype, op, n, vector } => {
             if *vector {
                 check_vector(m, &[*x, *y]);
@@ -333,158 +317,215 @@ fn apply(m: &mut Memory, op: &Op) {
                 m.st(*y, i, *dtype, r);
             }
         }
-        Op::BinaryRmsNorm { a, b, w, sum, y, dtype, binary, outer, n, inner, eps } => {
-            // `binary_rmsnorm` of rows.cu: a ⊙ b in f32, rounded only where it is stored.
-            for o in 0..*outer {
-                for inn in 0..*inner {
-                    let at = |j: usize| o * n * inner + j * inner + inn;
-                    let vs: Vec<f32> =
-                        (0..*n).map(|j| binary.apply(m.ld(*a, at(j), *dtype), m.ld(*b, at(j), *dtype))).collect();
-                    if let Some(sum) = sum {
-                        for (j, &v) in vs.iter().enumerate() {
-                            m.st(*sum, at(j), *dtype, v);
-                        }
-                    }
-                    let s: f32 = vs.iter().map(|v| v * v).sum();
+        Op::BinaryRmsNorm { .. } => apply_binary_rmsnorm(m, op),
+        Op::Rows { .. } => apply_rows(m, op),
+        Op::Rope { .. } => apply_rope(m, op),
+        Op::Reduce { .. } => apply_reduce(m, op),
+        Op::Attention { .. } => apply_attention(m, op),
+        Op::Gemm { .. } => apply_gemm(m, op),
+    }
+}
+
+/// The ⊕ of the sources, in aggregate.cu's order.
+fn apply_aggregate(m: &mut Memory, op: &Op) {
+    let Op::Aggregate { srcs, accumulate, out, dtype, agg, n, vector } = op else {
+        unreachable!("apply_aggregate of another operation");
+    };
+    assert!(!srcs.is_empty() && srcs.len() <= MAX_AGG_SOURCES, "{} aggregation sources", srcs.len());
+    if *vector {
+        check_vector(m, srcs);
+        check_vector(m, &[*out]);
+    }
+    // The order of aggregate.cu: a left fold from the first source (or from `out`),
+    // in f32, rounded to the element type once.
+    let (start, rest) = if *accumulate { (*out, &srcs[..]) } else { (srcs[0], &srcs[1..]) };
+    for i in 0..*n {
+        let mut acc = m.ld(start, i, *dtype);
+        for s in rest {
+            acc = agg.apply(acc, m.ld(*s, i, *dtype));
+        }
+        m.st(*out, i, *dtype, acc);
+    }
+}
+
+/// A binary fused with the RMS norm of its result, as rows.cu's `binary_rmsnorm`.
+fn apply_binary_rmsnorm(m: &mut Memory, op: &Op) {
+    let Op::BinaryRmsNorm { a, b, w, sum, y, dtype, binary, outer, n, inner, eps } = op else {
+        unreachable!("apply_binary_rmsnorm of another operation");
+    };
+    // `binary_rmsnorm` of rows.cu: a ⊙ b in f32, rounded only where it is stored.
+    for o in 0..*outer {
+        for inn in 0..*inner {
+            let at = |j: usize| o * n * inner + j * inner + inn;
+            let vs: Vec<f32> =
+                (0..*n).map(|j| binary.apply(m.ld(*a, at(j), *dtype), m.ld(*b, at(j), *dtype))).collect();
+            if let Some(sum) = sum {
+                for (j, &v) in vs.iter().enumerate() {
+                    m.st(*sum, at(j), *dtype, v);
+                }
+            }
+            let s: f32 = vs.iter().map(|v| v * v).sum();
+            let scale = 1.0 / (s / *n as f32 + eps).sqrt();
+            for (j, &v) in vs.iter().enumerate() {
+                let r = v * scale * m.ld(*w, j, *dtype);
+                m.st(*y, at(j), *dtype, r);
+            }
+        }
+    }
+}
+
+/// A row kernel (softmax, RMS norm, layer norm), as rows.cu computes it.
+fn apply_rows(m: &mut Memory, op: &Op) {
+    let Op::Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps } = op else {
+        unreachable!("apply_rows of another operation");
+    };
+    for o in 0..*outer {
+        for inn in 0..*inner {
+            let at = |j: usize| o * n * inner + j * inner + inn;
+            let xs: Vec<f32> = (0..*n).map(|j| m.ld(*x, at(j), *dtype)).collect();
+            let ys: Vec<f32> = match kernel {
+                RowKernel::Softmax => {
+                    // rows.cu's nan_max: a NaN in the row makes the maximum NaN.
+                    let mx = xs.iter().fold(f32::NEG_INFINITY, |m, &v| BinaryOp::Max.apply(m, v));
+                    let s: f32 = xs.iter().map(|v| (v - mx).exp()).sum();
+                    xs.iter().map(|v| (v - mx).exp() / s).collect()
+                }
+                RowKernel::RmsNorm => {
+                    let s: f32 = xs.iter().map(|v| v * v).sum();
                     let scale = 1.0 / (s / *n as f32 + eps).sqrt();
-                    for (j, &v) in vs.iter().enumerate() {
-                        let r = v * scale * m.ld(*w, j, *dtype);
-                        m.st(*y, at(j), *dtype, r);
-                    }
+                    let wp = w.expect("a weight");
+                    (0..*n).map(|j| xs[j] * scale * m.ld(wp, j, *dtype)).collect()
                 }
-            }
-        }
-        Op::Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps } => {
-            for o in 0..*outer {
-                for inn in 0..*inner {
-                    let at = |j: usize| o * n * inner + j * inner + inn;
-                    let xs: Vec<f32> = (0..*n).map(|j| m.ld(*x, at(j), *dtype)).collect();
-                    let ys: Vec<f32> = match kernel {
-                        RowKernel::Softmax => {
-                            // rows.cu's nan_max: a NaN in the row makes the maximum NaN.
-                            let mx = xs.iter().fold(f32::NEG_INFINITY, |m, &v| BinaryOp::Max.apply(m, v));
-                            let s: f32 = xs.iter().map(|v| (v - mx).exp()).sum();
-                            xs.iter().map(|v| (v - mx).exp() / s).collect()
-                        }
-                        RowKernel::RmsNorm => {
-                            let s: f32 = xs.iter().map(|v| v * v).sum();
-                            let scale = 1.0 / (s / *n as f32 + eps).sqrt();
-                            let wp = w.expect("a weight");
-                            (0..*n).map(|j| xs[j] * scale * m.ld(wp, j, *dtype)).collect()
-                        }
-                        RowKernel::LayerNorm => {
-                            let mean = xs.iter().sum::<f32>() / *n as f32;
-                            let var = xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / *n as f32;
-                            let scale = 1.0 / (var + eps).sqrt();
-                            let (wp, bp) = (w.expect("a weight"), b.expect("a bias"));
-                            (0..*n)
-                                .map(|j| (xs[j] - mean) * scale * m.ld(wp, j, *dtype) + m.ld(bp, j, *dtype))
-                                .collect()
-                        }
-                    };
-                    for (j, v) in ys.into_iter().enumerate() {
-                        m.st(*y, at(j), *dtype, v);
-                    }
+                RowKernel::LayerNorm => {
+                    let mean = xs.iter().sum::<f32>() / *n as f32;
+                    let var = xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / *n as f32;
+                    let scale = 1.0 / (var + eps).sqrt();
+                    let (wp, bp) = (w.expect("a weight"), b.expect("a bias"));
+                    (0..*n).map(|j| (xs[j] - mean) * scale * m.ld(wp, j, *dtype) + m.ld(bp, j, *dtype)).collect()
                 }
-            }
-        }
-        Op::Rope { x, y, dtype, table, seq, feat, half, rows, dims } => {
-            for i in 0..dims.volume() {
-                let mut rem = i;
-                let (mut a, mut row, mut k) = (0usize, 0usize, 0usize);
-                for q in (0..dims.rank as usize).rev() {
-                    let e = rem % dims.shape[q] as usize;
-                    rem /= dims.shape[q] as usize;
-                    a += e * dims.s0[q] as usize;
-                    if q == *seq {
-                        row = e;
-                    }
-                    if q == *feat {
-                        k = e;
-                    }
-                }
-                let b = a + half * dims.s0[*feat] as usize;
-                let c = m.ld(*table, row * half + k, DType::F32);
-                let s = m.ld(*table, rows * half + row * half + k, DType::F32);
-                let (va, vb) = (m.ld(*x, a, *dtype), m.ld(*x, b, *dtype));
-                m.st(*y, a, *dtype, va * c - vb * s);
-                m.st(*y, b, *dtype, vb * c + va * s);
-            }
-        }
-        Op::Reduce { x, y, dtype, op, keep, over, index } => {
-            for i in 0..keep.volume() {
-                let [bx, by, _] = offsets_of(keep, i, *index);
-                let (mut sum, mut mx) = (0.0f64, f32::NEG_INFINITY);
-                for j in 0..over.volume() {
-                    let ox = offsets_of(over, j, *index)[0];
-                    if *index == Index::I32 {
-                        assert!(bx + ox <= NARROW_LIMIT as usize, "a 32-bit reduction reaches {}", bx + ox);
-                    }
-                    let v = m.ld(*x, bx + ox, *dtype);
-                    sum += v as f64;
-                    // reduce.cu's nan_max(mx, v), which BinaryOp::Max applies.
-                    mx = BinaryOp::Max.apply(mx, v);
-                }
-                let r = match op {
-                    ReduceOp::Sum => sum as f32,
-                    ReduceOp::Max => mx,
-                };
-                m.st(*y, by, *dtype, r);
-            }
-        }
-        Op::Attention {
-            kernel,
-            q,
-            k,
-            v,
-            o,
-            dtype,
-            bounds,
-            heads,
-            nq,
-            nk,
-            heads_lo,
-            kv_lo,
-            keys_lo,
-            group,
-            scale_log2,
-            head_dim,
-        } => {
-            let d = *head_dim;
-            let kv_heads = (heads_lo + heads - 1) / group - kv_lo + 1;
-            let mut read = |p: Ptr, n: usize| (0..n).map(|i| m.ld(p, i, *dtype)).collect::<Vec<f32>>();
-            let (qv, kv, vv) = (read(*q, heads * nq * d), read(*k, kv_heads * nk * d), read(*v, kv_heads * nk * d));
-            let rows: Vec<(usize, usize)> =
-                (0..*nq).map(|r| (m.ld_i32(*bounds, 2 * r) as usize, m.ld_i32(*bounds, 2 * r + 1) as usize)).collect();
-            let shape = AttentionShape {
-                heads: *heads,
-                nq: *nq,
-                nk: *nk,
-                head_dim: d,
-                heads_lo: *heads_lo,
-                kv_lo: *kv_lo,
-                keys_lo: *keys_lo,
-                group: *group,
-                scale_log2: *scale_log2,
-                bounds: &rows,
             };
-            for (i, x) in attention::emulate(*kernel, *dtype, &shape, &qv, &kv, &vv).into_iter().enumerate() {
-                m.st(*o, i, *dtype, x);
+            for (j, v) in ys.into_iter().enumerate() {
+                m.st(*y, at(j), *dtype, v);
             }
         }
-        Op::Gemm { a, b, c, dtype, gemm: g } => {
-            for bi in 0..g.batch {
-                for i in 0..g.m {
-                    for j in 0..g.n {
-                        let mut acc = 0.0f32;
-                        for l in 0..g.k {
-                            let ai = bi * g.stride_a + if g.trans_a { l * g.m + i } else { i * g.k + l };
-                            let bj = bi * g.stride_b + if g.trans_b { j * g.k + l } else { l * g.n + j };
-                            acc += m.ld(*a, ai, *dtype) * m.ld(*b, bj, *dtype);
-                        }
-                        m.st(*c, bi * g.stride_c + i * g.n + j, *dtype, acc);
-                    }
+    }
+}
+
+/// Rotary position embedding, as `rope` computes it.
+fn apply_rope(m: &mut Memory, op: &Op) {
+    let Op::Rope { x, y, dtype, table, seq, feat, half, rows, dims } = op else {
+        unreachable!("apply_rope of another operation");
+    };
+    for i in 0..dims.volume() {
+        let mut rem = i;
+        let (mut a, mut row, mut k) = (0usize, 0usize, 0usize);
+        for q in (0..dims.rank as usize).rev() {
+            let e = rem % dims.shape[q] as usize;
+            rem /= dims.shape[q] as usize;
+            a += e * dims.s0[q] as usize;
+            if q == *seq {
+                row = e;
+            }
+            if q == *feat {
+                k = e;
+            }
+        }
+        let b = a + half * dims.s0[*feat] as usize;
+        let c = m.ld(*table, row * half + k, DType::F32);
+        let s = m.ld(*table, rows * half + row * half + k, DType::F32);
+        let (va, vb) = (m.ld(*x, a, *dtype), m.ld(*x, b, *dtype));
+        m.st(*y, a, *dtype, va * c - vb * s);
+        m.st(*y, b, *dtype, vb * c + va * s);
+    }
+}
+
+/// A sum or maximum over the `over` box, as reduce.cu computes it.
+fn apply_reduce(m: &mut Memory, op: &Op) {
+    let Op::Reduce { x, y, dtype, op, keep, over, index } = op else {
+        unreachable!("apply_reduce of another operation");
+    };
+    for i in 0..keep.volume() {
+        let [bx, by, _] = offsets_of(keep, i, *index);
+        let (mut sum, mut mx) = (0.0f64, f32::NEG_INFINITY);
+        for j in 0..over.volume() {
+            let ox = offsets_of(over, j, *index)[0];
+            if *index == Index::I32 {
+                assert!(bx + ox <= NARROW_LIMIT as usize, "a 32-bit reduction reaches {}", bx + ox);
+            }
+            let v = m.ld(*x, bx + ox, *dtype);
+            sum += v as f64;
+            // reduce.cu's nan_max(mx, v), which BinaryOp::Max applies.
+            mx = BinaryOp::Max.apply(mx, v);
+        }
+        let r = match op {
+            ReduceOp::Sum => sum as f32,
+            ReduceOp::Max => mx,
+        };
+        m.st(*y, by, *dtype, r);
+    }
+}
+
+/// Attention, through the kernel's own emulation ([`attention::emulate`]).
+fn apply_attention(m: &mut Memory, op: &Op) {
+    let Op::Attention {
+        kernel,
+        q,
+        k,
+        v,
+        o,
+        dtype,
+        bounds,
+        heads,
+        nq,
+        nk,
+        heads_lo,
+        kv_lo,
+        keys_lo,
+        group,
+        scale_log2,
+        head_dim,
+    } = op
+    else {
+        unreachable!("apply_attention of another operation");
+    };
+    let d = *head_dim;
+    let kv_heads = (heads_lo + heads - 1) / group - kv_lo + 1;
+    let mut read = |p: Ptr, n: usize| (0..n).map(|i| m.ld(p, i, *dtype)).collect::<Vec<f32>>();
+    let (qv, kv, vv) = (read(*q, heads * nq * d), read(*k, kv_heads * nk * d), read(*v, kv_heads * nk * d));
+    let rows: Vec<(usize, usize)> =
+        (0..*nq).map(|r| (m.ld_i32(*bounds, 2 * r) as usize, m.ld_i32(*bounds, 2 * r + 1) as usize)).collect();
+    let shape = AttentionShape {
+        heads: *heads,
+        nq: *nq,
+        nk: *nk,
+        head_dim: d,
+        heads_lo: *heads_lo,
+        kv_lo: *kv_lo,
+        keys_lo: *keys_lo,
+        group: *group,
+        scale_log2: *scale_log2,
+        bounds: &rows,
+    };
+    for (i, x) in attention::emulate(*kernel, *dtype, &shape, &qv, &kv, &vv).into_iter().enumerate() {
+        m.st(*o, i, *dtype, x);
+    }
+}
+
+/// The batched GEMM, one f32 accumulation per output element in `k` order.
+fn apply_gemm(m: &mut Memory, op: &Op) {
+    let Op::Gemm { a, b, c, dtype, gemm: g } = op else {
+        unreachable!("apply_gemm of another operation");
+    };
+    for bi in 0..g.batch {
+        for i in 0..g.m {
+            for j in 0..g.n {
+                let mut acc = 0.0f32;
+                for l in 0..g.k {
+                    let ai = bi * g.stride_a + if g.trans_a { l * g.m + i } else { i * g.k + l };
+                    let bj = bi * g.stride_b + if g.trans_b { j * g.k + l } else { l * g.n + j };
+                    acc += m.ld(*a, ai, *dtype) * m.ld(*b, bj, *dtype);
                 }
+                m.st(*c, bi * g.stride_c + i * g.n + j, *dtype, acc);
             }
         }
     }

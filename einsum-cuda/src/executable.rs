@@ -2,8 +2,10 @@
 //! pools and resident regions allocated, constants uploaded, the whole run captured as a CUDA
 //! graph), its inputs loaded once, and run any number of times.
 
+use std::sync::Arc;
+
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaEvent, CudaGraph, sys};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, sys};
 use einsum_core::taskgraph::{Boundary, TaskGraph, TaskId};
 use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared};
 
@@ -13,7 +15,7 @@ use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspac
 use crate::fusion::fuse;
 use crate::graph_capture::{CaptureError, capture, fork_issue_join};
 use crate::inputs::InputSlots;
-use crate::lower::lower;
+use crate::lower::{Lowered, lower};
 use crate::setup_lock::{self, SetupGuard};
 use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, StreamPlan};
 
@@ -96,6 +98,79 @@ fn setup(reason: String) -> BackendError {
     BackendError::Device { operation: "CUDA setup".into(), reason }
 }
 
+/// The streams of a stream plan, by index, with the cuBLAS handle of each and the workspace
+/// bound to it.
+type Streams = (Vec<Arc<CudaStream>>, Vec<CudaBlas>, Vec<DeviceMemory>);
+
+/// Creates every stream of `plan` on its GPU, with a cuBLAS handle of its own bound to a
+/// workspace of its own ([`CUBLAS_WORKSPACE_BYTES`]).
+fn open_streams(gpus: &[Gpu], plan: &StreamPlan) -> Result<Streams, BackendError> {
+    let mut streams = Vec::new();
+    let mut blas = Vec::new();
+    let mut blas_workspaces = Vec::new();
+    for s in 0..plan.streams() {
+        let gpu = &gpus[plan.gpu_of_stream(s)];
+        let s = gpu.ctx.new_stream().map_err(|e| setup(format!("creating a stream: {e}")))?;
+        let handle = CudaBlas::new(s.clone()).map_err(|e| setup(format!("creating a cuBLAS handle: {e:?}")))?;
+        let workspace = DeviceMemory::new(&gpu.ctx, CUBLAS_WORKSPACE_BYTES).map_err(setup)?;
+        bind_workspace(&handle, &workspace).map_err(setup)?;
+        blas.push(handle);
+        blas_workspaces.push(workspace);
+        streams.push(s);
+    }
+    Ok((streams, blas, blas_workspaces))
+}
+
+/// The event recorded after each task that another stream waits for ([`StreamPlan::record`]),
+/// on the GPU of the task's stream.
+fn dependency_events(
+    graph: &TaskGraph,
+    gpus: &[Gpu],
+    plan: &StreamPlan,
+) -> Result<Vec<Option<CudaEvent>>, BackendError> {
+    let mut events = Vec::new();
+    for t in 0..graph.nodes().len() {
+        events.push(if plan.record[t] {
+            let ctx = &gpus[plan.gpu_of_stream(plan.stream[t])].ctx;
+            Some(ctx.new_event(None).map_err(|e| setup(format!("creating an event: {e}")))?)
+        } else {
+            None
+        });
+    }
+    Ok(events)
+}
+
+/// Every GPU's resident region, pinned host memory for every whole saved output, and the
+/// constant tables.
+type Memory = (Vec<DeviceMemory>, Vec<HostMemory>, Vec<DeviceMemory>);
+
+/// The memory a prepared graph keeps: every GPU's resident region, pinned host memory for
+/// every whole saved output, and the lowered constant tables, copied to their GPUs.
+fn allocate_memory(
+    graph: &TaskGraph,
+    lowered: &Lowered,
+    gpus: &[Gpu],
+    plan: &StreamPlan,
+) -> Result<Memory, BackendError> {
+    let bytes = |b: &Boundary| b.ty.volume() * b.dtype.size_bytes();
+    let ctx0 = gpus[0].ctx.clone();
+    let resident: Vec<DeviceMemory> = gpus
+        .iter()
+        .zip(&plan.resident.bytes)
+        .map(|(gpu, &n)| DeviceMemory::new(&gpu.ctx, n))
+        .collect::<Result<_, _>>()
+        .map_err(setup)?;
+    let host_outputs: Vec<HostMemory> =
+        graph.outputs().iter().map(|b| HostMemory::new(&ctx0, bytes(b))).collect::<Result<_, _>>().map_err(setup)?;
+    let consts: Vec<DeviceMemory> = lowered
+        .consts
+        .iter()
+        .map(|(dev, data)| DeviceMemory::from_bytes(&gpus[plan.gpu_of_device[*dev]].ctx, &data.bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(setup)?;
+    Ok((resident, host_outputs, consts))
+}
+
 impl CudaExecutable {
     /// Prepares `graph`, whose kernel tasks run `kernels` (a library that describes each
     /// kernel's operator, [`KernelLibrary::info`], such as `einsum_compile::ComputationKernels`),
@@ -134,48 +209,9 @@ impl CudaExecutable {
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         enable_peer_access(&gpus);
-        let mut streams = Vec::new();
-        let mut blas = Vec::new();
-        let mut blas_workspaces = Vec::new();
-        for s in 0..plan.streams() {
-            let gpu = &gpus[plan.gpu_of_stream(s)];
-            let s = gpu.ctx.new_stream().map_err(|e| setup(format!("creating a stream: {e}")))?;
-            let handle = CudaBlas::new(s.clone()).map_err(|e| setup(format!("creating a cuBLAS handle: {e:?}")))?;
-            let workspace = DeviceMemory::new(&gpu.ctx, CUBLAS_WORKSPACE_BYTES).map_err(setup)?;
-            bind_workspace(&handle, &workspace).map_err(setup)?;
-            blas.push(handle);
-            blas_workspaces.push(workspace);
-            streams.push(s);
-        }
-        let mut events = Vec::new();
-        for t in 0..graph.nodes().len() {
-            events.push(if plan.record[t] {
-                let ctx = &gpus[plan.gpu_of_stream(plan.stream[t])].ctx;
-                Some(ctx.new_event(None).map_err(|e| setup(format!("creating an event: {e}")))?)
-            } else {
-                None
-            });
-        }
-        let bytes = |b: &Boundary| b.ty.volume() * b.dtype.size_bytes();
-        let ctx0 = gpus[0].ctx.clone();
-        let resident: Vec<DeviceMemory> = gpus
-            .iter()
-            .zip(&plan.resident.bytes)
-            .map(|(gpu, &n)| DeviceMemory::new(&gpu.ctx, n))
-            .collect::<Result<_, _>>()
-            .map_err(setup)?;
-        let host_outputs: Vec<HostMemory> = graph
-            .outputs()
-            .iter()
-            .map(|b| HostMemory::new(&ctx0, bytes(b)))
-            .collect::<Result<_, _>>()
-            .map_err(setup)?;
-        let consts: Vec<DeviceMemory> = lowered
-            .consts
-            .iter()
-            .map(|(dev, data)| DeviceMemory::from_bytes(&gpus[plan.gpu_of_device[*dev]].ctx, &data.bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(setup)?;
+        let (streams, blas, blas_workspaces) = open_streams(&gpus, &plan)?;
+        let events = dependency_events(graph, &gpus, &plan)?;
+        let (resident, host_outputs, consts) = allocate_memory(graph, &lowered, &gpus, &plan)?;
         let summary = CudaSummary {
             gpus: plan.gpus,
             devices: graph.devices(),

@@ -83,6 +83,11 @@ pub struct IssueError {
     pub reason: String,
 }
 
+/// The message of a failed kernel launch.
+fn launch_err(e: cudarc::driver::DriverError) -> String {
+    format!("kernel launch: {e}")
+}
+
 /// A grid-stride launch over `n` elements.
 fn linear(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(256).clamp(1, 65536) as u32;
@@ -223,253 +228,341 @@ impl Runtime {
     }
 
     fn issue_op(&self, s: usize, op: &Op) -> Result<(), String> {
+        match op {
+            Op::Copy { .. } => self.issue_copy(s, op),
+            Op::Memcpy { .. } => self.issue_memcpy(s, op),
+            Op::Aggregate { .. } => self.issue_aggregate(s, op),
+            Op::Unary { .. } => self.issue_unary(s, op),
+            Op::Binary { .. } => self.issue_binary(s, op),
+            Op::UnaryBinary { .. } => self.issue_unary_binary(s, op),
+            Op::BinaryRmsNorm { .. } => self.issue_binary_rmsnorm(s, op),
+            Op::Rows { .. } => self.issue_rows(s, op),
+            Op::Rope { .. } => self.issue_rope(s, op),
+            Op::Reduce { .. } => self.issue_reduce(s, op),
+            Op::Attention { .. } => self.issue_attention(s, op),
+            Op::Gemm { a: x, b: y, c, dtype, gemm } => {
+                self.gemm(s, self.addr(*x), self.addr(*y), self.addr(*c), *dtype, gemm)
+            }
+        }
+    }
+
+    /// Issues a copy of a box between layouts (`box_copy`), or of contiguous bytes (`copy_vec`).
+    fn issue_copy(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Copy { src, dst, dtype, dims, access } = op else {
+            unreachable!("issue_copy of another operation");
+        };
         let stream = &self.streams[s];
         let a = |p: &Ptr| self.addr(*p);
-        let launch_err = |e: cudarc::driver::DriverError| format!("kernel launch: {e}");
-        match op {
-            Op::Copy { src, dst, dtype, dims, access } => {
-                let n = dims.volume();
-                if n == 0 {
-                    return Ok(());
-                }
-                let (sp, dp, dt) = (a(src), a(dst), dtype.code());
-                let f = self.kernel_of(s, op)?;
-                let mut b = stream.launch_builder(f);
-                match access {
-                    Access::Vector => {
-                        let bytes = (n * dtype.size_bytes()) as i64;
-                        b.arg(&sp).arg(&dp).arg(&bytes);
-                        // SAFETY: matches `copy_vec(src, dst, bytes)`; both pointers are 16-byte
-                        // aligned (addressing.rs) and address `bytes` bytes the plan sized.
-                        unsafe { b.launch(elementwise(n, *dtype, true)) }.map_err(launch_err)?;
-                    }
-                    Access::Strided(_) => {
-                        let zero = 0i64;
-                        b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
-                        // SAFETY: the arguments match `box_copy`'s and `box_copy32`'s signature;
-                        // the pointers address pool, resident, host or constant memory sized by
-                        // the plan (and every offset fits 31 bits for `box_copy32`).
-                        unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
-                    }
-                }
-            }
-            Op::Memcpy { src, dst, bytes } => {
-                if *bytes == 0 {
-                    return Ok(());
-                }
-                let (Space::Buffer(sb), Space::Buffer(db)) = (src.space, dst.space) else {
-                    return Err("a transfer between non-buffers".into());
-                };
-                let (sg, dg) = (
-                    self.gpu_of_device(self.buffer_device[sb as usize]),
-                    self.gpu_of_device(self.buffer_device[db as usize]),
-                );
-                dg.ctx.bind_to_thread().map_err(|e| e.to_string())?;
-                // SAFETY: both ranges lie in their pools (the source possibly in its resident
-                // region); the stream belongs to the destination.
-                let r = unsafe {
-                    if sg.ctx.ordinal() == dg.ctx.ordinal() {
-                        result::memcpy_dtod_async(a(dst), a(src), *bytes, stream.cu_stream())
-                    } else {
-                        result::memcpy_peer_async(
-                            dg.ctx.cu_ctx(),
-                            a(dst),
-                            sg.ctx.cu_ctx(),
-                            a(src),
-                            *bytes,
-                            stream.cu_stream(),
-                        )
-                    }
-                };
-                r.map_err(|e| format!("copying {bytes} bytes between GPUs: {e}"))?;
-            }
-            Op::Aggregate { srcs, accumulate, out, dtype, agg, n, vector } => {
-                if *n == 0 {
-                    return Ok(());
-                }
-                let sources = AggSources::new(srcs.iter().map(&a))?;
-                let (k, acc) = (srcs.len() as i32, i32::from(*accumulate));
-                let (outp, dt, code, nn) = (a(out), dtype.code(), agg.code(), *n as i64);
-                let f = self.kernel_of(s, op)?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&sources).arg(&k).arg(&acc).arg(&outp).arg(&dt).arg(&code).arg(&nn);
-                // SAFETY: matches `aggregate`'s and `aggregate_vec`'s signature (`Sources` by
-                // value, as `AggSources`); k sources and `out` of n elements each, 16-byte
-                // aligned on the vector path.
-                unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
-            }
-            Op::Unary { x, y, dtype, op: unary, n, vector } => {
-                if *n == 0 {
-                    return Ok(());
-                }
-                let (code, scale) = (unary.code(), unary_scalar(*unary));
-                let (xp, yp, dt, nn) = (a(x), a(y), dtype.code(), *n as i64);
-                let f = self.kernel_of(s, op)?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
-                // SAFETY: matches the signature shared by `unary` and `unary_vec`.
-                unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
-            }
-            Op::Binary { a: x, b: y, y: out, dtype, op: binary, dims, access } => {
-                let n = dims.volume();
-                if n == 0 {
-                    return Ok(());
-                }
-                let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dtype.code(), binary.code());
-                let f = self.kernel_of(s, op)?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code);
-                match access {
-                    Access::Vector => {
-                        let nn = n as i64;
-                        b.arg(&nn);
-                        // SAFETY: matches `binary_vec(a, b, y, dt, op, n)`; the three pointers
-                        // are 16-byte aligned and address n contiguous elements.
-                        unsafe { b.launch(elementwise(n, *dtype, true)) }.map_err(launch_err)?;
-                    }
-                    Access::Strided(_) => {
-                        b.arg(dims);
-                        // SAFETY: matches `binary`'s and `binary32`'s signature.
-                        unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
-                    }
-                }
-            }
-            Op::UnaryBinary { x, b: other, y, dtype, unary, binary, unary_first, n, vector } => {
-                if *n == 0 {
-                    return Ok(());
-                }
-                let (uop, scale, bop, first) =
-                    (unary.code(), unary_scalar(*unary), binary.code(), i32::from(*unary_first));
-                let (xp, bp, yp, dt, nn) = (a(x), a(other), a(y), dtype.code(), *n as i64);
-                let f = self.kernel_of(s, op)?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&xp).arg(&bp).arg(&yp).arg(&dt).arg(&uop).arg(&scale).arg(&bop).arg(&first).arg(&nn);
-                // SAFETY: matches the signature shared by `unary_binary` and `unary_binary_vec`
-                // (fused.cu); three blocks of n elements, 16-byte aligned on the vector path.
-                unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
-            }
-            Op::BinaryRmsNorm { a: left, b: right, w, sum, y, dtype, binary, outer, n, inner, eps } => {
-                let Some(cfg) = rows_launch(outer * inner, *n)? else {
-                    return Ok(());
-                };
-                let (ap, bp, wp, yp, dt, code) = (a(left), a(right), a(w), a(y), dtype.code(), binary.code());
-                let sp = sum.map(|p| a(&p)).unwrap_or(0);
-                let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
-                let f = self.function(s, "binary_rmsnorm")?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&ap).arg(&bp).arg(&wp).arg(&sp).arg(&yp).arg(&dt).arg(&code).arg(&o).arg(&nn).arg(&i).arg(eps);
-                // SAFETY: matches `binary_rmsnorm`'s signature (rows.cu); a null `sum` stores
-                // nothing.
-                unsafe { b.launch(cfg) }.map_err(launch_err)?;
-            }
-            Op::Rows { kernel, x, w, b: bias, y, dtype, outer, n, inner, eps } => {
-                let Some(cfg) = rows_launch(outer * inner, *n)? else {
-                    return Ok(());
-                };
-                let (xp, yp, dt) = (a(x), a(y), dtype.code());
-                let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
-                let wp = w.map(|p| a(&p)).unwrap_or(0);
-                let bp = bias.map(|p| a(&p)).unwrap_or(0);
-                let name = match kernel {
-                    RowKernel::Softmax => "softmax",
-                    RowKernel::RmsNorm => "rmsnorm",
-                    RowKernel::LayerNorm => "layernorm",
-                };
-                let f = self.function(s, name)?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&xp);
-                match kernel {
-                    RowKernel::Softmax => {
-                        b.arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i);
-                    }
-                    RowKernel::RmsNorm => {
-                        b.arg(&wp).arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i).arg(eps);
-                    }
-                    RowKernel::LayerNorm => {
-                        b.arg(&wp).arg(&bp).arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i).arg(eps);
-                    }
-                }
-                // SAFETY: matches the row kernels' signatures (see rows.cu).
-                unsafe { b.launch(cfg) }.map_err(launch_err)?;
-            }
-            Op::Rope { x, y, dtype, table, seq, feat, half, rows, dims } => {
-                let n = dims.volume();
-                if n == 0 {
-                    return Ok(());
-                }
-                let (xp, yp, tp, dt) = (a(x), a(y), a(table), dtype.code());
-                let (sq, ft, h, r) = (*seq as i32, *feat as i32, *half as i64, *rows as i64);
-                let f = self.function(s, "rope")?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&xp).arg(&yp).arg(&dt).arg(&tp).arg(&sq).arg(&ft).arg(&h).arg(&r).arg(dims);
-                // SAFETY: matches `rope`'s signature; the table holds 2 · rows · half floats.
-                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
-            }
-            Op::Reduce { x, y, dtype, op: reduce, keep, over, .. } => {
-                let n = keep.volume();
-                if n == 0 {
-                    return Ok(());
-                }
-                let code = reduce.code();
-                let (xp, yp, dt) = (a(x), a(y), dtype.code());
-                let f = self.kernel_of(s, op)?;
-                let mut b = stream.launch_builder(f);
-                b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(keep).arg(over);
-                // SAFETY: matches `reduce`'s and `reduce32`'s signature.
-                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
-            }
-            Op::Attention {
-                kernel,
-                q,
-                k,
-                v,
-                o,
-                dtype,
-                bounds,
-                heads,
-                nq,
-                nk,
-                heads_lo,
-                kv_lo,
-                keys_lo,
-                group,
-                scale_log2,
-                head_dim,
-            } => {
-                if *nq == 0 || *heads == 0 {
-                    return Ok(());
-                }
-                let entry = kernel.entry(*dtype);
-                let f = self.gpu_of(s).attention.get(&(entry, *head_dim)).ok_or_else(|| {
-                    format!(
-                        "no `{entry}` kernel for head dimension {head_dim} on this GPU (the tensor-core \
-                         attention kernel needs compute capability 8.0 or later)"
-                    )
-                })?;
-                let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dtype.code());
-                let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
-                let hpb = kernel.heads_per_block() as i64;
-                let mut b = stream.launch_builder(f);
-                b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);
-                for x in &ints {
-                    b.arg(x);
-                }
-                b.arg(&hpb).arg(scale_log2);
-                let cfg = LaunchConfig {
-                    grid_dim: (
-                        grid(nq.div_ceil(kernel.positions_per_block(*head_dim)), MAX_GRID_X, "attention query tiles")?,
-                        grid(heads / kernel.heads_per_block(), MAX_GRID_YZ, "attention heads")?,
-                        1,
-                    ),
-                    block_dim: (kernel.threads() as u32, 1, 1),
-                    shared_mem_bytes: kernel.shared_bytes(*head_dim) as u32,
-                };
-                // SAFETY: matches the signature every attention entry shares; blocks were
-                // checked and the kernel chosen (alignment, head dim, dtype) when lowering.
-                unsafe { b.launch(cfg) }.map_err(launch_err)?;
-            }
-            Op::Gemm { a: x, b: y, c, dtype, gemm } => self.gemm(s, a(x), a(y), a(c), *dtype, gemm)?,
+        let n = dims.volume();
+        if n == 0 {
+            return Ok(());
         }
+        let (sp, dp, dt) = (a(src), a(dst), dtype.code());
+        let f = self.kernel_of(s, op)?;
+        let mut b = stream.launch_builder(f);
+        match access {
+            Access::Vector => {
+                let bytes = (n * dtype.size_bytes()) as i64;
+                b.arg(&sp).arg(&dp).arg(&bytes);
+                // SAFETY: matches `copy_vec(src, dst, bytes)`; both pointers are 16-byte
+                // aligned (addressing.rs) and address `bytes` bytes the plan sized.
+                unsafe { b.launch(elementwise(n, *dtype, true)) }.map_err(launch_err)?;
+            }
+            Access::Strided(_) => {
+                let zero = 0i64;
+                b.arg(&sp).arg(&zero).arg(&dp).arg(&zero).arg(&dt).arg(dims);
+                // SAFETY: the arguments match `box_copy`'s and `box_copy32`'s signature;
+                // the pointers address pool, resident, host or constant memory sized by
+                // the plan (and every offset fits 31 bits for `box_copy32`).
+                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Issues a transfer between two buffers, on one GPU or between two.
+    fn issue_memcpy(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Memcpy { src, dst, bytes } = op else {
+            unreachable!("issue_memcpy of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        if *bytes == 0 {
+            return Ok(());
+        }
+        let (Space::Buffer(sb), Space::Buffer(db)) = (src.space, dst.space) else {
+            return Err("a transfer between non-buffers".into());
+        };
+        let (sg, dg) =
+            (self.gpu_of_device(self.buffer_device[sb as usize]), self.gpu_of_device(self.buffer_device[db as usize]));
+        dg.ctx.bind_to_thread().map_err(|e| e.to_string())?;
+        // SAFETY: both ranges lie in their pools (the source possibly in its resident
+        // region); the stream belongs to the destination.
+        let r = unsafe {
+            if sg.ctx.ordinal() == dg.ctx.ordinal() {
+                result::memcpy_dtod_async(a(dst), a(src), *bytes, stream.cu_stream())
+            } else {
+                result::memcpy_peer_async(dg.ctx.cu_ctx(), a(dst), sg.ctx.cu_ctx(), a(src), *bytes, stream.cu_stream())
+            }
+        };
+        r.map_err(|e| format!("copying {bytes} bytes between GPUs: {e}"))?;
+        Ok(())
+    }
+
+    /// Issues the ⊕ of up to [`MAX_AGG_SOURCES`] sources into one block (`aggregate`).
+    fn issue_aggregate(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Aggregate { srcs, accumulate, out, dtype, agg, n, vector } = op else {
+            unreachable!("issue_aggregate of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        if *n == 0 {
+            return Ok(());
+        }
+        let sources = AggSources::new(srcs.iter().map(&a))?;
+        let (k, acc) = (srcs.len() as i32, i32::from(*accumulate));
+        let (outp, dt, code, nn) = (a(out), dtype.code(), agg.code(), *n as i64);
+        let f = self.kernel_of(s, op)?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&sources).arg(&k).arg(&acc).arg(&outp).arg(&dt).arg(&code).arg(&nn);
+        // SAFETY: matches `aggregate`'s and `aggregate_vec`'s signature (`Sources` by
+        // value, as `AggSources`); k sources and `out` of n elements each, 16-byte
+        // aligned on the vector path.
+        unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// Issues an elementwise unary kernel (`unary`).
+    fn issue_unary(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Unary { x, y, dtype, op: unary, n, vector } = op else {
+            unreachable!("issue_unary of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        if *n == 0 {
+            return Ok(());
+        }
+        let (code, scale) = (unary.code(), unary_scalar(*unary));
+        let (xp, yp, dt, nn) = (a(x), a(y), dtype.code(), *n as i64);
+        let f = self.kernel_of(s, op)?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&scale).arg(&nn);
+        // SAFETY: matches the signature shared by `unary` and `unary_vec`.
+        unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// Issues an elementwise binary kernel (`binary`, or `binary_vec` on the vector path).
+    fn issue_binary(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Binary { a: x, b: y, y: out, dtype, op: binary, dims, access } = op else {
+            unreachable!("issue_binary of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        let n = dims.volume();
+        if n == 0 {
+            return Ok(());
+        }
+        let (xp, yp, op_, dt, code) = (a(x), a(y), a(out), dtype.code(), binary.code());
+        let f = self.kernel_of(s, op)?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&xp).arg(&yp).arg(&op_).arg(&dt).arg(&code);
+        match access {
+            Access::Vector => {
+                let nn = n as i64;
+                b.arg(&nn);
+                // SAFETY: matches `binary_vec(a, b, y, dt, op, n)`; the three pointers
+                // are 16-byte aligned and address n contiguous elements.
+                unsafe { b.launch(elementwise(n, *dtype, true)) }.map_err(launch_err)?;
+            }
+            Access::Strided(_) => {
+                b.arg(dims);
+                // SAFETY: matches `binary`'s and `binary32`'s signature.
+                unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Issues a unary fused with a binary (`unary_binary`, fused.cu).
+    fn issue_unary_binary(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::UnaryBinary { x, b: other, y, dtype, unary, binary, unary_first, n, vector } = op else {
+            unreachable!("issue_unary_binary of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        if *n == 0 {
+            return Ok(());
+        }
+        let (uop, scale, bop, first) = (unary.code(), unary_scalar(*unary), binary.code(), i32::from(*unary_first));
+        let (xp, bp, yp, dt, nn) = (a(x), a(other), a(y), dtype.code(), *n as i64);
+        let f = self.kernel_of(s, op)?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&xp).arg(&bp).arg(&yp).arg(&dt).arg(&uop).arg(&scale).arg(&bop).arg(&first).arg(&nn);
+        // SAFETY: matches the signature shared by `unary_binary` and `unary_binary_vec`
+        // (fused.cu); three blocks of n elements, 16-byte aligned on the vector path.
+        unsafe { b.launch(elementwise(*n, *dtype, *vector)) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// Issues a binary fused with the RMS norm of its result (`binary_rmsnorm`, rows.cu).
+    fn issue_binary_rmsnorm(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::BinaryRmsNorm { a: left, b: right, w, sum, y, dtype, binary, outer, n, inner, eps } = op else {
+            unreachable!("issue_binary_rmsnorm of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        let Some(cfg) = rows_launch(outer * inner, *n)? else {
+            return Ok(());
+        };
+        let (ap, bp, wp, yp, dt, code) = (a(left), a(right), a(w), a(y), dtype.code(), binary.code());
+        let sp = sum.map(|p| a(&p)).unwrap_or(0);
+        let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
+        let f = self.function(s, "binary_rmsnorm")?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&ap).arg(&bp).arg(&wp).arg(&sp).arg(&yp).arg(&dt).arg(&code).arg(&o).arg(&nn).arg(&i).arg(eps);
+        // SAFETY: matches `binary_rmsnorm`'s signature (rows.cu); a null `sum` stores
+        // nothing.
+        unsafe { b.launch(cfg) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// Issues a row kernel: softmax, RMS norm or layer norm (rows.cu).
+    fn issue_rows(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Rows { kernel, x, w, b: bias, y, dtype, outer, n, inner, eps } = op else {
+            unreachable!("issue_rows of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        let Some(cfg) = rows_launch(outer * inner, *n)? else {
+            return Ok(());
+        };
+        let (xp, yp, dt) = (a(x), a(y), dtype.code());
+        let (o, nn, i) = (*outer as i64, *n as i64, *inner as i64);
+        let wp = w.map(|p| a(&p)).unwrap_or(0);
+        let bp = bias.map(|p| a(&p)).unwrap_or(0);
+        let name = match kernel {
+            RowKernel::Softmax => "softmax",
+            RowKernel::RmsNorm => "rmsnorm",
+            RowKernel::LayerNorm => "layernorm",
+        };
+        let f = self.function(s, name)?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&xp);
+        match kernel {
+            RowKernel::Softmax => {
+                b.arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i);
+            }
+            RowKernel::RmsNorm => {
+                b.arg(&wp).arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i).arg(eps);
+            }
+            RowKernel::LayerNorm => {
+                b.arg(&wp).arg(&bp).arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i).arg(eps);
+            }
+        }
+        // SAFETY: matches the row kernels' signatures (see rows.cu).
+        unsafe { b.launch(cfg) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// Issues rotary position embedding (`rope`).
+    fn issue_rope(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Rope { x, y, dtype, table, seq, feat, half, rows, dims } = op else {
+            unreachable!("issue_rope of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        let n = dims.volume();
+        if n == 0 {
+            return Ok(());
+        }
+        let (xp, yp, tp, dt) = (a(x), a(y), a(table), dtype.code());
+        let (sq, ft, h, r) = (*seq as i32, *feat as i32, *half as i64, *rows as i64);
+        let f = self.function(s, "rope")?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&xp).arg(&yp).arg(&dt).arg(&tp).arg(&sq).arg(&ft).arg(&h).arg(&r).arg(dims);
+        // SAFETY: matches `rope`'s signature; the table holds 2 · rows · half floats.
+        unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// Issues a reduction over some indices (`reduce`).
+    fn issue_reduce(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Reduce { x, y, dtype, op: reduce, keep, over, .. } = op else {
+            unreachable!("issue_reduce of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        let n = keep.volume();
+        if n == 0 {
+            return Ok(());
+        }
+        let code = reduce.code();
+        let (xp, yp, dt) = (a(x), a(y), dtype.code());
+        let f = self.kernel_of(s, op)?;
+        let mut b = stream.launch_builder(f);
+        b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(keep).arg(over);
+        // SAFETY: matches `reduce`'s and `reduce32`'s signature.
+        unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// Issues an attention kernel, the entry its dtype and head dimension chose when lowering.
+    fn issue_attention(&self, s: usize, op: &Op) -> Result<(), String> {
+        let Op::Attention {
+            kernel,
+            q,
+            k,
+            v,
+            o,
+            dtype,
+            bounds,
+            heads,
+            nq,
+            nk,
+            heads_lo,
+            kv_lo,
+            keys_lo,
+            group,
+            scale_log2,
+            head_dim,
+        } = op
+        else {
+            unreachable!("issue_attention of another operation");
+        };
+        let stream = &self.streams[s];
+        let a = |p: &Ptr| self.addr(*p);
+        if *nq == 0 || *heads == 0 {
+            return Ok(());
+        }
+        let entry = kernel.entry(*dtype);
+        let f = self.gpu_of(s).attention.get(&(entry, *head_dim)).ok_or_else(|| {
+            format!(
+                "no `{entry}` kernel for head dimension {head_dim} on this GPU (the tensor-core \
+                 attention kernel needs compute capability 8.0 or later)"
+            )
+        })?;
+        let (qp, kp, vp, op_, bp, dt) = (a(q), a(k), a(v), a(o), a(bounds), dtype.code());
+        let ints = [*nq as i64, *nk as i64, *heads_lo as i64, *kv_lo as i64, *keys_lo as i64, *group as i64];
+        let hpb = kernel.heads_per_block() as i64;
+        let mut b = stream.launch_builder(f);
+        b.arg(&qp).arg(&kp).arg(&vp).arg(&op_).arg(&dt).arg(&bp);
+        for x in &ints {
+            b.arg(x);
+        }
+        b.arg(&hpb).arg(scale_log2);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid(nq.div_ceil(kernel.positions_per_block(*head_dim)), MAX_GRID_X, "attention query tiles")?,
+                grid(heads / kernel.heads_per_block(), MAX_GRID_YZ, "attention heads")?,
+                1,
+            ),
+            block_dim: (kernel.threads() as u32, 1, 1),
+            shared_mem_bytes: kernel.shared_bytes(*head_dim) as u32,
+        };
+        // SAFETY: matches the signature every attention entry shares; blocks were
+        // checked and the kernel chosen (alignment, head dim, dtype) when lowering.
+        unsafe { b.launch(cfg) }.map_err(launch_err)?;
         Ok(())
     }
 

@@ -197,54 +197,58 @@ impl Default for PlanOptions {
     }
 }
 
-impl StreamPlan {
-    /// Plans `graph` on `gpus` GPUs (at least 1) with a budget of `streams_per_gpu`
-    /// streams per GPU (at least one per virtual device) and transfers within a GPU aliased;
-    /// `scratch[t]` lists the scratch bytes task `t` needs during its run (empty for most
-    /// tasks; shorter than the task list is fine).
-    pub fn new(graph: &TaskGraph, gpus: usize, streams_per_gpu: usize, scratch: &[Vec<usize>]) -> StreamPlan {
-        StreamPlan::with_options(graph, gpus, &PlanOptions { streams_per_gpu, ..PlanOptions::default() }, scratch)
-    }
-
-    /// Plans `graph` on `gpus` GPUs with `options`; see [`StreamPlan::new`].
-    pub fn with_options(graph: &TaskGraph, gpus: usize, options: &PlanOptions, scratch: &[Vec<usize>]) -> StreamPlan {
-        let gpus = gpus.max(1);
-        let nodes = graph.nodes();
-        let gpu_of_device: Vec<usize> = (0..graph.devices().max(1)).map(|v| v % gpus).collect();
-        let mut stream_device = Vec::new();
-        let mut lanes = Vec::new();
-        for (v, k) in streams_per_device(&gpu_of_device, gpus, options.streams_per_gpu).into_iter().enumerate() {
-            lanes.push(stream_device.len()..stream_device.len() + k);
-            stream_device.extend(std::iter::repeat_n(v, k));
-        }
-        let device: Vec<usize> = nodes.iter().map(|n| task_device(graph, &n.task)).collect();
-        let gpu_of_buffer = |b: BufferId| gpu_of_device[graph.buffer(b).device.0 as usize];
-        // Transfers within one GPU: the destination shares the memory of its source's alias
-        // root (the buffer at the start of a chain of such transfers), and the transfer issues
-        // nothing. Safe because a task-graph buffer is written once, by one task
-        // (`TaskGraph::push` refuses a second writer), before the transfer reads it, and the
-        // lowering writes only a task's own outputs and scratch: neither buffer changes while
-        // the other is read.
-        let mut root: Vec<usize> = (0..graph.buffers().len()).collect();
-        let mut elided = vec![false; nodes.len()];
-        if options.alias_transfers {
-            for (t, n) in nodes.iter().enumerate() {
-                if let Task::Transfer { src, dst } = n.task
-                    && gpu_of_buffer(src) == gpu_of_buffer(dst)
-                {
-                    root[dst.0 as usize] = root[src.0 as usize];
-                    elided[t] = true;
-                }
+/// Transfers within one GPU, aliased where `alias` asks: each buffer's alias root (itself
+/// unless it is the destination of an aliased transfer), and whether each task is such a
+/// transfer, which issues nothing.
+fn alias_transfers(graph: &TaskGraph, gpu_of_device: &[usize], alias: bool) -> (Vec<usize>, Vec<bool>) {
+    let nodes = graph.nodes();
+    let gpu_of_buffer = |b: BufferId| gpu_of_device[graph.buffer(b).device.0 as usize];
+    // Transfers within one GPU: the destination shares the memory of its source's alias
+    // root (the buffer at the start of a chain of such transfers), and the transfer issues
+    // nothing. Safe because a task-graph buffer is written once, by one task
+    // (`TaskGraph::push` refuses a second writer), before the transfer reads it, and the
+    // lowering writes only a task's own outputs and scratch: neither buffer changes while
+    // the other is read.
+    let mut root: Vec<usize> = (0..graph.buffers().len()).collect();
+    let mut elided = vec![false; nodes.len()];
+    if alias {
+        for (t, n) in nodes.iter().enumerate() {
+            if let Task::Transfer { src, dst } = n.task
+                && gpu_of_buffer(src) == gpu_of_buffer(dst)
+            {
+                root[dst.0 as usize] = root[src.0 as usize];
+                elided[t] = true;
             }
         }
-        let mut resident = ResidentPlan::new(graph, &gpu_of_device, gpus);
-        for (b, &r) in root.iter().enumerate() {
-            resident.buffer_block[b] = resident.buffer_block[r];
-        }
-        // Tasks that issue nothing: Loads (their data is resident before the run) and
-        // aliased transfers.
-        let silent: Vec<bool> =
-            nodes.iter().zip(&elided).map(|(n, &e)| e || matches!(n.task, Task::Load { .. })).collect();
+    }
+    (root, elided)
+}
+
+/// The plan's memory before it is placed in the pools: the allocations with the tasks that
+/// touch each, and which allocation holds every buffer and every task's scratch areas.
+struct Allocations {
+    allocs: Vec<Alloc>,
+    /// The tasks that touch each allocation: its writer first, then its readers.
+    users: Vec<Vec<usize>>,
+    /// The allocation of every buffer (its alias root's); `None` for resident buffers.
+    buffer_alloc: Vec<Option<usize>>,
+    /// The allocation of each of every task's scratch areas.
+    scratch_alloc: Vec<Vec<usize>>,
+}
+
+impl Allocations {
+    /// The allocations of `graph` with alias roots `root`, tasks that issue nothing `silent`,
+    /// its resident buffers, each task's device and each task's `scratch` bytes.
+    fn of(
+        graph: &TaskGraph,
+        root: &[usize],
+        silent: &[bool],
+        resident: &ResidentPlan,
+        gpu_of_device: &[usize],
+        device: &[usize],
+        scratch: &[Vec<usize>],
+    ) -> Allocations {
+        let nodes = graph.nodes();
         // Allocations: the pool buffers first (one per alias group, held until the last
         // read of any of its buffers), then scratch areas; `users` lists the tasks touching
         // each. Resident buffers get none.
@@ -282,32 +286,82 @@ impl StreamPlan {
                 users.push(vec![t]);
             }
         }
-        let plan = pool::plan(&allocs, gpus);
-        // Dependencies: the graph's, plus every user of the bytes a task's allocations reuse;
-        // a silent task stands for its own dependencies (an aliased transfer's readers wait
-        // for what the transfer would have), and Load tasks drop out. Latest first.
-        let mut deps: Vec<Vec<usize>> = Vec::with_capacity(nodes.len());
-        for (t, n) in nodes.iter().enumerate() {
-            let mut mine = Vec::new();
-            for d in n.deps.iter().map(|d| d.0 as usize) {
-                if elided[d] {
-                    mine.extend(&deps[d]);
-                } else if !silent[d] {
-                    mine.push(d);
-                }
+        Allocations { allocs, users, buffer_alloc, scratch_alloc }
+    }
+}
+
+/// Every task's dependencies in the stream plan (see below), latest first.
+fn dependencies(
+    graph: &TaskGraph,
+    elided: &[bool],
+    silent: &[bool],
+    memory: &Allocations,
+    reuses: &[Vec<usize>],
+) -> Vec<Vec<usize>> {
+    let nodes = graph.nodes();
+    let Allocations { users, buffer_alloc, scratch_alloc, .. } = memory;
+    // Dependencies: the graph's, plus every user of the bytes a task's allocations reuse;
+    // a silent task stands for its own dependencies (an aliased transfer's readers wait
+    // for what the transfer would have), and Load tasks drop out. Latest first.
+    let mut deps: Vec<Vec<usize>> = Vec::with_capacity(nodes.len());
+    for (t, n) in nodes.iter().enumerate() {
+        let mut mine = Vec::new();
+        for d in n.deps.iter().map(|d| d.0 as usize) {
+            if elided[d] {
+                mine.extend(&deps[d]);
+            } else if !silent[d] {
+                mine.push(d);
             }
-            if !silent[t] {
-                let written = n.task.writes().into_iter().filter_map(|b| buffer_alloc[b.0 as usize]);
-                for a in written.chain(scratch_alloc[t].iter().copied()) {
-                    for &j in &plan.reuses[a] {
-                        mine.extend(users[j].iter().copied().filter(|&u| u < t && !silent[u]));
-                    }
-                }
-            }
-            mine.sort_unstable_by(|a, b| b.cmp(a));
-            mine.dedup();
-            deps.push(mine);
         }
+        if !silent[t] {
+            let written = n.task.writes().into_iter().filter_map(|b| buffer_alloc[b.0 as usize]);
+            for a in written.chain(scratch_alloc[t].iter().copied()) {
+                for &j in &reuses[a] {
+                    mine.extend(users[j].iter().copied().filter(|&u| u < t && !silent[u]));
+                }
+            }
+        }
+        mine.sort_unstable_by(|a, b| b.cmp(a));
+        mine.dedup();
+        deps.push(mine);
+    }
+    deps
+}
+
+impl StreamPlan {
+    /// Plans `graph` on `gpus` GPUs (at least 1) with a budget of `streams_per_gpu`
+    /// streams per GPU (at least one per virtual device) and transfers within a GPU aliased;
+    /// `scratch[t]` lists the scratch bytes task `t` needs during its run (empty for most
+    /// tasks; shorter than the task list is fine).
+    pub fn new(graph: &TaskGraph, gpus: usize, streams_per_gpu: usize, scratch: &[Vec<usize>]) -> StreamPlan {
+        StreamPlan::with_options(graph, gpus, &PlanOptions { streams_per_gpu, ..PlanOptions::default() }, scratch)
+    }
+
+    /// Plans `graph` on `gpus` GPUs with `options`; see [`StreamPlan::new`].
+    pub fn with_options(graph: &TaskGraph, gpus: usize, options: &PlanOptions, scratch: &[Vec<usize>]) -> StreamPlan {
+        let gpus = gpus.max(1);
+        let nodes = graph.nodes();
+        let gpu_of_device: Vec<usize> = (0..graph.devices().max(1)).map(|v| v % gpus).collect();
+        let mut stream_device = Vec::new();
+        let mut lanes = Vec::new();
+        for (v, k) in streams_per_device(&gpu_of_device, gpus, options.streams_per_gpu).into_iter().enumerate() {
+            lanes.push(stream_device.len()..stream_device.len() + k);
+            stream_device.extend(std::iter::repeat_n(v, k));
+        }
+        let device: Vec<usize> = nodes.iter().map(|n| task_device(graph, &n.task)).collect();
+        let (root, elided) = alias_transfers(graph, &gpu_of_device, options.alias_transfers);
+        let mut resident = ResidentPlan::new(graph, &gpu_of_device, gpus);
+        for (b, &r) in root.iter().enumerate() {
+            resident.buffer_block[b] = resident.buffer_block[r];
+        }
+        // Tasks that issue nothing: Loads (their data is resident before the run) and
+        // aliased transfers.
+        let silent: Vec<bool> =
+            nodes.iter().zip(&elided).map(|(n, &e)| e || matches!(n.task, Task::Load { .. })).collect();
+        let memory = Allocations::of(graph, &root, &silent, &resident, &gpu_of_device, &device, scratch);
+        let plan = pool::plan(&memory.allocs, gpus);
+        let deps = dependencies(graph, &elided, &silent, &memory, &plan.reuses);
+        let Allocations { buffer_alloc, scratch_alloc, .. } = memory;
         let stream = assign_streams(&device, &lanes, &deps, &silent);
         let (waits, record) = events(&stream, stream_device.len(), &deps, &silent);
         StreamPlan {
