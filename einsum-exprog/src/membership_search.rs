@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::closure::Closure;
 use crate::ids::{PartitionId, SiteId};
 use crate::membership::Membership;
 use crate::partition::PartitionSpec;
@@ -83,13 +84,7 @@ pub(crate) fn search_membership(program: &Program, goal: Goal) -> Result<Validat
     let upper = program.closure(&over)?;
     // A failure that does not involve a sized partition in the upper closure happens under
     // every membership: report it at once.
-    let hopeless = upper.not_enabled().iter().any(|(a, _)| !is_sized(program, &a.source))
-        || (goal == Goal::Valid
-            && program.outputs.iter().any(|r| match &r.target {
-                Target::Site(s) => !upper.contains(&r.aggregate, *s),
-                Target::Partition(_) => false,
-            }));
-    if hopeless {
+    if hopeless(program, &upper, goal) {
         let all: Vec<BySize<'_>> = sized.iter().collect();
         return program.evaluate(&canonical(&all, declared, &mut pool.iter().copied()), goal);
     }
@@ -101,17 +96,7 @@ pub(crate) fn search_membership(program: &Program, goal: Goal) -> Result<Validat
     let (searched, unnamed): (Vec<BySize<'_>>, Vec<BySize<'_>>) =
         sized.iter().partition(|(name, _)| named.contains(&Target::Partition(name.clone())));
 
-    let mut eligible: BTreeMap<&PartitionId, Vec<SiteId>> = BTreeMap::new();
-    for (name, _) in &searched {
-        let target = Target::Partition(name.clone());
-        let ok = |s: &SiteId| {
-            let enabled = !upper.not_enabled().iter().any(|(a, site)| a.source == target && site == s);
-            let met = goal == Goal::WellFormed
-                || program.outputs.iter().filter(|r| r.target == target).all(|r| upper.contains(&r.aggregate, *s));
-            enabled && met
-        };
-        eligible.insert(name, pool.iter().filter(|s| ok(s)).copied().collect());
-    }
+    let eligible = eligible(program, &searched, &pool, &upper, goal);
 
     let mut best: Option<ValidityError> = None;
     let mut tried = 0usize;
@@ -177,6 +162,42 @@ pub(crate) fn search_membership(program: &Program, goal: Goal) -> Result<Validat
     }
     let all: Vec<BySize<'_>> = sized.iter().collect();
     program.evaluate(&canonical(&all, declared, &mut pool.iter().copied()), goal)
+}
+
+/// Whether the upper closure `upper` fails in a way that involves no sized partition (an
+/// action sourced elsewhere never enabled, or for validity a requirement at a site never
+/// met): then every membership fails.
+fn hopeless(program: &Program, upper: &Closure, goal: Goal) -> bool {
+    upper.not_enabled().iter().any(|(a, _)| !is_sized(program, &a.source))
+        || (goal == Goal::Valid
+            && program.outputs.iter().any(|r| match &r.target {
+                Target::Site(s) => !upper.contains(&r.aggregate, *s),
+                Target::Partition(_) => false,
+            }))
+}
+
+/// The sites of `pool` each partition of `searched` may take: those where, in the upper
+/// closure `upper`, every action it sources is enabled and (for validity) every requirement
+/// at it is met.
+fn eligible<'a>(
+    program: &Program,
+    searched: &[BySize<'a>],
+    pool: &BTreeSet<SiteId>,
+    upper: &Closure,
+    goal: Goal,
+) -> BTreeMap<&'a PartitionId, Vec<SiteId>> {
+    let mut eligible: BTreeMap<&PartitionId, Vec<SiteId>> = BTreeMap::new();
+    for (name, _) in searched {
+        let target = Target::Partition(name.clone());
+        let ok = |s: &SiteId| {
+            let enabled = !upper.not_enabled().iter().any(|(a, site)| a.source == target && site == s);
+            let met = goal == Goal::WellFormed
+                || program.outputs.iter().filter(|r| r.target == target).all(|r| upper.contains(&r.aggregate, *s));
+            enabled && met
+        };
+        eligible.insert(name, pool.iter().filter(|s| ok(s)).copied().collect());
+    }
+    eligible
 }
 
 /// `membership` with each partition of `order` taking the next sites of `free` in order.

@@ -420,6 +420,43 @@ impl Grid {
     }
 }
 
+/// The block of input `input` each function spec of `consumer` reads, checked against the
+/// tensor `whole` and the number of `devices` (one function spec per device).
+fn required_blocks<'c>(
+    consumer: &'c JoinAggSpec,
+    input: usize,
+    whole: &TensorType,
+    devices: usize,
+) -> Result<Vec<&'c TensorType>, PreambleError> {
+    if consumer.is_empty() {
+        return Err(PreambleError::NoFunctionSpecs(Side::Consumer));
+    }
+    if consumer.len() != devices {
+        return Err(PreambleError::DeviceCount { specs: consumer.len(), devices });
+    }
+    let mut required: Vec<&TensorType> = Vec::with_capacity(consumer.len());
+    for (i, f) in consumer.functions.iter().enumerate() {
+        let block = f.inputs.get(input).ok_or(PreambleError::MissingTensor {
+            side: Side::Consumer,
+            function: i,
+            what: "input",
+            index: input,
+            count: f.inputs.len(),
+        })?;
+        if block.rank() != whole.rank() {
+            return Err(PreambleError::RankMismatch { side: Side::Consumer, block: block.clone(), rank: whole.rank() });
+        }
+        if block.is_empty() {
+            return Err(PreambleError::EmptyBlock { side: Side::Consumer, block: block.clone() });
+        }
+        if !block.is_projection_of(whole) {
+            return Err(PreambleError::OutsideTensor { function: i, block: block.clone(), whole: whole.clone() });
+        }
+        required.push(block);
+    }
+    Ok(required)
+}
+
 /// The preamble of the exchange program that brings the tensor `producer` left on the
 /// devices to input `input` of the consumer whose join-agg spec is `consumer`.
 ///
@@ -453,32 +490,7 @@ pub fn preamble(
         return Err(PreambleError::EmptyBlock { side: Side::Producer, block: whole });
     }
 
-    if consumer.is_empty() {
-        return Err(PreambleError::NoFunctionSpecs(Side::Consumer));
-    }
-    if consumer.len() != devices.len() {
-        return Err(PreambleError::DeviceCount { specs: consumer.len(), devices: devices.len() });
-    }
-    let mut required: Vec<&TensorType> = Vec::with_capacity(consumer.len());
-    for (i, f) in consumer.functions.iter().enumerate() {
-        let block = f.inputs.get(input).ok_or(PreambleError::MissingTensor {
-            side: Side::Consumer,
-            function: i,
-            what: "input",
-            index: input,
-            count: f.inputs.len(),
-        })?;
-        if block.rank() != whole.rank() {
-            return Err(PreambleError::RankMismatch { side: Side::Consumer, block: block.clone(), rank: whole.rank() });
-        }
-        if block.is_empty() {
-            return Err(PreambleError::EmptyBlock { side: Side::Consumer, block: block.clone() });
-        }
-        if !block.is_projection_of(&whole) {
-            return Err(PreambleError::OutsideTensor { function: i, block: block.clone(), whole: whole.clone() });
-        }
-        required.push(block);
-    }
+    let required = required_blocks(consumer, input, &whole, devices.len())?;
 
     let grid = Grid::new(whole.rank(), existing.iter().map(|b| &b.block).chain(required.iter().copied()));
     let mut atoms: Vec<Atom> = grid
