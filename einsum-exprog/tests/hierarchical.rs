@@ -3,7 +3,7 @@
 //! on the traffic between the nodes; on a machine of one node nothing changes.
 
 use einsum_exprog::synth::collectives::Collective;
-use einsum_exprog::synth::{SearchOptions, Synthesis, search};
+use einsum_exprog::synth::{SearchOptions, Searched, search};
 use einsum_sim::Topology;
 
 /// Sites of the two-node presets: 2 nodes of 8 GPUs.
@@ -25,7 +25,7 @@ fn options(hierarchical: bool) -> SearchOptions {
     SearchOptions { seed: 1, iterations: 30, hierarchical, ..SearchOptions::default() }
 }
 
-fn synthesize(c: Collective, topology: &Topology, hierarchical: bool) -> Synthesis {
+fn synthesize(c: Collective, topology: &Topology, hierarchical: bool) -> Searched {
     let found = search(&c.preamble(SITES, S_GB), topology, options(hierarchical)).unwrap();
     found.program.validate_with(&found.membership).unwrap();
     found

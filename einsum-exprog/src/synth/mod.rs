@@ -6,6 +6,12 @@
 //! - [`search`]: a seeded, deterministic simulated-annealing search over placements
 //!   (memberships of partitions declared by size) and rewrites of the action set; every
 //!   candidate is validity-checked and costed by [`crate::simulate`]; the cheapest is kept.
+//!   Its files: `search/mod.rs` (options, result, the entry points), `search/seeds.rs`,
+//!   `search/walk.rs` (annealing and descent), `search/moves.rs`, `search/state.rs`, and
+//!   `budget.rs` (the wall-clock budget).
+//! - [`rewrites`]: the Section 5.4 rewrites the search draws, each a value ([`Rewrite`]: a
+//!   name, a weight and `propose`), the list in [`SearchOptions::rewrites`] ([`REWRITES`] by
+//!   default), so a rule of another crate is one more value in it.
 //! - `stripes`: the multi-ring seed (the groups dealt to the machine's directed rings).
 //! - `hierarchical`: the seed bodies that know a multi-node machine's nodes (one of the
 //!   search's seeds; the plan is in its docs).
@@ -28,7 +34,7 @@
 //!    look free). The seeds below are built for each count; the annealing continues with the
 //!    count whose best seed is fastest (a tie keeps fewer chunks). Chunks let chains
 //!    pipeline and let a reduce-scatter exist where the preamble has one indivisible atom
-//!    per site; the result's program is over the chunks ([`Synthesis::chunks`]).
+//!    per site; the result's program is over the chunks ([`Searched::chunks`]).
 //! 1. **Seeds**, all validated and simulated: the naive program; the given body, if the
 //!    preamble came with a valid one; and, under two placements (the placement-blind one of
 //!    [`canonical_membership`], and one that puts each partition where its atoms already are),
@@ -98,7 +104,7 @@
 //!    the temperature decays geometrically to 1% of [`SearchOptions::temperature`]; after a
 //!    stretch without improvement the walk restarts from the best. The best candidate by
 //!    completion time is returned, so the result is never slower than the best seed
-//!    ([`Synthesis::seed_ms`] says how fast that was, and so what the iterations earned).
+//!    ([`Searched::seed_ms`] says how fast that was, and so what the iterations earned).
 //!
 //!    The last quarter of a walk's iterations is a **descent** from its best program: every
 //!    deletion, relay elimination, fusion, source substitution and pushdown of it, in a
@@ -119,7 +125,7 @@
 //! the square of the aggregates one site sends); a preamble whose state would exceed
 //! [`SearchOptions::memory_limit`] (by default the `1 / SEARCH_MEMORY_SHARE` of the host
 //! memory available) is not searched: the result is its naive program, and
-//! [`Synthesis::fallback`] says why (a broadcast of 10 000 atoms on 8 sites, about 20 GB).
+//! [`Searched::fallback`] says why (a broadcast of 10 000 atoms on 8 sites, about 20 GB).
 //! The wall-clock cap ([`SearchOptions::time_limit`]) counts from the search's start and
 //! bounds the seeds and chunk counts as well as the walks: no step starts once the time spent
 //! and the longest step so far reach it.
@@ -166,6 +172,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod budget;
 pub mod collectives;
 mod decongest;
 mod eval;
@@ -173,14 +180,16 @@ mod hierarchical;
 mod naive;
 mod owners;
 mod plan;
+pub mod rewrites;
 mod search;
 mod stripes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use naive::{naive, naive_validated};
+pub use rewrites::{REWRITES, Rewrite, RewriteSite, Rewrites};
 pub use search::{
-    Fallback, MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SEARCH_MEMORY_SHARE, SearchOptions, Synthesis, search,
+    Fallback, MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SEARCH_MEMORY_SHARE, SearchOptions, Searched, search,
     search_observed, search_state_bytes,
 };
 
