@@ -3,7 +3,8 @@
 //! Describe a computation with the PyTorch-like [`Graph`] builder; every operator is an
 //! abstract operator that exposes its decompositions as join-agg specs (Section 3 of the
 //! paper). This crate is the thin driver over the workspace's crates: it owns [`compile`]
-//! and the [`Executable`] it returns, the table of [`backends`], the reference check
+//! and the [`Executable`] it returns, the table of [`backends`], the [`names`] of strategies
+//! and cost models, the reference check
 //! ([`check`]), output dumps ([`dump`]) and the command line, and re-exports what a user
 //! needs from the others: `einsum-graph` (the graph builder), `einsum-core` (tensor types,
 //! tilings, host tensors, the task graph), `einsum-joinagg` (specs, enumeration,
@@ -19,6 +20,7 @@ pub mod check;
 pub mod dump;
 mod error;
 mod executable;
+pub mod names;
 pub mod report;
 
 pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};

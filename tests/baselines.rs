@@ -8,7 +8,8 @@ use std::{process::Command, sync::Arc};
 use einsum_core::scaled_error;
 use einsum_graph::Error as GraphError;
 use einsum_joinagg::validate_spec;
-use einsum_logical::{LogicalOptimizer, Problem, cost_model_by_name, optimizer_by_name};
+use einsum_logical::{LogicalOptimizer, Problem};
+use einsummable::names::{cost_model_by_name, optimizer_by_name};
 use einsummable::{
     AttentionConfig, BinaryOp, CompileOptions, DType, Error, Graph, IndexRole, Packing, UnaryOp, Workload, compile,
 };

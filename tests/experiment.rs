@@ -4,8 +4,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
-use einsummable::experiment::{Case, Cell, Experiment, Runner, Setup, Table};
+use einsum_logical::{LogicalOptimizer, Problem};
+use einsummable::experiment::{Case, Cell, CostModels, Experiment, Runner, Setup, Strategy, Table};
 use einsummable::{Schedule, experiment};
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -143,7 +145,7 @@ fn every_experiment_writes_its_three_files_from_the_command_line() {
 #[test]
 fn one_experiment_runs_alone_through_the_library() {
     let out = temp_dir("chains");
-    let setup = Setup { topology: "dgx-a100".into(), devices: vec![2], out_dir: out.clone(), small: true };
+    let setup = Setup::named("dgx-a100", vec![2], out.clone(), true).unwrap();
     let mut runner = Runner::quiet();
     let outcome = Experiment::Chains.run(&setup, &mut runner).unwrap();
     assert_eq!(outcome.table.rows.len(), 5);
@@ -153,13 +155,28 @@ fn one_experiment_runs_alone_through_the_library() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// A strategy that has a plan for nothing.
+struct NoPlan;
+
+impl LogicalOptimizer for NoPlan {
+    fn name(&self) -> &str {
+        "no-such-strategy"
+    }
+
+    fn solve(&self, _: &Problem) -> einsum_logical::Result<Vec<usize>> {
+        Err(einsum_logical::Error::InvalidPlan("no-such-strategy has no plan".into()))
+    }
+}
+
 #[test]
 fn a_strategy_without_a_plan_is_a_missing_cell_with_its_reason() {
     let mut runner = Runner::quiet();
-    let case = |s: &str| Case::new("chain-c:scale=64", 2, s, Schedule::Naive, "dgx-a100");
-    runner.run_all("test", &[case("dp"), case("no-such-strategy")]);
-    let dp = Cell::of(&runner.get(&case("dp")), |m| m.predicted_ms);
-    let missing = Cell::of(&runner.get(&case("no-such-strategy")), |m| m.predicted_ms);
+    let target = CostModels::time().named("dgx-a100").unwrap();
+    let case = |s: &Strategy| Case::new("chain-c:scale=64", 2, s, Schedule::Naive, &target);
+    let (dp, none) = (Strategy::dp(), Strategy::new(Arc::new(NoPlan)));
+    runner.run_all("test", &[case(&dp), case(&none)]);
+    let dp = Cell::of(&runner.get(&case(&dp)), |m| m.predicted_ms);
+    let missing = Cell::of(&runner.get(&case(&none)), |m| m.predicted_ms);
     assert!(dp.value().is_some_and(|v| v > 0.0), "{dp:?}");
     let Cell::Missing(reason) = &missing else { panic!("{missing:?}") };
     assert!(reason.contains("no-such-strategy"), "{reason}");
@@ -175,11 +192,10 @@ fn a_strategy_without_a_plan_is_a_missing_cell_with_its_reason() {
 fn bad_arguments_are_typed_errors() {
     assert!(Experiment::by_name("figure9").unwrap_err().to_string().contains("transformer, chains"));
     assert_eq!(Experiment::by_name("all").unwrap().len(), 8);
-    let setup = Setup { topology: "dgx-a100".into(), devices: vec![16], out_dir: temp_dir("bad"), small: true };
+    let setup = Setup::named("dgx-a100", vec![16], temp_dir("bad"), true).unwrap();
     let err = Experiment::Transformer.run(&setup, &mut Runner::quiet()).unwrap_err().to_string();
     assert!(err.contains("16") && err.contains("8 sites"), "{err}");
-    let setup = Setup { topology: "dgx-b300".into(), devices: vec![2], ..setup };
-    assert!(Experiment::Chains.run(&setup, &mut Runner::quiet()).is_err());
+    assert!(Setup::named("dgx-b300", vec![2], temp_dir("bad"), true).is_err());
 }
 
 #[test]

@@ -5,8 +5,9 @@
 use std::process::Command;
 
 use einsum_compile::{CompileError, PipelineError, Schedule};
-use einsum_logical::{Error as PlanError, Machine, Problem, Random, Time, optimizer_by_name};
+use einsum_logical::{Error as PlanError, Machine, Problem, Random, Time};
 use einsum_sim::Topology;
+use einsummable::names::optimizer_by_name;
 use einsummable::pipeline::{Planned, Request, default_budget, plan_and_compile};
 use einsummable::{DType, Workload};
 use proptest::prelude::*;

@@ -7,8 +7,9 @@ use einsum_compile::{ComputationKernels, compile as compile_physical};
 use einsum_core::Backend;
 use einsum_core::{HostTensor, scaled_error};
 use einsum_cpu::CpuBackend;
-use einsum_logical::{Machine, PaperProxy, Problem, Time, optimizer_by_name};
+use einsum_logical::{Machine, PaperProxy, Problem, Time};
 use einsum_sim::Topology;
+use einsummable::names::optimizer_by_name;
 use einsummable::{
     BackendParams, CompileOptions, DType, Error, Graph, Schedule, UnaryOp, Workload, backend_by_name, compile,
 };

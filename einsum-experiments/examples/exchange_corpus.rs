@@ -36,14 +36,14 @@ use einsum_experiments::Workload;
 use einsum_exprog::synth::collectives::{Collective, all_reduce_whole};
 use einsum_exprog::synth::{SearchOptions, naive, search};
 use einsum_exprog::{Program, Relabelling};
-use einsum_logical::{cost_model_by_name, optimizer_by_name};
+use einsum_logical::{Dp, Machine, Time};
 use einsum_sim::Topology;
 
 /// The machines and their device counts.
 const MACHINES: &[(&str, usize)] = &[("dgx-v100", 8), ("dgx-a100x2", 16)];
 
 /// The logical optimizer whose plans give the exchanges.
-const STRATEGY: &str = "dp";
+const STRATEGY: Dp = Dp;
 
 /// How much the workloads are shrunk: tokens and chain sizes divided by it (the model
 /// dimensions are the paper's).
@@ -82,14 +82,13 @@ fn largest_preambles(
     devices: usize,
 ) -> Result<Vec<Program>, Box<dyn std::error::Error>> {
     let graph = Workload::parse(workload)?.build(DType::F16)?;
-    let strategy = optimizer_by_name(STRATEGY, 0)?;
-    let model = cost_model_by_name("time", machine)?;
     let topology = Topology::named(machine)?;
+    let model = Time::on(Machine::from_topology(&topology));
     let planned = einsum_compile::plan_and_compile(&einsum_compile::pipeline::Request {
         comp: graph.computation(),
         devices,
-        strategy: strategy.as_ref(),
-        cost: model.as_ref(),
+        strategy: &STRATEGY,
+        cost: &model,
         topology: &topology,
         schedule: Schedule::Naive,
         memory_budget: None,

@@ -41,8 +41,9 @@ impl SpecCost {
 ///
 /// # Extending
 /// A model from any crate implements this trait and is handed to the driver as a value
-/// (`einsummable::CompileOptions::cost` takes an `Arc<dyn CostModel>`); the
-/// [`cost_models`] table only names this crate's models for the command line.
+/// (`einsummable::CompileOptions::cost` takes an `Arc<dyn CostModel>`, and the experiments
+/// take cost models as values too); the driver's `einsummable::names::cost_models` table
+/// only names this crate's models for the command line and the Python package.
 ///
 /// # Example
 /// A model in bytes: a repartition moves the whole tensor once, and a spec's join ships
@@ -482,55 +483,6 @@ impl CostModel for Time {
     }
 }
 
-/// One cost model of the [`cost_models`] table: its command-line name, a one-line
-/// description, and how to build it for a machine.
-#[derive(Clone, Copy, Debug)]
-pub struct CostModelEntry {
-    /// The name on the command line.
-    pub name: &'static str,
-    /// One line on what the model prices.
-    pub about: &'static str,
-    /// Builds the model for the topology its predictions target (a model that prices no
-    /// machine ignores it).
-    pub build: fn(&Topology) -> Box<dyn CostModel>,
-}
-
-const COST_MODELS: &[CostModelEntry] = &[
-    CostModelEntry {
-        name: "time",
-        about: "predicted seconds on the topology, load imbalance and compute included",
-        build: |t| Box::new(Time::on(Machine::from_topology(t))),
-    },
-    CostModelEntry {
-        name: "proxy",
-        about: "the paper's communication proxy of Section 4.3, in elements",
-        build: |_| Box::new(PaperProxy),
-    },
-];
-
-/// The cost models of this crate, by name: the one table the command line, its help and
-/// [`cost_model_by_name`] read. A model from another crate implements [`CostModel`] and is
-/// handed to the driver as a value; it needs no entry here.
-pub fn cost_models() -> &'static [CostModelEntry] {
-    COST_MODELS
-}
-
-/// The [`cost_models`] entry called `name`; an unknown name is an error listing the table.
-pub fn cost_model_entry(name: &str) -> Result<&'static CostModelEntry> {
-    COST_MODELS.iter().find(|e| e.name == name).ok_or_else(|| Error::UnknownName {
-        what: "cost model",
-        name: name.to_string(),
-        valid: COST_MODELS.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
-    })
-}
-
-/// The cost model called `name` in the [`cost_models`] table, for the topology `machine`
-/// (a preset name or a topology file, as [`Machine::by_name`] reads it).
-pub fn cost_model_by_name(name: &str, machine: &str) -> Result<Box<dyn CostModel>> {
-    let entry = cost_model_entry(name)?;
-    Ok((entry.build)(&load_topology(machine)?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,7 +503,6 @@ mod tests {
         assert!(h100.network_latency > h100.node_latency, "{h100:?}");
         let err = Machine::by_name("dgx-b200").unwrap_err().to_string();
         assert!(err.contains("dgx-b200") && err.contains("dgx-a100"), "{err}");
-        assert!(cost_model_by_name("flops", "dgx-a100").is_err());
     }
 
     /// The `time` model sees the simulator's latencies and wave quantization: a repartition

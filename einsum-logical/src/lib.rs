@@ -5,12 +5,13 @@
 //!   specs, the tilings they produce and require (interned, so comparing two is `==`), their
 //!   tiling-independent costs, and where each input comes from.
 //! - [`CostModel`]: [`PaperProxy`] (Section 4.3, in elements) and [`Time`] (predicted
-//!   seconds on a machine, which sees load imbalance), named in the [`cost_models`] table.
-//! - [`LogicalOptimizer`]: the strategies, one per file, named in the [`optimizers`] table
-//!   (the one list of names the command line, its help and [`optimizer_by_name`] read).
-//!   Both traits are object safe and `Send + Sync`: a strategy or cost model from another
-//!   crate is handed to the driver as a value and needs no table entry.
-//! - Baselines ([`BASELINES`]): hand-designed plans of other systems ([`Data`],
+//!   seconds on a machine, which sees load imbalance).
+//! - [`LogicalOptimizer`]: the strategies, one per file. Both traits are object safe and
+//!   `Send + Sync`: every strategy and cost model, this crate's or another's, is handed to
+//!   the driver and the experiments as a value. Names are only the edges' business: the
+//!   driver's `einsummable::names` tables say which of this crate's values a name on the
+//!   command line or in the Python package builds.
+//! - Baselines: hand-designed plans of other systems ([`Data`],
 //!   [`Megatron`], [`Ulysses`], [`Mesh2d`]) as strategies over the same candidates. The
 //!   rules read the roles operators and the graph's builder declare
 //!   ([`OpProblem::index_with_role`], [`OpProblem::op_role`]), never names or kinds.
@@ -55,11 +56,8 @@ mod random;
 mod repair;
 mod switch;
 
-pub use baselines::{BASELINES, Data, Megatron, Mesh2d, Ulysses};
-pub use cost::{
-    CostModel, CostModelEntry, Machine, PaperProxy, SpecCost, Time, cost_model_by_name, cost_model_entry, cost_models,
-    kernel_work,
-};
+pub use baselines::{Data, Megatron, Mesh2d, Ulysses};
+pub use cost::{CostModel, Machine, PaperProxy, SpecCost, Time, kernel_work};
 pub use dp::Dp;
 pub use einsum_joinagg::{IndexRole, OpRole};
 pub use elimination::MAX_TABLE_ENTRIES;
@@ -67,9 +65,7 @@ pub use error::{Error, Result, format_gb};
 pub use forced::{EXTRA_FORCED, FORCED_GROUPS, forced_alternatives};
 pub use greedy::Greedy;
 pub use ilp::Ilp;
-pub use optimizer::{
-    LogicalOptimizer, OPTIMIZERS, OptimizerEntry, OptimizerParams, optimizer_by_name, optimizer_entry, optimizers,
-};
+pub use optimizer::LogicalOptimizer;
 pub use plan::{LogicalPlan, OpCost, PlannedOp, SearchReport};
 pub use problem::{Candidate, OpProblem, Problem, RepartitionPairs, ResidentInput, Source, TilingId};
 pub use random::Random;

@@ -19,9 +19,10 @@ use crate::{CostModel, LogicalPlan, Problem, Result, SearchReport};
 ///
 /// # Extending
 /// A strategy from any crate implements this trait and is handed to the driver as a value
-/// (`einsummable::CompileOptions::optimizer` takes an `Arc<dyn LogicalOptimizer>`), so it
-/// needs no entry in [`optimizers`]; that table only names the strategies of this crate for
-/// the command line. The trait is object safe, and `Send + Sync` so that one strategy can
+/// (`einsummable::CompileOptions::optimizer` takes an `Arc<dyn LogicalOptimizer>`, and the
+/// experiments take strategies as values too), so it needs no entry in the driver's
+/// `einsummable::names::optimizers` table, which only names the strategies of this crate
+/// for the command line and the Python package. The trait is object safe, and `Send + Sync` so that one strategy can
 /// be shared between threads.
 ///
 /// # Example
@@ -126,146 +127,5 @@ pub trait LogicalOptimizer: Send + Sync {
         budget: Option<f64>,
     ) -> Result<LogicalPlan> {
         self.plan(&Problem::new(comp, p, cost)?.with_memory_budget(budget)?)
-    }
-}
-
-/// What a strategy of the [`optimizers`] table may be built from (what the command line
-/// gives); each strategy takes what it needs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OptimizerParams {
-    /// Seed of the randomized strategies (`random`).
-    pub seed: u64,
-    /// The `ilp` strategy with its limits (by default [`Ilp::default`](crate::Ilp)'s).
-    pub ilp: crate::Ilp,
-}
-
-/// One strategy of the [`optimizers`] table: its command-line name, a one-line description,
-/// whether it is a hand-designed baseline, and how to build it.
-#[derive(Clone, Copy, Debug)]
-pub struct OptimizerEntry {
-    /// The name on the command line (and [`LogicalOptimizer::name`] of what `build` returns).
-    pub name: &'static str,
-    /// One line on what the strategy does.
-    pub about: &'static str,
-    /// A hand-designed plan of another system ([`BASELINES`](crate::BASELINES)) rather than
-    /// a search ([`OPTIMIZERS`]).
-    pub baseline: bool,
-    /// Builds the strategy.
-    pub build: fn(&OptimizerParams) -> Box<dyn LogicalOptimizer>,
-}
-
-const TABLE: &[OptimizerEntry] = &[
-    OptimizerEntry {
-        name: "dp",
-        about: "Algorithm 1 of Section 4.2 made exact on DAGs by variable elimination",
-        baseline: false,
-        build: |_| Box::new(crate::Dp),
-    },
-    OptimizerEntry {
-        name: "greedy",
-        about: "each operator's cheapest spec alone, repartitions ignored",
-        baseline: false,
-        build: |_| Box::new(crate::Greedy),
-    },
-    OptimizerEntry {
-        name: "random",
-        about: "a uniform random spec per operator, seeded",
-        baseline: false,
-        build: |p| Box::new(crate::Random { seed: p.seed }),
-    },
-    OptimizerEntry {
-        name: "ilp",
-        about: "the exact optimum over the whole DAG, by an ILP",
-        baseline: false,
-        build: |p| Box::new(p.ilp),
-    },
-    OptimizerEntry {
-        name: "data",
-        about: "baseline: PyTorch-style data parallelism",
-        baseline: true,
-        build: |_| Box::new(crate::Data),
-    },
-    OptimizerEntry {
-        name: "megatron",
-        about: "baseline: Megatron-LM tensor and sequence parallelism",
-        baseline: true,
-        build: |_| Box::new(crate::Megatron),
-    },
-    OptimizerEntry {
-        name: "ulysses",
-        about: "baseline: DeepSpeed-Ulysses sequence parallelism",
-        baseline: true,
-        build: |_| Box::new(crate::Ulysses),
-    },
-    OptimizerEntry {
-        name: "mesh2d",
-        about: "baseline: the best plan on a 2-D device mesh, as Alpa and GSPMD search",
-        baseline: true,
-        build: |_| Box::new(crate::Mesh2d),
-    },
-];
-
-/// The strategies of this crate, by name: the one table the command line, its help and
-/// [`optimizer_by_name`] read. Searches first, then the baselines.
-pub fn optimizers() -> &'static [OptimizerEntry] {
-    TABLE
-}
-
-/// How many entries of the table are (or are not) baselines.
-const fn count(baseline: bool) -> usize {
-    let (mut i, mut n) = (0, 0);
-    while i < TABLE.len() {
-        if TABLE[i].baseline == baseline {
-            n += 1;
-        }
-        i += 1;
-    }
-    n
-}
-
-/// The names of the table's entries that are (or are not) baselines, in its order.
-pub(crate) const fn names<const N: usize>(baseline: bool) -> [&'static str; N] {
-    let mut out = [""; N];
-    let (mut i, mut j) = (0, 0);
-    while i < TABLE.len() {
-        if TABLE[i].baseline == baseline {
-            out[j] = TABLE[i].name;
-            j += 1;
-        }
-        i += 1;
-    }
-    out
-}
-
-pub(crate) const BASELINE_COUNT: usize = count(true);
-
-/// The searching strategies of the [`optimizers`] table (those that are not baselines).
-pub const OPTIMIZERS: &[&str] = &names::<{ count(false) }>(false);
-
-/// The [`optimizers`] entry called `name`; an unknown name is an error listing the table.
-pub fn optimizer_entry(name: &str) -> Result<&'static OptimizerEntry> {
-    TABLE.iter().find(|e| e.name == name).ok_or_else(|| crate::Error::UnknownName {
-        what: "optimizer",
-        name: name.to_string(),
-        valid: TABLE.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
-    })
-}
-
-/// The strategy called `name` in the [`optimizers`] table; `seed` drives `random`, and
-/// `ilp` has its default limits.
-pub fn optimizer_by_name(name: &str, seed: u64) -> Result<Box<dyn LogicalOptimizer>> {
-    Ok((optimizer_entry(name)?.build)(&OptimizerParams { seed, ..OptimizerParams::default() }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_entry_builds_the_strategy_of_its_name() {
-        for e in optimizers() {
-            assert_eq!((e.build)(&OptimizerParams::default()).name(), e.name);
-        }
-        assert_eq!(OPTIMIZERS, &["dp", "greedy", "random", "ilp"]);
     }
 }

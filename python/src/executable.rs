@@ -311,7 +311,7 @@ pub fn compile(
             (Arc::clone(&s) as Arc<dyn LogicalOptimizer>, Some(s))
         }
     };
-    let cost_model = Arc::from((einsum_logical::cost_model_entry(cost).py_err()?.build)(&machine));
+    let cost_model = Arc::from((einsummable::names::cost_model_entry(cost).py_err()?.build)(&machine));
     let schedule_name = match schedule {
         "naive" => "naive",
         "search" => "search",
@@ -378,9 +378,7 @@ pub fn compile(
     Ok(PyExecutable { jobs, inputs, outputs, workload, topology: topology_name, schedule: schedule_name, summary })
 }
 
-/// The strategy named `name` from the optimizers' table, seeded (`random`).
+/// The strategy named `name` in the driver's table of names, seeded (`random`).
 fn optimizer_by_name(name: &str, seed: u64) -> PyResult<Arc<dyn LogicalOptimizer>> {
-    let entry = einsum_logical::optimizer_entry(name).py_err()?;
-    let params = einsum_logical::OptimizerParams { seed, ilp: einsum_logical::Ilp::default() };
-    Ok(Arc::from((entry.build)(&params)))
+    Ok(Arc::from(einsummable::names::optimizer_by_name(name, seed).py_err()?))
 }

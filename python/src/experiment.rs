@@ -10,6 +10,9 @@ use crate::graph::{PyGraph, parse_dtype};
 use crate::progress::{callback, with_progress};
 use crate::worker::{Cancel, guarded, run_detached};
 
+/// The machine without `topology`, scaled to the largest device count.
+const DEFAULT_TOPOLOGY: &str = "dgx-a100";
+
 /// The graph of the named workload `spec`, `name:key=value,...` as on the command line
 /// (e.g. `llama-block:tokens=256,d_model=128`), in `dtype`. `einsummable.workloads` builds
 /// the spec from keyword arguments.
@@ -47,21 +50,30 @@ pub fn experiment<'py>(
         return Err(EinsummableError::new_err(format!("devices: {devices:?} is not a list of positive counts")));
     }
     let largest = devices.iter().copied().max().unwrap_or(1);
-    let topology = topology
-        .unwrap_or_else(|| einsum_sim::scaled_preset("dgx-a100", largest).unwrap_or_else(|| "dgx-a100".to_string()));
+    let topology = topology.unwrap_or_else(|| {
+        einsum_sim::scaled_preset(DEFAULT_TOPOLOGY, largest).unwrap_or_else(|| DEFAULT_TOPOLOGY.to_string())
+    });
     std::fs::create_dir_all(&out)
         .map_err(|e| EinsummableError::new_err(format!("out: cannot create {}: {e}", out.display())))?;
-    let setup = Setup { topology, devices, out_dir: out, small };
     let mut runner = if progress.is_some() { Runner::quiet() } else { Runner::new() };
     let cancel = Cancel::default();
     let abandoned = cancel.clone();
     let results = run_detached(py, "experiment", &cancel, move || {
         with_progress(progress, &abandoned, || {
+            // A topology that does not load fails the first experiment that plans for it; the
+            // others fix their machines and run whatever it says.
+            let (setup, mut unloaded) = match Setup::named(&topology, devices.clone(), out.clone(), small) {
+                Ok(setup) => (setup, None),
+                Err(e) => (Setup::named(DEFAULT_TOPOLOGY, devices, out, small)?, Some(e)),
+            };
             let mut tables = Vec::new();
             for e in experiments {
                 if abandoned.is_cancelled() {
                     // Nobody waits for the tables: no further experiment is started.
                     return Err(einsummable::Error::Usage("experiment: interrupted".into()));
+                }
+                if let Some(error) = unloaded.take_if(|_| e.uses_topology()) {
+                    return Err(error.into());
                 }
                 let outcome = e.run(&setup, &mut runner)?;
                 let mut table = serde_json::to_value(outcome.table.report())
@@ -83,5 +95,5 @@ pub fn experiment<'py>(
 /// The strategies `compile` accepts by name, `[(name, what it does)]`.
 #[pyfunction]
 pub fn optimizers() -> Vec<(&'static str, &'static str)> {
-    einsum_logical::optimizers().iter().map(|e| (e.name, e.about)).collect()
+    einsummable::names::optimizers().iter().map(|e| (e.name, e.about)).collect()
 }

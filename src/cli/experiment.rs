@@ -52,7 +52,7 @@ pub fn run(a: Args) -> Result<Report> {
     let largest = devices.iter().copied().max().unwrap_or(1);
     let chosen = super::choose_topology(a.topology.as_deref(), largest)?;
     let mut text = chosen.note.map(|n| n + "\n").unwrap_or_default();
-    let setup = Setup { topology: chosen.name, devices, out_dir: a.out, small: a.small };
+    let setup = Setup::new(chosen.name, chosen.topology, devices, a.out, a.small);
     let mut runner = Runner::new();
     let mut outcomes = Vec::new();
     for e in experiments {

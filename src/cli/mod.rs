@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::Path;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
-use einsummable::{DType, Error, Result, Schedule};
+use einsummable::{DType, Error, Result, Schedule, names};
 use serde::Serialize;
 
 pub mod check;
@@ -63,14 +63,14 @@ fn table(entries: impl Iterator<Item = (&'static str, &'static str)>) -> Possibl
     PossibleValuesParser::new(entries.map(|(name, about)| PossibleValue::new(name).help(about)))
 }
 
-/// `--optimizer`: a name of the [`einsum_logical::optimizers`] table.
+/// `--optimizer`: a name of the [`names::optimizers`] table.
 pub fn optimizer_names() -> PossibleValuesParser {
-    table(einsum_logical::optimizers().iter().map(|e| (e.name, e.about)))
+    table(names::optimizers().iter().map(|e| (e.name, e.about)))
 }
 
-/// `--cost`: a name of the [`einsum_logical::cost_models`] table.
+/// `--cost`: a name of the [`names::cost_models`] table.
 pub fn cost_names() -> PossibleValuesParser {
-    table(einsum_logical::cost_models().iter().map(|e| (e.name, e.about)))
+    table(names::cost_models().iter().map(|e| (e.name, e.about)))
 }
 
 /// `--backend`: a name of the [`einsummable::backends`] table.
@@ -200,13 +200,13 @@ pub fn optimizer(
     ilp_time_limit_s: f64,
     ilp_node_limit: u64,
 ) -> Result<Box<dyn einsum_logical::LogicalOptimizer>> {
-    let entry = einsum_logical::optimizer_entry(name)?;
+    let entry = names::optimizer_entry(name)?;
     let time_limit = seconds("--ilp-time-limit", ilp_time_limit_s)?;
     if ilp_node_limit == 0 {
         return Err(Error::Usage("--ilp-node-limit must be at least 1 (branch-and-bound nodes)".into()));
     }
     let ilp = einsum_logical::Ilp { time_limit, node_limit: ilp_node_limit };
-    Ok((entry.build)(&einsum_logical::OptimizerParams { seed, ilp }))
+    Ok((entry.build)(&names::OptimizerParams { seed, ilp }))
 }
 
 /// Parses `--memory-budget GB` into bytes per device; it must be positive and finite.

@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
-use einsum_logical::{Problem, cost_model_by_name};
+use einsum_logical::Problem;
 use einsummable::memory_report::{MemoryReport, memory_text};
+use einsummable::names::cost_model_by_name;
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::refine::{DEFAULT_REFINE, Refinement};
 use einsummable::report::{PlanReport, PlannedOpReport, SearchJson, search_line};

@@ -4,8 +4,8 @@
 use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
 
 use einsum_core::taskgraph::Task;
-use einsum_logical::cost_model_entry;
 use einsummable::memory_report::MemoryReport;
+use einsummable::names::cost_model_entry;
 use einsummable::refine::DEFAULT_REFINE;
 use einsummable::report::{GraphReport, SearchJson, explain_text};
 use einsummable::{

@@ -1,14 +1,15 @@
 //! `ablation` (Figures 3 and 4): at the largest `p`, for the transformer workloads and the
 //! chains, the DP against greedy, the best and the median of [`RANDOM_DRAWS`] seeded random
-//! plans, and the DP's plan compiled with the naive exchange programs; geometric means per
-//! family.
+//! plans, and the DP's plan compiled with the naive exchange programs (and the setup's own
+//! strategies, after greedy); geometric means per family.
 
 use einsum_compile::Schedule;
 
 use super::table::geomean_cell;
 use super::transformer::relative_chart;
 use super::{
-    BarChart, Case, Cell, Measurement, RANDOM_DRAWS, Runner, Setup, Table, cell, chain_workloads, transformer_workloads,
+    BarChart, Case, Cell, Measurement, RANDOM_DRAWS, Runner, Setup, Strategy, Table, cell, chain_workloads,
+    transformer_workloads,
 };
 
 /// The two workload families, each as (family, [(label, workload)]).
@@ -18,20 +19,25 @@ pub(crate) fn families(small: bool) -> Vec<(&'static str, Vec<(String, String)>)
 
 /// The random plans of `workload` at `p`, searched schedules (shared with `proxy`).
 pub(crate) fn random_cases(setup: &Setup, workload: &str, p: usize) -> Vec<Case> {
-    (0..RANDOM_DRAWS).map(|s| Case::new(workload, p, "random", setup.search(), &setup.topology).seeded(s)).collect()
+    (0..RANDOM_DRAWS).map(|s| Case::new(workload, p, &Strategy::random(s), setup.search(), &setup.topology)).collect()
 }
 
 pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let p = setup.max_devices();
     let families = families(setup.small);
-    let dp = |w: &str| Case::new(w, p, "dp", setup.search(), &setup.topology);
-    let greedy = |w: &str| Case::new(w, p, "greedy", setup.search(), &setup.topology);
-    let naive = |w: &str| Case::new(w, p, "dp", Schedule::Naive, &setup.topology);
+    // The DP, then greedy and the setup's own strategies.
+    let searches = setup.compared(vec![Strategy::dp(), Strategy::greedy()]);
+    let ours = &searches[0];
+    let case = |w: &str, s: &Strategy| Case::new(w, p, s, setup.search(), &setup.topology);
+    let naive = |w: &str| Case::new(w, p, ours, Schedule::Naive, &setup.topology);
     let mut cases = Vec::new();
     for (_, workloads) in &families {
         for (_, w) in workloads {
-            cases.extend([dp(w), greedy(w), naive(w)]);
+            // The project's cases in their order, the setup's own strategies last.
+            cases.extend(searches.iter().take(2).map(|s| case(w, s)));
+            cases.push(naive(w));
             cases.extend(random_cases(setup, w, p));
+            cases.extend(searches.iter().skip(2).map(|s| case(w, s)));
         }
     }
     runner.run_all("ablation", &cases);
@@ -41,11 +47,15 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
          random plans (seeds 0..{RANDOM_DRAWS}), all with searched exchange programs ({} iterations per \
          program), and the DP's plan with naive exchange programs. Time cost model, f16{}. Geometric means \
          per family.",
-        setup.topology,
+        setup.topology.name(),
         setup.iterations(),
         if setup.small { ", workloads shrunk by --small" } else { "" }
     );
-    let columns = ["family", "workload", "dp", "greedy", "random best", "random median", "dp naive"];
+    let mut columns: Vec<String> = ["family", "workload"].map(String::from).to_vec();
+    columns.extend(searches.iter().map(|s| s.name().to_string()));
+    columns.extend(["random best", "random median"].map(String::from));
+    columns.push(format!("{} naive", ours.name()));
+    let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut table = Table::new("ablation", caption, &columns);
     for (family, workloads) in &families {
         let first = table.rows.len();
@@ -54,15 +64,10 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
                 random_cases(setup, w, p).iter().map(|c| runner.get(c)).collect();
             let (best, median) = random_summary(&draws);
             table.notes.extend(failed_draws(label, &draws));
-            table.rows.push(vec![
-                Cell::Text(family.to_string()),
-                Cell::Text(label.clone()),
-                cell(&runner.get(&dp(w)), |m| m.predicted_ms),
-                cell(&runner.get(&greedy(w)), |m| m.predicted_ms),
-                best,
-                median,
-                cell(&runner.get(&naive(w)), |m| m.predicted_ms),
-            ]);
+            let mut row = vec![Cell::Text(family.to_string()), Cell::Text(label.clone())];
+            row.extend(searches.iter().map(|s| cell(&runner.get(&case(w, s)), |m| m.predicted_ms)));
+            row.extend([best, median, cell(&runner.get(&naive(w)), |m| m.predicted_ms)]);
+            table.rows.push(row);
         }
         let mut row = vec![Cell::Text(family.to_string()), Cell::Text("geomean".into())];
         for j in 2..columns.len() {

@@ -10,7 +10,7 @@ use einsum_compile::Schedule;
 
 use super::ablation::families;
 use super::table::geomean_cell;
-use super::{BarChart, Case, Cell, Runner, Setup, Table, cell};
+use super::{BarChart, Case, Cell, Runner, Setup, Strategy, Table, Target, cell};
 
 /// The topologies compared, whatever `--topology` says.
 pub(crate) const TOPOLOGIES: &[&str] = &["dgx-v100", "dgx-a100"];
@@ -18,9 +18,11 @@ pub(crate) const TOPOLOGIES: &[&str] = &["dgx-v100", "dgx-a100"];
 pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let p = setup.max_devices();
     let families = families(setup.small);
-    let case = |w: &str, t: &str, s: Schedule| Case::new(w, p, "dp", s, t).with_refine(0);
+    let dp = Strategy::dp();
+    let targets: Vec<Target> = TOPOLOGIES.iter().map(|t| setup.preset(t)).collect();
+    let case = |w: &str, t: &Target, s: Schedule| Case::new(w, p, &dp, s, t).with_refine(0);
     let mut cases = Vec::new();
-    for t in TOPOLOGIES {
+    for t in &targets {
         for (_, workloads) in &families {
             for (_, w) in workloads {
                 cases.extend([case(w, t, Schedule::Naive), case(w, t, setup.searched_programs())]);
@@ -39,7 +41,7 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     );
     let columns = ["topology", "family", "workload", "naive", "search", "speedup"];
     let mut table = Table::new("exchange", caption, &columns);
-    for t in TOPOLOGIES {
+    for t in &targets {
         for (family, workloads) in &families {
             let first = table.rows.len();
             for (label, w) in workloads {
@@ -50,13 +52,13 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
                     (Some(_), Some(_)) => Cell::Missing("searched time is zero".into()),
                     _ => Cell::Missing("a schedule did not compile".into()),
                 };
-                let labels = [t.to_string(), family.to_string(), label.clone()];
+                let labels = [t.name().to_string(), family.to_string(), label.clone()];
                 let mut row: Vec<Cell> = labels.into_iter().map(Cell::Text).collect();
                 row.extend([naive, search, speedup]);
                 table.rows.push(row);
             }
             let cells: Vec<&Cell> = table.rows[first..].iter().map(|r| &r[5]).collect();
-            let labels = [t.to_string(), family.to_string(), "geomean".into()];
+            let labels = [t.name().to_string(), family.to_string(), "geomean".into()];
             let mut row: Vec<Cell> = labels.into_iter().map(Cell::Text).collect();
             row.extend([Cell::Text(String::new()), Cell::Text(String::new()), geomean_cell(&cells)]);
             table.rows.push(row);

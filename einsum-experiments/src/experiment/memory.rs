@@ -2,14 +2,23 @@
 //! by every strategy (refused or fitting), and `budget`, the LLaMA-3-8B model on 8×H100
 //! under per-device budgets from the whole HBM down to below the smallest that fits.
 
-use super::{BarChart, Case, Cell, Runner, Setup, Table, cell};
+use super::{BarChart, Case, Cell, Runner, Setup, Strategy, Table, Target, cell};
 
 /// The machines of `fit`: (label, topology preset, device count).
 pub(crate) const MACHINES: &[(&str, &str, usize)] =
     &[("8×A100-40GB", "dgx-a100", 8), ("8×H100-80GB", "dgx-h100", 8), ("4×H100-80GB", "dgx-h100", 4)];
 
-/// The strategies of `fit`, ours first.
-const STRATEGIES: &[&str] = &["dp", "greedy", "data", "megatron", "ulysses", "mesh2d"];
+/// The strategies of `fit`, ours first (then the setup's own).
+fn strategies() -> Vec<Strategy> {
+    vec![
+        Strategy::dp(),
+        Strategy::greedy(),
+        Strategy::data(),
+        Strategy::megatron(),
+        Strategy::ulysses(),
+        Strategy::mesh2d(),
+    ]
+}
 
 /// The budgets of `budget`, in GB per device.
 const BUDGETS_GB: &[f64] = &[80.0, 40.0, 20.0, 10.0, 6.0, 4.0, 3.0, 2.5, 2.25, 2.0, 1.75];
@@ -28,12 +37,11 @@ fn workload(model: &str, small: bool) -> String {
 
 /// The budget of a machine in `fit`: its default (HBM less the reserve), divided by
 /// [`SMALL_DIVISOR`] with `--small` (so that a shrunk model meets the same pressure).
-fn fit_budget(topology: &str, devices: usize, small: bool) -> Option<u64> {
+fn fit_budget(target: &Target, devices: usize, small: bool) -> Option<u64> {
     if !small {
         return None;
     }
-    let t = einsum_sim::Topology::named(topology).ok()?;
-    Some((einsum_compile::pipeline::default_budget(&t, devices) / SMALL_DIVISOR as f64) as u64)
+    Some((einsum_compile::pipeline::default_budget(target.topology(), devices) / SMALL_DIVISOR as f64) as u64)
 }
 
 fn memory_columns(row: &mut Vec<Cell>, result: &Result<super::Measurement, String>) {
@@ -50,11 +58,14 @@ const VALUE_COLUMNS: [&str; 4] = ["inputs split", "resident GB", "peak GB", "pre
 
 pub(crate) fn run_fit(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let w = workload("70b", setup.small);
-    let case =
-        |t: &str, p: usize, s: &str| Case::new(&w, p, s, setup.search(), t).with_budget(fit_budget(t, p, setup.small));
-    let cases: Vec<Case> = MACHINES
+    let strategies = setup.compared(strategies());
+    let machines: Vec<(&str, Target, usize)> = MACHINES.iter().map(|&(l, t, p)| (l, setup.preset(t), p)).collect();
+    let case = |t: &Target, p: usize, s: &Strategy| {
+        Case::new(&w, p, s, setup.search(), t).with_budget(fit_budget(t, p, setup.small))
+    };
+    let cases: Vec<Case> = machines
         .iter()
-        .flat_map(|&(_, t, p)| STRATEGIES.iter().map(move |s| (t, p, *s)))
+        .flat_map(|(_, t, p)| strategies.iter().map(move |s| (t, *p, s)))
         .map(|(t, p, s)| case(t, p, s))
         .collect();
     runner.run_all("fit", &cases);
@@ -69,10 +80,10 @@ pub(crate) fn run_fit(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let mut columns = vec!["machine", "strategy"];
     columns.extend(VALUE_COLUMNS);
     let mut table = Table::new("fit", caption, &columns);
-    for &(label, t, p) in MACHINES {
-        for s in STRATEGIES {
-            let mut row = vec![Cell::Text(label.into()), Cell::Text(s.to_string())];
-            memory_columns(&mut row, &runner.get(&case(t, p, s)));
+    for (label, t, p) in &machines {
+        for s in &strategies {
+            let mut row = vec![Cell::Text(label.to_string()), Cell::Text(s.name().to_string())];
+            memory_columns(&mut row, &runner.get(&case(t, *p, s)));
             table.rows.push(row);
         }
     }
@@ -80,12 +91,12 @@ pub(crate) fn run_fit(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
         title: format!("fit: peak GB per device of `{w}`, per machine and strategy"),
         y_label: "peak GB on the fullest device (missing: refused)".into(),
         groups: MACHINES.iter().map(|m| m.0.to_string()).collect(),
-        series: STRATEGIES
+        series: strategies
             .iter()
             .enumerate()
             .map(|(j, s)| {
-                let values = (0..MACHINES.len()).map(|i| table.rows[i * STRATEGIES.len() + j][4].value()).collect();
-                (s.to_string(), values)
+                let values = (0..MACHINES.len()).map(|i| table.rows[i * strategies.len() + j][4].value()).collect();
+                (s.name().to_string(), values)
             })
             .collect(),
     };
@@ -94,10 +105,10 @@ pub(crate) fn run_fit(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
 
 pub(crate) fn run_budget(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let w = workload("8b", setup.small);
-    let (topology, p) = ("dgx-h100", 8);
+    let (topology, p, dp) = (setup.preset("dgx-h100"), 8, Strategy::dp());
     let divisor = if setup.small { SMALL_DIVISOR as f64 } else { 1.0 };
     let budget = |gb: f64| (gb * 1e9 / divisor) as u64;
-    let case = |gb: f64| Case::new(&w, p, "dp", setup.search(), topology).with_budget(Some(budget(gb)));
+    let case = |gb: f64| Case::new(&w, p, &dp, setup.search(), &topology).with_budget(Some(budget(gb)));
     let cases: Vec<Case> = BUDGETS_GB.iter().map(|&gb| case(gb)).collect();
     runner.run_all("budget", &cases);
     let caption = format!(

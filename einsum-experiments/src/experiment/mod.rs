@@ -5,6 +5,10 @@
 //! - [`Experiment`]: the registry, one file per experiment (`transformer`, `chains`,
 //!   `ablation`, `exchange`, `proxy`, `fit` and `budget` in `memory`, and `scale`), each building its list of [`Case`]s, measuring them
 //!   through a shared [`Runner`] and turning the results into a [`Table`] and a [`BarChart`].
+//! - [`Strategy`], [`Target`] and [`CostModels`]: the strategies, machines and cost models
+//!   the cases are planned with, as values (this project's by their constructors, a
+//!   user's through [`Setup::with_strategy`] and [`Setup::with_cost`]); no name is looked up
+//!   here.
 //! - [`measure`]: plans and compiles one case and returns its [`Measurement`].
 //! - [`Table`] (CSV, Markdown, JSON), [`BarChart`] (SVG), [`Progress`] (stderr).
 //!
@@ -20,7 +24,7 @@ use std::{
 use einsum_compile::Schedule;
 use einsum_core::DType;
 use einsum_joinagg::Computation;
-use einsum_logical::{LogicalPlan, PaperProxy, Problem, cost_model_by_name, optimizer_by_name};
+use einsum_logical::{LogicalPlan, PaperProxy, Problem};
 use einsum_sim::Topology;
 
 use crate::{Error, Result, Workload};
@@ -33,14 +37,18 @@ mod memory;
 mod progress;
 mod proxy;
 mod scale;
+mod strategy;
 mod table;
+mod target;
 mod transformer;
 
 pub use chart::BarChart;
 pub use progress::Progress;
 pub use proxy::pearson;
 pub use scale::{Fidelity, fidelity};
+pub use strategy::Strategy;
 pub use table::{Cell, CellReport, RowReport, Table, TableReport, geometric_mean};
+pub use target::{CostModels, Target};
 
 /// Annealing iterations per exchange program of the searched schedule at full size.
 pub const SEARCH_ITERATIONS: usize = 100;
@@ -52,9 +60,9 @@ pub const RANDOM_DRAWS: u64 = 20;
 /// What every experiment is run with.
 #[derive(Clone, Debug)]
 pub struct Setup {
-    /// The machine: a topology preset or file (the `exchange` experiment uses `dgx-v100` and
-    /// `dgx-a100` whatever this says).
-    pub topology: String,
+    /// The machine of `transformer`, `chains`, `ablation` and `proxy` (the others fix their
+    /// own: [`Experiment::uses_topology`]), with the cost model of [`Setup::cost`] on it.
+    pub topology: Target,
     /// The device counts `p`; experiments at a single `p` use the largest.
     pub devices: Vec<usize>,
     /// Where `NAME.csv`, `NAME.md` and `NAME.svg` are written.
@@ -62,9 +70,60 @@ pub struct Setup {
     /// Shrink every workload (dimensions /16, tokens /64, chains at scale 64) and the search
     /// budget, so that a run takes seconds.
     pub small: bool,
+    /// The cost model the strategies plan under, for each machine (by default
+    /// [`CostModels::time`]).
+    pub cost: CostModels,
+    /// Strategies compared beside the project's own (none by default): one more column each
+    /// in `transformer`, `chains`, `ablation` (after `greedy`) and `scale` (after the
+    /// baselines), one more row each per machine in `fit`. `exchange` and `budget` plan with
+    /// the DP, and `proxy` with the random draws, whatever this says.
+    pub strategies: Vec<Strategy>,
 }
 
 impl Setup {
+    /// The setup for `topology`, called `name` in the tables, under the default cost model
+    /// and with the project's strategies only.
+    pub fn new(
+        name: impl Into<String>,
+        topology: Topology,
+        devices: Vec<usize>,
+        out_dir: PathBuf,
+        small: bool,
+    ) -> Self {
+        let cost = CostModels::default();
+        let topology = cost.target(name, topology);
+        Setup { topology, devices, out_dir, small, cost, strategies: Vec::new() }
+    }
+
+    /// [`Setup::new`] for the topology preset or file `topology` ([`Topology::named`]).
+    pub fn named(topology: &str, devices: Vec<usize>, out_dir: PathBuf, small: bool) -> Result<Self> {
+        Ok(Self::new(topology, Topology::named(topology)?, devices, out_dir, small))
+    }
+
+    /// The same setup planning under `cost` on every machine, [`Setup::topology`] included.
+    pub fn with_cost(mut self, cost: CostModels) -> Self {
+        self.topology = cost.target(self.topology.name(), self.topology.topology().clone());
+        self.cost = cost;
+        self
+    }
+
+    /// The same setup with `strategy` compared beside the project's own (see
+    /// [`Setup::strategies`]).
+    pub fn with_strategy(mut self, strategy: Strategy) -> Self {
+        self.strategies.push(strategy);
+        self
+    }
+
+    /// `defaults` followed by the setup's own [`strategies`](Setup::strategies).
+    pub(crate) fn compared(&self, defaults: Vec<Strategy>) -> Vec<Strategy> {
+        defaults.into_iter().chain(self.strategies.iter().cloned()).collect()
+    }
+
+    /// The target of a topology preset an experiment fixes, under the setup's cost model.
+    pub(crate) fn preset(&self, name: &str) -> Target {
+        self.cost.preset(name)
+    }
+
     /// The largest device count.
     pub fn max_devices(&self) -> usize {
         self.devices.iter().copied().max().unwrap_or(1)
@@ -87,16 +146,17 @@ impl Setup {
         if self.small { SMALL_SEARCH_ITERATIONS } else { SEARCH_ITERATIONS }
     }
 
-    /// Checks the device counts against `topology`: every count at least 1 and at most its
+    /// Checks the device counts against `target`: every count at least 1 and at most its
     /// sites.
-    fn check(&self, topology: &str) -> Result<()> {
+    fn check(&self, target: &Target) -> Result<()> {
         if self.devices.is_empty() {
             return Err(Error::Usage("--devices needs at least one device count".into()));
         }
-        let sites = Topology::named(topology)?.num_sites();
+        let sites = target.topology().num_sites();
         if let Some(&bad) = self.devices.iter().find(|&&p| p == 0 || p > sites) {
             return Err(Error::Usage(format!(
-                "device count {bad} is not in 1..={sites} (topology `{topology}` has {sites} sites)"
+                "device count {bad} is not in 1..={sites} (topology `{}` has {sites} sites)",
+                target.name()
             )));
         }
         Ok(())
@@ -181,12 +241,17 @@ impl Experiment {
         })
     }
 
+    /// Whether the experiment plans for [`Setup::topology`]; the others fix their machines.
+    pub fn uses_topology(self) -> bool {
+        matches!(self, Experiment::Transformer | Experiment::Chains | Experiment::Ablation | Experiment::Proxy)
+    }
+
     /// Runs the experiment (measuring through `runner`, which caches cases across
     /// experiments) and writes `NAME.csv`, `NAME.md` and `NAME.svg` into `setup.out_dir`.
     pub fn run(self, setup: &Setup, runner: &mut Runner) -> Result<Outcome> {
         let started = Instant::now();
         match self {
-            Experiment::Exchange => exchange::TOPOLOGIES.iter().try_for_each(|t| setup.check(t))?,
+            Experiment::Exchange => exchange::TOPOLOGIES.iter().try_for_each(|t| setup.check(&setup.preset(t)))?,
             // Their machines are fixed: `--topology` and `--devices` do not apply.
             Experiment::Fit | Experiment::Budget | Experiment::Scale => {}
             _ => setup.check(&setup.topology)?,
@@ -228,15 +293,13 @@ pub struct Case {
     pub workload: String,
     /// The device count `p`.
     pub devices: usize,
-    /// The logical strategy (`dp`, `greedy`, `random`, `data`, ...), under the `time` cost
-    /// model for the topology.
-    pub strategy: String,
-    /// Seed of the `random` strategy.
-    pub seed: u64,
+    /// The logical strategy (the DP, greedy, a random draw, a baseline, a user's), under
+    /// the target's cost model.
+    pub strategy: Strategy,
     /// How exchange programs are synthesized.
     pub schedule: Schedule,
-    /// The topology preset or file.
-    pub topology: String,
+    /// The machine, with the cost model the strategy plans under.
+    pub target: Target,
     /// The per-device memory budget in bytes; `None`: the topology's default
     /// ([`default_budget`](einsum_compile::pipeline::default_budget)).
     pub memory_budget: Option<u64>,
@@ -247,15 +310,14 @@ pub struct Case {
 }
 
 impl Case {
-    /// A case with seed 0.
-    pub fn new(workload: &str, devices: usize, strategy: &str, schedule: Schedule, topology: &str) -> Self {
+    /// A case with the default budget and refinement.
+    pub fn new(workload: &str, devices: usize, strategy: &Strategy, schedule: Schedule, target: &Target) -> Self {
         Case {
             workload: workload.to_string(),
             devices,
-            strategy: strategy.to_string(),
-            seed: 0,
+            strategy: strategy.clone(),
             schedule,
-            topology: topology.to_string(),
+            target: target.clone(),
             memory_budget: None,
             refine: einsum_compile::refine::DEFAULT_REFINE,
         }
@@ -273,21 +335,14 @@ impl Case {
         self
     }
 
-    /// The same case with another seed.
-    pub fn seeded(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
     fn key(&self) -> String {
         format!("{self:?}")
     }
 
     fn label(&self) -> String {
-        let seed = if self.strategy == "random" { format!(" seed {}", self.seed) } else { String::new() };
         let budget =
             self.memory_budget.map_or(String::new(), |b| format!(" within {}", einsum_logical::format_gb(b as f64)));
-        format!("{} p={} {}{seed} on {}{budget}", self.workload, self.devices, self.strategy, self.topology)
+        format!("{} p={} {} on {}{budget}", self.workload, self.devices, self.strategy.label(), self.target.name())
     }
 }
 
@@ -301,7 +356,8 @@ pub struct Measurement {
     /// The logical plan's total under [`PaperProxy`] (elements), or `None` when a spec of
     /// the plan is not among the candidates the proxy problem enumerates.
     pub proxy_cost: Option<f64>,
-    /// The logical plan's total under the `time` cost model it was planned with (seconds).
+    /// The logical plan's total under the cost model it was planned with (seconds under
+    /// the default, `time`).
     pub time_cost: f64,
     /// Wall time of planning and compiling, in ms.
     pub compile_ms: f64,
@@ -314,22 +370,19 @@ pub struct Measurement {
     pub weights: String,
 }
 
-/// Plans `case` (its strategy under the `time` cost model), compiles it physically
+/// Plans `case` (its strategy under its target's cost model), compiles it physically
 /// (exchange programs and task graph; nothing runs) and measures the result. Workloads are
 /// built in f16, the paper's storage type.
 pub fn measure(case: &Case) -> Result<Measurement> {
     let graph = Workload::parse(&case.workload)?.build(DType::F16)?;
     let comp = graph.computation();
     let started = Instant::now();
-    let strategy = optimizer_by_name(&case.strategy, case.seed)?;
-    let model = cost_model_by_name("time", &case.topology)?;
-    let topology = Topology::named(&case.topology)?;
     let planned = einsum_compile::plan_and_compile(&einsum_compile::pipeline::Request {
         comp,
         devices: case.devices,
-        strategy: strategy.as_ref(),
-        cost: model.as_ref(),
-        topology: &topology,
+        strategy: case.strategy.optimizer(),
+        cost: case.target.cost(),
+        topology: case.target.topology(),
         schedule: case.schedule,
         memory_budget: case.memory_budget.map(|b| b as f64),
         host_memory: None,

@@ -22,7 +22,7 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
          predicted time (ms), and the same for the `time` cost model's total (`time r`), of {RANDOM_DRAWS} random plans per workload (seeds 0..{RANDOM_DRAWS}) at p = {p} on \
          {}, searched exchange programs ({} iterations per program), f16{}. `plans`: how many compiled and \
          were priced by the proxy.",
-        setup.topology,
+        setup.topology.name(),
         setup.iterations(),
         if setup.small { ", workloads shrunk by --small" } else { "" }
     );

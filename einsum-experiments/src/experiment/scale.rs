@@ -4,10 +4,11 @@
 //! with searched exchange programs, and predicted; each row says how the default's time
 //! compares with the best baseline's and how far the `time` model's price of the default's
 //! plan is from the prediction, and the notes give the model's fidelity over every plan of
-//! the grid (Pearson r, the share within ±10% and ±25%, the worst error).
+//! the grid (Pearson r, the share within ±10% and ±25%, the worst error). The setup's own
+//! strategies are columns after the baselines, and are not baselines.
 
-use super::transformer::STRATEGIES;
-use super::{BarChart, Case, Cell, Measurement, Runner, Setup, Table, pearson};
+use super::transformer::strategies;
+use super::{BarChart, Case, Cell, Measurement, Runner, Setup, Strategy, Table, Target, pearson};
 
 /// The machines: (label, topology preset, device count). With `--small` only the first two.
 const MACHINES: &[(&str, &str, usize)] = &[
@@ -93,12 +94,18 @@ fn priced(m: &Measurement) -> (f64, f64) {
 }
 
 pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
-    let (machines, workloads) = (machines(setup.small), workloads(setup.small));
-    let case = |w: &str, t: &str, p: usize, s: &str| Case::new(w, p, s, setup.search(), t);
+    let workloads = workloads(setup.small);
+    let machines: Vec<(&str, Target, usize)> =
+        machines(setup.small).iter().map(|&(l, t, p)| (l, setup.preset(t), p)).collect();
+    // The default and the baselines (the best baseline is taken over those), then the
+    // setup's own strategies.
+    let baselines = strategies().len();
+    let strategies = &setup.compared(strategies());
+    let case = |w: &str, t: &Target, p: usize, s: &Strategy| Case::new(w, p, s, setup.search(), t);
     let cases: Vec<Case> = machines
         .iter()
-        .flat_map(|&(_, t, p)| {
-            workloads.iter().flat_map(move |(_, w)| STRATEGIES.iter().map(move |s| case(w, t, p, s)))
+        .flat_map(|(_, t, p)| {
+            workloads.iter().flat_map(move |(_, w)| strategies.iter().map(move |s| case(w, t, *p, s)))
         })
         .collect();
     runner.run_all("scale", &cases);
@@ -114,18 +121,19 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
         setup.iterations()
     );
     let mut columns = vec!["machine", "workload"];
-    columns.extend(STRATEGIES);
+    columns.extend(strategies.iter().map(Strategy::name));
     columns.extend(["dp / best baseline", "dp model error %"]);
     let mut table = Table::new("scale", caption, &columns);
     let mut points = Vec::new();
     let (mut losses, mut wins) = (Vec::new(), 0);
-    for &(label, t, p) in machines {
+    for (label, t, p) in &machines {
         for (wl, w) in &workloads {
-            let results: Vec<_> = STRATEGIES.iter().map(|s| runner.get(&case(w, t, p, s))).collect();
+            let results: Vec<_> = strategies.iter().map(|s| runner.get(&case(w, t, *p, s))).collect();
             points.extend(results.iter().filter_map(|r| r.as_ref().ok()).map(priced));
-            let mut row = vec![Cell::Text(label.into()), Cell::Text(wl.clone())];
+            let mut row = vec![Cell::Text(label.to_string()), Cell::Text(wl.clone())];
             row.extend(results.iter().map(|r| Cell::of(r, |m| m.predicted_ms)));
-            let best = results[1..].iter().filter_map(|r| r.as_ref().ok()).map(|m| m.predicted_ms).reduce(f64::min);
+            let best =
+                results[1..baselines].iter().filter_map(|r| r.as_ref().ok()).map(|m| m.predicted_ms).reduce(f64::min);
             row.push(match (&results[0], best) {
                 (Ok(dp), Some(best)) => {
                     let ratio = dp.predicted_ms / best;
@@ -159,17 +167,17 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
         if losses.is_empty() { String::new() } else { format!(" ({})", losses.join(", ")) },
     ));
     let ratio_to_best = |row: &[Cell], j: usize| -> Option<f64> {
-        let best = row[3..2 + STRATEGIES.len()].iter().filter_map(Cell::value).reduce(f64::min)?;
+        let best = row[3..2 + baselines].iter().filter_map(Cell::value).reduce(f64::min)?;
         row[2 + j].value().map(|v| v / best)
     };
     let chart = BarChart {
         title: "scale: each strategy's predicted time over the best baseline's".into(),
         y_label: "time / best baseline (lower is better)".into(),
         groups: table.rows.iter().map(|r| table.row_label(r)).collect(),
-        series: STRATEGIES
+        series: strategies
             .iter()
             .enumerate()
-            .map(|(j, s)| (s.to_string(), table.rows.iter().map(|r| ratio_to_best(r, j)).collect()))
+            .map(|(j, s)| (s.name().to_string(), table.rows.iter().map(|r| ratio_to_best(r, j)).collect()))
             .collect(),
     };
     (table, chart)

@@ -1,11 +1,12 @@
 //! `transformer` (Figure 1's analogue): a LLaMA-3-8B block on the five token workloads at
-//! every `p`, the DP's plan against the hand-designed baselines, with geometric means per
+//! every `p`, the DP's plan against the hand-designed baselines (and the setup's own
+//! strategies), with geometric means per
 //! (strategy, p). On the paper's machine and scale (`dgx-a100`, not `--small`), the table's
 //! notes set the DP's predictions against the paper's measured times at each of 1, 4 and 8
 //! GPUs the setup runs.
 
 use super::table::{geomean_cell, geometric_mean};
-use super::{BarChart, Case, Cell, Runner, Setup, Table, cell, transformer_workloads};
+use super::{BarChart, Case, Cell, Runner, Setup, Strategy, Table, cell, transformer_workloads};
 
 /// Figure 1 of the paper as its text gives it: per system and workload, the measured ms at
 /// one, four and eight A100s (`None`: JAX did not complete the 128K sequence), plus the 1K
@@ -71,7 +72,9 @@ const SYSTEMS: [&str; 4] = ["Einsummable", "JAX", "PyTorch", "vLLM"];
 const CLOSE: f64 = 0.3;
 
 /// The strategies compared, ours first.
-pub(crate) const STRATEGIES: &[&str] = &["dp", "data", "megatron", "ulysses", "mesh2d"];
+pub(crate) fn strategies() -> Vec<Strategy> {
+    vec![Strategy::dp(), Strategy::data(), Strategy::megatron(), Strategy::ulysses(), Strategy::mesh2d()]
+}
 
 pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let workloads = transformer_workloads(setup.small);
@@ -82,10 +85,11 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
          Geometric means per strategy and p over the workloads.",
         if setup.small { ", shrunk by --small: dimensions /16, tokens /64" } else { "" },
         setup.iterations(),
-        setup.topology
+        setup.topology.name()
     );
-    let (mut table, chart) = versus("transformer", setup, runner, &workloads, STRATEGIES, what, true);
-    if setup.topology == "dgx-a100" && !setup.small {
+    let (mut table, chart) =
+        versus("transformer", setup, runner, &workloads, &setup.compared(strategies()), what, true);
+    if setup.topology.name() == "dgx-a100" && !setup.small {
         table.notes.extend(against_paper(setup, runner, &workloads));
     }
     (table, chart)
@@ -102,7 +106,7 @@ fn against_paper(setup: &Setup, runner: &Runner, workloads: &[(String, String)])
             let Some(paper) = paper_ms("Einsummable", label, p) else { continue };
             let measured: Vec<f64> = SYSTEMS.iter().filter_map(|s| paper_ms(s, label, p)).collect();
             let (lo, hi) = measured.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), &m| (lo.min(m), hi.max(m)));
-            let case = Case::new(w, p, STRATEGIES[0], setup.search(), &setup.topology);
+            let case = Case::new(w, p, &Strategy::dp(), setup.search(), &setup.topology);
             match runner.get(&case) {
                 Ok(m) => {
                     let ratio = m.predicted_ms / paper;
@@ -133,21 +137,21 @@ pub(crate) fn versus(
     setup: &Setup,
     runner: &mut Runner,
     workloads: &[(String, String)],
-    strategies: &[&str],
+    strategies: &[Strategy],
     caption: String,
     geomeans: bool,
 ) -> (Table, BarChart) {
-    let case = |w: &str, p: usize, s: &str| Case::new(w, p, s, setup.search(), &setup.topology);
+    let case = |w: &str, p: usize, s: &Strategy| Case::new(w, p, s, setup.search(), &setup.topology);
     let cases: Vec<Case> = setup
         .devices
         .iter()
-        .flat_map(|&p| workloads.iter().flat_map(move |(_, w)| strategies.iter().map(move |s| (w, p, *s))))
+        .flat_map(|&p| workloads.iter().flat_map(move |(_, w)| strategies.iter().map(move |s| (w, p, s))))
         .map(|(w, p, s)| case(w, p, s))
         .collect();
     runner.run_all(name, &cases);
 
     let mut columns = vec!["workload", "p"];
-    columns.extend_from_slice(strategies);
+    columns.extend(strategies.iter().map(Strategy::name));
     let mut table = Table::new(name, caption, &columns);
     for &p in &setup.devices {
         let first = table.rows.len();
@@ -165,7 +169,7 @@ pub(crate) fn versus(
             table.rows.push(row);
         }
     }
-    let chart = relative_chart(&table, 2, &format!("{name}: predicted time relative to {}", strategies[0]));
+    let chart = relative_chart(&table, 2, &format!("{name}: predicted time relative to {}", strategies[0].name()));
     (table, chart)
 }
 

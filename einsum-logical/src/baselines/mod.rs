@@ -57,10 +57,6 @@ pub use ulysses::Ulysses;
 
 use crate::{Candidate, Error, IndexRole, OpProblem, OpRole, Problem, Result};
 
-/// The names of the baseline strategies: the entries of the [`optimizers`](crate::optimizers)
-/// table marked `baseline`.
-pub const BASELINES: &[&str] = &crate::optimizer::names::<{ crate::optimizer::BASELINE_COUNT }>(true);
-
 /// One entry of a rule: split `index` into as many intervals as possible, at most `cap`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Want {
