@@ -56,7 +56,7 @@ fn scaling(c: &mut Criterion) {
                             strategy: &Dp,
                             cost: &model,
                             topology: &topology,
-                            schedule,
+                            synthesizer: schedule.synthesizer(),
                             memory_budget: None,
                             host_memory: None,
                             refine: einsummable::refine::DEFAULT_REFINE,

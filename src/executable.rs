@@ -3,7 +3,9 @@
 
 use std::{collections::HashMap, fmt, sync::Arc, time::Instant};
 
-use einsum_compile::{Compiled, ComputationKernels, ExchangeProgram, Schedule, check_operators};
+use einsum_compile::{
+    Compiled, ComputationKernels, ExchangeProgram, ExchangeSynthesizer, NaiveSynthesizer, check_operators,
+};
 use einsum_core::{
     Backend, DType, HostTensor, KernelInfo, KernelLibrary, Prepared, TensorType, taskgraph::MemoryStats,
 };
@@ -63,8 +65,10 @@ pub struct CompileOptions {
     /// The cost model the optimizer minimizes: one of [`einsum_logical::cost_models`] or any
     /// other; `None`: the `time` model of [`topology`](Self::topology).
     pub cost: Option<Arc<dyn CostModel>>,
-    /// `Naive` or `Search` exchange programs (Section 5.4).
-    pub schedule: Schedule,
+    /// How exchange programs are synthesized (Section 5.4): [`NaiveSynthesizer`],
+    /// [`SearchSynthesizer`](einsum_compile::SearchSynthesizer) or any other
+    /// [`ExchangeSynthesizer`], e.g. one of another crate.
+    pub synthesizer: Arc<dyn ExchangeSynthesizer>,
     /// The machine that synthesis and prediction target; it needs at least `devices` sites.
     pub topology: Topology,
     /// Bytes per device the plan's peak (resident inputs and transient buffers) must fit;
@@ -77,7 +81,7 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     /// 8 devices on the CPU backend, the DP under the `time` model of `dgx-a100`, naive
-    /// schedules, the `dgx-a100` topology, the default memory budget.
+    /// exchange programs, the `dgx-a100` topology, the default memory budget.
     fn default() -> Self {
         let topology = Topology::preset("dgx-a100").expect("the dgx-a100 preset is valid");
         Self {
@@ -85,7 +89,7 @@ impl Default for CompileOptions {
             backend: Arc::new(CpuBackend::new().with_fusion(&einsum_ops::fused::RULES)),
             optimizer: Arc::new(Dp),
             cost: None,
-            schedule: Schedule::Naive,
+            synthesizer: Arc::new(NaiveSynthesizer),
             topology,
             memory_budget: None,
             refine: DEFAULT_REFINE,
@@ -129,10 +133,11 @@ impl CompileOptions {
         self
     }
 
-    /// Synthesizes exchange programs with `schedule`.
+    /// Synthesizes exchange programs with `synthesizer` (any [`ExchangeSynthesizer`], e.g. one
+    /// of another crate).
     #[must_use]
-    pub fn schedule(mut self, schedule: Schedule) -> Self {
-        self.schedule = schedule;
+    pub fn synthesizer(mut self, synthesizer: Arc<dyn ExchangeSynthesizer>) -> Self {
+        self.synthesizer = synthesizer;
         self
     }
 
@@ -167,7 +172,7 @@ impl fmt::Debug for CompileOptions {
             .field("backend", &self.backend.name())
             .field("optimizer", &self.optimizer.name())
             .field("cost", &self.cost)
-            .field("schedule", &self.schedule)
+            .field("synthesizer", &self.synthesizer)
             .field("topology", &self.topology.name())
             .field("memory_budget", &self.memory_budget)
             .field("refine", &self.refine)
@@ -286,7 +291,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
         strategy: options.optimizer.as_ref(),
         cost,
         topology: &options.topology,
-        schedule: options.schedule,
+        synthesizer: Arc::clone(&options.synthesizer),
         memory_budget: options.memory_budget,
         host_memory: None,
         refine: options.refine,

@@ -24,7 +24,10 @@ pub mod names;
 pub mod report;
 
 pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};
-pub use einsum_compile::{Exchanges, Schedule, memory_report, pipeline, refine};
+pub use einsum_compile::{
+    ExchangeSynthesizer, Exchanges, NaiveSynthesizer, Schedule, SearchSynthesizer, Synthesized, memory_report,
+    pipeline, refine,
+};
 pub use einsum_core::{Backend, BackendError, Prepared};
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
 pub use einsum_cpu::CpuBackend;

@@ -27,7 +27,7 @@ fn split_along(comp: &Computation, p: usize, index: &str) -> Compiled {
     }
     let options = einsum_compile::CompileOptions {
         devices: p,
-        schedule: Schedule::Naive,
+        synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };

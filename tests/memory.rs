@@ -28,7 +28,7 @@ fn request<'a>(
         strategy,
         cost,
         topology,
-        schedule: Schedule::Naive,
+        synthesizer: Schedule::Naive.synthesizer(),
         memory_budget,
         host_memory: None,
         refine: einsummable::refine::DEFAULT_REFINE,

@@ -189,7 +189,7 @@ fn the_compiled_plan_report_is_the_plan_commands_object() {
 fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
     let graph = Workload::parse("chain-b").unwrap().build(DType::F16).unwrap();
     let search = |naive_fallback| Schedule::Search { seed: 0, iterations: 20, budget: None, naive_fallback };
-    let compiled = |name: &str, schedule| {
+    let compiled = |name: &str, schedule: Schedule| {
         let topology = Topology::preset(name).unwrap();
         let model = Time::on(Machine::by_name(name).unwrap());
         let request = Request {
@@ -198,7 +198,7 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
             strategy: &Dp,
             cost: &model,
             topology: &topology,
-            schedule,
+            synthesizer: schedule.synthesizer(),
             memory_budget: None,
             host_memory: None,
             // The same plan under both schedules: what differs is the exchange programs.

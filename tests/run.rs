@@ -33,7 +33,7 @@ fn llama_block_runs_correctly_on_1_2_4_and_8_devices() {
         for schedule in
             [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None, naive_fallback: false }]
         {
-            let options = CompileOptions { devices, schedule, ..CompileOptions::default() };
+            let options = CompileOptions { devices, synthesizer: schedule.synthesizer(), ..CompileOptions::default() };
             let err = run_and_compare(&graph, &options, devices as u64);
             assert!(err <= 1e-4, "p = {devices}, {schedule:?}: error {err}");
         }
@@ -60,7 +60,7 @@ fn the_ulysses_shaped_plan_runs_correctly() {
     }
     let options = einsum_compile::CompileOptions {
         devices: p,
-        schedule: Schedule::Naive,
+        synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };
@@ -123,7 +123,7 @@ proptest! {
         let topology = Topology::named(&if devices > 8 { sixteen_devices() } else { "dgx-a100".into() }).unwrap();
         let options = CompileOptions {
             devices,
-            schedule,
+            synthesizer: schedule.synthesizer(),
             optimizer: Arc::from(optimizer_by_name(optimizer, seed).unwrap()),
             cost: Some(Arc::new(Time::on(Machine::from_topology(&topology)))),
             topology,

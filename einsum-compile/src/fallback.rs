@@ -9,16 +9,17 @@
 //! compile (two where the naive plan is kept), a fraction of the searched one. So a searched compile is never predicted slower
 //! than the naive compile of the same plan.
 
-use super::{CompileError, CompileOptions, Compiled, Schedule};
+use super::{CompileError, CompileOptions, Compiled, ExchangeSynthesizer, NaiveSynthesizer};
 
 /// Which exchange programs a [`Compiled`] graph runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Exchanges {
-    /// Naive ones, as asked ([`Schedule::Naive`]).
+    /// Naive ones, as asked ([`NaiveSynthesizer`]).
     Naive,
-    /// Searched ones ([`Schedule::Search`]): the whole plan predicted no slower with them.
+    /// Searched ones ([`crate::SearchSynthesizer`], or any synthesizer but the naive one): the
+    /// whole plan predicted no slower with them (where the synthesizer asks for that check).
     Searched,
-    /// Naive ones although [`Schedule::Search`] was asked: the whole plan with the searched
+    /// Naive ones although a search was asked: the whole plan with the searched
     /// programs predicted `searched_ms`, slower than with the naive ones.
     NaiveOverSearched {
         /// The searched plan's predicted time in ms.
@@ -45,8 +46,8 @@ impl Exchanges {
     }
 }
 
-/// Compiles with `options.schedule` through `compile`, and with a search whose
-/// `naive_fallback` is set, also with naive programs, keeping the naive plan when it predicts
+/// Compiles with `options.synthesizer` through `compile`, and with one whose
+/// [`ExchangeSynthesizer::naive_fallback`] is set, also with naive programs, keeping the naive plan when it predicts
 /// strictly faster. One graph is alive at a time, so the host memory is a single compile's
 /// (what `footprint` estimates): the naive plan is compiled first for its time alone, and
 /// compiled again (it is deterministic) only when it is kept. A naive compile that fails (its
@@ -57,13 +58,14 @@ impl Exchanges {
 pub(crate) fn no_slower_than_naive(
     options: &CompileOptions,
     naive_ms: Option<f64>,
-    mut compile: impl FnMut(Schedule) -> Result<Compiled, CompileError>,
+    mut compile: impl FnMut(&dyn ExchangeSynthesizer) -> Result<Compiled, CompileError>,
 ) -> Result<Compiled, CompileError> {
-    if !matches!(options.schedule, Schedule::Search { naive_fallback: true, .. }) {
-        return compile(options.schedule);
+    let asked = options.synthesizer.as_ref();
+    if !asked.naive_fallback() {
+        return compile(asked);
     }
-    let naive_ms = naive_ms.or_else(|| compile(Schedule::Naive).ok().map(|naive| naive.predicted_ms));
-    let searched = compile(options.schedule)?;
+    let naive_ms = naive_ms.or_else(|| compile(&NaiveSynthesizer).ok().map(|naive| naive.predicted_ms));
+    let searched = compile(asked)?;
     match naive_ms {
         Some(naive_ms) if naive_ms < searched.predicted_ms => {
             let searched_ms = searched.predicted_ms;
@@ -73,7 +75,7 @@ pub(crate) fn no_slower_than_naive(
                 naive_ms,
                 "kept the naive exchange programs: the plan predicts faster with them"
             );
-            let naive = compile(Schedule::Naive)?;
+            let naive = compile(&NaiveSynthesizer)?;
             Ok(Compiled { exchanges: Exchanges::NaiveOverSearched { searched_ms }, ..naive })
         }
         _ => Ok(searched),

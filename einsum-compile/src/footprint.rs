@@ -28,7 +28,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use einsum_core::TensorType;
 use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, Node, OpId, factorizations};
 
-use crate::{CompileError, Schedule};
+use crate::{CompileError, ExchangeSynthesizer};
 
 /// Bytes one task of the compiled graph costs on the host, all told: measured as the growth
 /// of peak resident memory with the task count of `einsummable plan
@@ -102,31 +102,25 @@ pub struct CompileLimits {
     /// The most tasks of the graph ([`CompileEstimate::tasks`]).
     pub tasks: usize,
     /// The most pieces of one exchange ([`CompileEstimate::largest_exchange`]) with the
-    /// naive schedule, which simulates each program once.
+    /// naive synthesizer, which simulates each program once.
     pub exchange_pieces: usize,
 }
 
 impl CompileLimits {
-    /// The most pieces of one exchange under `schedule`. Simulating an exchange of `k`
-    /// pieces costs up to `k²` (see [`LIMITS`]); the naive schedule simulates each program
-    /// once, a search at least once per iteration and once more for its start, so its limit
-    /// is [`CompileLimits::exchange_pieces`] over the square root of that count: the same
-    /// bound on `k²` times the simulations. A search with a wall-time budget stops its seeds
-    /// and annealing by time whatever its cap, so it is charged for at most
+    /// The most pieces of one exchange under `synthesizer`. Simulating an exchange of `k`
+    /// pieces costs up to `k²` (see [`LIMITS`]); the naive synthesizer simulates each program
+    /// once, a search at least once per iteration and once more for its start
+    /// ([`ExchangeSynthesizer::simulations`]), so its limit is
+    /// [`CompileLimits::exchange_pieces`] over the square root of that count: the same bound
+    /// on `k²` times the simulations. A search with a wall-time budget stops its seeds and
+    /// annealing by time whatever its cap, so it is charged for at most
     /// [`BUDGETED_SEARCH_SIMULATIONS`]: what the budget does not bound is the naive program,
     /// the first seed, always scored, and the step that crosses the budget.
-    pub fn exchange_pieces_for(&self, schedule: Schedule) -> usize {
-        match schedule {
-            Schedule::Naive => self.exchange_pieces,
-            Schedule::Search { iterations, budget, .. } => {
-                let simulations = match budget {
-                    Some(_) => iterations.min(BUDGETED_SEARCH_SIMULATIONS),
-                    None => iterations,
-                } as f64
-                    + 1.0;
-                (self.exchange_pieces as f64 / simulations.sqrt()).floor() as usize
-            }
+    pub fn exchange_pieces_for(&self, synthesizer: &dyn ExchangeSynthesizer) -> usize {
+        if synthesizer.is_naive() {
+            return self.exchange_pieces;
         }
+        (self.exchange_pieces as f64 / synthesizer.simulations().sqrt()).floor() as usize
     }
 }
 
@@ -191,13 +185,13 @@ pub fn compile_estimate(comp: &Computation, specs: &HashMap<OpId, JoinAggSpec>, 
     }
 }
 
-/// The estimate of compiling `comp` with `specs` on `p` devices under `schedule`
+/// The estimate of compiling `comp` with `specs` on `p` devices with `synthesizer`
 /// ([`compile_estimate`]), or [`CompileError::TooLarge`] naming the first limit it exceeds.
 pub fn check_size(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
     p: usize,
-    schedule: Schedule,
+    synthesizer: &dyn ExchangeSynthesizer,
     limits: &CompileLimits,
 ) -> Result<CompileEstimate, CompileError> {
     let estimate = compile_estimate(comp, specs, p);
@@ -209,8 +203,8 @@ pub fn check_size(
     };
     if estimate.tasks > limits.tasks {
         Err(too_large("tasks", estimate.tasks, limits.tasks))
-    } else if estimate.largest_exchange > limits.exchange_pieces_for(schedule) {
-        Err(too_large("pieces in one exchange", estimate.largest_exchange, limits.exchange_pieces_for(schedule)))
+    } else if estimate.largest_exchange > limits.exchange_pieces_for(synthesizer) {
+        Err(too_large("pieces in one exchange", estimate.largest_exchange, limits.exchange_pieces_for(synthesizer)))
     } else {
         Ok(estimate)
     }

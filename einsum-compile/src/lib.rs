@@ -24,8 +24,9 @@
 //!
 //! 1. **Placement.** If the operator reads a tensor produced by another operator, the
 //!    exchange program of its first such input is synthesized with the preamble's `{size 1}`
-//!    partitions `S1..Sp` free ([`einsum_exprog::preamble()`], then [`einsum_exprog::synth::naive`] or
-//!    [`einsum_exprog::synth::search`]); the membership the program is valid under places function
+//!    partitions `S1..Sp` free ([`einsum_exprog::preamble()`], then the
+//!    [`CompileOptions::synthesizer`]: [`einsum_exprog::synth::naive`],
+//!    [`einsum_exprog::synth::search`] or any other [`ExchangeSynthesizer`]); the membership the program is valid under places function
 //!    spec `i` on the one site of `S{i+1}`. Its other produced inputs are synthesized with
 //!    those partitions declared by members. An operator reading only computation inputs gets
 //!    the identity placement (function spec `i` on device `i`).
@@ -66,6 +67,7 @@ mod placement;
 mod predict;
 pub mod refine;
 mod reuse;
+mod synthesizer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,6 +82,7 @@ pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use pipeline::{PipelineError, plan_and_compile};
 pub use predict::{PredictError, predict, predict_ms, simulator_tasks};
+pub use synthesizer::{ExchangeSynthesizer, NaiveSynthesizer, Schedule, SearchSynthesizer, Synthesized};
 
 use einsum_exprog::PreambleError;
 use einsum_exprog::Program;
@@ -87,36 +90,14 @@ use einsum_exprog::ValidityError;
 use einsum_exprog::synth::SynthError;
 use placement::{Request, synthesize};
 
-/// How exchange programs are synthesized.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
-    /// [`einsum_exprog::synth::naive`]: gather every atom where it is needed (identity placement).
-    Naive,
-    /// [`einsum_exprog::synth::search`] with this seed, iteration cap and wall-time budget.
-    Search {
-        /// The search's seed.
-        seed: u64,
-        /// Annealing iterations per exchange program (the cap).
-        iterations: usize,
-        /// Wall time each exchange program's annealing may take (`None`: the iteration cap
-        /// alone). A search cut short by it depends on the machine's speed, so results
-        /// are reproducible only without one.
-        budget: Option<std::time::Duration>,
-        /// Whether [`compile()`] also compiles the plan with naive programs and keeps those
-        /// when the whole plan predicts faster with them (see the module docs). Off, the
-        /// graph runs the searched programs whatever they cost the plan: for tests of the
-        /// searched programs themselves.
-        naive_fallback: bool,
-    },
-}
-
 /// What [`compile`] needs besides the computation and its specs.
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
     /// The number of devices `p`; every spec has `p` function specs.
     pub devices: usize,
-    /// How exchange programs are synthesized.
-    pub schedule: Schedule,
+    /// How exchange programs are synthesized: [`NaiveSynthesizer`], [`SearchSynthesizer`] or
+    /// any other [`ExchangeSynthesizer`].
+    pub synthesizer: Arc<dyn ExchangeSynthesizer>,
     /// The machine: its first `p` sites are the devices (costs and HBM capacities).
     pub topology: Topology,
     /// Bytes each device may hold at its peak (resident inputs plus transient buffers);
@@ -164,7 +145,7 @@ pub struct Compiled {
     /// The graph's memory statistics (`graph.stats()`), computed once for the budget check
     /// and kept, so that reports need not walk a million-task graph again.
     pub stats: MemoryStats,
-    /// Which exchange programs the graph runs: with [`Schedule::Search`], the searched ones,
+    /// Which exchange programs the graph runs: with [`SearchSynthesizer`], the searched ones,
     /// or the naive ones when the whole plan predicted faster with them (module docs).
     pub exchanges: Exchanges,
 }
@@ -319,8 +300,8 @@ struct Produced<'a> {
 }
 
 /// Compiles `comp`, each operator decomposed by its spec in `specs`, to a task graph over
-/// `options.devices` devices (the algorithm is in the module docs). With
-/// [`Schedule::Search`] (with `naive_fallback`) the plan is compiled with naive exchange
+/// `options.devices` devices (the algorithm is in the module docs). With a synthesizer that
+/// asks for it ([`ExchangeSynthesizer::naive_fallback`]) the plan is compiled with naive exchange
 /// programs as well, and those are kept when the whole plan predicts faster with them
 /// ([`Compiled::exchanges`]).
 pub fn compile(
@@ -331,20 +312,22 @@ pub fn compile(
     compile_sharing(comp, specs, options, &mut SynthesisMemo::default(), None)
 }
 
-/// The exchange programs synthesized by earlier compiles on one topology, per schedule, for
+/// The exchange programs synthesized by earlier compiles on one topology, per synthesizer
+/// ([`ExchangeSynthesizer::identity`]), for
 /// later ones ([`compile_sharing`]): compiles of plans that differ in a few operators (the
 /// refinement's alternatives) ask most of the same exchange problems.
 #[derive(Default)]
 pub struct SynthesisMemo {
-    caches: Vec<(Schedule, reuse::SynthesisCache)>,
+    caches: Vec<(String, reuse::SynthesisCache)>,
 }
 
 impl SynthesisMemo {
-    fn cache(&mut self, schedule: Schedule) -> &mut reuse::SynthesisCache {
-        let i = match self.caches.iter().position(|(s, _)| *s == schedule) {
+    fn cache(&mut self, synthesizer: &dyn ExchangeSynthesizer) -> &mut reuse::SynthesisCache {
+        let identity = synthesizer.identity();
+        let i = match self.caches.iter().position(|(s, _)| *s == identity) {
             Some(i) => i,
             None => {
-                self.caches.push((schedule, reuse::SynthesisCache::default()));
+                self.caches.push((identity, reuse::SynthesisCache::default()));
                 self.caches.len() - 1
             }
         };
@@ -358,7 +341,7 @@ impl SynthesisMemo {
 /// gets the program a fresh synthesis would give; one asked on renamed sites may get another
 /// program of the same simulated time. `naive_ms`: the prediction of these specs compiled
 /// with naive programs on these options, where the caller has it, which spares the naive
-/// fallback's first compile (`None`: compiled when the schedule asks for the fallback).
+/// fallback's first compile (`None`: compiled when the synthesizer asks for the fallback).
 pub fn compile_sharing(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
@@ -366,18 +349,18 @@ pub fn compile_sharing(
     memo: &mut SynthesisMemo,
     naive_ms: Option<f64>,
 ) -> Result<Compiled, CompileError> {
-    fallback::no_slower_than_naive(options, naive_ms, |schedule| {
-        compile_with(comp, specs, options, schedule, memo.cache(schedule))
+    fallback::no_slower_than_naive(options, naive_ms, |synthesizer| {
+        compile_with(comp, specs, options, synthesizer, memo.cache(synthesizer))
     })
 }
 
-/// [`compile()`] with the exchange programs of `schedule` (in place of `options.schedule`),
-/// asking `cache` first.
+/// [`compile()`] with the exchange programs of `synthesizer` (in place of
+/// `options.synthesizer`), asking `cache` first.
 fn compile_with(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
     options: &CompileOptions,
-    schedule: Schedule,
+    synthesizer: &dyn ExchangeSynthesizer,
     cache: &mut reuse::SynthesisCache,
 ) -> Result<Compiled, CompileError> {
     let p = options.devices;
@@ -401,7 +384,7 @@ fn compile_with(
         }
         validate_spec(op, spec, Some(p)).map_err(|source| CompileError::InvalidSpec { op: name(id), source })?;
     }
-    let estimate = footprint::check_size(comp, specs, p, schedule, &footprint::LIMITS)?;
+    let estimate = footprint::check_size(comp, specs, p, synthesizer, &footprint::LIMITS)?;
     tracing::debug!(tasks = estimate.tasks, largest_exchange = estimate.largest_exchange, "estimated the graph");
 
     let boundary = |t: TensorId, label: String| -> Result<Boundary, CompileError> {
@@ -462,7 +445,7 @@ fn compile_with(
                 fixed: placement.as_deref(),
                 label: label.clone(),
             };
-            let s = synthesize(&req, schedule, topology, cache)?;
+            let s = synthesize(&req, synthesizer, topology, cache)?;
             let here = placement.get_or_insert_with(|| s.placement.clone()).clone();
             let sources = ExchangeSources {
                 holders: &from.buffers,
@@ -590,9 +573,6 @@ fn compile_with(
         predicted_ms,
         "compiled the task graph"
     );
-    let exchanges = match schedule {
-        Schedule::Naive => Exchanges::Naive,
-        Schedule::Search { .. } => Exchanges::Searched,
-    };
+    let exchanges = if synthesizer.is_naive() { Exchanges::Naive } else { Exchanges::Searched };
     Ok(Compiled { graph, kernels, programs, placement: placements, predicted_ms, stats, exchanges })
 }

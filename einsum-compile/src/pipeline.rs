@@ -17,10 +17,11 @@
 //! physical compiler already consumes a logical plan's specs, so it is the lowest crate that
 //! sees both (`einsum-logical` knows nothing of exchange programs or task graphs).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::refine::{Refinement, refined};
-use crate::{CompileError, Compiled, Schedule, footprint};
+use crate::{CompileError, Compiled, ExchangeSynthesizer, footprint};
 use einsum_joinagg::Computation;
 use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
 use einsum_sim::Topology;
@@ -105,8 +106,9 @@ pub struct Request<'a> {
     pub cost: &'a dyn CostModel,
     /// The machine synthesis and prediction target (its HBM gives the default budget).
     pub topology: &'a Topology,
-    /// How exchange programs are synthesized.
-    pub schedule: Schedule,
+    /// How exchange programs are synthesized: [`crate::NaiveSynthesizer`],
+    /// [`crate::SearchSynthesizer`] or any other [`ExchangeSynthesizer`].
+    pub synthesizer: Arc<dyn ExchangeSynthesizer>,
     /// Bytes per device; `None`: [`default_budget`].
     pub memory_budget: Option<f64>,
     /// Host memory planning and compiling may take, in bytes; `None`: what the system
@@ -172,7 +174,7 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     let mut compile_ms = 0.0;
     let options = crate::CompileOptions {
         devices: req.devices,
-        schedule: req.schedule,
+        synthesizer: Arc::clone(&req.synthesizer),
         topology: req.topology.clone(),
         memory_budget: Some(budget),
     };

@@ -14,15 +14,13 @@ use einsum_exprog::Membership;
 use einsum_exprog::PartitionSpec;
 use einsum_exprog::Program;
 use einsum_exprog::SiteId;
-use einsum_exprog::Validation;
-use einsum_exprog::synth::{SearchOptions, naive_validated, search};
 use einsum_exprog::{Preamble, Upstream, preamble};
 
-use super::{CompileError, Schedule};
+use super::{CompileError, ExchangeSynthesizer, Synthesized};
 use crate::reuse::{Reused, SynthesisCache};
 
 /// An exchange program chosen for one consumer input, with what lowering needs.
-pub(crate) struct Synthesized {
+pub(crate) struct Placed {
     pub preamble: Preamble,
     pub program: Arc<Program>,
     pub closure: Rc<Closure>,
@@ -47,19 +45,19 @@ pub(crate) struct Request<'a> {
     pub label: String,
 }
 
-/// Builds the preamble, synthesizes a body with `schedule` (or takes it from `cache`, see
+/// Builds the preamble, synthesizes a body with `synthesizer` (or takes it from `cache`, see
 /// [`crate::reuse`]), validates it under the membership it was costed with, and reads the
 /// consumer's placement from that membership. A request equal to an earlier one of the same
 /// compile (the same producer and consumer specs, placements and dtype: a layer of a stack
 /// repeating the exchange of the layer before it) gets the earlier answer, shared, without
-/// building its preamble again: everything here is a function of the request, the schedule
-/// and the topology.
+/// building its preamble again: everything here is a function of the request, the
+/// synthesizer and the topology.
 pub(crate) fn synthesize(
     req: &Request<'_>,
-    schedule: Schedule,
+    synthesizer: &dyn ExchangeSynthesizer,
     topology: &Topology,
     cache: &mut SynthesisCache,
-) -> Result<Rc<Synthesized>, CompileError> {
+) -> Result<Rc<Placed>, CompileError> {
     let key = RequestKey {
         producer: req.producer.clone(),
         output: req.output,
@@ -72,7 +70,7 @@ pub(crate) fn synthesize(
     if let Some(done) = cache.request(&key) {
         return Ok(done);
     }
-    let done = Rc::new(synthesize_afresh(req, schedule, topology, cache)?);
+    let done = Rc::new(synthesize_afresh(req, synthesizer, topology, cache)?);
     cache.remember_request(key, Rc::clone(&done));
     Ok(done)
 }
@@ -93,10 +91,10 @@ pub(crate) struct RequestKey {
 /// [`synthesize`] for a request not seen before in this compile.
 fn synthesize_afresh(
     req: &Request<'_>,
-    schedule: Schedule,
+    synthesizer: &dyn ExchangeSynthesizer,
     topology: &Topology,
     cache: &mut SynthesisCache,
-) -> Result<Synthesized, CompileError> {
+) -> Result<Placed, CompileError> {
     let label = || req.label.clone();
     let devices: Vec<SiteId> = (0..req.devices).map(SiteId).collect();
     let sites: Vec<SiteId> = req.producer_placement.iter().map(|d| SiteId(d.0 as usize)).collect();
@@ -112,34 +110,21 @@ fn synthesize_afresh(
     }
     let synth_err = |source| CompileError::Synth { label: label(), source };
     let (key, canonical) = SynthesisCache::key(&pre.program);
-    let across_renamings = matches!(schedule, Schedule::Search { .. });
+    let across_renamings = synthesizer.invariant_under_renaming();
     let reused = match cache.get(&key, &canonical, topology, across_renamings) {
         Some(hit) => hit,
         None => {
-            let (program, validation, simulated_ms) = match schedule {
-                Schedule::Naive => {
-                    let (program, validation) = naive_validated(&pre.program).map_err(synth_err)?;
-                    let ms = einsum_exprog::completion_ms(&program, &validation, topology)
-                        .map_err(|e| synth_err(einsum_exprog::synth::SynthError::Simulate(e)))?;
-                    (program, validation, ms)
-                }
-                Schedule::Search { seed, iterations, budget, .. } => {
-                    let options = SearchOptions {
-                        seed,
-                        iterations,
-                        time_limit: budget,
-                        max_chunks: pre.max_chunks(),
-                        ..SearchOptions::default()
-                    };
-                    let found = search(&pre.program, topology, options).map_err(synth_err)?;
-                    let validation = found
-                        .program
-                        .validate_with(&found.membership)
+            let Synthesized { program, membership, simulated_ms, closure } =
+                synthesizer.synthesize(&pre, topology).map_err(synth_err)?;
+            let (membership, closure) = match closure {
+                Some(closure) => (membership, closure),
+                None => {
+                    let validation = program
+                        .validate_with(&membership)
                         .map_err(|source| CompileError::Invalid { label: label(), source })?;
-                    (found.program, validation, found.completion_ms)
+                    (validation.membership, validation.closure)
                 }
             };
-            let Validation { membership, closure } = validation;
             let fresh = Reused { program, membership, closure: Some(Rc::new(closure)), simulated_ms };
             cache.insert(key, canonical, fresh.clone());
             fresh
@@ -160,7 +145,7 @@ fn synthesize_afresh(
         pre.refined_for(&program).map_err(|e| CompileError::Lowering { label: label(), reason: e.to_string() })?;
     let placement =
         read_placement(&pre, &membership).map_err(|reason| CompileError::Placement { label: label(), reason })?;
-    Ok(Synthesized { preamble: pre, program: Arc::new(program), closure, placement, simulated_ms })
+    Ok(Placed { preamble: pre, program: Arc::new(program), closure, placement, simulated_ms })
 }
 
 /// The device of each consumer function spec: the one member of its partition; the sites

@@ -19,10 +19,12 @@
 //! alternatives with naive programs, then, under a searched schedule, at most [`FINALISTS`]
 //! and one more of them and the strategy's plan with searched ones.
 
+use std::sync::Arc;
+
 use einsum_joinagg::Computation;
 use einsum_logical::{LogicalOptimizer, LogicalPlan, Problem};
 
-use crate::{CompileError, CompileOptions, Compiled, Schedule, SynthesisMemo};
+use crate::{CompileError, CompileOptions, Compiled, NaiveSynthesizer, SynthesisMemo};
 
 /// Whole-plan predictions spent by default on a strategy's alternatives.
 pub const DEFAULT_REFINE: usize = 8;
@@ -84,7 +86,7 @@ pub(crate) fn refined(
     let mut compile = |p: &LogicalPlan, o: &CompileOptions, naive_ms: Option<f64>| {
         crate::compile_sharing(comp, &p.specs(), o, &mut memo, naive_ms)
     };
-    let naive = CompileOptions { schedule: Schedule::Naive, ..options.clone() };
+    let naive = CompileOptions { synthesizer: Arc::new(NaiveSynthesizer), ..options.clone() };
     // The first step scores up to the whole budget on a graph of a few layers, where a
     // prediction takes milliseconds; on a deep stack, [`PER_STEP`] like the later steps.
     let width = if problem.ops.len() <= WIDE_FIRST_STEP_OPS { limit } else { PER_STEP };
@@ -137,7 +139,7 @@ pub(crate) fn refined(
         best_naive_ms: best.as_ref().map(|(_, c)| c.predicted_ms),
         replaced: false,
     };
-    let (plan, result) = if options.schedule == Schedule::Naive {
+    let (plan, result) = if options.synthesizer.is_naive() {
         match best {
             Some((alternative, compiled)) => {
                 refinement.replaced = true;

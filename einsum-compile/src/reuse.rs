@@ -14,14 +14,15 @@
 //! - `π` is the identity: the problem is the same, and synthesis is deterministic (a seeded
 //!   search with an iteration budget, or the naive program), so the stored program, its
 //!   membership and its closure are exactly what synthesizing again would give.
-//! - otherwise, with the searched schedule only, and only when the topology looks the same
+//! - otherwise, only with a synthesizer that says its results survive a renaming
+//!   ([`crate::ExchangeSynthesizer::invariant_under_renaming`]: the searched one), and only when the topology looks the same
 //!   after `π` ([`Relabelling::preserves`]: identical sites, and a capacity-preserving map of
 //!   resources that takes every route among the first problem's sites to the route among
 //!   the renamed ones): the stored program renamed by `π` is valid for the asking problem
 //!   (validity is invariant under renaming) and simulates to the same time (the simulator sees
 //!   only routes, capacities and sharing). It may differ from what a fresh search would have
 //!   returned, as a search started from other labels breaks ties differently; its time does
-//!   not differ (up to the rounding of the simulation's summation order). The naive schedule
+//!   not differ (up to the rounding of the simulation's summation order). The naive synthesizer
 //!   does not reuse across renamings: its placement is defined by site order (the identity
 //!   placement), which a renaming does not keep.
 //!
@@ -29,7 +30,7 @@
 //! Before any of this, [`SynthesisCache::request`] answers a request equal to an earlier one
 //! in everything synthesis reads (producer and consumer specs, output and input, placements,
 //! dtype: [`crate::placement::RequestKey`]) with the earlier answer itself, shared: the
-//! preamble, closure, placement and program are a function of the request, the schedule and
+//! preamble, closure, placement and program are a function of the request, the synthesizer and
 //! the topology, so nothing is built again, not even the canonical key.
 //!
 //! [`compile`]: crate::compile
@@ -40,7 +41,7 @@ use std::rc::Rc;
 use einsum_exprog::{Closure, Membership, Program, Relabelling};
 use einsum_sim::Topology;
 
-use crate::placement::{RequestKey, Synthesized};
+use crate::placement::{Placed, RequestKey};
 
 /// A synthesized exchange program as the cache keeps and returns it.
 #[derive(Clone, Debug)]
@@ -74,7 +75,7 @@ pub(crate) struct SynthesisCache {
     /// Every request answered so far, by everything it is answered from
     /// ([`crate::placement::synthesize`]): a request repeated exactly skips even the
     /// preamble and the canonical key.
-    requests: HashMap<RequestKey, Rc<Synthesized>>,
+    requests: HashMap<RequestKey, Rc<Placed>>,
     /// Lookups answered from an entry (unchanged or renamed).
     pub hits: usize,
     /// Of those, answered through a renaming other than the identity.
@@ -123,14 +124,14 @@ impl SynthesisCache {
 
     /// The answer to a request equal to `key` made earlier in this compile, counted as a
     /// hit.
-    pub fn request(&mut self, key: &RequestKey) -> Option<Rc<Synthesized>> {
+    pub fn request(&mut self, key: &RequestKey) -> Option<Rc<Placed>> {
         let done = self.requests.get(key)?;
         self.hits += 1;
         Some(Rc::clone(done))
     }
 
     /// Remembers the answer to a request.
-    pub fn remember_request(&mut self, key: RequestKey, done: Rc<Synthesized>) {
+    pub fn remember_request(&mut self, key: RequestKey, done: Rc<Placed>) {
         self.requests.insert(key, done);
     }
 

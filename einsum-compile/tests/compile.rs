@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use einsum_compile::{
-    CompileError, CompileOptions, Compiled, ComputationKernels, ExchangeSources, Schedule, compile, lower_exchange,
+    CompileError, CompileOptions, Compiled, ComputationKernels, ExchangeSources, NaiveSynthesizer, Schedule,
+    SearchSynthesizer, compile, lower_exchange,
 };
 use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph, interpret};
 use einsum_core::{Aggregation, DType, HostTensor, SeededRng, TensorDesc, TensorType, scaled_error};
@@ -60,7 +61,12 @@ fn run(comp: &Computation, compiled: &Compiled, seed: u64) {
 fn check(comp: &Computation, p: usize, seed: u64, schedule: Schedule, topology: &Topology) -> bool {
     let mut rng = SeededRng::new(seed);
     let Some(specs) = random_specs(comp, p, &mut rng) else { return false };
-    let options = CompileOptions { devices: p, schedule, topology: topology.clone(), memory_budget: None };
+    let options = CompileOptions {
+        devices: p,
+        synthesizer: schedule.synthesizer(),
+        topology: topology.clone(),
+        memory_budget: None,
+    };
     let compiled = compile(comp, &specs, &options).unwrap_or_else(|e| panic!("p = {p}, seed {seed}: {e}"));
     assert!(compiled.graph.check_complete().is_ok());
     assert_eq!(compiled.graph.devices(), p);
@@ -311,7 +317,12 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
     let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10, budget: None, naive_fallback: false }]
     {
-        let options = CompileOptions { devices: 4, schedule, topology: switch(4, 80.0), memory_budget: None };
+        let options = CompileOptions {
+            devices: 4,
+            synthesizer: schedule.synthesizer(),
+            topology: switch(4, 80.0),
+            memory_budget: None,
+        };
         let compiled = compile(&comp, &specs, &options).unwrap();
         assert_eq!(compiled.programs.len(), 1);
         let program = &compiled.programs[0];
@@ -332,8 +343,12 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
 #[test]
 fn wrong_spec_counts_and_missing_specs_are_refused() {
     let (comp, specs) = example_5_4();
-    let options =
-        CompileOptions { devices: 2, schedule: Schedule::Naive, topology: switch(8, 80.0), memory_budget: None };
+    let options = CompileOptions {
+        devices: 2,
+        synthesizer: Schedule::Naive.synthesizer(),
+        topology: switch(8, 80.0),
+        memory_budget: None,
+    };
     let err = compile(&comp, &specs, &options).unwrap_err();
     assert!(matches!(&err, CompileError::SpecCount { expected: 2, got: 4, .. }), "{err}");
     assert!(err.to_string().contains("matmul"), "{err}");
@@ -349,8 +364,12 @@ fn wrong_spec_counts_and_missing_specs_are_refused() {
 #[test]
 fn a_topology_with_too_few_sites_is_refused() {
     let (comp, specs) = example_5_4();
-    let options =
-        CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(2, 80.0), memory_budget: None };
+    let options = CompileOptions {
+        devices: 4,
+        synthesizer: Schedule::Naive.synthesizer(),
+        topology: switch(2, 80.0),
+        memory_budget: None,
+    };
     let err = compile(&comp, &specs, &options).unwrap_err();
     assert!(matches!(err, CompileError::TopologyTooSmall { sites: 2, devices: 4, .. }), "{err}");
 }
@@ -359,8 +378,12 @@ fn a_topology_with_too_few_sites_is_refused() {
 fn a_graph_over_hbm_capacity_is_refused() {
     let (comp, specs) = example_5_4();
     // 200 bytes of HBM per device: one 4 x 8 f32 block alone takes 128.
-    let options =
-        CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(4, 200e-9), memory_budget: None };
+    let options = CompileOptions {
+        devices: 4,
+        synthesizer: Schedule::Naive.synthesizer(),
+        topology: switch(4, 200e-9),
+        memory_budget: None,
+    };
     let err = compile(&comp, &specs, &options).unwrap_err();
     let CompileError::OutOfMemory { device, peak, resident, budget } = &err else { panic!("{err}") };
     assert!(*peak as f64 > *budget && *budget == 200.0 && *device < 4 && resident <= peak, "{err}");
@@ -384,8 +407,12 @@ fn a_weight_read_by_two_operators_is_loaded_once_per_device_and_block() {
     let (_, op, _) = comp.ops().next().unwrap();
     let spec = enumerate_specs(op, p).unwrap()[0].spec.clone();
     let specs: HashMap<OpId, JoinAggSpec> = comp.ops().map(|(id, _, _)| (id, spec.clone())).collect();
-    let options =
-        CompileOptions { devices: p, schedule: Schedule::Naive, topology: switch(p, 80.0), memory_budget: None };
+    let options = CompileOptions {
+        devices: p,
+        synthesizer: Schedule::Naive.synthesizer(),
+        topology: switch(p, 80.0),
+        memory_budget: None,
+    };
     let compiled = compile(&comp, &specs, &options).unwrap();
     let g = &compiled.graph;
     let mut loads: Vec<(usize, u32, TensorType)> = g
@@ -427,8 +454,12 @@ fn a_weight_read_by_two_operators_is_loaded_once_per_device_and_block() {
 #[test]
 fn a_memory_budget_below_the_peak_is_refused() {
     let (comp, specs) = example_5_4();
-    let options =
-        CompileOptions { devices: 4, schedule: Schedule::Naive, topology: switch(4, 80.0), memory_budget: None };
+    let options = CompileOptions {
+        devices: 4,
+        synthesizer: Schedule::Naive.synthesizer(),
+        topology: switch(4, 80.0),
+        memory_budget: None,
+    };
     let stats = compile(&comp, &specs, &options).unwrap().graph.stats();
     let peak = *stats.peak_bytes.iter().max().unwrap();
     let worst = stats.peak_bytes.iter().position(|&b| b == peak).unwrap();
@@ -544,8 +575,8 @@ fn plans_above_the_size_limits_are_refused_with_the_estimate() {
     let estimate = compile_estimate(&comp, &specs, p);
     assert_eq!(estimate, CompileEstimate { tasks: 2 * p * 3 + p * p, largest_exchange: p * p });
     let exact = CompileLimits { tasks: estimate.tasks, exchange_pieces: estimate.largest_exchange };
-    assert_eq!(check_size(&comp, &specs, p, Schedule::Naive, &exact), Ok(estimate));
-    let err = check_size(&comp, &specs, p, Schedule::Naive, &CompileLimits { tasks: estimate.tasks - 1, ..exact })
+    assert_eq!(check_size(&comp, &specs, p, &NaiveSynthesizer, &exact), Ok(estimate));
+    let err = check_size(&comp, &specs, p, &NaiveSynthesizer, &CompileLimits { tasks: estimate.tasks - 1, ..exact })
         .unwrap_err();
     assert_eq!(
         err,
@@ -553,31 +584,35 @@ fn plans_above_the_size_limits_are_refused_with_the_estimate() {
     );
     assert!(err.to_string().contains(&format!("estimated {} tasks", estimate.tasks)), "{err}");
     let err =
-        check_size(&comp, &specs, p, Schedule::Naive, &CompileLimits { exchange_pieces: 15, ..exact }).unwrap_err();
+        check_size(&comp, &specs, p, &NaiveSynthesizer, &CompileLimits { exchange_pieces: 15, ..exact }).unwrap_err();
     assert_eq!(err, CompileError::TooLarge { devices: p, what: "pieces in one exchange", estimate: 16, limit: 15 });
     // A search simulates each program once per iteration and once more: 48 iterations
     // divide the naive limit by 7.
-    let search = Schedule::Search { seed: 0, iterations: 48, budget: None, naive_fallback: false };
+    let search = SearchSynthesizer { seed: 0, iterations: 48, budget: None, naive_fallback: false };
     let pieces = CompileLimits { exchange_pieces: 7 * 16, ..exact };
-    assert_eq!(pieces.exchange_pieces_for(search), 16);
-    assert_eq!(check_size(&comp, &specs, p, search, &pieces), Ok(estimate));
-    let err = check_size(&comp, &specs, p, search, &CompileLimits { exchange_pieces: 7 * 16 - 1, ..exact });
+    assert_eq!(pieces.exchange_pieces_for(&search), 16);
+    assert_eq!(check_size(&comp, &specs, p, &search, &pieces), Ok(estimate));
+    let err = check_size(&comp, &specs, p, &search, &CompileLimits { exchange_pieces: 7 * 16 - 1, ..exact });
     assert!(matches!(err, Err(CompileError::TooLarge { estimate: 16, limit: 15, .. })), "{err:?}");
     // A budget stops the annealing by time: however high the cap, the search is charged
     // for BUDGETED_SEARCH_SIMULATIONS; without one, the cap counts (and never overflows).
-    let budgeted = Schedule::Search {
+    let budgeted = SearchSynthesizer {
         seed: 0,
         iterations: usize::MAX,
         budget: Some(Duration::from_secs(1)),
         naive_fallback: false,
     };
     let charged = ((BUDGETED_SEARCH_SIMULATIONS + 1) as f64).sqrt();
-    assert_eq!(LIMITS.exchange_pieces_for(budgeted), (LIMITS.exchange_pieces as f64 / charged) as usize);
-    let capped = Schedule::Search { seed: 0, iterations: usize::MAX, budget: None, naive_fallback: false };
-    assert_eq!(LIMITS.exchange_pieces_for(capped), 0);
+    assert_eq!(LIMITS.exchange_pieces_for(&budgeted), (LIMITS.exchange_pieces as f64 / charged) as usize);
+    let capped = SearchSynthesizer { seed: 0, iterations: usize::MAX, budget: None, naive_fallback: false };
+    assert_eq!(LIMITS.exchange_pieces_for(&capped), 0);
     assert!(estimate.tasks < LIMITS.tasks && estimate.largest_exchange < LIMITS.exchange_pieces);
-    let options =
-        CompileOptions { devices: p, schedule: Schedule::Naive, topology: switch(p, 80.0), memory_budget: None };
+    let options = CompileOptions {
+        devices: p,
+        synthesizer: Schedule::Naive.synthesizer(),
+        topology: switch(p, 80.0),
+        memory_budget: None,
+    };
     let compiled = compile(&comp, &specs, &options).unwrap();
     let transfers = compiled.graph.nodes().iter().filter(|n| matches!(n.task, Task::Transfer { .. })).count();
     assert!(transfers > 0 && transfers <= p * p, "{transfers} transfers");
@@ -625,7 +660,12 @@ fn a_repeated_exchange_request_is_answered_once() {
     }
     for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None, naive_fallback: false }]
     {
-        let options = CompileOptions { devices: p, schedule, topology: switch(p, 80.0), memory_budget: None };
+        let options = CompileOptions {
+            devices: p,
+            synthesizer: schedule.synthesizer(),
+            topology: switch(p, 80.0),
+            memory_budget: None,
+        };
         let compiled = compile(&comp, &specs, &options).unwrap();
         let program = |layer: usize| &compiled.programs.iter().find(|e| e.op == ops[layer].0).unwrap().program;
         assert_eq!(compiled.programs.len(), 4, "{schedule:?}");

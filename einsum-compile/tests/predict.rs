@@ -34,7 +34,7 @@ fn a100() -> Topology {
 }
 
 fn options(p: usize) -> CompileOptions {
-    CompileOptions { devices: p, schedule: Schedule::Naive, topology: a100(), memory_budget: None }
+    CompileOptions { devices: p, synthesizer: Schedule::Naive.synthesizer(), topology: a100(), memory_budget: None }
 }
 
 /// The roofline time of an `m x k` by `k x n` f16 matmul, by hand.

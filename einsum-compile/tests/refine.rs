@@ -29,7 +29,7 @@ fn planned(comp: &Computation, strategy: &dyn LogicalOptimizer, refine: usize, s
         strategy,
         cost: &PaperProxy,
         topology: &topology,
-        schedule,
+        synthesizer: schedule.synthesizer(),
         memory_budget: None,
         host_memory: None,
         refine,

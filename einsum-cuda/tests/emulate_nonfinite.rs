@@ -44,7 +44,7 @@ fn check(name: &str, op: Box<dyn AbstractOperator>, values: Vec<Vec<f32>>) -> Ve
         for choice in specs {
             let options = einsum_compile::CompileOptions {
                 devices: p,
-                schedule: Schedule::Naive,
+                synthesizer: Schedule::Naive.synthesizer(),
                 topology: Topology::preset("dgx-a100").unwrap(),
                 memory_budget: None,
             };

@@ -27,7 +27,7 @@ fn compiled(comp: &Computation) -> Compiled {
     let specs = comp.ops().map(|(id, op, _)| (id, enumerate_specs(op, 1).unwrap()[0].spec.clone())).collect();
     let options = einsum_compile::CompileOptions {
         devices: 1,
-        schedule: Schedule::Naive,
+        synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };

@@ -119,7 +119,7 @@ fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
     let spec = specs.get(choice)?.spec.clone();
     let options = einsum_compile::CompileOptions {
         devices: p,
-        schedule: Schedule::Naive,
+        synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };

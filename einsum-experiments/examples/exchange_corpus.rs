@@ -90,7 +90,7 @@ fn largest_preambles(
         strategy: &STRATEGY,
         cost: &model,
         topology: &topology,
-        schedule: Schedule::Naive,
+        synthesizer: Schedule::Naive.synthesizer(),
         memory_budget: None,
         host_memory: None,
         refine: einsum_compile::refine::DEFAULT_REFINE,

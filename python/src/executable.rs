@@ -30,7 +30,10 @@ use std::time::Duration;
 use einsum_core::{HostTensor, TensorDesc};
 use einsum_logical::LogicalOptimizer;
 use einsummable::report::{GraphReport, PlanReport, explain_text};
-use einsummable::{BackendParams, CompileOptions, Error, Executable, Graph, Schedule, Tensor, Topology};
+use einsummable::{
+    BackendParams, CompileOptions, Error, ExchangeSynthesizer, Executable, Graph, NaiveSynthesizer, SearchSynthesizer,
+    Tensor, Topology,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -319,10 +322,15 @@ pub fn compile(
             return Err(EinsummableError::new_err(format!("schedule `{other}`: expected naive or search")));
         }
     };
-    let schedule = if schedule_name == "search" {
-        Schedule::Search { seed, iterations: SEARCH_ITERATIONS, budget: Some(SEARCH_BUDGET), naive_fallback: true }
+    let synthesizer: Arc<dyn ExchangeSynthesizer> = if schedule_name == "search" {
+        Arc::new(SearchSynthesizer {
+            seed,
+            iterations: SEARCH_ITERATIONS,
+            budget: Some(SEARCH_BUDGET),
+            naive_fallback: true,
+        })
     } else {
-        Schedule::Naive
+        Arc::new(NaiveSynthesizer)
     };
     let memory_budget = match memory_budget {
         None => None,
@@ -336,7 +344,7 @@ pub fn compile(
         backend: einsummable::backend_by_name(backend, &BackendParams::default()).py_err()?,
         optimizer: strategy,
         cost: Some(cost_model),
-        schedule,
+        synthesizer,
         topology: machine,
         memory_budget,
         refine: einsummable::refine::DEFAULT_REFINE,

@@ -14,7 +14,7 @@ use einsummable::experiment::Progress;
 use einsummable::{Error, Result};
 use serde::Serialize;
 
-use super::{Report, Synthesis};
+use super::{Report, SynthesizerName};
 
 /// The `exprog` subcommands.
 #[derive(clap::Subcommand)]
@@ -39,8 +39,8 @@ pub enum Command {
         #[arg(long, help = super::topology_help("the machine"))]
         topology: String,
         /// How the body is synthesized.
-        #[arg(long, value_enum, default_value_t = Synthesis::Search)]
-        mode: Synthesis,
+        #[arg(long, value_enum, default_value_t = SynthesizerName::Search)]
+        mode: SynthesizerName,
         /// Seed of the search.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -106,12 +106,12 @@ pub fn run(command: Command) -> Result<Report> {
             let topo = Topology::named(&topology)?;
             let shown = file.display().to_string();
             let (program, completion_ms, membership, search) = match mode {
-                Synthesis::Naive => {
+                SynthesizerName::Naive => {
                     let program = synth::naive(&preamble).map_err(|e| in_file(e.into()))?;
                     let sim = simulate(&program, &topo).map_err(|e| in_file(e.into()))?;
                     (program, sim.completion_ms, sim.membership, None)
                 }
-                Synthesis::Search => {
+                SynthesizerName::Search => {
                     let options = SearchOptions { seed, iterations, time_limit, ..SearchOptions::default() };
                     // A bar on a terminal only: logs and pipes get the result alone.
                     let mut bar = Progress::new("search", iterations, std::io::stderr().is_terminal());

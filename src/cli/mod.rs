@@ -4,7 +4,9 @@ use std::fmt;
 use std::path::Path;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
-use einsummable::{DType, Error, Result, Schedule, names};
+use std::sync::Arc;
+
+use einsummable::{DType, Error, ExchangeSynthesizer, NaiveSynthesizer, Result, SearchSynthesizer, names};
 use serde::Serialize;
 
 pub mod check;
@@ -135,36 +137,40 @@ pub fn dtype_names() -> impl TypedValueParser<Value = DType> {
     PossibleValuesParser::new(DType::ALL.map(DType::name)).try_map(|name| name.parse::<DType>())
 }
 
-/// How exchange programs are synthesized (`--schedule`, and `exprog synthesize --mode`).
+/// The name of one of the project's exchange synthesizers (`--schedule`, and `exprog synthesize
+/// --mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Synthesis {
+pub enum SynthesizerName {
     /// Gather and aggregate at each target.
     Naive,
     /// Simulated annealing from the naive program, timed by the simulator.
     Search,
 }
 
-impl Synthesis {
+impl SynthesizerName {
     /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
-            Synthesis::Naive => "naive",
-            Synthesis::Search => "search",
+            SynthesizerName::Naive => "naive",
+            SynthesizerName::Search => "search",
         }
     }
 
-    /// The compile schedule: with `search`, the seed, the iteration cap and the wall-time
-    /// budget (`--synthesis-budget`, seconds) per exchange program.
-    pub fn schedule(self, seed: u64, iterations: usize, budget_s: f64) -> Result<Schedule> {
+    /// The synthesizer a compile takes: with `search`, the seed, the iteration cap and the
+    /// wall-time budget (`--synthesis-budget`, seconds) per exchange program, and the naive
+    /// fallback.
+    pub fn synthesizer(self, seed: u64, iterations: usize, budget_s: f64) -> Result<Arc<dyn ExchangeSynthesizer>> {
         let budget = synthesis_budget(budget_s)?;
         Ok(match self {
-            Synthesis::Naive => Schedule::Naive,
-            Synthesis::Search => Schedule::Search { seed, iterations, budget: Some(budget), naive_fallback: true },
+            SynthesizerName::Naive => Arc::new(NaiveSynthesizer),
+            SynthesizerName::Search => {
+                Arc::new(SearchSynthesizer { seed, iterations, budget: Some(budget), naive_fallback: true })
+            }
         })
     }
 }
 
-impl fmt::Display for Synthesis {
+impl fmt::Display for SynthesizerName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }

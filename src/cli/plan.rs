@@ -13,7 +13,7 @@ use einsummable::{Exchanges, Result, Workload};
 
 use einsummable::DType;
 
-use super::{ChosenTopology, Report, Synthesis, choose_topology, parse_budget};
+use super::{ChosenTopology, Report, SynthesizerName, choose_topology, parse_budget};
 
 /// Arguments of `plan`.
 #[derive(clap::Args)]
@@ -46,8 +46,8 @@ pub struct Args {
     #[arg(long, value_name = "TOPOLOGY")]
     cost_topology: Option<String>,
     /// Exchange programs of the physical compilation.
-    #[arg(long, value_enum, default_value_t = Synthesis::Naive)]
-    schedule: Synthesis,
+    #[arg(long, value_enum, default_value_t = SynthesizerName::Naive)]
+    schedule: SynthesizerName,
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
@@ -102,7 +102,7 @@ pub fn run(a: Args) -> Result<Report> {
     }
     let graph = workload.build(a.dtype)?;
     let model = cost_model_by_name(&a.cost, a.cost_topology.as_deref().unwrap_or(&topology_name))?;
-    let schedule = a.schedule.schedule(a.seed, a.iterations, a.synthesis_budget)?;
+    let synthesizer = a.schedule.synthesizer(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
@@ -126,7 +126,7 @@ pub fn run(a: Args) -> Result<Report> {
             strategy: strategy.as_ref(),
             cost: model.as_ref(),
             topology: &topology,
-            schedule,
+            synthesizer,
             memory_budget: budget,
             host_memory: None,
             refine: a.refine,

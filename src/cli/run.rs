@@ -16,7 +16,7 @@ use einsummable::{
 };
 use serde::Serialize;
 
-use super::{ChosenTopology, Report, Synthesis, choose_topology, parse_budget};
+use super::{ChosenTopology, Report, SynthesizerName, choose_topology, parse_budget};
 
 /// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
 /// and runs it on 8 virtual devices in seconds.
@@ -58,8 +58,8 @@ pub struct CompileArgs {
     #[arg(long, default_value = "time", value_parser = super::cost_names())]
     cost: String,
     /// Exchange programs.
-    #[arg(long, value_enum, default_value_t = Synthesis::Naive)]
-    schedule: Synthesis,
+    #[arg(long, value_enum, default_value_t = SynthesizerName::Naive)]
+    schedule: SynthesizerName,
     /// Search iterations per exchange program (with --schedule search).
     #[arg(long, default_value_t = 50)]
     iterations: usize,
@@ -109,13 +109,13 @@ impl CompileArgs {
         // The topology before the cost model, which is built from it.
         let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
-        let schedule = self.schedule.schedule(self.seed, self.iterations, self.synthesis_budget)?;
+        let synthesizer = self.schedule.synthesizer(self.seed, self.iterations, self.synthesis_budget)?;
         let options = CompileOptions {
             devices: self.devices,
             backend,
             optimizer,
             cost,
-            schedule,
+            synthesizer,
             topology,
             memory_budget: parse_budget(self.memory_budget)?,
             refine: self.refine,

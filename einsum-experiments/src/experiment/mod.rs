@@ -383,7 +383,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
         strategy: case.strategy.optimizer(),
         cost: case.target.cost(),
         topology: case.target.topology(),
-        schedule: case.schedule,
+        synthesizer: case.schedule.synthesizer(),
         memory_budget: case.memory_budget.map(|b| b as f64),
         host_memory: None,
         refine: case.refine,
