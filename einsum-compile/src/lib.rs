@@ -57,6 +57,7 @@
 //! stays the program's own simulated time, as synthesis costed it.
 #![warn(missing_docs)]
 
+mod build;
 mod fallback;
 pub mod footprint;
 mod kernels;
@@ -72,9 +73,9 @@ mod synthesizer;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use einsum_core::taskgraph::{Boundary, BufferId, DeviceId, MemoryStats, Task, TaskGraph};
-use einsum_core::{TaskGraphError, TensorType};
-use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, Node, OpId, TensorId, validate_spec};
+use einsum_core::TaskGraphError;
+use einsum_core::taskgraph::{Boundary, DeviceId, MemoryStats, TaskGraph};
+use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId, TensorId, validate_spec};
 use einsum_sim::{Roofline, Topology};
 
 pub use fallback::Exchanges;
@@ -88,7 +89,6 @@ use einsum_exprog::PreambleError;
 use einsum_exprog::Program;
 use einsum_exprog::ValidityError;
 use einsum_exprog::synth::SynthError;
-use placement::{Request, synthesize};
 
 /// What [`compile`] needs besides the computation and its specs.
 #[derive(Clone, Debug)]
@@ -290,13 +290,24 @@ fn gb(bytes: usize) -> f64 {
     bytes as f64 / 1e9
 }
 
-/// An operator output already compiled: its partial blocks, one per function spec.
-struct Produced<'a> {
-    spec: &'a JoinAggSpec,
-    output: usize,
-    placement: Vec<DeviceId>,
-    buffers: Vec<BufferId>,
-    aggregation: einsum_core::Aggregation,
+/// The boundaries of `comp`'s task graph: its inputs, named after their nodes, and its saved
+/// tensors (`name.output` for an operator of several outputs).
+fn boundaries(comp: &Computation) -> Result<(Vec<Boundary>, Vec<Boundary>), CompileError> {
+    let name = |id: OpId| build::op_name(comp, id);
+    let boundary = |t: TensorId, label: String| -> Result<Boundary, CompileError> {
+        let desc = comp.desc(t)?;
+        Ok(Boundary { name: label, ty: desc.tensor_type(), dtype: desc.dtype })
+    };
+    let in_bounds = comp.inputs().iter().map(|&t| boundary(t, name(t.op))).collect::<Result<Vec<_>, _>>()?;
+    let out_bounds = comp
+        .saved()
+        .iter()
+        .map(|&t| {
+            let n = comp.node(t.op).map_or(0, |n| n.outputs().len());
+            boundary(t, if n > 1 { format!("{}.{}", name(t.op), t.output) } else { name(t.op) })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((in_bounds, out_bounds))
 }
 
 /// Compiles `comp`, each operator decomposed by its spec in `specs`, to a task graph over
@@ -376,7 +387,7 @@ fn compile_with(
             devices: p,
         });
     }
-    let name = |id: OpId| comp.node(id).map_or_else(|| format!("vertex {}", id.0), |n| n.name().to_string());
+    let name = |id: OpId| build::op_name(comp, id);
     for (id, op, _) in comp.ops() {
         let spec = specs.get(&id).ok_or_else(|| CompileError::MissingSpec { op: name(id) })?;
         if spec.len() != p {
@@ -387,173 +398,16 @@ fn compile_with(
     let estimate = footprint::check_size(comp, specs, p, synthesizer, &footprint::LIMITS)?;
     tracing::debug!(tasks = estimate.tasks, largest_exchange = estimate.largest_exchange, "estimated the graph");
 
-    let boundary = |t: TensorId, label: String| -> Result<Boundary, CompileError> {
-        let desc = comp.desc(t)?;
-        Ok(Boundary { name: label, ty: desc.tensor_type(), dtype: desc.dtype })
-    };
-    let inputs = comp.inputs();
-    let in_bounds = inputs.iter().map(|&t| boundary(t, name(t.op))).collect::<Result<Vec<_>, _>>()?;
-    let out_bounds = comp
-        .saved()
-        .iter()
-        .map(|&t| {
-            let n = comp.node(t.op).map_or(0, |n| n.outputs().len());
-            boundary(t, if n > 1 { format!("{}.{}", name(t.op), t.output) } else { name(t.op) })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut graph = TaskGraph::new(p, in_bounds, out_bounds);
-    let mut kernels = Vec::new();
-    let mut programs = Vec::new();
-    let mut placements: HashMap<OpId, Vec<DeviceId>> = HashMap::new();
-    let mut produced: HashMap<TensorId, Produced<'_>> = HashMap::new();
+    let (in_bounds, out_bounds) = boundaries(comp)?;
+    let mut built = build::Builder::new(comp, specs, topology, synthesizer, TaskGraph::new(p, in_bounds, out_bounds));
     // Exchange programs already synthesized (by earlier compiles too), by problem up to a
     // renaming of sites; what this compile reused is counted from here.
     let (hits, renamed) = (cache.hits, cache.renamed);
-    // The resident buffer of every (input, device, block) loaded so far.
-    let mut loaded: HashMap<(usize, DeviceId, TensorType), BufferId> = HashMap::new();
-    let mut load = |graph: &mut TaskGraph, input: usize, dev: DeviceId, block: &TensorType, label: String| {
-        if let Some(&b) = loaded.get(&(input, dev, block.clone())) {
-            return Ok::<_, CompileError>(b);
-        }
-        let dst = graph.add_buffer(dev, block.clone(), graph.inputs()[input].dtype);
-        graph.push(Task::Load { input, dst }, &[], label)?;
-        loaded.insert((input, dev, block.clone()), dst);
-        Ok(dst)
-    };
-
     for (id, op, args) in comp.ops() {
-        let spec = &specs[&id];
-        let op_name = name(id);
-        let is_input = |t: &TensorId| matches!(comp.node(t.op), Some(Node::Input { .. }));
-        // Exchange programs: the first produced input chooses the placement.
-        let mut placement: Option<Vec<DeviceId>> = None;
-        let mut blocks: Vec<Option<Vec<BufferId>>> = vec![None; args.len()];
-        for (k, t) in args.iter().enumerate() {
-            if is_input(t) {
-                continue;
-            }
-            let from = produced.get(t).ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
-            let label = format!("operator `{op_name}` input {k}");
-            let req = Request {
-                producer: from.spec,
-                output: from.output,
-                producer_placement: &from.placement,
-                consumer: spec,
-                input: k,
-                dtype: comp.desc(*t)?.dtype,
-                devices: p,
-                fixed: placement.as_deref(),
-                label: label.clone(),
-            };
-            let s = synthesize(&req, synthesizer, topology, cache)?;
-            let here = placement.get_or_insert_with(|| s.placement.clone()).clone();
-            let sources = ExchangeSources {
-                holders: &from.buffers,
-                aggregation: from.aggregation,
-                placement: &here,
-                label: &label,
-            };
-            blocks[k] = Some(lower_exchange(&mut graph, &s.preamble, &s.closure, &sources)?);
-            tracing::debug!(op = %op_name, input = k, simulated_ms = s.simulated_ms, "exchange program");
-            programs.push(ExchangeProgram {
-                op: id,
-                input: k,
-                program: Arc::clone(&s.program),
-                simulated_ms: s.simulated_ms,
-            });
-        }
-        let placement = placement.unwrap_or_else(|| (0..p as u32).map(DeviceId).collect());
-        tracing::debug!(
-            op = %op_name,
-            devices = %placement.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(" "),
-            "placed operator"
-        );
-
-        let out_descs = op.outputs();
-        let mut outs: Vec<Vec<BufferId>> = vec![Vec::with_capacity(p); out_descs.len()];
-        for (i, f) in spec.functions.iter().enumerate() {
-            let dev = placement[i];
-            let mut ins = Vec::with_capacity(args.len());
-            for (k, t) in args.iter().enumerate() {
-                match &blocks[k] {
-                    Some(b) => ins.push(b[i]),
-                    None => {
-                        let input = inputs
-                            .iter()
-                            .position(|x| x == t)
-                            .ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
-                        let label = format!("load {} {} on {dev}", name(t.op), f.inputs[k]);
-                        ins.push(load(&mut graph, input, dev, &f.inputs[k], label)?);
-                    }
-                }
-            }
-            let written: Vec<BufferId> =
-                f.outputs.iter().zip(out_descs).map(|(b, d)| graph.add_buffer(dev, b.clone(), d.dtype)).collect();
-            let kernel = kernels.len();
-            kernels.push(KernelCall { op: id, function: f.clone() });
-            graph.push(
-                Task::Kernel { kernel, inputs: ins, outputs: written.clone() },
-                &[],
-                format!("`{op_name}` f{i}"),
-            )?;
-            for (j, b) in written.into_iter().enumerate() {
-                outs[j].push(b);
-            }
-        }
-        for (j, buffers) in outs.into_iter().enumerate() {
-            produced.insert(
-                TensorId { op: id, output: j },
-                Produced { spec, output: j, placement: placement.clone(), buffers, aggregation: op.aggregation() },
-            );
-        }
-        placements.insert(id, placement);
+        built.operator(id, op, args, cache)?;
     }
-
-    for (o, t) in comp.saved().iter().enumerate() {
-        match produced.get(t) {
-            None => {
-                let input = inputs
-                    .iter()
-                    .position(|x| x == t)
-                    .ok_or_else(|| einsum_joinagg::Error::UnknownTensor(t.to_string()))?;
-                let whole = graph.inputs()[input].ty.clone();
-                let dst = load(&mut graph, input, DeviceId(0), &whole, format!("load saved input {}", name(t.op)))?;
-                graph.push(Task::Store { output: o, src: dst }, &[], format!("store {}", name(t.op)))?;
-            }
-            Some(from) => {
-                let mut boxes: Vec<(einsum_core::TensorType, Vec<usize>)> = Vec::new();
-                for (i, f) in from.spec.functions.iter().enumerate() {
-                    let b = &f.outputs[from.output];
-                    match boxes.iter_mut().find(|(x, _)| x == b) {
-                        Some((_, holders)) => holders.push(i),
-                        None => boxes.push((b.clone(), vec![i])),
-                    }
-                }
-                for (block, holders) in boxes {
-                    let dev = from.placement[holders[0]];
-                    let mut pieces = vec![from.buffers[holders[0]]];
-                    for &h in &holders[1..] {
-                        let src = from.buffers[h];
-                        let dst = graph.add_buffer(dev, block.clone(), graph.buffer(src).dtype);
-                        graph.push(Task::Transfer { src, dst }, &[], format!("gather {t} {block} f{h} -> {dev}"))?;
-                        pieces.push(dst);
-                    }
-                    let src = if pieces.len() == 1 {
-                        pieces[0]
-                    } else {
-                        let dst = graph.add_buffer(dev, block.clone(), graph.buffer(pieces[0]).dtype);
-                        graph.push(
-                            Task::Aggregate { srcs: pieces, dst, agg: from.aggregation },
-                            &[],
-                            format!("aggregate {t} {block}"),
-                        )?;
-                        dst
-                    };
-                    graph.push(Task::Store { output: o, src }, &[], format!("store {t} {block}"))?;
-                }
-            }
-        }
-    }
+    built.store_saved()?;
+    let build::Builder { graph, kernels, programs, placements, .. } = built;
     graph.check_complete()?;
 
     let stats = graph.stats();
