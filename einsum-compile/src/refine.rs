@@ -148,21 +148,9 @@ pub(crate) fn refined(
             None => (plan, Ok(own)),
         }
     } else {
-        // The finalists as asked, beside the strategy's own plan, which wins ties.
-        let mut kept = (compile(&plan, options, Some(own.predicted_ms)), plan);
-        for (alternative, naive_ms) in finalists(seen) {
-            let theirs = compile(&alternative, options, Some(naive_ms));
-            let faster = match (&theirs, &kept.0) {
-                (Ok(t), Ok(k)) => t.predicted_ms < k.predicted_ms,
-                (Ok(_), Err(_)) => true,
-                _ => false,
-            };
-            if faster {
-                kept = (theirs, alternative);
-                refinement.replaced = true;
-            }
-        }
-        (kept.1, kept.0)
+        let (plan, result, replaced) = fastest_as_asked(&mut compile, options, plan, own.predicted_ms, seen);
+        refinement.replaced = replaced;
+        (plan, result)
     };
     tracing::info!(
         scored = refinement.scored,
@@ -172,6 +160,36 @@ pub(crate) fn refined(
         "refined the plan by whole-plan prediction"
     );
     Ok((plan, result, Some(refinement)))
+}
+
+/// A compile of a plan under some options, given the plan's naive prediction where known.
+type CompileFn<'a> = dyn FnMut(&LogicalPlan, &CompileOptions, Option<f64>) -> Result<Compiled, CompileError> + 'a;
+
+/// The [`finalists`] of `seen` compiled as asked, beside the strategy's own `plan` (naive
+/// prediction `own_ms`), which wins ties: the fastest plan, its compile, and whether an
+/// alternative replaced the strategy's plan.
+fn fastest_as_asked(
+    compile: &mut CompileFn<'_>,
+    options: &CompileOptions,
+    plan: LogicalPlan,
+    own_ms: f64,
+    seen: Vec<(LogicalPlan, f64)>,
+) -> (LogicalPlan, Result<Compiled, CompileError>, bool) {
+    let mut replaced = false;
+    let mut kept = (compile(&plan, options, Some(own_ms)), plan);
+    for (alternative, naive_ms) in finalists(seen) {
+        let theirs = compile(&alternative, options, Some(naive_ms));
+        let faster = match (&theirs, &kept.0) {
+            (Ok(t), Ok(k)) => t.predicted_ms < k.predicted_ms,
+            (Ok(_), Err(_)) => true,
+            _ => false,
+        };
+        if faster {
+            kept = (theirs, alternative);
+            replaced = true;
+        }
+    }
+    (kept.1, kept.0, replaced)
 }
 
 /// The finalists among the scored alternatives: the [`FINALISTS`] fastest with naive
