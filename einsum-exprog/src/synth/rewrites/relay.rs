@@ -65,7 +65,7 @@ impl Rewrite for EliminateRelay {
     }
 }
 
-/// A transfer through two relays in a row ([`relay_chain`]).
+/// A transfer through two relays in a row (`relay_chain`).
 #[derive(Clone, Copy, Debug)]
 pub struct RelayChain;
 
@@ -83,7 +83,7 @@ impl Rewrite for RelayChain {
 }
 
 /// Two transfers into one site from different sources, of disjoint aggregates, the second
-/// relayed through the first's source and summed with it there ([`relay_and_combine`]).
+/// relayed through the first's source and summed with it there (`relay_and_combine`).
 #[derive(Clone, Copy, Debug)]
 pub struct RelayAndCombine;
 
@@ -118,7 +118,7 @@ impl Rewrite for RelayAndCombine {
 }
 
 /// Every transfer along a route that has a faster two-hop detour sent through it
-/// ([`relay_slow_routes`]).
+/// (`relay_slow_routes`).
 #[derive(Clone, Copy, Debug)]
 pub struct RelaySlowRoutes;
 
