@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{ArgAction, Parser, Subcommand};
-use cli::{ErrorReport, HelpReport, to_json};
+use cli::{ErrorJson, HelpJson, to_json};
 
 mod cli;
 
@@ -60,14 +60,14 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         // Help and version: with --json, the text as one JSON object.
         Err(e) if !e.use_stderr() && json_asked() => {
-            println!("{}", to_json(&HelpReport { help: e.render().to_string().trim_end() }));
+            println!("{}", to_json(&HelpJson { help: e.render().to_string().trim_end() }));
             return ExitCode::SUCCESS;
         }
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             // Bad arguments: with --json, stdout still holds exactly one JSON object.
             if json_asked() {
-                println!("{}", to_json(&ErrorReport { error: e.to_string().trim_end() }));
+                println!("{}", to_json(&ErrorJson { error: e.to_string().trim_end() }));
             }
             eprint!("{e}");
             return ExitCode::from(2);
@@ -94,7 +94,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             if cli.json {
-                println!("{}", to_json(&ErrorReport { error: &e.to_string() }));
+                println!("{}", to_json(&ErrorJson { error: &e.to_string() }));
             }
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -587,7 +587,7 @@ fn plan_json_has_the_documented_fields_and_types() {
     assert!(v["compile_error"].is_string());
 }
 
-/// `run --json` prints `RunReport`'s fields, in declaration order, with their types.
+/// `run --json` prints `RunJson`'s fields, in declaration order, with their types.
 #[test]
 fn run_json_has_the_documented_fields_and_types() {
     const RUN_KEYS: [&str; 16] = [

@@ -25,7 +25,7 @@ fn split_along(comp: &Computation, p: usize, index: &str) -> Compiled {
             .unwrap_or_else(|| panic!("{} has no spec along {index}", op.name));
         specs.insert(op.id, pick.spec.clone());
     }
-    let options = einsum_compile::CompileOptions {
+    let options = einsum_compile::PhysicalOptions {
         devices: p,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),

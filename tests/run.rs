@@ -58,7 +58,7 @@ fn the_ulysses_shaped_plan_runs_correctly() {
             .unwrap_or_else(|| panic!("{} has no {want}={p} spec", op.name));
         specs.insert(op.id, pick.spec.clone());
     }
-    let options = einsum_compile::CompileOptions {
+    let options = einsum_compile::PhysicalOptions {
         devices: p,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),

@@ -9,7 +9,7 @@
 //! compile (two where the naive plan is kept), a fraction of the searched one. So a searched compile is never predicted slower
 //! than the naive compile of the same plan.
 
-use super::{CompileError, CompileOptions, Compiled, ExchangeSynthesizer, NaiveSynthesizer};
+use super::{CompileError, Compiled, ExchangeSynthesizer, NaiveSynthesizer, PhysicalOptions};
 
 /// Which exchange programs a [`Compiled`] graph runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -56,7 +56,7 @@ impl Exchanges {
 /// caller already compiled the plan with naive programs, is that compile's prediction, and
 /// spares the first naive compile.
 pub(crate) fn no_slower_than_naive(
-    options: &CompileOptions,
+    options: &PhysicalOptions,
     naive_ms: Option<f64>,
     mut compile: impl FnMut(&dyn ExchangeSynthesizer) -> Result<Compiled, CompileError>,
 ) -> Result<Compiled, CompileError> {

@@ -25,7 +25,7 @@
 //! 1. **Placement.** If the operator reads a tensor produced by another operator, the
 //!    exchange program of its first such input is synthesized with the preamble's `{size 1}`
 //!    partitions `S1..Sp` free ([`einsum_exprog::preamble()`], then the
-//!    [`CompileOptions::synthesizer`]: [`einsum_exprog::synth::naive`],
+//!    [`PhysicalOptions::synthesizer`]: [`einsum_exprog::synth::naive`],
 //!    [`einsum_exprog::synth::search`] or any other [`ExchangeSynthesizer`]); the membership the program is valid under places function
 //!    spec `i` on the one site of `S{i+1}`. Its other produced inputs are synthesized with
 //!    those partitions declared by members. An operator reading only computation inputs gets
@@ -47,7 +47,7 @@
 //!    on device 0 and stored).
 //! 6. **Memory**: a graph whose [`TaskGraph::stats`] peak on a device (its resident input
 //!    blocks plus its transient peak) exceeds the device's budget — the smaller of
-//!    [`CompileOptions::memory_budget`] and its HBM capacity in the topology — is refused.
+//!    [`PhysicalOptions::memory_budget`] and its HBM capacity in the topology — is refused.
 //!
 //! # Predicted time
 //! [`Compiled::predicted_ms`] is the whole-plan prediction ([`predict()`]): the finished task
@@ -92,7 +92,7 @@ use einsum_exprog::synth::SynthError;
 
 /// What [`compile`] needs besides the computation and its specs.
 #[derive(Clone, Debug)]
-pub struct CompileOptions {
+pub struct PhysicalOptions {
     /// The number of devices `p`; every spec has `p` function specs.
     pub devices: usize,
     /// How exchange programs are synthesized: [`NaiveSynthesizer`], [`SearchSynthesizer`] or
@@ -260,7 +260,7 @@ pub enum CompileError {
         peak: usize,
         /// Its resident bytes (the blocks of computation inputs it holds).
         resident: usize,
-        /// Its budget in bytes: [`CompileOptions::memory_budget`] or its HBM capacity,
+        /// Its budget in bytes: [`PhysicalOptions::memory_budget`] or its HBM capacity,
         /// whichever is smaller.
         budget: f64,
     },
@@ -318,7 +318,7 @@ fn boundaries(comp: &Computation) -> Result<(Vec<Boundary>, Vec<Boundary>), Comp
 pub fn compile(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
-    options: &CompileOptions,
+    options: &PhysicalOptions,
 ) -> Result<Compiled, CompileError> {
     compile_sharing(comp, specs, options, &mut SynthesisMemo::default(), None)
 }
@@ -356,7 +356,7 @@ impl SynthesisMemo {
 pub fn compile_sharing(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
-    options: &CompileOptions,
+    options: &PhysicalOptions,
     memo: &mut SynthesisMemo,
     naive_ms: Option<f64>,
 ) -> Result<Compiled, CompileError> {
@@ -370,7 +370,7 @@ pub fn compile_sharing(
 fn compile_with(
     comp: &Computation,
     specs: &HashMap<OpId, JoinAggSpec>,
-    options: &CompileOptions,
+    options: &PhysicalOptions,
     synthesizer: &dyn ExchangeSynthesizer,
     cache: &mut reuse::SynthesisCache,
 ) -> Result<Compiled, CompileError> {

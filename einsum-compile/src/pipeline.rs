@@ -172,7 +172,7 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     let problem = Problem::new(req.comp, req.devices, req.cost)?;
     let mut optimize_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut compile_ms = 0.0;
-    let options = crate::CompileOptions {
+    let options = crate::PhysicalOptions {
         devices: req.devices,
         synthesizer: Arc::clone(&req.synthesizer),
         topology: req.topology.clone(),

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use einsum_joinagg::Computation;
 use einsum_logical::{LogicalOptimizer, LogicalPlan, Problem};
 
-use crate::{CompileError, CompileOptions, Compiled, NaiveSynthesizer, SynthesisMemo};
+use crate::{CompileError, Compiled, NaiveSynthesizer, PhysicalOptions, SynthesisMemo};
 
 /// Whole-plan predictions spent by default on a strategy's alternatives.
 pub const DEFAULT_REFINE: usize = 8;
@@ -76,17 +76,17 @@ pub(crate) fn refined(
     strategy: &dyn LogicalOptimizer,
     problem: &Problem,
     plan: LogicalPlan,
-    options: &CompileOptions,
+    options: &PhysicalOptions,
     limit: usize,
     admissible: &dyn Fn(&LogicalPlan) -> bool,
 ) -> einsum_logical::Result<(LogicalPlan, Result<Compiled, CompileError>, Option<Refinement>)> {
     // Every compile shares one memo: the alternatives ask mostly the same exchange problems.
     let mut memo = SynthesisMemo::default();
     // `naive_ms`: the plan's naive prediction, where already known (see `compile_sharing`).
-    let mut compile = |p: &LogicalPlan, o: &CompileOptions, naive_ms: Option<f64>| {
+    let mut compile = |p: &LogicalPlan, o: &PhysicalOptions, naive_ms: Option<f64>| {
         crate::compile_sharing(comp, &p.specs(), o, &mut memo, naive_ms)
     };
-    let naive = CompileOptions { synthesizer: Arc::new(NaiveSynthesizer), ..options.clone() };
+    let naive = PhysicalOptions { synthesizer: Arc::new(NaiveSynthesizer), ..options.clone() };
     // The first step scores up to the whole budget on a graph of a few layers, where a
     // prediction takes milliseconds; on a deep stack, [`PER_STEP`] like the later steps.
     let width = if problem.ops.len() <= WIDE_FIRST_STEP_OPS { limit } else { PER_STEP };
@@ -163,14 +163,14 @@ pub(crate) fn refined(
 }
 
 /// A compile of a plan under some options, given the plan's naive prediction where known.
-type CompileFn<'a> = dyn FnMut(&LogicalPlan, &CompileOptions, Option<f64>) -> Result<Compiled, CompileError> + 'a;
+type CompileFn<'a> = dyn FnMut(&LogicalPlan, &PhysicalOptions, Option<f64>) -> Result<Compiled, CompileError> + 'a;
 
 /// The [`finalists`] of `seen` compiled as asked, beside the strategy's own `plan` (naive
 /// prediction `own_ms`), which wins ties: the fastest plan, its compile, and whether an
 /// alternative replaced the strategy's plan.
 fn fastest_as_asked(
     compile: &mut CompileFn<'_>,
-    options: &CompileOptions,
+    options: &PhysicalOptions,
     plan: LogicalPlan,
     own_ms: f64,
     seen: Vec<(LogicalPlan, f64)>,

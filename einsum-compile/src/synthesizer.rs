@@ -1,5 +1,5 @@
 //! Exchange synthesis as a value: [`ExchangeSynthesizer`] answers one exchange problem (a
-//! preamble on a topology) with a program, and [`CompileOptions::synthesizer`](crate::CompileOptions::synthesizer)
+//! preamble on a topology) with a program, and [`PhysicalOptions::synthesizer`](crate::PhysicalOptions::synthesizer)
 //! says which one a compile uses. The project's two are [`NaiveSynthesizer`] (gather and
 //! aggregate at each target) and [`SearchSynthesizer`] (the seeded annealing of
 //! [`einsum_exprog::synth::search`]); a third is any other implementation, from any crate.
@@ -8,7 +8,7 @@
 //! use std::collections::HashMap;
 //! use std::sync::Arc;
 //!
-//! use einsum_compile::{CompileOptions, ExchangeSynthesizer, Exchanges, Synthesized, compile};
+//! use einsum_compile::{PhysicalOptions, ExchangeSynthesizer, Exchanges, Synthesized, compile};
 //! use einsum_core::{DType, TensorDesc};
 //! use einsum_exprog::Preamble;
 //! use einsum_exprog::synth::{SynthError, naive};
@@ -49,7 +49,7 @@
 //! let specs: HashMap<_, _> =
 //!     comp.ops().map(|(id, op, _)| (id, enumerate_specs(op, 2).unwrap()[0].spec.clone())).collect();
 //!
-//! let options = CompileOptions {
+//! let options = PhysicalOptions {
 //!     devices: 2,
 //!     synthesizer: Arc::new(Gather),
 //!     topology: Topology::preset("dgx-a100")?,
@@ -68,7 +68,7 @@
 //! use std::collections::HashMap;
 //! use std::sync::Arc;
 //!
-//! use einsum_compile::{CompileOptions, ExchangeSynthesizer, Synthesized, compile};
+//! use einsum_compile::{PhysicalOptions, ExchangeSynthesizer, Synthesized, compile};
 //! use einsum_core::{DType, TensorDesc};
 //! use einsum_exprog::synth::{REWRITES, Rewrite, RewriteSite, Rewrites, SearchOptions, SynthError, search};
 //! use einsum_exprog::{Preamble, Program};
@@ -141,7 +141,7 @@
 //! let specs: HashMap<_, _> =
 //!     comp.ops().map(|(id, op, _)| (id, enumerate_specs(op, 4).unwrap()[0].spec.clone())).collect();
 //! let topology = Topology::preset("dgx-v100")?;
-//! let options = CompileOptions { devices: 4, synthesizer: Arc::new(synthesizer), topology, memory_budget: None };
+//! let options = PhysicalOptions { devices: 4, synthesizer: Arc::new(synthesizer), topology, memory_budget: None };
 //! let compiled = compile(&comp, &specs, &options)?;
 //! assert_eq!(compiled.programs.len(), 1);
 //! assert!(compiled.predicted_ms.is_finite());

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use einsum_compile::{
-    CompileError, CompileOptions, Compiled, ComputationKernels, ExchangeSources, NaiveSynthesizer, Schedule,
+    CompileError, Compiled, ComputationKernels, ExchangeSources, NaiveSynthesizer, PhysicalOptions, Schedule,
     SearchSynthesizer, compile, lower_exchange,
 };
 use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph, interpret};
@@ -61,7 +61,7 @@ fn run(comp: &Computation, compiled: &Compiled, seed: u64) {
 fn check(comp: &Computation, p: usize, seed: u64, schedule: Schedule, topology: &Topology) -> bool {
     let mut rng = SeededRng::new(seed);
     let Some(specs) = random_specs(comp, p, &mut rng) else { return false };
-    let options = CompileOptions {
+    let options = PhysicalOptions {
         devices: p,
         synthesizer: schedule.synthesizer(),
         topology: topology.clone(),
@@ -317,7 +317,7 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
     let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
     for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10, budget: None, naive_fallback: false }]
     {
-        let options = CompileOptions {
+        let options = PhysicalOptions {
             devices: 4,
             synthesizer: schedule.synthesizer(),
             topology: switch(4, 80.0),
@@ -343,7 +343,7 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
 #[test]
 fn wrong_spec_counts_and_missing_specs_are_refused() {
     let (comp, specs) = example_5_4();
-    let options = CompileOptions {
+    let options = PhysicalOptions {
         devices: 2,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: switch(8, 80.0),
@@ -354,17 +354,17 @@ fn wrong_spec_counts_and_missing_specs_are_refused() {
     assert!(err.to_string().contains("matmul"), "{err}");
     let mut partial = specs.clone();
     partial.remove(&OpId(3));
-    let options = CompileOptions { devices: 4, ..options };
+    let options = PhysicalOptions { devices: 4, ..options };
     let err = compile(&comp, &partial, &options).unwrap_err();
     assert_eq!(err, CompileError::MissingSpec { op: "softmax".into() });
-    let err = compile(&comp, &specs, &CompileOptions { devices: 0, ..options }).unwrap_err();
+    let err = compile(&comp, &specs, &PhysicalOptions { devices: 0, ..options }).unwrap_err();
     assert_eq!(err, CompileError::NoDevices);
 }
 
 #[test]
 fn a_topology_with_too_few_sites_is_refused() {
     let (comp, specs) = example_5_4();
-    let options = CompileOptions {
+    let options = PhysicalOptions {
         devices: 4,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: switch(2, 80.0),
@@ -378,7 +378,7 @@ fn a_topology_with_too_few_sites_is_refused() {
 fn a_graph_over_hbm_capacity_is_refused() {
     let (comp, specs) = example_5_4();
     // 200 bytes of HBM per device: one 4 x 8 f32 block alone takes 128.
-    let options = CompileOptions {
+    let options = PhysicalOptions {
         devices: 4,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: switch(4, 200e-9),
@@ -407,7 +407,7 @@ fn a_weight_read_by_two_operators_is_loaded_once_per_device_and_block() {
     let (_, op, _) = comp.ops().next().unwrap();
     let spec = enumerate_specs(op, p).unwrap()[0].spec.clone();
     let specs: HashMap<OpId, JoinAggSpec> = comp.ops().map(|(id, _, _)| (id, spec.clone())).collect();
-    let options = CompileOptions {
+    let options = PhysicalOptions {
         devices: p,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: switch(p, 80.0),
@@ -454,7 +454,7 @@ fn a_weight_read_by_two_operators_is_loaded_once_per_device_and_block() {
 #[test]
 fn a_memory_budget_below_the_peak_is_refused() {
     let (comp, specs) = example_5_4();
-    let options = CompileOptions {
+    let options = PhysicalOptions {
         devices: 4,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: switch(4, 80.0),
@@ -463,11 +463,11 @@ fn a_memory_budget_below_the_peak_is_refused() {
     let stats = compile(&comp, &specs, &options).unwrap().graph.stats();
     let peak = *stats.peak_bytes.iter().max().unwrap();
     let worst = stats.peak_bytes.iter().position(|&b| b == peak).unwrap();
-    let at = CompileOptions { memory_budget: Some(peak as f64), ..options.clone() };
+    let at = PhysicalOptions { memory_budget: Some(peak as f64), ..options.clone() };
     assert!(compile(&comp, &specs, &at).is_ok());
-    let above = CompileOptions { memory_budget: Some(1e12), ..options.clone() };
+    let above = PhysicalOptions { memory_budget: Some(1e12), ..options.clone() };
     assert!(compile(&comp, &specs, &above).is_ok());
-    let below = CompileOptions { memory_budget: Some(peak as f64 - 1.0), ..options };
+    let below = PhysicalOptions { memory_budget: Some(peak as f64 - 1.0), ..options };
     let err = compile(&comp, &specs, &below).unwrap_err();
     assert_eq!(
         err,
@@ -607,7 +607,7 @@ fn plans_above_the_size_limits_are_refused_with_the_estimate() {
     let capped = SearchSynthesizer { seed: 0, iterations: usize::MAX, budget: None, naive_fallback: false };
     assert_eq!(LIMITS.exchange_pieces_for(&capped), 0);
     assert!(estimate.tasks < LIMITS.tasks && estimate.largest_exchange < LIMITS.exchange_pieces);
-    let options = CompileOptions {
+    let options = PhysicalOptions {
         devices: p,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: switch(p, 80.0),
@@ -660,7 +660,7 @@ fn a_repeated_exchange_request_is_answered_once() {
     }
     for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None, naive_fallback: false }]
     {
-        let options = CompileOptions {
+        let options = PhysicalOptions {
             devices: p,
             synthesizer: schedule.synthesizer(),
             topology: switch(p, 80.0),

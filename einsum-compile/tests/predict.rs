@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use einsum_compile::{CompileOptions, KernelCall, PredictError, Schedule, compile, predict, predict_ms};
+use einsum_compile::{KernelCall, PhysicalOptions, PredictError, Schedule, compile, predict, predict_ms};
 use einsum_core::taskgraph::{Boundary, DeviceId, Task, TaskGraph};
 use einsum_core::{DType, TensorDesc, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId};
@@ -33,8 +33,8 @@ fn a100() -> Topology {
     Topology::preset("dgx-a100").unwrap().fluid()
 }
 
-fn options(p: usize) -> CompileOptions {
-    CompileOptions { devices: p, synthesizer: Schedule::Naive.synthesizer(), topology: a100(), memory_budget: None }
+fn options(p: usize) -> PhysicalOptions {
+    PhysicalOptions { devices: p, synthesizer: Schedule::Naive.synthesizer(), topology: a100(), memory_budget: None }
 }
 
 /// The roofline time of an `m x k` by `k x n` f16 matmul, by hand.
@@ -153,7 +153,7 @@ fn example_5_1_between_two_matmuls_is_kernel_swap_sum_kernel() {
 fn the_untraced_prediction_is_the_traced_one_bit_for_bit() {
     let (comp, specs, _) = example_5_1();
     for topology in [Topology::preset("dgx-a100").unwrap(), a100()] {
-        let options = CompileOptions { topology: topology.clone(), ..options(2) };
+        let options = PhysicalOptions { topology: topology.clone(), ..options(2) };
         let c = compile(&comp, &specs, &options).unwrap();
         let traced = predict(&comp, &c.graph, &c.kernels, &topology, &Roofline::default()).unwrap().completion_ms();
         let alone = predict_ms(&comp, &c.graph, &c.kernels, &topology, &Roofline::default()).unwrap();

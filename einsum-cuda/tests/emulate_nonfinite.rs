@@ -42,7 +42,7 @@ fn check(name: &str, op: Box<dyn AbstractOperator>, values: Vec<Vec<f32>>) -> Ve
     for p in [1, 2, 4] {
         let Ok(specs) = enumerate_specs(op, p) else { continue };
         for choice in specs {
-            let options = einsum_compile::CompileOptions {
+            let options = einsum_compile::PhysicalOptions {
                 devices: p,
                 synthesizer: Schedule::Naive.synthesizer(),
                 topology: Topology::preset("dgx-a100").unwrap(),

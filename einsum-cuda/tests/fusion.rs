@@ -25,7 +25,7 @@ fn desc(dims: &[(&str, usize)], dtype: DType) -> TensorDesc {
 /// Compiles `comp` on one device (every operator whole).
 fn compiled(comp: &Computation) -> Compiled {
     let specs = comp.ops().map(|(id, op, _)| (id, enumerate_specs(op, 1).unwrap()[0].spec.clone())).collect();
-    let options = einsum_compile::CompileOptions {
+    let options = einsum_compile::PhysicalOptions {
         devices: 1,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),

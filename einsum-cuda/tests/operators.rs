@@ -117,7 +117,7 @@ fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
     let (id, op, _) = comp.ops().next().unwrap();
     let specs = enumerate_specs(op, p).unwrap();
     let spec = specs.get(choice)?.spec.clone();
-    let options = einsum_compile::CompileOptions {
+    let options = einsum_compile::PhysicalOptions {
         devices: p,
         synthesizer: Schedule::Naive.synthesizer(),
         topology: Topology::preset("dgx-a100").unwrap(),

@@ -44,7 +44,7 @@ pub fn run(a: Args) -> Result<Report> {
         text += &format!("whole graph: {why}\n");
     }
     text += if report.passed() { "PASS\n" } else { "FAIL\n" };
-    let json = CheckReport {
+    let json = CheckJson {
         workload: &a.workload,
         devices: a.devices,
         dtype: a.dtype.name(),
@@ -61,7 +61,7 @@ pub fn run(a: Args) -> Result<Report> {
 /// The `--json` object of `check`: per operator, the largest error of its decomposed runs
 /// against the single-device reference, and the error of the whole graph.
 #[derive(Serialize)]
-pub struct CheckReport<'a> {
+pub struct CheckJson<'a> {
     /// The workload as given, `name:key=value,...`.
     pub workload: &'a str,
     /// The number of devices p.
@@ -85,7 +85,7 @@ pub struct CheckReport<'a> {
     pub passed: bool,
 }
 
-/// One operator of [`CheckReport::ops`].
+/// One operator of [`CheckJson::ops`].
 #[derive(Serialize)]
 pub struct CheckedOp<'a> {
     /// The operator's name in the graph.

@@ -67,17 +67,17 @@ pub fn run(a: Args) -> Result<Report> {
         .iter()
         .map(|(outcome, files)| ExperimentResult { table: outcome.table.report(), files, wall_s: outcome.wall_s })
         .collect();
-    Ok(Report::new(&ExperimentReport { experiments }, text, true))
+    Ok(Report::new(&ExperimentJson { experiments }, text, true))
 }
 
 /// The `--json` object of `experiment`: one result per experiment run.
 #[derive(Serialize)]
-pub struct ExperimentReport<'a> {
+pub struct ExperimentJson<'a> {
     /// The experiments, in the order they ran.
     pub experiments: Vec<ExperimentResult<'a>>,
 }
 
-/// One experiment of [`ExperimentReport::experiments`]: its table, followed by the files
+/// One experiment of [`ExperimentJson::experiments`]: its table, followed by the files
 /// it wrote and its wall time.
 #[derive(Serialize)]
 pub struct ExperimentResult<'a> {

@@ -64,7 +64,7 @@ pub fn run(command: Command) -> Result<Report> {
                 program.body.len(),
                 membership_text(&validation.membership)
             );
-            let json = CheckReport {
+            let json = ExprogCheckJson {
                 file: &file,
                 valid: true,
                 actions: program.body.len(),
@@ -87,7 +87,7 @@ pub fn run(command: Command) -> Result<Report> {
             if let Some(reason) = &sim.invalid {
                 text += &format!("INVALID: {reason}\n");
             }
-            let json = SimulateReport {
+            let json = ExprogSimulateJson {
                 file: &file,
                 topology: &topology,
                 valid: sim.valid,
@@ -119,7 +119,7 @@ pub fn run(command: Command) -> Result<Report> {
                     let s = synth::search_observed(&preamble, &topo, options, &mut |_| bar.done())
                         .map_err(|e| in_file(e.into()))?;
                     bar.finish();
-                    let search = SearchReport {
+                    let search = SearchStatsJson {
                         naive_ms: s.naive_ms,
                         evaluated: s.evaluated,
                         origin: s.origin,
@@ -135,7 +135,7 @@ pub fn run(command: Command) -> Result<Report> {
                 membership_text(&membership),
                 fallback.map_or_else(String::new, |why| format!("# not searched: {why}\n"))
             );
-            let json = SynthesizeReport {
+            let json = ExprogSynthesizeJson {
                 file: &shown,
                 topology: &topology,
                 mode: mode.name(),
@@ -175,7 +175,7 @@ fn membership_text(m: &Membership) -> String {
 
 /// The `--json` object of `exprog check`.
 #[derive(Serialize)]
-pub struct CheckReport<'a> {
+pub struct ExprogCheckJson<'a> {
     /// The `.exprog` file.
     pub file: &'a str,
     /// Always true: an invalid program is an error instead.
@@ -188,7 +188,7 @@ pub struct CheckReport<'a> {
 
 /// The `--json` object of `exprog simulate`.
 #[derive(Serialize)]
-pub struct SimulateReport<'a> {
+pub struct ExprogSimulateJson<'a> {
     /// The `.exprog` file.
     pub file: &'a str,
     /// The topology (a preset's name or a file) it was simulated on.
@@ -211,7 +211,7 @@ pub struct SimulateReport<'a> {
 /// statistics follow as `naive_ms`, `evaluated`, `origin` and `fallback` (absent with
 /// `naive`).
 #[derive(Serialize)]
-pub struct SynthesizeReport<'a> {
+pub struct ExprogSynthesizeJson<'a> {
     /// The `.exprog` file with the preamble.
     pub file: &'a str,
     /// The topology (a preset's name or a file) the program was synthesised for.
@@ -226,12 +226,12 @@ pub struct SynthesizeReport<'a> {
     pub program: String,
     /// The search's statistics, flattened into this object; absent with `--mode naive`.
     #[serde(flatten)]
-    pub search: Option<SearchReport>,
+    pub search: Option<SearchStatsJson>,
 }
 
 /// What the search of `exprog synthesize --mode search` did.
 #[derive(Serialize)]
-pub struct SearchReport {
+pub struct SearchStatsJson {
     /// The naive program's simulated completion time, in ms (a seed of the search, so
     /// never beaten by `completion_ms`).
     pub naive_ms: f64,

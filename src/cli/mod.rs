@@ -18,7 +18,7 @@ pub mod specs;
 
 /// What a command produced: its JSON object, its text, and whether it succeeded.
 pub struct Report {
-    /// The object printed with `--json`, serialised from the command's report struct (its
+    /// The object printed with `--json`, serialised from the command's JSON struct (its
     /// keys in the struct's declaration order).
     pub json: String,
     /// The text printed otherwise.
@@ -36,25 +36,25 @@ impl Report {
 
 /// The `--json` object of a failure: stdout still holds exactly one JSON object.
 #[derive(Serialize)]
-pub struct ErrorReport<'a> {
+pub struct ErrorJson<'a> {
     /// The error message, as printed on stderr.
     pub error: &'a str,
 }
 
 /// The `--json` object of `--help` or `--version`: the text they print without `--json`.
 #[derive(Serialize)]
-pub struct HelpReport<'a> {
+pub struct HelpJson<'a> {
     /// The help or version text.
     pub help: &'a str,
 }
 
 /// `value` as one line of JSON. The report structs serialise only strings, numbers, lists
 /// and string-keyed maps, which cannot fail; were one to fail, the line is an
-/// [`ErrorReport`] saying so rather than a panic.
+/// [`ErrorJson`] saying so rather than a panic.
 pub fn to_json(value: &impl Serialize) -> String {
     serde_json::to_string(value).unwrap_or_else(|e| {
         let error = format!("internal error: the JSON report could not be serialised: {e}");
-        serde_json::to_string(&ErrorReport { error: &error }).unwrap_or_default()
+        serde_json::to_string(&ErrorJson { error: &error }).unwrap_or_default()
     })
 }
 

@@ -224,7 +224,7 @@ pub fn run(a: RunArgs) -> Result<Report> {
             let _ = writeln!(text, "FAIL: {why}");
         }
     }
-    let json = RunReport {
+    let json = RunJson {
         workload: &a.compile.workload,
         devices: a.compile.devices,
         topology: &topology.name,
@@ -271,7 +271,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
     let stats = exe.stats();
     let memory = MemoryReport::new(stats, exe.memory_capacity(), exe.memory_budget());
-    let json = ExplainReport {
+    let json = ExplainJson {
         workload: &a.compile.workload,
         devices: a.compile.devices,
         topology: &topology.name,
@@ -285,7 +285,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
         programs: exe
             .programs()
             .iter()
-            .map(|p| ProgramReport {
+            .map(|p| ProgramJson {
                 op: names.get(&p.op).cloned(),
                 input: p.input,
                 simulated_ms: p.simulated_ms,
@@ -340,7 +340,7 @@ fn dot(exe: &Executable<'_>) -> String {
 /// The `--json` object of `run`: whether the run passed, its time, and the compiled task
 /// graph's traffic, memory and tasks.
 #[derive(Serialize)]
-pub struct RunReport<'a> {
+pub struct RunJson<'a> {
     /// The workload as given, `name:key=value,...`.
     pub workload: &'a str,
     /// The number of (virtual) devices p.
@@ -376,12 +376,12 @@ pub struct RunReport<'a> {
 /// The `--json` object of `explain`: the plan, the exchange programs and the task graph's
 /// statistics.
 #[derive(Serialize)]
-pub struct ExplainReport<'a> {
+pub struct ExplainJson<'a> {
     /// The workload as given, `name:key=value,...`.
     pub workload: &'a str,
     /// The number of (virtual) devices p.
     pub devices: usize,
-    /// The topology compiled for, as in [`RunReport::topology`].
+    /// The topology compiled for, as in [`RunJson::topology`].
     pub topology: &'a str,
     /// Every operator's split, in the plan's order.
     pub ops: Vec<ExplainedOp<'a>>,
@@ -389,7 +389,7 @@ pub struct ExplainReport<'a> {
     /// say.
     pub search: Option<SearchJson<'a>>,
     /// Every exchange program of the compiled plan.
-    pub programs: Vec<ProgramReport>,
+    pub programs: Vec<ProgramJson>,
     /// The compiled task graph's prediction, traffic, memory and tasks.
     #[serde(flatten)]
     pub graph: GraphReport,
@@ -399,7 +399,7 @@ pub struct ExplainReport<'a> {
     pub memory: MemoryReport,
 }
 
-/// One operator of [`ExplainReport::ops`].
+/// One operator of [`ExplainJson::ops`].
 #[derive(Serialize)]
 pub struct ExplainedOp<'a> {
     /// The operator's name in the graph.
@@ -410,9 +410,9 @@ pub struct ExplainedOp<'a> {
     pub split: String,
 }
 
-/// One exchange program of [`ExplainReport::programs`].
+/// One exchange program of [`ExplainJson::programs`].
 #[derive(Serialize)]
-pub struct ProgramReport {
+pub struct ProgramJson {
     /// The name of the operator whose input it brings into place (`null` if the plan does
     /// not name it).
     pub op: Option<String>,

@@ -46,16 +46,16 @@ pub fn run(a: Args) -> Result<Report> {
             let splits = if splits.is_empty() { "replicated".to_string() } else { splits.join(" ") };
             text += &format!("  {splits:<32} output blocks {blocks:>3}  flops/device {lo:.3e}..{hi:.3e}\n");
             let counts = shardable.iter().zip(&choice.counts).map(|(s, c)| (s.name.clone(), *c)).collect();
-            listed.push(SpecReport { splits: counts, output_blocks: blocks, min_flops: lo, max_flops: hi });
+            listed.push(SpecJson { splits: counts, output_blocks: blocks, min_flops: lo, max_flops: hi });
         }
         ops.push(OperatorSpecs { name: name.to_string(), kind: op.kind().to_string(), specs: listed });
     }
-    Ok(Report::new(&SpecsReport { workload: &a.workload, devices: a.devices, ops }, text, true))
+    Ok(Report::new(&SpecsJson { workload: &a.workload, devices: a.devices, ops }, text, true))
 }
 
 /// The `--json` object of `specs`: every join-agg spec each operator offers on p devices.
 #[derive(Serialize)]
-pub struct SpecsReport<'a> {
+pub struct SpecsJson<'a> {
     /// The workload as given, `name:key=value,...`.
     pub workload: &'a str,
     /// The number of devices p.
@@ -64,7 +64,7 @@ pub struct SpecsReport<'a> {
     pub ops: Vec<OperatorSpecs>,
 }
 
-/// One operator of [`SpecsReport::ops`] and its specs.
+/// One operator of [`SpecsJson::ops`] and its specs.
 #[derive(Serialize)]
 pub struct OperatorSpecs {
     /// The operator's name in the graph.
@@ -72,12 +72,12 @@ pub struct OperatorSpecs {
     /// Its kind (`matmul`, `attention`, ...).
     pub kind: String,
     /// Every spec it offers, in enumeration order.
-    pub specs: Vec<SpecReport>,
+    pub specs: Vec<SpecJson>,
 }
 
 /// One join-agg spec of [`OperatorSpecs::specs`].
 #[derive(Serialize)]
-pub struct SpecReport {
+pub struct SpecJson {
     /// How many ways each shardable index is split (1 included), by index name.
     pub splits: BTreeMap<String, usize>,
     /// How many distinct output blocks the devices write.
