@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use einsum_exprog::Program;
 use einsum_exprog::synth::collectives::{Collective, all_reduce};
-use einsum_exprog::synth::{Fallback, SearchOptions, naive, search, search_state_bytes};
+use einsum_exprog::synth::{Fallback, SearchOptions, naive, naive_route_pairs, search, search_state_bytes};
 use einsum_sim::Topology;
 
 /// `atoms` atoms at site 0, each needed at sites 1 to 7.
@@ -23,18 +23,42 @@ fn options(iterations: usize, memory_limit: Option<usize>) -> SearchOptions {
     SearchOptions { seed: 1, iterations, memory_limit, ..SearchOptions::default() }
 }
 
-/// The estimate grows with the square of the aggregates: the issue's 10 000-atom broadcast,
-/// which asked for 12.9 GB in one allocation on top of 6.4 GB before it aborted, is
-/// estimated above 18 GB; the 1 000-atom one, which peaks at 0.18 GB, is under 1 GB.
+/// The state of a broadcast of `atoms` atoms from site 0 to the 7 others of a DGX.
+fn broadcast_state(atoms: usize) -> usize {
+    search_state_bytes(atoms, atoms, 8, naive_route_pairs(&broadcast(atoms)).unwrap())
+}
+
+/// The estimate grows with the square of the sends on one route: the issue's 10 000-atom
+/// broadcast, which asked for 12.9 GB in one allocation on top of 6.4 GB before it aborted,
+/// is estimated above 18 GB; the 1 000-atom one, which peaks at 0.18 GB, is under 1 GB.
 #[test]
-fn the_state_estimate_grows_with_the_square_of_the_aggregates() {
-    let issue = search_state_bytes(10_000, 10_000, 8);
+fn the_state_estimate_grows_with_the_square_of_the_sends_on_a_route() {
+    assert_eq!(naive_route_pairs(&broadcast(100)).unwrap(), 7 * 100 * 100);
+    let issue = broadcast_state(10_000);
     assert!(issue > 18_000_000_000, "{issue}");
-    let small = search_state_bytes(1_000, 1_000, 8);
+    let small = broadcast_state(1_000);
     assert!(small > 180_000_000 && small < 1_000_000_000, "{small}");
-    let ratio = search_state_bytes(2_000, 2_000, 8) as f64 / search_state_bytes(1_000, 1_000, 8) as f64;
+    let ratio = broadcast_state(2_000) as f64 / broadcast_state(1_000) as f64;
     assert!(ratio > 3.0, "{ratio}");
-    assert_eq!(search_state_bytes(usize::MAX, usize::MAX, 8), usize::MAX, "saturates");
+    assert_eq!(search_state_bytes(usize::MAX, usize::MAX, 8, usize::MAX), usize::MAX, "saturates");
+}
+
+/// An all-gather spreads its sends over every route, so the same atoms take a fraction of a
+/// broadcast's state: 72 sites each holding 72 of 5 184 atoms that every site needs (a
+/// tensor-parallel all-gather on an NVL72) is estimated under 8 GB, where counting every
+/// aggregate as leaving one site (groups² · sites) gave 68 GB and kept it from being searched.
+#[test]
+fn an_all_gather_spreads_its_pairs_over_every_route() {
+    let sites = 72;
+    let atoms = 72 * sites;
+    let inputs: Vec<String> = (0..atoms).map(|i| format!("A{i} @ {}", i / 72)).collect();
+    let all: Vec<String> = (0..sites).map(|s| s.to_string()).collect();
+    let outputs: Vec<String> = (0..atoms).map(|i| format!("A{i} @ {}", all.join(", "))).collect();
+    let preamble: Program = format!("IN: {}\nOUT: {}\n", inputs.join("; "), outputs.join("; ")).parse().unwrap();
+    let pairs = naive_route_pairs(&preamble).unwrap();
+    assert_eq!(pairs, sites * (sites - 1) * 72 * 72);
+    let state = search_state_bytes(atoms, atoms, sites, pairs);
+    assert!(state < 8_000_000_000, "{state}");
 }
 
 /// Under a limit below its estimate the search returns the naive program, saying why; over
@@ -43,7 +67,7 @@ fn the_state_estimate_grows_with_the_square_of_the_aggregates() {
 fn a_search_that_would_not_fit_falls_back_to_the_naive_program() {
     let h100 = Topology::preset("dgx-h100").unwrap();
     let preamble = broadcast(200);
-    let estimate = search_state_bytes(200, 200, 8);
+    let estimate = broadcast_state(200);
     let limit = estimate / 2;
     let found = search(&preamble, &h100, options(20, Some(limit))).unwrap();
     assert_eq!(found.fallback, Some(Fallback::Memory { atoms: 200, groups: 200, sites: 8, estimate, limit }));
@@ -68,8 +92,9 @@ fn chunk_counts_whose_state_would_not_fit_are_not_tried() {
     assert!(free.chunks > 1, "{}", free.chunks);
     let atoms = preamble.inputs.len();
     let groups = preamble.outputs.iter().map(|r| &r.aggregate).collect::<BTreeSet<_>>().len();
-    let limit = search_state_bytes(atoms, groups, 8);
-    assert!(search_state_bytes(2 * atoms, 2 * groups, 8) > limit);
+    let pairs = naive_route_pairs(&preamble).unwrap();
+    let limit = search_state_bytes(atoms, groups, 8, pairs);
+    assert!(search_state_bytes(2 * atoms, 2 * groups, 8, 4 * pairs) > limit);
     let bounded = search(&preamble, &v100, options(0, Some(limit))).unwrap();
     assert_eq!((bounded.chunks, bounded.fallback), (1, None));
 }

@@ -121,8 +121,9 @@
 //! # Bounds
 //!
 //! Before anything of the search is built, its state is estimated from the preamble's atoms,
-//! required aggregates and sites ([`search_state_bytes`]: a move's candidate lists grow with
-//! the square of the aggregates one site sends); a preamble whose state would exceed
+//! required aggregates and sites and its naive seed's routes ([`search_state_bytes`]: a move's
+//! candidate lists grow with the square of the sends one route carries,
+//! [`naive_route_pairs`]); a preamble whose state would exceed
 //! [`SearchOptions::memory_limit`] (by default the `1 / SEARCH_MEMORY_SHARE` of the host
 //! memory available) is not searched: the result is its naive program, and
 //! [`Searched::fallback`] says why (a broadcast of 10 000 atoms on 8 sites, about 20 GB).
@@ -189,8 +190,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use naive::{naive, naive_validated};
 pub use rewrites::{REWRITES, Rewrite, RewriteSite, Rewrites};
 pub use search::{
-    Fallback, MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SEARCH_MEMORY_SHARE, SearchOptions, Searched, search,
-    search_observed, search_state_bytes,
+    Fallback, MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SEARCH_MEMORY_SHARE, SearchOptions, Searched,
+    naive_route_pairs, search, search_observed, search_state_bytes,
 };
 
 use crate::check::CheckError;

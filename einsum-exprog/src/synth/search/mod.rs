@@ -8,7 +8,7 @@ mod state;
 mod tests;
 mod walk;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use super::plan::{SiteRoutes, groups};
 use super::rewrites::Rewrites;
 use super::{SynthError, canonical_membership, checked_preamble, naive_validated};
 use crate::cost::{Simulation, check_sites, run};
+use crate::ids::{AtomId, SiteId};
 use crate::membership::Membership;
 use crate::program::Program;
 use einsum_core::SeededRng as Rng;
@@ -117,23 +118,51 @@ const BYTES_PER_MOVE: usize = 32;
 const BYTES_PER_ATOM_SITE: usize = 8192;
 
 /// The bytes the search's state takes at most for a preamble of `atoms` atoms, `groups`
-/// distinct required aggregates and `sites` sites, estimated before anything is built.
+/// distinct required aggregates and `sites` sites whose naive seed has `route_pairs` pairs of
+/// sends sharing a source and a destination ([`naive_route_pairs`]), estimated before
+/// anything of the search is built.
 ///
 /// Dominant is a move's candidate list: pushdown and fusion pair the actions of one source
-/// that share a destination, and a seed whose every group leaves one site (a broadcast's
-/// star, a chain's every hop) gives that site one action per group, so the list (and the
-/// descent's list of steps) holds up to `groups² / 2` pairs per destination; over `sites`
-/// destinations, at [`BYTES_PER_MOVE`] each, twice while a `Vec` grows:
-/// `BYTES_PER_MOVE · groups² · sites`. Besides that, [`BYTES_PER_ATOM_SITE`] per atom or
-/// group and site. Measured peak resident memory of `exprog synthesize` on `dgx-h100`
-/// (8 sites) against the estimate: a broadcast from one site of 1 000 atoms 0.18 GB
-/// (estimate 0.39 GB), of 4 000 atoms 2.3 GB (4.6 GB), of 10 000 atoms past 18 GB when it
-/// aborted (26.9 GB); an all-gather of 2 000 atoms 0.54 GB (1.3 GB), of 4 000 atoms 2.0 GB
-/// (4.6 GB); an all-reduce of 500 groups of 8 atoms 0.20 GB (0.36 GB).
-pub fn search_state_bytes(atoms: usize, groups: usize, sites: usize) -> usize {
-    let moves = BYTES_PER_MOVE.saturating_mul(groups.saturating_mul(groups)).saturating_mul(sites);
+/// that share a destination, so the list (and the descent's list of steps) holds up to the
+/// seed's pairs per source and destination, `route_pairs / 2`, at [`BYTES_PER_MOVE`] each,
+/// twice while a `Vec` grows: `BYTES_PER_MOVE · route_pairs`. A broadcast's star puts every
+/// send on the routes out of one site (`route_pairs` = destinations · atoms²); an all-gather
+/// spreads them over every route (sites² · (atoms / sites)²), a factor of the sites fewer.
+/// Besides that, [`BYTES_PER_ATOM_SITE`] per atom or group and site. Measured peak resident
+/// memory of `exprog synthesize` on `dgx-h100` (8 sites) against the estimate: a broadcast
+/// from one site of 1 000 atoms 0.18 GB (estimate 0.35 GB), of 4 000 atoms 2.3 GB (4.1 GB),
+/// of 10 000 atoms past 18 GB when it aborted (24 GB); an all-gather of 2 000 atoms 0.54 GB,
+/// of 4 000 atoms 2.0 GB; an all-reduce of 500 groups of 8 atoms 0.20 GB.
+pub fn search_state_bytes(atoms: usize, groups: usize, sites: usize, route_pairs: usize) -> usize {
+    let moves = BYTES_PER_MOVE.saturating_mul(route_pairs);
     let states = BYTES_PER_ATOM_SITE.saturating_mul(atoms.saturating_add(groups)).saturating_mul(sites);
     moves.saturating_add(states)
+}
+
+/// The sum, over every source and destination site, of the squared number of the naive
+/// seed's sends from one to the other ([`super::naive`]: each atom of a required aggregate
+/// sent once from its `IN` site to each target site lacking it), counted without building
+/// the seed. Partitions resolve by the placement-blind canonical membership.
+pub fn naive_route_pairs(preamble: &Program) -> Result<usize, SynthError> {
+    let membership = canonical_membership(preamble)?;
+    let mut sends: BTreeSet<(&AtomId, SiteId, SiteId)> = BTreeSet::new();
+    for r in &preamble.outputs {
+        let targets = membership
+            .resolve(&r.target)
+            .ok_or_else(|| SynthError::Placement(format!("partition {} has no sites", r.target)))?;
+        for t in targets {
+            for atom in r.aggregate.atoms() {
+                if let Some(from) = preamble.inputs.get(atom).map(|i| i.site).filter(|&from| from != t) {
+                    sends.insert((atom, from, t));
+                }
+            }
+        }
+    }
+    let mut routes: BTreeMap<(SiteId, SiteId), usize> = BTreeMap::new();
+    for (_, from, to) in sends {
+        *routes.entry((from, to)).or_default() += 1;
+    }
+    Ok(routes.values().fold(0usize, |sum, &n| sum.saturating_add(n.saturating_mul(n))))
 }
 
 /// Why [`search`] returned the naive program without searching ([`Searched::fallback`]).
@@ -259,7 +288,12 @@ fn search_with(
     // searched, and a chunk count too large is not tried.
     let (atoms, sites) = (preamble.inputs.len(), machine.sites.len());
     let limit = options.memory_limit.or_else(|| available_host_memory().map(|b| b / SEARCH_MEMORY_SHARE));
-    let state = |k: usize| search_state_bytes(atoms.saturating_mul(k), group_count.saturating_mul(k), sites);
+    // Cutting every atom into k chunks multiplies the sends on every route by k.
+    let pairs = naive_route_pairs(&preamble)?;
+    let state = |k: usize| {
+        let (atoms, groups) = (atoms.saturating_mul(k), group_count.saturating_mul(k));
+        search_state_bytes(atoms, groups, sites, pairs.saturating_mul(k.saturating_mul(k)))
+    };
     if let Some(limit) = limit.filter(|&l| state(1) > l) {
         let fallback = Fallback::Memory { atoms, groups: group_count, sites, estimate: state(1), limit };
         return naive_fallback(&preamble, topology, fallback);
