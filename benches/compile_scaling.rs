@@ -10,11 +10,12 @@
 //! The fitted growth exponents are in `docs/RESULTS.md`.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use einsum_logical::{Dp, Machine, Time};
 use einsummable::pipeline::{Request, plan_and_compile};
-use einsummable::{DType, Schedule, Topology, Workload};
+use einsummable::{DType, ExchangeSynthesizer, NaiveSynthesizer, SearchSynthesizer, Topology, Workload};
 
 /// `p` dgx-h100 sites behind a non-blocking switch.
 fn switched_h100(p: usize) -> Topology {
@@ -31,8 +32,8 @@ fn scaling(c: &mut Criterion) {
     let full = std::env::var("EINSUM_SCALING").is_ok_and(|v| v == "full");
     let devices = [8, 16, 32, 64, 72];
     for (name, schedule) in [
-        ("naive", Schedule::Naive),
-        ("search", Schedule::Search { seed: 0, iterations: 50, budget: None, naive_fallback: true }),
+        ("naive", Arc::new(NaiveSynthesizer) as Arc<dyn ExchangeSynthesizer>),
+        ("search", Arc::new(SearchSynthesizer { seed: 0, iterations: 50, budget: None, naive_fallback: true })),
     ] {
         let layers: &[usize] = match (full, name) {
             (true, _) => &[1, 8, 32, 80],
@@ -56,7 +57,7 @@ fn scaling(c: &mut Criterion) {
                             strategy: &Dp,
                             cost: &model,
                             topology: &topology,
-                            synthesizer: schedule.synthesizer(),
+                            synthesizer: schedule.clone(),
                             memory_budget: None,
                             host_memory: None,
                             refine: einsummable::refine::DEFAULT_REFINE,

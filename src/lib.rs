@@ -25,8 +25,7 @@ pub mod report;
 
 pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::{
-    ExchangeSynthesizer, Exchanges, NaiveSynthesizer, Schedule, SearchSynthesizer, Synthesized, memory_report,
-    pipeline, refine,
+    ExchangeSynthesizer, Exchanges, NaiveSynthesizer, SearchSynthesizer, Synthesized, memory_report, pipeline, refine,
 };
 pub use einsum_core::{Backend, BackendError, Prepared};
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};

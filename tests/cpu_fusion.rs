@@ -10,7 +10,7 @@ use einsum_core::taskgraph::{Task, TaskGraph, interpret};
 use einsum_logical::{PaperProxy, Problem};
 use einsum_ops::fused::RULES;
 use einsum_sim::Topology;
-use einsummable::{BinaryOp, Computation, CpuBackend, DType, Graph, HostTensor, Schedule, UnaryOp, Workload};
+use einsummable::{BinaryOp, Computation, CpuBackend, DType, Graph, HostTensor, NaiveSynthesizer, UnaryOp, Workload};
 
 /// Every operator split `p` ways along `index` (and nowhere else), compiled.
 fn split_along(comp: &Computation, p: usize, index: &str) -> Compiled {
@@ -27,7 +27,7 @@ fn split_along(comp: &Computation, p: usize, index: &str) -> Compiled {
     }
     let options = einsum_compile::PhysicalOptions {
         devices: p,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };

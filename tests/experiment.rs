@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use einsum_logical::{LogicalOptimizer, Problem};
 use einsummable::experiment::{Case, Cell, CostModels, Experiment, Runner, Setup, Strategy, Table};
-use einsummable::{Schedule, experiment};
+use einsummable::{NaiveSynthesizer, experiment};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("einsummable-experiment-{name}-{}", std::process::id()));
@@ -172,7 +172,7 @@ impl LogicalOptimizer for NoPlan {
 fn a_strategy_without_a_plan_is_a_missing_cell_with_its_reason() {
     let mut runner = Runner::quiet();
     let target = CostModels::time().named("dgx-a100").unwrap();
-    let case = |s: &Strategy| Case::new("chain-c:scale=64", 2, s, Schedule::Naive, &target);
+    let case = |s: &Strategy| Case::new("chain-c:scale=64", 2, s, Arc::new(NaiveSynthesizer), &target);
     let (dp, none) = (Strategy::dp(), Strategy::new(Arc::new(NoPlan)));
     runner.run_all("test", &[case(&dp), case(&none)]);
     let dp = Cell::of(&runner.get(&case(&dp)), |m| m.predicted_ms);

@@ -3,8 +3,9 @@
 //! the task graph's own accounting.
 
 use std::process::Command;
+use std::sync::Arc;
 
-use einsum_compile::{CompileError, PipelineError, Schedule};
+use einsum_compile::{CompileError, NaiveSynthesizer, PipelineError};
 use einsum_logical::{Error as PlanError, Machine, Problem, Random, Time};
 use einsum_sim::Topology;
 use einsummable::names::optimizer_by_name;
@@ -28,7 +29,7 @@ fn request<'a>(
         strategy,
         cost,
         topology,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         memory_budget,
         host_memory: None,
         refine: einsummable::refine::DEFAULT_REFINE,

@@ -2,13 +2,16 @@
 //! prediction of compiled plans; the `plan` command's prediction fields.
 
 use std::process::Command;
+use std::sync::Arc;
 
 use einsum_core::taskgraph::{DeviceId, Task};
 use einsum_joinagg::Node;
 use einsum_logical::{Dp, LogicalOptimizer, Machine, PaperProxy, Time, kernel_work};
 use einsum_sim::{Roofline, Topology};
 use einsummable::pipeline::{Request, plan_and_compile};
-use einsummable::{CompileOptions, DType, Exchanges, Schedule, Workload, compile};
+use einsummable::{
+    CompileOptions, DType, ExchangeSynthesizer, Exchanges, NaiveSynthesizer, SearchSynthesizer, Workload, compile,
+};
 
 /// Section 6.2: on one 128K-token sequence at p = 8 the optimizer derives DeepSpeed-Ulysses:
 /// attention split on its 8 key/value heads, everything else split on tokens, joined by
@@ -188,8 +191,8 @@ fn the_compiled_plan_report_is_the_plan_commands_object() {
 #[test]
 fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
     let graph = Workload::parse("chain-b").unwrap().build(DType::F16).unwrap();
-    let search = |naive_fallback| Schedule::Search { seed: 0, iterations: 20, budget: None, naive_fallback };
-    let compiled = |name: &str, schedule: Schedule| {
+    let search = |naive_fallback| Arc::new(SearchSynthesizer { seed: 0, iterations: 20, budget: None, naive_fallback });
+    let compiled = |name: &str, schedule: Arc<dyn ExchangeSynthesizer>| {
         let topology = Topology::preset(name).unwrap();
         let model = Time::on(Machine::by_name(name).unwrap());
         let request = Request {
@@ -198,7 +201,7 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
             strategy: &Dp,
             cost: &model,
             topology: &topology,
-            synthesizer: schedule.synthesizer(),
+            synthesizer: schedule.clone(),
             memory_budget: None,
             host_memory: None,
             // The same plan under both schedules: what differs is the exchange programs.
@@ -206,7 +209,7 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
         };
         plan_and_compile(&request).unwrap().compiled
     };
-    let naive = compiled("dgx-a100", Schedule::Naive);
+    let naive = compiled("dgx-a100", Arc::new(NaiveSynthesizer));
     let searched = compiled("dgx-a100", search(false));
     let guarded = compiled("dgx-a100", search(true));
     assert_eq!(naive.exchanges, Exchanges::Naive);
@@ -226,7 +229,7 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("kept the naive exchange programs"), "{text:?}");
 
     // On the DGX-1V's cube-mesh the searched plan is faster, and the fallback keeps it.
-    let (naive, guarded) = (compiled("dgx-v100", Schedule::Naive), compiled("dgx-v100", search(true)));
+    let (naive, guarded) = (compiled("dgx-v100", Arc::new(NaiveSynthesizer)), compiled("dgx-v100", search(true)));
     assert_eq!(guarded.exchanges, Exchanges::Searched);
     assert!(guarded.predicted_ms < naive.predicted_ms, "{} vs {}", guarded.predicted_ms, naive.predicted_ms);
 }

@@ -11,7 +11,8 @@ use einsum_logical::{Machine, PaperProxy, Problem, Time};
 use einsum_sim::Topology;
 use einsummable::names::optimizer_by_name;
 use einsummable::{
-    BackendParams, CompileOptions, DType, Error, Graph, Schedule, UnaryOp, Workload, backend_by_name, compile,
+    BackendParams, CompileOptions, DType, Error, ExchangeSynthesizer, Graph, NaiveSynthesizer, SearchSynthesizer,
+    UnaryOp, Workload, backend_by_name, compile,
 };
 use proptest::prelude::*;
 
@@ -30,10 +31,11 @@ fn run_and_compare(graph: &Graph, options: &CompileOptions, seed: u64) -> f32 {
 fn llama_block_runs_correctly_on_1_2_4_and_8_devices() {
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::F32).unwrap();
     for devices in [1, 2, 4, 8] {
-        for schedule in
-            [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None, naive_fallback: false }]
-        {
-            let options = CompileOptions { devices, synthesizer: schedule.synthesizer(), ..CompileOptions::default() };
+        for schedule in [
+            Arc::new(NaiveSynthesizer) as Arc<dyn ExchangeSynthesizer>,
+            Arc::new(SearchSynthesizer { seed: 1, iterations: 5, budget: None, naive_fallback: false }),
+        ] {
+            let options = CompileOptions { devices, synthesizer: schedule.clone(), ..CompileOptions::default() };
             let err = run_and_compare(&graph, &options, devices as u64);
             assert!(err <= 1e-4, "p = {devices}, {schedule:?}: error {err}");
         }
@@ -60,7 +62,7 @@ fn the_ulysses_shaped_plan_runs_correctly() {
     }
     let options = einsum_compile::PhysicalOptions {
         devices: p,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };
@@ -119,11 +121,11 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let graph = mlp(tokens, width, UnaryOp::Gelu);
-        let schedule = if search { Schedule::Search { seed, iterations: 5, budget: None, naive_fallback: false } } else { Schedule::Naive };
+        let schedule: Arc<dyn ExchangeSynthesizer> = if search { Arc::new(SearchSynthesizer { seed, iterations: 5, budget: None, naive_fallback: false }) } else { Arc::new(NaiveSynthesizer) };
         let topology = Topology::named(&if devices > 8 { sixteen_devices() } else { "dgx-a100".into() }).unwrap();
         let options = CompileOptions {
             devices,
-            synthesizer: schedule.synthesizer(),
+            synthesizer: schedule.clone(),
             optimizer: Arc::from(optimizer_by_name(optimizer, seed).unwrap()),
             cost: Some(Arc::new(Time::on(Machine::from_topology(&topology)))),
             topology,

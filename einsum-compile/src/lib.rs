@@ -83,7 +83,7 @@ pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use pipeline::{PipelineError, plan_and_compile};
 pub use predict::{PredictError, predict, predict_ms, simulator_tasks};
-pub use synthesizer::{ExchangeSynthesizer, NaiveSynthesizer, Schedule, SearchSynthesizer, Synthesized};
+pub use synthesizer::{ExchangeSynthesizer, NaiveSynthesizer, SearchSynthesizer, Synthesized};
 
 use einsum_exprog::PreambleError;
 use einsum_exprog::Program;

@@ -149,7 +149,6 @@
 //! # }
 //! ```
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use einsum_exprog::synth::{SearchOptions, SynthError, naive_validated, search};
@@ -308,37 +307,5 @@ impl ExchangeSynthesizer for SearchSynthesizer {
 
     fn naive_fallback(&self) -> bool {
         self.naive_fallback
-    }
-}
-
-/// The project's synthesizers by their parameters: a `Copy` description, equal when the
-/// parameters are, for callers that keep or compare them (a table of experiment cases);
-/// [`Schedule::synthesizer`] is the value a compile takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
-    /// [`NaiveSynthesizer`].
-    Naive,
-    /// [`SearchSynthesizer`] with these parameters.
-    Search {
-        /// [`SearchSynthesizer::seed`].
-        seed: u64,
-        /// [`SearchSynthesizer::iterations`].
-        iterations: usize,
-        /// [`SearchSynthesizer::budget`].
-        budget: Option<Duration>,
-        /// [`SearchSynthesizer::naive_fallback`].
-        naive_fallback: bool,
-    },
-}
-
-impl Schedule {
-    /// The synthesizer it describes.
-    pub fn synthesizer(self) -> Arc<dyn ExchangeSynthesizer> {
-        match self {
-            Schedule::Naive => Arc::new(NaiveSynthesizer),
-            Schedule::Search { seed, iterations, budget, naive_fallback } => {
-                Arc::new(SearchSynthesizer { seed, iterations, budget, naive_fallback })
-            }
-        }
     }
 }

@@ -3,10 +3,11 @@
 //! with the single-device evaluation; Example 5.4; the compile-time errors.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use einsum_compile::{
-    CompileError, Compiled, ComputationKernels, ExchangeSources, NaiveSynthesizer, PhysicalOptions, Schedule,
-    SearchSynthesizer, compile, lower_exchange,
+    CompileError, Compiled, ComputationKernels, ExchangeSources, ExchangeSynthesizer, NaiveSynthesizer,
+    PhysicalOptions, SearchSynthesizer, compile, lower_exchange,
 };
 use einsum_core::taskgraph::{BufferId, DeviceId, Task, TaskGraph, interpret};
 use einsum_core::{Aggregation, DType, HostTensor, SeededRng, TensorDesc, TensorType, scaled_error};
@@ -58,15 +59,11 @@ fn run(comp: &Computation, compiled: &Compiled, seed: u64) {
 
 /// Compiles with random specs for `p` devices and checks the result; false if some
 /// operator has no spec for `p`.
-fn check(comp: &Computation, p: usize, seed: u64, schedule: Schedule, topology: &Topology) -> bool {
+fn check(comp: &Computation, p: usize, seed: u64, schedule: Arc<dyn ExchangeSynthesizer>, topology: &Topology) -> bool {
     let mut rng = SeededRng::new(seed);
     let Some(specs) = random_specs(comp, p, &mut rng) else { return false };
-    let options = PhysicalOptions {
-        devices: p,
-        synthesizer: schedule.synthesizer(),
-        topology: topology.clone(),
-        memory_budget: None,
-    };
+    let options =
+        PhysicalOptions { devices: p, synthesizer: schedule.clone(), topology: topology.clone(), memory_budget: None };
     let compiled = compile(comp, &specs, &options).unwrap_or_else(|e| panic!("p = {p}, seed {seed}: {e}"));
     assert!(compiled.graph.check_complete().is_ok());
     assert_eq!(compiled.graph.devices(), p);
@@ -85,12 +82,12 @@ fn check_all(comp: &Computation, seed: u64) {
     let topology = switch(8, 80.0);
     let mut ran = 0;
     for p in 1..=8 {
-        let naive = check(comp, p, seed + p as u64, Schedule::Naive, &topology);
+        let naive = check(comp, p, seed + p as u64, Arc::new(NaiveSynthesizer), &topology);
         let search = check(
             comp,
             p,
             seed + 100 + p as u64,
-            Schedule::Search { seed, iterations: 10, budget: None, naive_fallback: false },
+            Arc::new(SearchSynthesizer { seed, iterations: 10, budget: None, naive_fallback: false }),
             &topology,
         );
         ran += naive as usize + search as usize;
@@ -256,12 +253,12 @@ fn gqa_attention_with_rope_runs_correctly() {
 fn dgx_v100_with_eight_devices() {
     let v100 = Topology::preset("dgx-v100").unwrap();
     for (i, comp) in [ffn(), softmax(), dag()].iter().enumerate() {
-        assert!(check(comp, 8, 40 + i as u64, Schedule::Naive, &v100));
+        assert!(check(comp, 8, 40 + i as u64, Arc::new(NaiveSynthesizer), &v100));
         assert!(check(
             comp,
             8,
             50 + i as u64,
-            Schedule::Search { seed: 7, iterations: 10, budget: None, naive_fallback: false },
+            Arc::new(SearchSynthesizer { seed: 7, iterations: 10, budget: None, naive_fallback: false }),
             &v100
         ));
     }
@@ -315,11 +312,13 @@ fn example_5_4_compiles_to_its_preamble_and_runs() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../einsum-exprog/examples/example_5_4_preamble.exprog");
     let expected = parse(&std::fs::read_to_string(path).unwrap()).unwrap();
-    for schedule in [Schedule::Naive, Schedule::Search { seed: 3, iterations: 10, budget: None, naive_fallback: false }]
-    {
+    for schedule in [
+        Arc::new(NaiveSynthesizer) as Arc<dyn ExchangeSynthesizer>,
+        Arc::new(SearchSynthesizer { seed: 3, iterations: 10, budget: None, naive_fallback: false }),
+    ] {
         let options = PhysicalOptions {
             devices: 4,
-            synthesizer: schedule.synthesizer(),
+            synthesizer: schedule.clone(),
             topology: switch(4, 80.0),
             memory_budget: None,
         };
@@ -345,7 +344,7 @@ fn wrong_spec_counts_and_missing_specs_are_refused() {
     let (comp, specs) = example_5_4();
     let options = PhysicalOptions {
         devices: 2,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: switch(8, 80.0),
         memory_budget: None,
     };
@@ -366,7 +365,7 @@ fn a_topology_with_too_few_sites_is_refused() {
     let (comp, specs) = example_5_4();
     let options = PhysicalOptions {
         devices: 4,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: switch(2, 80.0),
         memory_budget: None,
     };
@@ -380,7 +379,7 @@ fn a_graph_over_hbm_capacity_is_refused() {
     // 200 bytes of HBM per device: one 4 x 8 f32 block alone takes 128.
     let options = PhysicalOptions {
         devices: 4,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: switch(4, 200e-9),
         memory_budget: None,
     };
@@ -409,7 +408,7 @@ fn a_weight_read_by_two_operators_is_loaded_once_per_device_and_block() {
     let specs: HashMap<OpId, JoinAggSpec> = comp.ops().map(|(id, _, _)| (id, spec.clone())).collect();
     let options = PhysicalOptions {
         devices: p,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: switch(p, 80.0),
         memory_budget: None,
     };
@@ -456,7 +455,7 @@ fn a_memory_budget_below_the_peak_is_refused() {
     let (comp, specs) = example_5_4();
     let options = PhysicalOptions {
         devices: 4,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: switch(4, 80.0),
         memory_budget: None,
     };
@@ -609,7 +608,7 @@ fn plans_above_the_size_limits_are_refused_with_the_estimate() {
     assert!(estimate.tasks < LIMITS.tasks && estimate.largest_exchange < LIMITS.exchange_pieces);
     let options = PhysicalOptions {
         devices: p,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: switch(p, 80.0),
         memory_budget: None,
     };
@@ -624,7 +623,7 @@ proptest! {
     #[test]
     fn random_dags_compile_and_run_correctly(seed in any::<u64>(), n in 1usize..6, p in 1usize..=8, search in any::<bool>()) {
         let comp = random_dag(seed, n);
-        let schedule = if search { Schedule::Search { seed, iterations: 10, budget: None, naive_fallback: false } } else { Schedule::Naive };
+        let schedule: Arc<dyn ExchangeSynthesizer> = if search { Arc::new(SearchSynthesizer { seed, iterations: 10, budget: None, naive_fallback: false }) } else { Arc::new(NaiveSynthesizer) };
         prop_assert!(check(&comp, p, seed, schedule, &switch(8, 80.0)));
     }
 }
@@ -658,11 +657,13 @@ fn a_repeated_exchange_request_is_answered_once() {
         let counts: Vec<usize> = op.shardable().iter().map(|s| if s.name == split { p } else { 1 }).collect();
         specs.insert(id, einsum_joinagg::request_spec(op, &counts).unwrap());
     }
-    for schedule in [Schedule::Naive, Schedule::Search { seed: 1, iterations: 5, budget: None, naive_fallback: false }]
-    {
+    for schedule in [
+        Arc::new(NaiveSynthesizer) as Arc<dyn ExchangeSynthesizer>,
+        Arc::new(SearchSynthesizer { seed: 1, iterations: 5, budget: None, naive_fallback: false }),
+    ] {
         let options = PhysicalOptions {
             devices: p,
-            synthesizer: schedule.synthesizer(),
+            synthesizer: schedule.clone(),
             topology: switch(p, 80.0),
             memory_budget: None,
         };

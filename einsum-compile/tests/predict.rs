@@ -4,8 +4,9 @@
 //! the tensors are only types.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use einsum_compile::{KernelCall, PhysicalOptions, PredictError, Schedule, compile, predict, predict_ms};
+use einsum_compile::{KernelCall, NaiveSynthesizer, PhysicalOptions, PredictError, compile, predict, predict_ms};
 use einsum_core::taskgraph::{Boundary, DeviceId, Task, TaskGraph};
 use einsum_core::{DType, TensorDesc, TensorType};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId};
@@ -34,7 +35,7 @@ fn a100() -> Topology {
 }
 
 fn options(p: usize) -> PhysicalOptions {
-    PhysicalOptions { devices: p, synthesizer: Schedule::Naive.synthesizer(), topology: a100(), memory_budget: None }
+    PhysicalOptions { devices: p, synthesizer: Arc::new(NaiveSynthesizer), topology: a100(), memory_budget: None }
 }
 
 /// The roofline time of an `m x k` by `k x n` f16 matmul, by hand.

@@ -2,14 +2,15 @@
 //! whole-plan prediction, on a 64³ matmul over 8 devices, which the paper's proxy prices
 //! best split 2×2×2 (k included) and the simulator predicts fastest split over m and n only.
 
-use einsum_compile::Schedule;
 use einsum_compile::pipeline::{Planned, Request, plan_and_compile};
 use einsum_compile::refine::DEFAULT_REFINE;
+use einsum_compile::{ExchangeSynthesizer, NaiveSynthesizer, SearchSynthesizer};
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::Computation;
 use einsum_logical::{Dp, LogicalOptimizer, PaperProxy, Problem, Result};
 use einsum_ops::einsum::Einsum;
 use einsum_sim::Topology;
+use std::sync::Arc;
 
 fn matmul() -> Computation {
     let mut comp = Computation::new();
@@ -21,7 +22,12 @@ fn matmul() -> Computation {
     comp
 }
 
-fn planned(comp: &Computation, strategy: &dyn LogicalOptimizer, refine: usize, schedule: Schedule) -> Planned {
+fn planned(
+    comp: &Computation,
+    strategy: &dyn LogicalOptimizer,
+    refine: usize,
+    schedule: Arc<dyn ExchangeSynthesizer>,
+) -> Planned {
     let topology = Topology::preset("dgx-a100").unwrap();
     plan_and_compile(&Request {
         comp,
@@ -29,7 +35,7 @@ fn planned(comp: &Computation, strategy: &dyn LogicalOptimizer, refine: usize, s
         strategy,
         cost: &PaperProxy,
         topology: &topology,
-        synthesizer: schedule.synthesizer(),
+        synthesizer: schedule.clone(),
         memory_budget: None,
         host_memory: None,
         refine,
@@ -37,16 +43,16 @@ fn planned(comp: &Computation, strategy: &dyn LogicalOptimizer, refine: usize, s
     .unwrap()
 }
 
-fn search() -> Schedule {
-    Schedule::Search { seed: 0, iterations: 10, budget: None, naive_fallback: true }
+fn search() -> Arc<dyn ExchangeSynthesizer> {
+    Arc::new(SearchSynthesizer { seed: 0, iterations: 10, budget: None, naive_fallback: true })
 }
 
 #[test]
 fn an_alternative_predicted_faster_replaces_the_plan() {
     let comp = matmul();
-    let own = planned(&comp, &Dp, 0, Schedule::Naive);
+    let own = planned(&comp, &Dp, 0, Arc::new(NaiveSynthesizer));
     assert_eq!(own.refinement, None);
-    let refined = planned(&comp, &Dp, DEFAULT_REFINE, Schedule::Naive);
+    let refined = planned(&comp, &Dp, DEFAULT_REFINE, Arc::new(NaiveSynthesizer));
     let r = refined.refinement.as_ref().expect("the DP offers alternatives");
     assert!(r.replaced && r.scored >= 1, "{r:?}");
     assert_eq!(r.own_naive_ms, own.compiled.predicted_ms);
@@ -90,10 +96,10 @@ impl LogicalOptimizer for Offers {
 #[test]
 fn a_plan_whose_alternatives_predict_slower_is_kept() {
     let comp = matmul();
-    let slow = planned(&comp, &Dp, 0, Schedule::Naive).plan.choice();
-    let fast = planned(&comp, &Dp, DEFAULT_REFINE, Schedule::Naive).plan.choice();
+    let slow = planned(&comp, &Dp, 0, Arc::new(NaiveSynthesizer)).plan.choice();
+    let fast = planned(&comp, &Dp, DEFAULT_REFINE, Arc::new(NaiveSynthesizer)).plan.choice();
     assert_ne!(fast, slow);
-    for schedule in [Schedule::Naive, search()] {
+    for schedule in [Arc::new(NaiveSynthesizer) as Arc<dyn ExchangeSynthesizer>, search()] {
         let kept = planned(&comp, &Offers { fast: fast.clone(), slow: slow.clone() }, DEFAULT_REFINE, schedule);
         assert_eq!(kept.plan.choice(), fast);
         let r = kept.refinement.expect("one alternative was scored");

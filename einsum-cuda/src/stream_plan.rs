@@ -1,8 +1,8 @@
 //! [`StreamPlan`]: the pure scheduling logic of the CUDA backend: which GPU every virtual
 //! device runs on, which stream every task is issued to, which task waits on which other
-//! task's event, and where every buffer and scratch area lives in its GPU's pool. (Named
-//! apart from `einsum_compile::Schedule`, which chooses how exchange programs are
-//! synthesized.)
+//! task's event, and where every buffer and scratch area lives in its GPU's pool. (Not to
+//! be confused with the exchange synthesizer, `einsum_compile::ExchangeSynthesizer`, which
+//! chooses how exchange programs are synthesized.)
 //!
 //! # Design
 //! Virtual device `v` runs on GPU `v mod gpus` (an 8-device plan runs on one GPU). Every

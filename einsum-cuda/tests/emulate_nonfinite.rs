@@ -3,8 +3,9 @@
 //! on one device and split over several, whose partial maxima the aggregation combines.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use einsum_compile::{ComputationKernels, Schedule, compile};
+use einsum_compile::{ComputationKernels, NaiveSynthesizer, compile};
 use einsum_core::{DType, HostTensor, TensorDesc};
 use einsum_cuda::emulate;
 use einsum_cuda::lower::lower;
@@ -44,7 +45,7 @@ fn check(name: &str, op: Box<dyn AbstractOperator>, values: Vec<Vec<f32>>) -> Ve
         for choice in specs {
             let options = einsum_compile::PhysicalOptions {
                 devices: p,
-                synthesizer: Schedule::Naive.synthesizer(),
+                synthesizer: Arc::new(NaiveSynthesizer),
                 topology: Topology::preset("dgx-a100").unwrap(),
                 memory_budget: None,
             };

@@ -5,8 +5,9 @@
 //! reference `run`, to what the unfused one computes.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use einsum_compile::{Compiled, ComputationKernels, Schedule, compile};
+use einsum_compile::{Compiled, ComputationKernels, NaiveSynthesizer, compile};
 use einsum_core::taskgraph::{Task, TaskGraph, interpret};
 use einsum_core::{DType, HostTensor, KernelLibrary, TensorDesc, scaled_error};
 use einsum_cuda::emulate;
@@ -27,7 +28,7 @@ fn compiled(comp: &Computation) -> Compiled {
     let specs = comp.ops().map(|(id, op, _)| (id, enumerate_specs(op, 1).unwrap()[0].spec.clone())).collect();
     let options = einsum_compile::PhysicalOptions {
         devices: 1,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };

@@ -5,8 +5,9 @@
 //! with one), in f32, f16 and bf16. Inputs are loaded once and stay resident; runs repeat.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use einsum_compile::{Compiled, ComputationKernels, Schedule, compile};
+use einsum_compile::{Compiled, ComputationKernels, NaiveSynthesizer, compile};
 use einsum_core::{
     Backend, BackendError, DType, HostTensor, Interval, KernelClass, OperatorRef, TensorDesc, TensorType, scaled_error,
 };
@@ -119,7 +120,7 @@ fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
     let spec = specs.get(choice)?.spec.clone();
     let options = einsum_compile::PhysicalOptions {
         devices: p,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };

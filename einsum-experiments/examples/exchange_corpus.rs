@@ -29,8 +29,9 @@
 //! with and without them.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use einsum_compile::Schedule;
+use einsum_compile::NaiveSynthesizer;
 use einsum_core::DType;
 use einsum_experiments::Workload;
 use einsum_exprog::synth::collectives::{Collective, all_reduce_whole};
@@ -90,7 +91,7 @@ fn largest_preambles(
         strategy: &STRATEGY,
         cost: &model,
         topology: &topology,
-        synthesizer: Schedule::Naive.synthesizer(),
+        synthesizer: Arc::new(NaiveSynthesizer),
         memory_budget: None,
         host_memory: None,
         refine: einsum_compile::refine::DEFAULT_REFINE,

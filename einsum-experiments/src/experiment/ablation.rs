@@ -3,7 +3,8 @@
 //! plans, and the DP's plan compiled with the naive exchange programs (and the setup's own
 //! strategies, after greedy); geometric means per family.
 
-use einsum_compile::Schedule;
+use einsum_compile::NaiveSynthesizer;
+use std::sync::Arc;
 
 use super::table::geomean_cell;
 use super::transformer::relative_chart;
@@ -29,7 +30,7 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let searches = setup.compared(vec![Strategy::dp(), Strategy::greedy()]);
     let ours = &searches[0];
     let case = |w: &str, s: &Strategy| Case::new(w, p, s, setup.search(), &setup.topology);
-    let naive = |w: &str| Case::new(w, p, ours, Schedule::Naive, &setup.topology);
+    let naive = |w: &str| Case::new(w, p, ours, Arc::new(NaiveSynthesizer), &setup.topology);
     let mut cases = Vec::new();
     for (_, workloads) in &families {
         for (_, w) in workloads {

@@ -6,7 +6,8 @@
 //! (`Case::refine` 0): the refinement could pick different plans under the two schedules, and
 //! the figures compare exchange programs on one plan.
 
-use einsum_compile::Schedule;
+use einsum_compile::{ExchangeSynthesizer, NaiveSynthesizer};
+use std::sync::Arc;
 
 use super::ablation::families;
 use super::table::geomean_cell;
@@ -20,12 +21,12 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
     let families = families(setup.small);
     let dp = Strategy::dp();
     let targets: Vec<Target> = TOPOLOGIES.iter().map(|t| setup.preset(t)).collect();
-    let case = |w: &str, t: &Target, s: Schedule| Case::new(w, p, &dp, s, t).with_refine(0);
+    let case = |w: &str, t: &Target, s: Arc<dyn ExchangeSynthesizer>| Case::new(w, p, &dp, s, t).with_refine(0);
     let mut cases = Vec::new();
     for t in &targets {
         for (_, workloads) in &families {
             for (_, w) in workloads {
-                cases.extend([case(w, t, Schedule::Naive), case(w, t, setup.searched_programs())]);
+                cases.extend([case(w, t, Arc::new(NaiveSynthesizer)), case(w, t, setup.searched_programs())]);
             }
         }
     }
@@ -45,7 +46,7 @@ pub(crate) fn run(setup: &Setup, runner: &mut Runner) -> (Table, BarChart) {
         for (family, workloads) in &families {
             let first = table.rows.len();
             for (label, w) in workloads {
-                let naive = cell(&runner.get(&case(w, t, Schedule::Naive)), |m| m.predicted_ms);
+                let naive = cell(&runner.get(&case(w, t, Arc::new(NaiveSynthesizer))), |m| m.predicted_ms);
                 let search = cell(&runner.get(&case(w, t, setup.searched_programs())), |m| m.predicted_ms);
                 let speedup = match (naive.value(), search.value()) {
                     (Some(n), Some(s)) if s > 0.0 => Cell::Value(n / s),

@@ -15,13 +15,16 @@
 //! A case that fails (a baseline that has no plan for a workload, say) is a missing cell
 //! with its reason, never an aborted experiment.
 
+use std::sync::Arc;
 use std::{
     collections::HashMap,
+    fmt,
+    hash::{Hash, Hasher},
     path::{Path, PathBuf},
     time::Instant,
 };
 
-use einsum_compile::Schedule;
+use einsum_compile::{ExchangeSynthesizer, SearchSynthesizer};
 use einsum_core::DType;
 use einsum_joinagg::Computation;
 use einsum_logical::{LogicalPlan, PaperProxy, Problem};
@@ -131,14 +134,14 @@ impl Setup {
 
     /// The searched schedule at this setup's budget, as the command line compiles it (naive
     /// programs kept where the whole plan predicts faster with them).
-    pub fn search(&self) -> Schedule {
-        Schedule::Search { seed: 0, iterations: self.iterations(), budget: None, naive_fallback: true }
+    pub fn search(&self) -> Arc<dyn ExchangeSynthesizer> {
+        Arc::new(SearchSynthesizer { seed: 0, iterations: self.iterations(), budget: None, naive_fallback: true })
     }
 
     /// [`Setup::search`] without the naive fallback: the searched programs whatever they
     /// cost the plan, for the experiment that compares them with naive ones.
-    pub fn searched_programs(&self) -> Schedule {
-        Schedule::Search { seed: 0, iterations: self.iterations(), budget: None, naive_fallback: false }
+    pub fn searched_programs(&self) -> Arc<dyn ExchangeSynthesizer> {
+        Arc::new(SearchSynthesizer { seed: 0, iterations: self.iterations(), budget: None, naive_fallback: false })
     }
 
     /// Annealing iterations per exchange program.
@@ -286,8 +289,9 @@ fn write_files(dir: &Path, name: &str, table: &Table, chart: &BarChart) -> Resul
 }
 
 /// One point of an experiment: a workload planned by a strategy on `devices` devices and
-/// compiled with a schedule for a topology.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// compiled with an exchange synthesizer for a topology. Two cases are equal when their
+/// fields are, the synthesizers by their [`identity`](ExchangeSynthesizer::identity).
+#[derive(Clone)]
 pub struct Case {
     /// The workload, `name:key=value,...`.
     pub workload: String,
@@ -297,7 +301,7 @@ pub struct Case {
     /// the target's cost model.
     pub strategy: Strategy,
     /// How exchange programs are synthesized.
-    pub schedule: Schedule,
+    pub synthesizer: Arc<dyn ExchangeSynthesizer>,
     /// The machine, with the cost model the strategy plans under.
     pub target: Target,
     /// The per-device memory budget in bytes; `None`: the topology's default
@@ -309,14 +313,60 @@ pub struct Case {
     pub refine: usize,
 }
 
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case")
+            .field("workload", &self.workload)
+            .field("devices", &self.devices)
+            .field("strategy", &self.strategy)
+            .field("synthesizer", &self.synthesizer.identity())
+            .field("target", &self.target)
+            .field("memory_budget", &self.memory_budget)
+            .field("refine", &self.refine)
+            .finish()
+    }
+}
+
+impl PartialEq for Case {
+    fn eq(&self, other: &Self) -> bool {
+        self.workload == other.workload
+            && self.devices == other.devices
+            && self.strategy == other.strategy
+            && self.synthesizer.identity() == other.synthesizer.identity()
+            && self.target == other.target
+            && self.memory_budget == other.memory_budget
+            && self.refine == other.refine
+    }
+}
+
+impl Eq for Case {}
+
+impl Hash for Case {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.workload.hash(state);
+        self.devices.hash(state);
+        self.strategy.hash(state);
+        self.synthesizer.identity().hash(state);
+        self.target.hash(state);
+        self.memory_budget.hash(state);
+        self.refine.hash(state);
+    }
+}
+
 impl Case {
     /// A case with the default budget and refinement.
-    pub fn new(workload: &str, devices: usize, strategy: &Strategy, schedule: Schedule, target: &Target) -> Self {
+    pub fn new(
+        workload: &str,
+        devices: usize,
+        strategy: &Strategy,
+        synthesizer: Arc<dyn ExchangeSynthesizer>,
+        target: &Target,
+    ) -> Self {
         Case {
             workload: workload.to_string(),
             devices,
             strategy: strategy.clone(),
-            schedule,
+            synthesizer,
             target: target.clone(),
             memory_budget: None,
             refine: einsum_compile::refine::DEFAULT_REFINE,
@@ -383,7 +433,7 @@ pub fn measure(case: &Case) -> Result<Measurement> {
         strategy: case.strategy.optimizer(),
         cost: case.target.cost(),
         topology: case.target.topology(),
-        synthesizer: case.schedule.synthesizer(),
+        synthesizer: case.synthesizer.clone(),
         memory_budget: case.memory_budget.map(|b| b as f64),
         host_memory: None,
         refine: case.refine,

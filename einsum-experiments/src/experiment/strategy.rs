@@ -1,5 +1,6 @@
 //! [`Strategy`]: a logical strategy as the experiments plan with it, a value with a label.
 
+use std::hash::{Hash, Hasher};
 use std::{fmt, sync::Arc};
 
 use einsum_logical::{Data, Dp, Greedy, LogicalOptimizer, Megatron, Mesh2d, Random, Ulysses};
@@ -97,3 +98,9 @@ impl PartialEq for Strategy {
 }
 
 impl Eq for Strategy {}
+
+impl Hash for Strategy {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.label.hash(state);
+    }
+}

@@ -1,6 +1,7 @@
 //! [`Target`]: a machine an experiment plans for, with the cost model its strategies plan
 //! under there; [`CostModels`] builds that model for each machine.
 
+use std::hash::{Hash, Hasher};
 use std::{fmt, sync::Arc};
 
 use einsum_logical::{CostModel, Machine, Time};
@@ -105,3 +106,10 @@ impl PartialEq for Target {
 }
 
 impl Eq for Target {}
+
+impl Hash for Target {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.cost.name().hash(state);
+    }
+}
