@@ -170,7 +170,7 @@ impl Comparison {
 /// What `run --check` decides on: the single-device reference on the executable's loaded
 /// inputs, compared with the outputs of its last run. Hold it to
 /// [`computation_tolerance`] of [`Executable::computation`].
-pub fn compare_with_reference(exe: &Executable<'_>) -> Result<Comparison> {
+pub fn compare_with_reference(exe: &Executable) -> Result<Comparison> {
     let comp = exe.computation();
     let reference = comp.evaluate(&exe.loaded_inputs())?;
     Ok(Comparison::new(exe.outputs(), &reference, |t| output_name(comp, t)))

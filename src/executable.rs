@@ -16,7 +16,7 @@ use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
 use crate::refine::{DEFAULT_REFINE, Refinement};
-use crate::{Error, Graph, Result, Tensor};
+use crate::{Error, Result, Snapshot, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
 /// its cost model, the exchange-program schedule, and the topology that synthesis and
@@ -197,8 +197,11 @@ pub struct RunReport {
 /// ([`einsum_core::Backend::prepare`]); an input is handed to the prepared executable as
 /// soon as it is loaded: its blocks go onto their devices once and stay resident, and every
 /// `execute` runs the rest of the task graph on them.
-pub struct Executable<'g> {
-    graph: &'g Graph,
+///
+/// It owns what it needs: a [`Snapshot`] of the graph as it was compiled (which shares the
+/// computation), so it borrows nothing and the graph may keep growing.
+pub struct Executable {
+    graph: Snapshot,
     plan: LogicalPlan,
     compiled: Arc<Compiled>,
     /// The per-device memory budget the plan fits, and the devices' smallest HBM capacity.
@@ -211,7 +214,7 @@ pub struct Executable<'g> {
     /// What the refinement of the plan did (`None` when it scored nothing).
     refinement: Option<Refinement>,
     /// The task graph prepared on the backend (which holds the kernel library).
-    prepared: Box<dyn Prepared + 'g>,
+    prepared: Box<dyn Prepared>,
     /// The backend's name, and the host bytes it needs besides the input values
     /// ([`einsum_core::Backend::host_bytes`]).
     backend: String,
@@ -222,20 +225,20 @@ pub struct Executable<'g> {
     outputs: HashMap<TensorId, HostTensor>,
 }
 
-/// The kernel library a prepared executable holds: the graph's operators and the compiled
-/// kernel table, owned for as long as the graph is borrowed.
-struct GraphKernels<'g> {
-    comp: &'g Computation,
+/// The kernel library a prepared executable holds: the graph's operators (its snapshot)
+/// and the compiled kernel table.
+struct GraphKernels {
+    graph: Snapshot,
     compiled: Arc<Compiled>,
 }
 
-impl GraphKernels<'_> {
+impl GraphKernels {
     fn library(&self) -> ComputationKernels<'_> {
-        ComputationKernels(self.comp, &self.compiled.kernels)
+        ComputationKernels(self.graph.computation(), &self.compiled.kernels)
     }
 }
 
-impl KernelLibrary for GraphKernels<'_> {
+impl KernelLibrary for GraphKernels {
     fn run(
         &self,
         kernel: usize,
@@ -264,7 +267,30 @@ impl KernelLibrary for GraphKernels<'_> {
 /// backend runs them all), `Unavailable` when the backend cannot run here
 /// (no GPU), both before any planning; `einsum_logical::Error::DoesNotFit` when no plan fits
 /// the devices' memory, `OverBudget` for a baseline whose plan does not.
-pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executable<'g>> {
+///
+/// `graph` is a [`Graph`](crate::Graph) (`&graph`, of which the executable keeps a
+/// [`Snapshot`]: the graph may grow afterwards) or a snapshot already taken.
+///
+/// # Example
+/// The graph grows after a compile; the executable keeps it as it was compiled:
+/// ```
+/// use einsummable::{CompileOptions, DType, Graph, UnaryOp, compile};
+///
+/// let mut g = Graph::new();
+/// let x = g.input("x", &[("i", 8)], DType::F32)?;
+/// let y = g.unary(x, UnaryOp::Relu)?;
+/// g.save(y)?;
+/// let mut exe = compile(&g, &CompileOptions::new().devices(2))?;
+/// let z = g.unary(y, UnaryOp::Neg)?;
+/// g.save(z)?;
+/// exe.load_random(0)?;
+/// exe.execute()?;
+/// assert_eq!(exe.offload(y)?.ty(), &g.desc(y)?.tensor_type());
+/// assert!(exe.offload(z).is_err());
+/// # Ok::<(), einsummable::Error>(())
+/// ```
+pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<Executable> {
+    let graph = graph.into();
     let backend = options.backend.as_ref();
     let comp = graph.computation();
     // Before any work, with no device involved: an operator the backend has no kernel for,
@@ -299,7 +325,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let (optimize_ms, compile_ms, refinement) = (planned.optimize_ms, planned.compile_ms, planned.refinement);
     let compiled = Arc::new(planned.compiled);
-    let kernels = Arc::new(GraphKernels { comp, compiled: Arc::clone(&compiled) });
+    let kernels = Arc::new(GraphKernels { graph: graph.clone(), compiled: Arc::clone(&compiled) });
     let prepared = backend.prepare(&compiled.graph, kernels)?;
     let backend_host_bytes = backend.host_bytes(&compiled.graph);
     let inputs = comp.inputs();
@@ -321,7 +347,7 @@ pub fn compile<'g>(graph: &'g Graph, options: &CompileOptions) -> Result<Executa
     })
 }
 
-impl Executable<'_> {
+impl Executable {
     /// Supplies the value of a computation input; its type and dtype must match. Its blocks
     /// are loaded onto their devices at once and stay resident (host memory on the CPU
     /// backend, GPU memory on CUDA).

@@ -32,7 +32,7 @@ pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
 pub use einsum_cpu::CpuBackend;
 pub use einsum_cuda::{CudaBackend, CudaOptions};
 pub use einsum_experiments::{Workload, experiment, workload};
-pub use einsum_graph::{Graph, Tensor};
+pub use einsum_graph::{Graph, Snapshot, Tensor};
 pub use einsum_joinagg::{AbstractOperator, Computation, IndexRole, JoinAggSpec, OpRole, enumerate_specs};
 pub use einsum_logical::{CostModel, LogicalOptimizer};
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};

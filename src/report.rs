@@ -187,7 +187,7 @@ pub struct GraphReport {
 
 impl GraphReport {
     /// The report of a compiled executable.
-    pub fn new(exe: &Executable<'_>) -> Self {
+    pub fn new(exe: &Executable) -> Self {
         let stats = exe.stats();
         GraphReport {
             predicted_ms: exe.predicted_ms(),
@@ -204,7 +204,7 @@ impl<'a> PlanReport<'a> {
     /// The report of an executable compiled from `workload` (the workload's spec, or a name
     /// for a graph built by hand) on `topology` with the exchange programs of `schedule`
     /// (`naive` or `search`): its plan, and what its compilation predicts.
-    pub fn compiled(exe: &'a Executable<'_>, workload: &'a str, topology: &'a str, schedule: &'static str) -> Self {
+    pub fn compiled(exe: &'a Executable, workload: &'a str, topology: &'a str, schedule: &'static str) -> Self {
         let plan = exe.plan();
         let stats = exe.stats();
         PlanReport {
@@ -234,7 +234,7 @@ impl<'a> PlanReport<'a> {
 
 /// The body of `explain`'s text: every operator's split and devices, every exchange program
 /// with its simulated time, and each device's memory against the capacity and the budget.
-pub fn explain_text(exe: &Executable<'_>) -> String {
+pub fn explain_text(exe: &Executable) -> String {
     let mut text = String::new();
     let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
     let _ = writeln!(text, "\nlogical plan ({} optimizer, {} cost):", exe.plan().optimizer, exe.plan().cost_model);

@@ -40,7 +40,7 @@ impl LogicalOptimizer for SplitContraction {
 
 /// `graph` on 8 devices, each operator holding one eighth of its contraction where it can,
 /// run on `backend` (which may inject a fault) on seeded random inputs.
-fn run_split_matmul(graph: &Graph, backend: CpuBackend) -> Executable<'_> {
+fn run_split_matmul(graph: &Graph, backend: CpuBackend) -> Executable {
     let options = CompileOptions::new().devices(8).optimizer(Arc::new(SplitContraction)).backend(Arc::new(backend));
     let mut exe = compile(graph, &options).expect("compiles");
     assert!(

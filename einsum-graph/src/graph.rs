@@ -16,7 +16,10 @@
 //! # Ok::<(), einsum_graph::Error>(())
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, Computation, IndexRole, TensorId};
@@ -52,18 +55,59 @@ impl Tensor {
 /// Source of distinct graph ids, so a tensor handle remembers which graph made it.
 static NEXT_GRAPH: AtomicU64 = AtomicU64::new(0);
 
+/// A graph as it stood when [`Graph::snapshot`] took it: frozen, cheap to take and to clone
+/// (it shares the computation), and the graph's tensor handles are its handles. What
+/// `compile` keeps, so that the graph may grow afterwards.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    id: u64,
+    comp: Arc<Computation>,
+}
+
+impl Snapshot {
+    /// The computation as it stood.
+    pub fn computation(&self) -> &Computation {
+        &self.comp
+    }
+
+    /// The tensor's id in [`Snapshot::computation`], if the handle was made by its graph.
+    pub fn own_tensor(&self, t: Tensor) -> Result<TensorId> {
+        if t.graph == self.id { Ok(t.id) } else { Err(Error::ForeignTensor(t.id.to_string())) }
+    }
+
+    /// The type of a tensor.
+    pub fn desc(&self, t: Tensor) -> Result<&TensorDesc> {
+        let id = self.own_tensor(t)?;
+        self.comp.desc(id).map_err(|_| Error::ForeignTensor(id.to_string()))
+    }
+
+    /// The handle of tensor `id` of [`Snapshot::computation`].
+    pub fn tensor(&self, id: TensorId) -> Result<Tensor> {
+        self.comp.desc(id).map_err(|_| Error::ForeignTensor(id.to_string()))?;
+        Ok(Tensor { graph: self.id, id })
+    }
+}
+
+impl From<&Graph> for Snapshot {
+    fn from(graph: &Graph) -> Self {
+        graph.snapshot()
+    }
+}
+
 /// A computation under construction: inputs, abstract operators and saved outputs. No
 /// device, sharding or communication appears here; `compile` decides all of that.
 #[derive(Debug)]
 pub struct Graph {
-    id: u64,
-    comp: Computation,
+    /// The graph's identity and its computation so far, shared with the snapshots taken of
+    /// it until the graph grows again (copy-on-write).
+    state: Snapshot,
     ops_added: usize,
 }
 
 impl Default for Graph {
     fn default() -> Self {
-        Self { id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed), comp: Computation::new(), ops_added: 0 }
+        let state = Snapshot { id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed), comp: Arc::default() };
+        Self { state, ops_added: 0 }
     }
 }
 
@@ -76,12 +120,13 @@ impl Graph {
     /// Adds an input tensor with named dimensions, e.g. `&[("tokens", 4096), ("d_model", 4096)]`.
     /// Its name must be new to the graph: inputs are loaded and bound by name.
     pub fn input(&mut self, name: &str, dims: &[(&str, usize)], dtype: DType) -> Result<Tensor> {
-        if self.comp.inputs().iter().any(|t| self.comp.node(t.op).is_some_and(|n| n.name() == name)) {
+        let comp = self.computation();
+        if comp.inputs().iter().any(|t| comp.node(t.op).is_some_and(|n| n.name() == name)) {
             return Err(Error::DuplicateInput(name.to_string()));
         }
         let desc = TensorDesc::of(dims, dtype)
             .map_err(|e| Error::Build { node: format!("input `{name}`"), source: e.into() })?;
-        let id = self.comp.add_input(name, desc);
+        let id = self.comp_mut().add_input(name, desc);
         Ok(self.handle(id))
     }
 
@@ -185,29 +230,27 @@ impl Graph {
     /// # Ok::<(), einsum_graph::Error>(())
     /// ```
     pub fn role(&mut self, index: &str, role: IndexRole) -> Result<()> {
-        self.comp.declare_role(index, role).map_err(Error::Role)
+        self.comp_mut().declare_role(index, role).map_err(Error::Role)
     }
 
     /// Marks a tensor as an output that must remain after execution.
     pub fn save(&mut self, t: Tensor) -> Result<()> {
         let id = self.own(t)?;
-        self.comp.save(id).map_err(|_| Error::ForeignTensor(id.to_string()))
+        self.comp_mut().save(id).map_err(|_| Error::ForeignTensor(id.to_string()))
     }
 
     /// The type of a tensor.
     pub fn desc(&self, t: Tensor) -> Result<&TensorDesc> {
-        let id = self.own(t)?;
-        self.comp.desc(id).map_err(|_| Error::ForeignTensor(id.to_string()))
+        self.state.desc(t)
     }
 
     fn handle(&self, id: TensorId) -> Tensor {
-        Tensor { graph: self.id, id }
+        Tensor { graph: self.state.id, id }
     }
 
     /// The handle of tensor `id` of [`Graph::computation`] (for example a workload's inputs).
     pub fn tensor(&self, id: TensorId) -> Result<Tensor> {
-        self.comp.desc(id).map_err(|_| Error::ForeignTensor(id.to_string()))?;
-        Ok(self.handle(id))
+        self.state.tensor(id)
     }
 
     /// The tensor's id in [`Graph::computation`], if the handle was made by this graph.
@@ -217,17 +260,29 @@ impl Graph {
 
     /// The tensor's id, if the handle was made by this graph.
     fn own(&self, t: Tensor) -> Result<TensorId> {
-        if t.graph == self.id { Ok(t.id) } else { Err(Error::ForeignTensor(t.id.to_string())) }
+        self.state.own_tensor(t)
     }
 
     /// The computation built so far.
     pub fn computation(&self) -> &Computation {
-        &self.comp
+        self.state.computation()
+    }
+
+    /// The graph as it stands, frozen: cheap (the computation is shared, and copied the next
+    /// time the graph grows, if a snapshot still holds it), with the graph's tensor handles
+    /// valid in it. `compile` takes one, so the graph may keep growing afterwards.
+    pub fn snapshot(&self) -> Snapshot {
+        self.state.clone()
     }
 
     /// Consumes the builder, returning its computation.
     pub fn into_computation(self) -> Computation {
-        self.comp
+        Arc::unwrap_or_clone(self.state.comp)
+    }
+
+    /// The computation to grow: the graph's own, copied first if a snapshot shares it.
+    fn comp_mut(&mut self) -> &mut Computation {
+        Arc::make_mut(&mut self.state.comp)
     }
 
     fn descs(&self, ts: &[Tensor]) -> Result<Vec<TensorDesc>> {
@@ -255,7 +310,7 @@ impl Graph {
         self.ops_added += 1;
         let node = format!("{} #{}", op.kind(), self.ops_added);
         let ids = inputs.iter().map(|&t| self.own(t)).collect::<Result<Vec<TensorId>>>()?;
-        let outs = self.comp.add_op(node.clone(), op, &ids).map_err(|source| Error::Build { node, source })?;
+        let outs = self.comp_mut().add_op(node.clone(), op, &ids).map_err(|source| Error::Build { node, source })?;
         Ok(outs.into_iter().map(|id| self.handle(id)).collect())
     }
 
@@ -270,7 +325,7 @@ impl Graph {
         let op = op.map_err(|source| Error::Build { node: node.clone(), source })?;
         let ids = inputs.iter().map(|&t| self.own(t)).collect::<Result<Vec<TensorId>>>()?;
         let outs =
-            self.comp.add_op(node.clone(), Box::new(op), &ids).map_err(|source| Error::Build { node, source })?;
+            self.comp_mut().add_op(node.clone(), Box::new(op), &ids).map_err(|source| Error::Build { node, source })?;
         Ok(self.handle(outs[0]))
     }
 }

@@ -12,7 +12,7 @@
 
 mod graph;
 
-pub use graph::{Graph, Tensor};
+pub use graph::{Graph, Snapshot, Tensor};
 
 /// Result alias for the graph builder.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -219,3 +219,23 @@ fn norm_parameters_bind_by_name() {
     assert!(g.layernorm(x, b, w, "d_model", 1e-5).unwrap_err().to_string().contains("bias"));
     assert!(g.layernorm(x, b, b, "d_model", 1e-5).is_ok());
 }
+
+#[test]
+fn a_snapshot_stays_as_taken_while_the_graph_grows() {
+    let mut g = ffn();
+    let snapshot = g.snapshot();
+    let y = g.tensor(g.computation().saved()[0]).unwrap();
+    let z = g.unary(y, UnaryOp::Relu).unwrap();
+    g.save(z).unwrap();
+    // The graph grew; the snapshot did not.
+    assert_eq!(g.computation().ops().count(), 4);
+    assert_eq!(snapshot.computation().ops().count(), 3);
+    assert_eq!(snapshot.computation().saved().len(), 1);
+    // The graph's handles are the snapshot's, as far as it goes.
+    assert_eq!(snapshot.own_tensor(y).unwrap(), y.id());
+    assert_eq!(snapshot.desc(y).unwrap().shape(), vec![16, 8]);
+    assert!(matches!(snapshot.desc(z), Err(Error::ForeignTensor(_))));
+    assert!(matches!(ffn().snapshot().own_tensor(y), Err(Error::ForeignTensor(_))));
+    // Node names keep counting in the graph.
+    assert_eq!(g.computation().node(z.id().op).unwrap().name(), "unary #4");
+}

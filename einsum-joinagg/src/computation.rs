@@ -1,6 +1,6 @@
 //! The computation: a DAG of abstract operators over tensors (Section 4.2).
 
-use std::{collections::HashMap, fmt};
+use std::{collections::HashMap, fmt, sync::Arc};
 
 use einsum_core::{HostTensor, TensorDesc};
 use petgraph::{Direction, graph::DiGraph, graph::NodeIndex, visit::EdgeRef};
@@ -27,7 +27,8 @@ impl fmt::Display for TensorId {
 }
 
 /// A vertex: an input tensor of the computation, or an abstract operator and its inputs.
-#[derive(Debug)]
+/// A clone shares the operator.
+#[derive(Clone, Debug)]
 pub enum Node {
     /// A tensor supplied from outside; it may be laid out in any tiling for free.
     Input {
@@ -40,8 +41,8 @@ pub enum Node {
     Op {
         /// A readable name, unique or not.
         name: String,
-        /// The operator.
-        op: Box<dyn AbstractOperator>,
+        /// The operator, shared by the computation's clones.
+        op: Arc<dyn AbstractOperator>,
         /// The tensors feeding each input slot.
         inputs: Vec<TensorId>,
     },
@@ -68,7 +69,11 @@ impl Node {
 /// consumers; `saved` tensors are the results that must remain after execution. The
 /// [`Roles`] of its index names are declared by its operators as they are added and by the
 /// builder ([`declare_role`](Self::declare_role)).
-#[derive(Debug, Default)]
+///
+/// A clone is cheap: the operators are shared (`Arc`); only the DAG (names, input types,
+/// edges), the saved list and the roles are copied. So a builder can hand out the
+/// computation as it stands and keep growing its own.
+#[derive(Clone, Debug, Default)]
 pub struct Computation {
     graph: DiGraph<Node, (usize, usize)>,
     saved: Vec<TensorId>,
@@ -121,7 +126,7 @@ impl Computation {
         }
         self.roles.declare_all(&op.index_roles(), &format!("operator `{name}`"))?;
         let outputs = op.outputs().len();
-        let id = self.graph.add_node(Node::Op { name, op, inputs: inputs.to_vec() });
+        let id = self.graph.add_node(Node::Op { name, op: Arc::from(op), inputs: inputs.to_vec() });
         for (slot, t) in inputs.iter().enumerate() {
             self.graph.add_edge(NodeIndex::new(t.op.0 as usize), id, (t.output, slot));
         }

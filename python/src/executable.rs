@@ -2,12 +2,12 @@
 //! `explain` and `predict`.
 //!
 //! # Design
-//! A Rust [`Executable`] borrows the graph it was compiled from, and the backend state it
+//! A Rust [`Executable`] owns what it needs (the graph's snapshot), but the backend state it
 //! holds (`einsum_core::Prepared`) is not `Send`: it cannot move between threads, and the
 //! Python object cannot hold it if it is to be used from any Python thread. So every
-//! executable lives on a thread of its own, for its whole life: the thread owns the graph's
-//! snapshot, compiles it, and then serves the Python object's calls ([`Job`]s) one at a time,
-//! in the order they come, until the Python object is dropped (then it drops the executable
+//! executable lives on a thread of its own, for its whole life: the thread is given the
+//! graph's snapshot, compiles it, and then serves the Python object's calls ([`Job`]s) one
+//! at a time, in the order they come, until the Python object is dropped (then it drops the executable
 //! and ends). The Python object holds the channel to its thread and what was copied out at
 //! compile (names, types, its summary), so it is `Send + Sync`: calls from several Python
 //! threads queue on the executable's thread, each whole (a run's loads, execution and
@@ -31,8 +31,8 @@ use einsum_core::{HostTensor, TensorDesc};
 use einsum_logical::LogicalOptimizer;
 use einsummable::report::{GraphReport, PlanReport, explain_text};
 use einsummable::{
-    BackendParams, CompileOptions, Error, ExchangeSynthesizer, Executable, Graph, NaiveSynthesizer, SearchSynthesizer,
-    Tensor, Topology,
+    BackendParams, CompileOptions, Error, ExchangeSynthesizer, Executable, NaiveSynthesizer, SearchSynthesizer,
+    Snapshot, Tensor, Topology,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -56,7 +56,7 @@ const SEARCH_BUDGET: Duration = Duration::from_secs(10);
 /// A call served on an executable's thread: given the executable, or, once an earlier job
 /// panicked, the message saying it is unusable; returns its own panic's message, if it
 /// panicked (the thread then refuses every later job).
-type Job = Box<dyn FnOnce(Result<&mut Executable<'_>, &str>) -> Option<String> + Send>;
+type Job = Box<dyn FnOnce(Result<&mut Executable, &str>) -> Option<String> + Send>;
 
 /// What the compiled executable's thread tells `compile`: `repr`'s text, or why not.
 type Compiled = Reply<einsummable::Result<String>>;
@@ -65,7 +65,7 @@ type Compiled = Reply<einsummable::Result<String>>;
 /// `progress` until `cancel`), sends `compiled` the outcome, then serves `jobs` until the
 /// Python object, which holds their sender, is dropped.
 fn serve(
-    graph: Graph,
+    graph: Snapshot,
     options: CompileOptions,
     progress: Option<Arc<Py<PyAny>>>,
     cancel: Cancel,
@@ -74,7 +74,7 @@ fn serve(
     names: (String, String),
 ) {
     let outcome = catch(|| {
-        let exe = with_progress(progress, &cancel, || einsummable::compile(&graph, &options))?;
+        let exe = with_progress(progress, &cancel, || einsummable::compile(graph, &options))?;
         let (workload, topology) = &names;
         let summary = format!(
             "Executable({workload} on {} devices, {} optimizer, predicted {:.4} ms on {topology})",
@@ -147,7 +147,7 @@ impl PyExecutable {
         &self,
         py: Python<'_>,
         what: &str,
-        f: impl FnOnce(&mut Executable<'_>) -> R + Send + 'static,
+        f: impl FnOnce(&mut Executable) -> R + Send + 'static,
     ) -> PyResult<R> {
         // A Ctrl-C that came since the last check (between calls made by C code, such as
         // `map`, where the interpreter does not look) stops the call before it starts.
@@ -349,7 +349,7 @@ pub fn compile(
         memory_budget,
         refine: einsummable::refine::DEFAULT_REFINE,
     };
-    let snapshot = graph.replay()?;
+    let snapshot = graph.snapshot();
     let comp = snapshot.computation();
     let inputs = comp
         .inputs()

@@ -2,19 +2,17 @@
 //! method per builder call.
 //!
 //! # Design
-//! A Python graph records every builder call it accepted (a [`Step`]) besides applying it to
-//! its live Rust [`Graph`]. `compile` replays the steps into a new graph that the executable
-//! owns, so an executable is a snapshot: the Python graph can grow (more operators, more
-//! outputs) and be compiled again without touching executables compiled before. The replay
-//! is the same calls in the same order, failed ones included (a failed operator still takes
-//! a node number, e.g. `matmul #3`), so every tensor keeps its id and every node its name;
-//! both are checked.
+//! A Python graph holds its Rust [`Graph`] and applies every builder call to it. `compile`
+//! takes the graph's [`Snapshot`] (cheap: the computation is shared, and copied only when
+//! the graph grows while a snapshot holds it), which the executable owns, so an executable
+//! is a snapshot: the Python graph can grow (more operators, more outputs) and be compiled
+//! again without touching executables compiled before.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use einsum_core::DType;
 use einsum_joinagg::{IndexRole, TensorId};
-use einsummable::{AttentionConfig, BinaryOp, Error, Graph, Packing, ReduceOp, Tensor, UnaryOp, Workload};
+use einsummable::{AttentionConfig, BinaryOp, Error, Graph, Packing, ReduceOp, Snapshot, Tensor, UnaryOp, Workload};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -23,91 +21,9 @@ use crate::errors::{GraphError, IntoPy};
 /// Source of distinct ids of Python graphs, so a tensor remembers the graph that made it.
 static NEXT_GRAPH: AtomicU64 = AtomicU64::new(0);
 
-/// One accepted builder call, with its arguments resolved (tensors by id).
-#[derive(Clone, Debug)]
-enum Step {
-    Input { name: String, dims: Vec<(String, usize)>, dtype: DType },
-    Einsum { equation: String, inputs: Vec<TensorId> },
-    Matmul { a: TensorId, b: TensorId },
-    Unary { x: TensorId, op: UnaryOp },
-    Binary { a: TensorId, b: TensorId, op: BinaryOp, outer: bool },
-    Softmax { x: TensorId, index: String },
-    RmsNorm { x: TensorId, weight: TensorId, index: String, eps: f32 },
-    LayerNorm { x: TensorId, weight: TensorId, bias: TensorId, index: String, eps: f32 },
-    Rope { x: TensorId, sequence: String, feature: String, theta: f32, packing: Packing },
-    Attention { q: TensorId, k: TensorId, v: TensorId, sequence: String, d_head: String, config: AttentionConfig },
-    Reduce { x: TensorId, over: Vec<String>, op: ReduceOp },
-    Role { index: String, role: IndexRole },
-    Save { t: TensorId },
-}
-
 /// Every index role, for `Graph.role` by name.
 const ROLES: [IndexRole; 5] =
     [IndexRole::Tokens, IndexRole::QueryBlocks, IndexRole::HeadsKv, IndexRole::HeadsQ, IndexRole::FfnHidden];
-
-impl Step {
-    /// Applies the call to `g`: the tensor it made, if any.
-    fn apply(&self, g: &mut Graph) -> einsummable::Result<Option<Tensor>> {
-        let t = |id: &TensorId| g.tensor(*id);
-        let made = match self {
-            Step::Input { name, dims, dtype } => {
-                let dims: Vec<(&str, usize)> = dims.iter().map(|(n, e)| (n.as_str(), *e)).collect();
-                g.input(name, &dims, *dtype)?
-            }
-            Step::Einsum { equation, inputs } => {
-                let inputs = inputs.iter().map(t).collect::<Result<Vec<_>, _>>()?;
-                g.einsum(equation, &inputs)?
-            }
-            Step::Matmul { a, b } => {
-                let (a, b) = (t(a)?, t(b)?);
-                g.matmul(a, b)?
-            }
-            Step::Unary { x, op } => {
-                let x = t(x)?;
-                g.unary(x, *op)?
-            }
-            Step::Binary { a, b, op, outer } => {
-                let (a, b) = (t(a)?, t(b)?);
-                if *outer { g.binary_outer(a, b, *op)? } else { g.binary(a, b, *op)? }
-            }
-            Step::Softmax { x, index } => {
-                let x = t(x)?;
-                g.softmax(x, index)?
-            }
-            Step::RmsNorm { x, weight, index, eps } => {
-                let (x, w) = (t(x)?, t(weight)?);
-                g.rmsnorm(x, w, index, *eps)?
-            }
-            Step::LayerNorm { x, weight, bias, index, eps } => {
-                let (x, w, b) = (t(x)?, t(weight)?, t(bias)?);
-                g.layernorm(x, w, b, index, *eps)?
-            }
-            Step::Rope { x, sequence, feature, theta, packing } => {
-                let x = t(x)?;
-                g.rope(x, sequence, feature, *theta, packing.clone())?
-            }
-            Step::Attention { q, k, v, sequence, d_head, config } => {
-                let (q, k, v) = (t(q)?, t(k)?, t(v)?);
-                g.attention(q, k, v, sequence, d_head, config.clone())?
-            }
-            Step::Reduce { x, over, op } => {
-                let x = t(x)?;
-                let over: Vec<&str> = over.iter().map(String::as_str).collect();
-                g.reduce(x, &over, *op)?
-            }
-            Step::Role { index, role } => {
-                g.role(index, *role)?;
-                return Ok(None);
-            }
-            Step::Save { t: id } => {
-                let x = t(id)?;
-                g.save(x)?;
-                return Ok(None);
-            }
-        };
-        Ok(Some(made))
-    }
-}
 
 /// A handle to a tensor of one `Graph`: its name, named dimensions and dtype.
 #[pyclass(module = "einsummable", name = "Tensor", frozen)]
@@ -174,21 +90,13 @@ pub struct PyGraph {
     graph: Graph,
     /// The workload the graph started from (`name:key=value,...`), if any.
     workload: Option<(String, DType)>,
-    /// Every call, with the tensor it made (`Ok(None)`: none, `Err`: the call failed).
-    steps: Vec<(Step, Result<Option<TensorId>, ()>)>,
     /// The saved outputs with the names `run` returns them under.
     outputs: Vec<(String, TensorId)>,
 }
 
 impl PyGraph {
     fn from_graph(graph: Graph, workload: Option<(String, DType)>) -> Self {
-        let mut g = PyGraph {
-            uid: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
-            graph,
-            workload,
-            steps: Vec::new(),
-            outputs: Vec::new(),
-        };
+        let mut g = PyGraph { uid: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed), graph, workload, outputs: Vec::new() };
         let comp = g.graph.computation();
         g.outputs = comp.saved().iter().map(|&t| (tensor_name(comp, t), t)).collect();
         g
@@ -209,16 +117,15 @@ impl PyGraph {
         }
     }
 
-    /// Applies `step` to the live graph and records it, failed or not; the tensor it made,
-    /// as a handle.
-    fn push(&mut self, step: Step) -> PyResult<Option<PyTensor>> {
-        let made = step.apply(&mut self.graph).map(|t| t.map(|t| t.id()));
-        self.steps.push((step, made.as_ref().map(|id| *id).map_err(|_| ())));
-        made.py_err()?.map(|id| self.handle(id)).transpose()
+    /// The Rust handle of `t`, if it is of this graph.
+    fn tensor(&self, t: &PyTensor) -> PyResult<Tensor> {
+        let id = self.own(t)?;
+        self.graph.tensor(id).py_err()
     }
 
-    fn push_tensor(&mut self, step: Step) -> PyResult<PyTensor> {
-        self.push(step)?.ok_or_else(|| GraphError::new_err("internal error: the call made no tensor"))
+    /// The tensor a builder call made, as a handle, or the call's error.
+    fn made(&self, made: Result<Tensor, impl Into<Error>>) -> PyResult<PyTensor> {
+        self.handle(made.py_err()?.id())
     }
 
     fn handle(&self, id: TensorId) -> PyResult<PyTensor> {
@@ -233,22 +140,10 @@ impl PyGraph {
         })
     }
 
-    /// A new Rust graph with every call replayed: the snapshot an executable owns. The
-    /// workload the graph started from is rebuilt first.
-    pub fn replay(&self) -> PyResult<Graph> {
-        let mut g = match &self.workload {
-            Some((spec, dtype)) => Workload::parse(spec).py_err()?.build(*dtype).py_err()?,
-            None => Graph::new(),
-        };
-        for (step, id) in &self.steps {
-            let made = step.apply(&mut g).map(|t| t.map(|t| t.id())).map_err(|_| ());
-            if made != *id {
-                return Err(GraphError::new_err(format!(
-                    "internal error: replaying {step:?} made tensor {made:?}, the graph had {id:?}"
-                )));
-            }
-        }
-        Ok(g)
+    /// The graph as it stands, for an executable to own (the Python graph may grow
+    /// afterwards).
+    pub fn snapshot(&self) -> Snapshot {
+        self.graph.snapshot()
     }
 
     /// The saved outputs with their names.
@@ -299,23 +194,27 @@ impl PyGraph {
     /// storage `dtype` (`f32`, `f16` or `bf16`).
     #[pyo3(signature = (name, dims, dtype = "f32"))]
     fn input(&mut self, name: String, dims: &Bound<'_, PyAny>, dtype: &str) -> PyResult<PyTensor> {
-        let step = Step::Input { name, dims: dims_of(dims)?, dtype: parse_dtype(dtype)? };
-        self.push_tensor(step)
+        let (dims, dtype) = (dims_of(dims)?, parse_dtype(dtype)?);
+        let dims: Vec<(&str, usize)> = dims.iter().map(|(n, e)| (n.as_str(), *e)).collect();
+        let made = self.graph.input(&name, &dims, dtype);
+        self.made(made)
     }
 
     /// A contraction written with index letters, e.g. `g.einsum("td,df->tf", x, w)`.
     #[pyo3(signature = (equation, *xs))]
     fn einsum(&mut self, equation: String, xs: Vec<PyRef<'_, PyTensor>>) -> PyResult<PyTensor> {
-        let inputs = xs.iter().map(|x| self.own(x)).collect::<PyResult<Vec<_>>>()?;
-        self.push_tensor(Step::Einsum { equation, inputs })
+        let inputs = xs.iter().map(|x| self.tensor(x)).collect::<PyResult<Vec<_>>>()?;
+        let made = self.graph.einsum(&equation, &inputs);
+        self.made(made)
     }
 
     /// Matrix multiply of two rank-2 tensors bound by index name: the one index they share
     /// is contracted wherever it sits (`[tokens, d_model] x [d_out, d_model] -> [tokens,
     /// d_out]`); operands that share none or both raise `GraphError`.
     fn matmul(&mut self, a: PyRef<'_, PyTensor>, b: PyRef<'_, PyTensor>) -> PyResult<PyTensor> {
-        let step = Step::Matmul { a: self.own(&a)?, b: self.own(&b)? };
-        self.push_tensor(step)
+        let (a, b) = (self.tensor(&a)?, self.tensor(&b)?);
+        let made = self.graph.matmul(a, b);
+        self.made(made)
     }
 
     /// An elementwise unary operation: `relu`, `gelu`, `silu`, `exp`, `neg`, or `scale`
@@ -323,8 +222,9 @@ impl PyGraph {
     #[pyo3(signature = (x, op, scalar = 1.0))]
     fn unary(&mut self, x: PyRef<'_, PyTensor>, op: &str, scalar: f32) -> PyResult<PyTensor> {
         let op = UnaryOp::parse(op, scalar).map_err(Error::from).py_err()?;
-        let step = Step::Unary { x: self.own(&x)?, op };
-        self.push_tensor(step)
+        let x = self.tensor(&x)?;
+        let made = self.graph.unary(x, op);
+        self.made(made)
     }
 
     /// An elementwise binary operation (`add`, `sub`, `mul`, `div`, `max`), matching indices
@@ -334,14 +234,16 @@ impl PyGraph {
     #[pyo3(signature = (a, b, op, outer = false))]
     fn binary(&mut self, a: PyRef<'_, PyTensor>, b: PyRef<'_, PyTensor>, op: &str, outer: bool) -> PyResult<PyTensor> {
         let op = BinaryOp::parse(op).map_err(Error::from).py_err()?;
-        let step = Step::Binary { a: self.own(&a)?, b: self.own(&b)?, op, outer };
-        self.push_tensor(step)
+        let (a, b) = (self.tensor(&a)?, self.tensor(&b)?);
+        let made = if outer { self.graph.binary_outer(a, b, op) } else { self.graph.binary(a, b, op) };
+        self.made(made)
     }
 
     /// Softmax over the named index.
     fn softmax(&mut self, x: PyRef<'_, PyTensor>, index: String) -> PyResult<PyTensor> {
-        let step = Step::Softmax { x: self.own(&x)?, index };
-        self.push_tensor(step)
+        let x = self.tensor(&x)?;
+        let made = self.graph.softmax(x, &index);
+        self.made(made)
     }
 
     /// RMSNorm over the named index, with a weight over that index.
@@ -353,8 +255,9 @@ impl PyGraph {
         index: String,
         eps: f32,
     ) -> PyResult<PyTensor> {
-        let step = Step::RmsNorm { x: self.own(&x)?, weight: self.own(&weight)?, index, eps };
-        self.push_tensor(step)
+        let (x, weight) = (self.tensor(&x)?, self.tensor(&weight)?);
+        let made = self.graph.rmsnorm(x, weight, &index, eps);
+        self.made(made)
     }
 
     /// LayerNorm over the named index, with a weight and a bias over that index.
@@ -367,8 +270,9 @@ impl PyGraph {
         index: String,
         eps: f32,
     ) -> PyResult<PyTensor> {
-        let step = Step::LayerNorm { x: self.own(&x)?, weight: self.own(&weight)?, bias: self.own(&bias)?, index, eps };
-        self.push_tensor(step)
+        let (x, weight, bias) = (self.tensor(&x)?, self.tensor(&weight)?, self.tensor(&bias)?);
+        let made = self.graph.layernorm(x, weight, bias, &index, eps);
+        self.made(made)
     }
 
     /// Rotary position embedding along the index `sequence`, rotating pairs of `feature`;
@@ -384,8 +288,9 @@ impl PyGraph {
     ) -> PyResult<PyTensor> {
         let total = x.dims.iter().find(|d| d.0 == sequence).map_or(0, |d| d.1);
         let packing = packing(seq_ends, total.max(1))?;
-        let step = Step::Rope { x: self.own(&x)?, sequence, feature, theta, packing };
-        self.push_tensor(step)
+        let x = self.tensor(&x)?;
+        let made = self.graph.rope(x, &sequence, &feature, theta, packing);
+        self.made(made)
     }
 
     /// Attention of `q: [heads_q, sequence, d_head]` over `k, v: [heads_kv, sequence,
@@ -407,17 +312,19 @@ impl PyGraph {
     ) -> PyResult<PyTensor> {
         let total = q.dims.iter().find(|d| d.0 == sequence).map_or(1, |d| d.1);
         let config = AttentionConfig { causal, packing: packing(seq_ends, total)?, scale };
-        let (q, k, v) = (self.own(&q)?, self.own(&k)?, self.own(&v)?);
-        let step = Step::Attention { q, k, v, sequence, d_head, config };
-        self.push_tensor(step)
+        let (q, k, v) = (self.tensor(&q)?, self.tensor(&k)?, self.tensor(&v)?);
+        let made = self.graph.attention(q, k, v, &sequence, &d_head, config);
+        self.made(made)
     }
 
     /// A reduction (`sum`, `max`, ...) over the named indices.
     #[pyo3(signature = (x, over, op = "sum"))]
     fn reduce(&mut self, x: PyRef<'_, PyTensor>, over: Vec<String>, op: &str) -> PyResult<PyTensor> {
         let op = ReduceOp::parse(op).map_err(Error::from).py_err()?;
-        let step = Step::Reduce { x: self.own(&x)?, over, op };
-        self.push_tensor(step)
+        let x = self.tensor(&x)?;
+        let over: Vec<&str> = over.iter().map(String::as_str).collect();
+        let made = self.graph.reduce(x, &over, op);
+        self.made(made)
     }
 
     /// Declares that the index `index` has `role` (`tokens`, `query_blocks`, `heads_kv`,
@@ -428,8 +335,7 @@ impl PyGraph {
             let names: Vec<&str> = ROLES.iter().map(|r| r.name()).collect();
             return Err(GraphError::new_err(format!("unknown index role `{role}`; valid: {}", names.join(", "))));
         };
-        self.push(Step::Role { index, role })?;
-        Ok(())
+        self.graph.role(&index, role).py_err()
     }
 
     /// Marks `t` as an output: `run` returns it under `name` (default: `t.name`).
@@ -443,7 +349,8 @@ impl PyGraph {
                 t.name
             )));
         }
-        self.push(Step::Save { t: id })?;
+        let x = self.graph.tensor(id).py_err()?;
+        self.graph.save(x).py_err()?;
         self.outputs.push((name, id));
         Ok(())
     }

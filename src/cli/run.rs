@@ -301,7 +301,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
 
 /// The first lines of `run` and `explain`: how the topology was chosen (when the default was
 /// scaled), then the task graph's size, traffic, peak and predicted time.
-fn summary(args: &CompileArgs, topology: &ChosenName, exe: &Executable<'_>) -> String {
+fn summary(args: &CompileArgs, topology: &ChosenName, exe: &Executable) -> String {
     let stats = exe.stats();
     let tasks: Vec<String> = stats.tasks.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let peak = stats.peak_bytes.iter().max().copied().unwrap_or(0);
@@ -320,7 +320,7 @@ fn summary(args: &CompileArgs, topology: &ChosenName, exe: &Executable<'_>) -> S
 }
 
 /// The task graph in Graphviz's dot language: one node per task, clustered by device.
-fn dot(exe: &Executable<'_>) -> String {
+fn dot(exe: &Executable) -> String {
     let g = &exe.compiled().graph;
     let mut out = String::from("digraph tasks {\n  node [shape=box, fontsize=10];\n");
     for (i, n) in g.nodes().iter().enumerate() {
