@@ -25,8 +25,9 @@ use crate::{Error, Result, Snapshot, Tensor};
 /// Every extension point is a value: a strategy or cost model from any crate (an
 /// implementation of [`LogicalOptimizer`] or [`CostModel`]) is plugged in as it is, with no
 /// registration. The names the command line accepts come from the tables
-/// [`einsum_logical::optimizers`], [`einsum_logical::cost_models`], [`einsum_sim::PRESETS`]
-/// and [`backends`](crate::backends); they build these values.
+/// [`names::optimizers`](crate::names::optimizers),
+/// [`names::cost_models`](crate::names::cost_models), [`einsum_sim::PRESETS`] and
+/// [`backends`](crate::backends); they build these values.
 ///
 /// # Example
 /// A strategy defined outside the workspace (here: every operator takes its first
@@ -60,10 +61,12 @@ pub struct CompileOptions {
     /// The backend that runs the executable: one of [`backends`](crate::backends) or any
     /// other implementation of the core contract ([`einsum_core::Backend`]).
     pub backend: Arc<dyn Backend>,
-    /// The logical optimizer: one of [`einsum_logical::optimizers`] or any other strategy.
+    /// The logical optimizer: one of [`names::optimizers`](crate::names::optimizers) or any
+    /// other strategy.
     pub optimizer: Arc<dyn LogicalOptimizer>,
-    /// The cost model the optimizer minimizes: one of [`einsum_logical::cost_models`] or any
-    /// other; `None`: the `time` model of [`topology`](Self::topology).
+    /// The cost model the optimizer minimizes: one of
+    /// [`names::cost_models`](crate::names::cost_models) or any other; `None`: the `time`
+    /// model of [`topology`](Self::topology).
     pub cost: Option<Arc<dyn CostModel>>,
     /// How exchange programs are synthesized (Section 5.4): [`NaiveSynthesizer`],
     /// [`SearchSynthesizer`](einsum_compile::SearchSynthesizer) or any other
