@@ -4,7 +4,8 @@ use std::fmt;
 
 /// A binary, associative and commutative elementwise operation that combines the partial
 /// outputs of function specs sharing one output box.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Aggregation {
     /// `a + b` (contractions, sums).
     #[default]
@@ -56,12 +57,7 @@ impl Aggregation {
 
     /// The lowercase name.
     pub fn name(self) -> &'static str {
-        match self {
-            Aggregation::Sum => "sum",
-            Aggregation::Max => "max",
-            Aggregation::Min => "min",
-            Aggregation::Product => "product",
-        }
+        self.into()
     }
 }
 
@@ -76,6 +72,13 @@ mod tests {
     use super::*;
 
     const ALL: [Aggregation; 4] = [Aggregation::Sum, Aggregation::Max, Aggregation::Min, Aggregation::Product];
+
+    #[test]
+    fn names_are_the_lowercase_variants() {
+        let names: Vec<String> = ALL.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["sum", "max", "min", "product"]);
+        assert_eq!(ALL.map(Aggregation::name), ["sum", "max", "min", "product"]);
+    }
 
     #[test]
     fn a_nan_on_either_side_is_the_result() {

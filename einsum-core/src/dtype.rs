@@ -1,11 +1,29 @@
 //! Element types.
 
-use std::{fmt, str::FromStr};
+use std::fmt;
 
 use crate::CoreError;
 
 /// The element type a tensor is stored in. Kernels compute in f32 whatever the storage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+///
+/// Its names (`f32`, `f16`, `bf16`) are derived from the variants: [`name`](Self::name),
+/// [`FromStr`](std::str::FromStr) (an unknown name is [`CoreError::UnknownDType`]) and `VARIANTS`
+/// ([`strum::VariantNames`]) list them in declaration order.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantNames,
+)]
+#[strum(serialize_all = "lowercase", parse_err_ty = CoreError, parse_err_fn = unknown_dtype)]
 pub enum DType {
     /// IEEE binary32.
     #[default]
@@ -30,11 +48,7 @@ impl DType {
 
     /// The lowercase name (`f32`, `f16`, `bf16`).
     pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-        }
+        self.into()
     }
 
     /// Machine epsilon of the storage type (twice its unit roundoff): a relative-error scale
@@ -54,17 +68,9 @@ impl fmt::Display for DType {
     }
 }
 
-impl FromStr for DType {
-    type Err = CoreError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "f32" => Ok(DType::F32),
-            "f16" => Ok(DType::F16),
-            "bf16" => Ok(DType::BF16),
-            other => Err(CoreError::UnknownDType(other.to_string())),
-        }
-    }
+/// The error of parsing an unknown dtype name (`FromStr`, derived).
+fn unknown_dtype(name: &str) -> CoreError {
+    CoreError::UnknownDType(name.to_string())
 }
 
 #[cfg(test)]
@@ -73,6 +79,8 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
+        use strum::VariantNames;
+        assert_eq!(DType::VARIANTS, ["f32", "f16", "bf16"]);
         for d in DType::ALL {
             assert_eq!(d.name().parse::<DType>().unwrap(), d);
         }

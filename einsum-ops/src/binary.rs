@@ -18,11 +18,22 @@ use crate::{
 
 const KIND: &str = "binary";
 
-/// The names [`BinaryOp::parse`] accepts.
-const NAMES: [&str; 5] = ["add", "sub", "mul", "div", "max"];
+/// The error of parsing an unknown binary operation name: it lists the valid names.
+fn unknown_binary_op(name: &str) -> Error {
+    use strum::VariantNames;
+    Error::Invalid {
+        op: KIND.into(),
+        reason: format!("unknown binary operation `{name}` (expected one of {})", BinaryOp::VARIANTS.join(", ")),
+    }
+}
 
 /// An elementwise function of two scalars.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// Its names are the lowercase variants, derived: [`name`](Self::name), `VARIANTS`
+/// ([`strum::VariantNames`], the names [`parse`](Self::parse) accepts, in declaration
+/// order) and `FromStr` (an unknown name is the [`Error::Invalid`] that `parse` returns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::EnumString, strum::VariantNames)]
+#[strum(serialize_all = "lowercase", parse_err_ty = Error, parse_err_fn = unknown_binary_op)]
 pub enum BinaryOp {
     /// `a + b`.
     Add,
@@ -40,28 +51,12 @@ impl BinaryOp {
     /// The operation named `name` (`add`, `sub`, `mul`, `div` or `max`); an unknown name
     /// is an [`Error::Invalid`] that lists the valid names.
     pub fn parse(name: &str) -> Result<BinaryOp> {
-        match name {
-            "add" => Ok(BinaryOp::Add),
-            "sub" => Ok(BinaryOp::Sub),
-            "mul" => Ok(BinaryOp::Mul),
-            "div" => Ok(BinaryOp::Div),
-            "max" => Ok(BinaryOp::Max),
-            other => Err(Error::Invalid {
-                op: KIND.into(),
-                reason: format!("unknown binary operation `{other}` (expected one of {})", NAMES.join(", ")),
-            }),
-        }
+        name.parse()
     }
 
     /// The lowercase name, as [`parse`](Self::parse) accepts it.
     pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Max => "max",
-        }
+        self.into()
     }
 
     /// Applies the operation to two scalars, with IEEE semantics as NumPy applies them: a
@@ -297,8 +292,8 @@ mod tests {
         assert_eq!(BinaryOp::Mul.apply(2.0, 3.0), 6.0);
         assert_eq!(BinaryOp::Div.apply(3.0, 2.0), 1.5);
         assert_eq!(BinaryOp::Max.apply(-2.0, 3.0), 3.0);
-        for name in NAMES {
-            assert_eq!(BinaryOp::parse(name).unwrap().name(), name);
+        for name in <BinaryOp as strum::VariantNames>::VARIANTS {
+            assert_eq!(BinaryOp::parse(name).unwrap().name(), *name);
         }
         let msg = BinaryOp::parse("pow").unwrap_err().to_string();
         assert!(msg.contains("pow") && msg.contains("add") && msg.contains("max"), "{msg}");

@@ -13,7 +13,12 @@ use crate::einsum::permute;
 use crate::vexp;
 
 /// Which reduction a [`Reduce`] applies; it is also the ⊕ of its partial outputs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// Its names are the lowercase variants, derived: [`name`](Self::name), `VARIANTS`
+/// ([`strum::VariantNames`]) and `FromStr` (an unknown name is the error that
+/// [`parse`](Self::parse) returns; `parse` also trims the name first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::EnumString, strum::VariantNames)]
+#[strum(serialize_all = "lowercase", parse_err_ty = Error, parse_err_fn = unknown_reduction)]
 pub enum ReduceOp {
     /// The sum of the reduced elements.
     Sum,
@@ -24,22 +29,12 @@ pub enum ReduceOp {
 impl ReduceOp {
     /// `sum` or `max`; anything else is an error that lists the choices.
     pub fn parse(name: &str) -> Result<ReduceOp> {
-        match name.trim() {
-            "sum" => Ok(ReduceOp::Sum),
-            "max" => Ok(ReduceOp::Max),
-            other => Err(Error::Invalid {
-                op: "reduce".into(),
-                reason: format!("unknown reduction `{other}` (expected `sum` or `max`)"),
-            }),
-        }
+        name.trim().parse()
     }
 
     /// The lowercase name (`sum`, `max`).
     pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Max => "max",
-        }
+        self.into()
     }
 
     /// The aggregation that combines partial reductions.
@@ -49,6 +44,11 @@ impl ReduceOp {
             ReduceOp::Max => Aggregation::Max,
         }
     }
+}
+
+/// The error of parsing an unknown reduction name: it lists the choices.
+fn unknown_reduction(name: &str) -> Error {
+    Error::Invalid { op: "reduce".into(), reason: format!("unknown reduction `{name}` (expected `sum` or `max`)") }
 }
 
 impl fmt::Display for ReduceOp {
@@ -189,6 +189,8 @@ mod tests {
         let err = ReduceOp::parse("mean").unwrap_err().to_string();
         assert!(err.contains("mean") && err.contains("reduce"), "{err}");
         assert_eq!(ReduceOp::Sum.to_string(), "sum");
+        assert_eq!(ReduceOp::parse(" max\n").unwrap(), ReduceOp::Max);
+        assert_eq!(<ReduceOp as strum::VariantNames>::VARIANTS, ["sum", "max"]);
     }
 
     #[test]

@@ -14,11 +14,23 @@ use crate::{
 
 const KIND: &str = "unary";
 
-/// The names [`UnaryOp::parse`] accepts.
-const NAMES: [&str; 6] = ["relu", "gelu", "silu", "exp", "neg", "scale"];
+/// The error of parsing an unknown unary operation name: it lists the valid names.
+fn unknown_unary_op(name: &str) -> Error {
+    use strum::VariantNames;
+    Error::Invalid {
+        op: KIND.into(),
+        reason: format!("unknown unary operation `{name}` (expected one of {})", UnaryOp::VARIANTS.join(", ")),
+    }
+}
 
 /// An elementwise function of one scalar.
-#[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// Its names are the lowercase variants, derived: [`name`](Self::name), `VARIANTS`
+/// ([`strum::VariantNames`], the names [`parse`](Self::parse) accepts, in declaration
+/// order) and `FromStr` (which gives `scale` the factor 0; [`parse`](Self::parse) takes
+/// the factor and checks it).
+#[derive(Clone, Copy, Debug, PartialEq, strum::IntoStaticStr, strum::EnumString, strum::VariantNames)]
+#[strum(serialize_all = "lowercase", parse_err_ty = Error, parse_err_fn = unknown_unary_op)]
 pub enum UnaryOp {
     /// `max(x, 0)`, as NumPy's `maximum(x, 0)`: NaN stays NaN, `-0` stays `-0`.
     Relu,
@@ -41,19 +53,9 @@ impl UnaryOp {
     /// `scalar` is the factor of `scale` and is ignored otherwise. An unknown name, or a
     /// non-finite scale factor, is an [`Error::Invalid`] that lists the valid names.
     pub fn parse(name: &str, scalar: f32) -> Result<UnaryOp> {
-        let op = match name {
-            "relu" => UnaryOp::Relu,
-            "gelu" => UnaryOp::Gelu,
-            "silu" => UnaryOp::Silu,
-            "exp" => UnaryOp::Exp,
-            "neg" => UnaryOp::Neg,
-            "scale" => UnaryOp::Scale(scalar),
-            other => {
-                return Err(Error::Invalid {
-                    op: KIND.into(),
-                    reason: format!("unknown unary operation `{other}` (expected one of {})", NAMES.join(", ")),
-                });
-            }
+        let op = match name.parse()? {
+            UnaryOp::Scale(_) => UnaryOp::Scale(scalar),
+            op => op,
         };
         op.check()?;
         Ok(op)
@@ -61,14 +63,7 @@ impl UnaryOp {
 
     /// The lowercase name, as [`parse`](Self::parse) accepts it.
     pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Neg => "neg",
-            UnaryOp::Scale(_) => "scale",
-        }
+        self.into()
     }
 
     /// Applies the operation to one scalar. `Exp` and `Silu` use the kernels' vectorized
@@ -218,8 +213,8 @@ mod tests {
 
     #[test]
     fn parse_accepts_the_names_and_lists_them_otherwise() {
-        for name in NAMES {
-            assert_eq!(UnaryOp::parse(name, 2.0).unwrap().name(), name);
+        for name in <UnaryOp as strum::VariantNames>::VARIANTS {
+            assert_eq!(UnaryOp::parse(name, 2.0).unwrap().name(), *name);
         }
         assert_eq!(UnaryOp::parse("scale", 0.25).unwrap(), UnaryOp::Scale(0.25));
         let err = UnaryOp::parse("tanh", 0.0).unwrap_err();
