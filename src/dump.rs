@@ -23,6 +23,10 @@ pub struct Dumped<'a> {
 /// The bytes of an `.npy` file (format version 1.0, little-endian, C order) holding
 /// `tensor`: f32 as `<f4` and f16 as `<f2`; bf16, which NumPy lacks, is widened to `<f4`
 /// (exactly, since every bf16 is an f32).
+///
+/// Written here rather than with `npyz` (issue 36): its header spells a shape `(64, )` and
+/// `(2, 3, )` where NumPy and this function write `(64,)` and `(2, 3)`, so the files would
+/// change, and it brings a Python-literal parser (`py_literal`, `pest`, `num-bigint`).
 pub fn npy_bytes(tensor: &HostTensor) -> Vec<u8> {
     let (descr, data): (&str, Vec<u8>) = match tensor.dtype() {
         DType::F16 => {

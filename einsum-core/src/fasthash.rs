@@ -6,7 +6,14 @@
 //! candidate; profiled at 72 devices, SipHash was a sixth of the search's evaluation. The keys
 //! here come from the compiler, not from users, so a hash with no collision resistance against
 //! an adversary is enough: a map's contents and lookups do not depend on the hasher, only its
-//! iteration order does, and no caller iterates a [`FastMap`] where order matters.
+//! iteration order does, and no caller iterates a [`FastMap`] where order changes a plan or a
+//! figure.
+//!
+//! Kept rather than replaced by `foldhash` or `rustc-hash` (issue 36): either would change the
+//! iteration order of every map, and one iteration does reach a message (the ILP's cost check
+//! names the first invalid priced pair it meets in a `RepartitionPairs`); `foldhash`'s
+//! default state is seeded per process; and [`FastHasher`] is public (the hasher of
+//! `einsum_logical::RepartitionPairs`).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};

@@ -2,6 +2,12 @@
 //! documented in the crate docs. The file's shape is a set of `serde` structs (unknown and
 //! duplicated fields are errors: they are usually typos); values are checked as they are
 //! read, and `serde_path_to_error` names the field of every error (`links[3].gbps`).
+//!
+//! The checked values (`Scaled`, `Micros`, `SmCount`, `SiteIndex`, `Object`, `SitesFile`)
+//! keep their own `Deserialize` visitors rather than `#[serde(try_from = "f64")]` and the
+//! like (issue 36): a visitor says what it expected (`expected a number of GB/s in [0.001,
+//! 1e7] GB/s`, `expected a site index, got -1`), where `try_from` would say `expected f64` or
+//! `expected u64`, and those messages are tested.
 
 use std::fmt;
 use std::path::Path;

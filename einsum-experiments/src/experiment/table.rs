@@ -254,6 +254,10 @@ fn format_number(v: f64) -> String {
     }
 }
 
+/// `s` as one CSV field: quoted (quotes doubled) where it holds a comma, a quote or a
+/// newline, else as it is. Kept rather than the `csv` crate's writer (issue 36), whose rules
+/// differ at the edges (it also quotes a `\r`, and a record of one empty field) and which
+/// would bring four crates for these three lines.
 fn csv_escape(s: &str) -> String {
     if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
 }
