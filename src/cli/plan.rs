@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
-use einsum_logical::Problem;
+use einsum_joinagg::Computation;
+use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
+use einsum_sim::Topology;
 use einsummable::memory_report::{MemoryReport, memory_text};
 use einsummable::names::cost_model_by_name;
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
@@ -106,21 +108,9 @@ pub fn run(a: Args) -> Result<Report> {
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
-        // A plan for more devices than the machine has is still a plan (under the memory of
-        // the machine's devices); it cannot be compiled there, and the output says why.
-        let started = Instant::now();
-        let budget = budget.unwrap_or_else(|| default_budget(&topology, a.devices));
-        let problem = Problem::new(comp, a.devices, model.as_ref())?.with_memory_budget(Some(budget))?;
-        let plan = strategy.plan(&problem)?;
-        let why = format!(
-            "topology `{}` has {} sites, fewer than the {} devices",
-            topology_name,
-            topology.num_sites(),
-            a.devices
-        );
-        (plan, Physical::Refused(why), started.elapsed().as_secs_f64() * 1e3)
+        plan_only(comp, a.devices, strategy.as_ref(), model.as_ref(), (&topology_name, &topology), budget)?
     } else {
-        let request = Request {
+        plan_and_predict(&Request {
             comp,
             devices: a.devices,
             strategy: strategy.as_ref(),
@@ -130,24 +120,64 @@ pub fn run(a: Args) -> Result<Report> {
             memory_budget: budget,
             host_memory: None,
             refine: a.refine,
-        };
-        let planned = plan_and_compile(&request)?;
-        let stats = &planned.compiled.stats;
-        let capacity = capacity(&topology, a.devices);
-        let physical = Physical::Predicted {
-            predicted_ms: planned.compiled.predicted_ms,
-            exchanges: planned.compiled.exchanges,
-            bytes_moved: stats.bytes_moved,
-            compile_ms: planned.compile_ms,
-            memory: (
-                memory_text(&planned.compiled.graph, stats, capacity, planned.budget),
-                MemoryReport::new(stats, capacity, planned.budget),
-            ),
-            refinement: planned.refinement.clone(),
-        };
-        (planned.plan, physical, planned.optimize_ms)
+        })?
     };
+    let text = plan_text(&a, note, &topology_name, &plan, optimize_ms, &physical);
+    let json = plan_json(&a, &topology_name, &plan, optimize_ms, physical);
+    Ok(Report::new(&json, text, true))
+}
 
+/// A plan for more devices than the machine has, which is still a plan (under the memory of
+/// the machine's devices): it cannot be compiled there, and the output says why. Returns the
+/// plan, the refusal and the planning's wall time in ms.
+fn plan_only(
+    comp: &Computation,
+    devices: usize,
+    strategy: &dyn LogicalOptimizer,
+    model: &dyn CostModel,
+    (topology_name, topology): (&str, &Topology),
+    budget: Option<f64>,
+) -> Result<(LogicalPlan, Physical, f64)> {
+    let started = Instant::now();
+    let budget = budget.unwrap_or_else(|| default_budget(topology, devices));
+    let problem = Problem::new(comp, devices, model)?.with_memory_budget(Some(budget))?;
+    let plan = strategy.plan(&problem)?;
+    let why =
+        format!("topology `{}` has {} sites, fewer than the {} devices", topology_name, topology.num_sites(), devices);
+    Ok((plan, Physical::Refused(why), started.elapsed().as_secs_f64() * 1e3))
+}
+
+/// The plan of `request`, compiled: the plan, its prediction and the planning's wall time
+/// in ms.
+fn plan_and_predict(request: &Request<'_>) -> Result<(LogicalPlan, Physical, f64)> {
+    let planned = plan_and_compile(request)?;
+    let stats = &planned.compiled.stats;
+    let capacity = capacity(request.topology, request.devices);
+    let physical = Physical::Predicted {
+        predicted_ms: planned.compiled.predicted_ms,
+        exchanges: planned.compiled.exchanges,
+        bytes_moved: stats.bytes_moved,
+        compile_ms: planned.compile_ms,
+        memory: (
+            memory_text(&planned.compiled.graph, stats, capacity, planned.budget),
+            MemoryReport::new(stats, capacity, planned.budget),
+        ),
+        refinement: planned.refinement.clone(),
+    };
+    Ok((planned.plan, physical, planned.optimize_ms))
+}
+
+/// `plan`'s text: how the topology was chosen, every operator's split and cost, the total,
+/// how the strategy searched, and what compiling the plan predicted (or why it was not
+/// compiled).
+fn plan_text(
+    a: &Args,
+    note: Option<String>,
+    topology_name: &str,
+    plan: &LogicalPlan,
+    optimize_ms: f64,
+    physical: &Physical,
+) -> String {
     let mut text = note.map_or_else(String::new, |n| format!("{n}\n"));
     if let Some(priced) = &a.cost_topology {
         text +=
@@ -178,7 +208,7 @@ pub fn run(a: Args) -> Result<Report> {
     if let Some(search) = &plan.search {
         text += &search_line(search);
     }
-    text += &match &physical {
+    text += &match physical {
         Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory, refinement } => format!(
             "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}{}{}",
             a.schedule,
@@ -191,14 +221,24 @@ pub fn run(a: Args) -> Result<Report> {
         ),
         Physical::Refused(why) => format!("not compiled: {why}\n"),
     };
+    text
+}
 
+/// `plan`'s `--json` object.
+fn plan_json<'a>(
+    a: &'a Args,
+    topology_name: &'a str,
+    plan: &'a LogicalPlan,
+    optimize_ms: f64,
+    physical: Physical,
+) -> PlanReport<'a> {
     let (predicted_ms, exchanges, bytes_moved, compile_ms, compile_error, memory, refinement) = match physical {
         Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory, refinement } => {
             (Some(predicted_ms), Some(exchanges), Some(bytes_moved), Some(compile_ms), None, Some(memory.1), refinement)
         }
         Physical::Refused(why) => (None, None, None, None, Some(why), None, None),
     };
-    let json = PlanReport {
+    PlanReport {
         workload: &a.workload,
         devices: a.devices,
         optimizer: &a.optimizer,
@@ -209,7 +249,7 @@ pub fn run(a: Args) -> Result<Report> {
         optimize_ms,
         ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
         search: plan.search.as_ref().map(SearchJson::new),
-        topology: &topology_name,
+        topology: topology_name,
         schedule: a.schedule.name(),
         exchanges: exchanges.map(|e| e.name()),
         searched_ms: exchanges.and_then(|e| e.searched_ms()),
@@ -219,8 +259,7 @@ pub fn run(a: Args) -> Result<Report> {
         compile_error,
         memory,
         refinement,
-    };
-    Ok(Report::new(&json, text, true))
+    }
 }
 
 /// The text line saying what the refinement did.
