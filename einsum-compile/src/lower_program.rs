@@ -48,7 +48,7 @@ pub fn lower_exchange(
     sources: &ExchangeSources<'_>,
 ) -> Result<Vec<BufferId>, CompileError> {
     let mats = closure.materializations();
-    let mut lowering = Lowering {
+    let mut lowering = GraphLowering {
         graph,
         preamble,
         sources,
@@ -67,9 +67,10 @@ pub fn lower_exchange(
     Ok(blocks)
 }
 
-/// One exchange program being lowered: the graph it is lowered into, and the buffer of every
+/// One exchange program being lowered into the task graph (`einsum_exprog::Lowering` is its
+/// closure lowered to the simulator's task DAG): the graph, and the buffer of every
 /// materialisation of its closure formed so far.
-struct Lowering<'a, 'g> {
+struct GraphLowering<'a, 'g> {
     graph: &'g mut TaskGraph,
     preamble: &'a Preamble,
     sources: &'a ExchangeSources<'a>,
@@ -79,7 +80,7 @@ struct Lowering<'a, 'g> {
     bufs: Vec<Option<BufferId>>,
 }
 
-impl Lowering<'_, '_> {
+impl GraphLowering<'_, '_> {
     /// A [`CompileError::Lowering`] of this exchange.
     fn internal(&self, reason: String) -> CompileError {
         CompileError::Lowering { label: self.sources.label.to_string(), reason }
