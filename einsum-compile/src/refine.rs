@@ -5,7 +5,7 @@
 //! (every transfer on its links, every kernel at its roofline time). Where they disagree
 //! (past one server they do by tens of percent), the model's optimum is not the machine's.
 //! A strategy offers a few alternatives to its plan
-//! ([`LogicalOptimizer::alternatives`](einsum_logical::LogicalOptimizer::alternatives); the DP's
+//! ([`LogicalOptimizer::alternatives`]; the DP's
 //! take the other side of its decisions); each is compiled with naive exchange
 //! programs (cheap and deterministic) and predicted. When the schedule searches exchange
 //! programs, the [`FINALISTS`] fastest of them and the cost model's cheapest of the others
