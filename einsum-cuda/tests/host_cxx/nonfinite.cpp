@@ -1,33 +1,12 @@
 // NaN and the infinities through the memory-bound kernels' CUDA C on the host (driven by
-// tests/host_cxx_nonfinite.rs, which prepends prelude.h to each module's full source): relu,
+// tests/host_cxx.rs, which prepends prelude.h to each module's full source): relu,
 // max, the Max and Min aggregations and the Max reduction propagate NaN as NumPy's maximum,
 // minimum and max do, on the scalar, vector and 32-bit entries, in f32, f16 and bf16. Each
 // failure prints what it checked; the last line is "fails: N".
 #include "prelude.h"
 #include <cstdio>
 #include <initializer_list>
-dim3s blockIdx, blockDim, threadIdx, gridDim;
-typedef long long i64;
-#define MAX_RANK 8
-struct Dims { int rank; int pad; i64 shape[MAX_RANK]; i64 s0[MAX_RANK]; i64 s1[MAX_RANK]; i64 s2[MAX_RANK]; };
-struct Sources { const void* p[8]; };
-extern "C" {
-void unary(const void*, void*, int, int, float, i64);
-void unary_vec(const void*, void*, int, int, float, i64);
-void binary(const void*, const void*, void*, int, int, Dims);
-void binary32(const void*, const void*, void*, int, int, Dims);
-void binary_vec(const void*, const void*, void*, int, int, i64);
-void aggregate(Sources, int, int, void*, int, int, i64);
-void aggregate_vec(Sources, int, int, void*, int, int, i64);
-void unary_binary(const void*, const void*, void*, int, int, float, int, int, i64);
-void unary_binary_vec(const void*, const void*, void*, int, int, float, int, int, i64);
-void reduce(const void*, void*, int, int, Dims, Dims);
-void reduce32(const void*, void*, int, int, Dims, Dims);
-}
-template <typename F> void launch(unsigned G, unsigned B, F f) {
-    gridDim = {G, 1, 1}; blockDim = {B, 1, 1};
-    for (unsigned b = 0; b < G; ++b) for (unsigned t = 0; t < B; ++t) { blockIdx = {b, 0, 0}; threadIdx = {t, 0, 0}; f(); }
-}
+#include "kernels.h"
 // The codes of kernels/codes.rs (the generated header is in each module, not here).
 enum { F32 = 0, F16 = 1, BF16 = 2, RELU = 0, MAX = 4, AGG_MAX = 1, AGG_MIN = 2, REDUCE_MAX = 1 };
 const float NaN = __int_as_float(0x7fc00000), Inf = __int_as_float(0x7f800000);

@@ -8,7 +8,7 @@ mod state;
 mod tests;
 mod walk;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -18,11 +18,12 @@ use einsum_sim::Topology;
 
 use super::budget::Budget;
 use super::eval::Evaluator;
+use super::naive::naive_sends;
 use super::plan::{SiteRoutes, groups};
 use super::rewrites::Rewrites;
 use super::{SynthError, canonical_membership, checked_preamble, naive_validated};
 use crate::cost::{Simulation, check_sites, run};
-use crate::ids::{AtomId, SiteId};
+use crate::ids::SiteId;
 use crate::membership::Membership;
 use crate::program::Program;
 use einsum_core::SeededRng as Rng;
@@ -145,22 +146,11 @@ pub fn search_state_bytes(atoms: usize, groups: usize, sites: usize, route_pairs
 /// the seed. Partitions resolve by the placement-blind canonical membership.
 pub fn naive_route_pairs(preamble: &Program) -> Result<usize, SynthError> {
     let membership = canonical_membership(preamble)?;
-    let mut sends: BTreeSet<(&AtomId, SiteId, SiteId)> = BTreeSet::new();
-    for r in &preamble.outputs {
-        let targets = membership
-            .resolve(&r.target)
-            .ok_or_else(|| SynthError::Placement(format!("partition {} has no sites", r.target)))?;
-        for t in targets {
-            for atom in r.aggregate.atoms() {
-                if let Some(from) = preamble.inputs.get(atom).map(|i| i.site).filter(|&from| from != t) {
-                    sends.insert((atom, from, t));
-                }
-            }
-        }
-    }
     let mut routes: BTreeMap<(SiteId, SiteId), usize> = BTreeMap::new();
-    for (_, from, to) in sends {
-        *routes.entry((from, to)).or_default() += 1;
+    for ((_, from), dests) in naive_sends(preamble, &membership)? {
+        for to in dests {
+            *routes.entry((from, to)).or_default() += 1;
+        }
     }
     Ok(routes.values().fold(0usize, |sum, &n| sum.saturating_add(n.saturating_mul(n))))
 }
