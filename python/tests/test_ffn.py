@@ -4,21 +4,7 @@ import numpy as np
 import pytest
 
 import einsummable as es
-from conftest import random_inputs, rel_error
-
-
-def ffn(dtype: str = "f32") -> es.Graph:
-    g = es.Graph()
-    x = g.input("x", {"tokens": 64, "d_model": 32}, dtype)
-    w1 = g.input("w1", {"d_model": 32, "d_ff": 128}, dtype)
-    w2 = g.input("w2", {"d_ff": 128, "d_model": 32}, dtype)
-    g.save(g.matmul(g.unary(g.matmul(x, w1), "relu"), w2), "y")
-    return g
-
-
-def reference(v: dict) -> np.ndarray:
-    x, w1, w2 = (v[k].astype(np.float64) for k in ("x", "w1", "w2"))
-    return np.maximum(x @ w1, 0.0) @ w2
+from conftest import ffn, ffn_reference, random_inputs, rel_error
 
 
 @pytest.mark.parametrize("optimizer", ["dp", "greedy", "random"])
@@ -30,7 +16,7 @@ def test_two_layer_ffn_on_4_devices_equals_numpy(optimizer):
     assert list(out) == ["y"]
     y = out["y"]
     assert y.dtype == np.float32 and y.shape == (64, 32)
-    assert rel_error(y, reference(values)) <= 1e-5
+    assert rel_error(y, ffn_reference(values)) <= 1e-5
     # The plan really is spread over the 4 devices: some operator is split.
     assert any(n > 1 for op in exe.plan()["ops"] for n in op["splits"].values())
 
@@ -45,7 +31,7 @@ def test_declared_roles_let_megatron_plan_a_hand_built_graph():
     exe = es.compile(g, devices=4, optimizer="megatron")
     assert [op["splits"].get("d_ff") for op in exe.plan()["ops"]] == [4, 4, 4]
     values = random_inputs(g, seed=8)
-    assert rel_error(exe.run(values)["y"], reference(values)) <= 1e-5
+    assert rel_error(exe.run(values)["y"], ffn_reference(values)) <= 1e-5
 
 
 def test_inputs_stay_loaded_between_runs():
@@ -56,7 +42,7 @@ def test_inputs_stay_loaded_between_runs():
     # Only x changes; the weights loaded by the first run are kept.
     x2 = -values["x"]
     second = exe.run({"x": x2})["y"]
-    assert rel_error(second, reference({**values, "x": x2})) <= 1e-5
+    assert rel_error(second, ffn_reference({**values, "x": x2})) <= 1e-5
     assert not np.allclose(first, second)
 
 
@@ -66,7 +52,7 @@ def test_f16_in_and_out():
     values = random_inputs(g, seed=3)
     y = exe.run(values)["y"]
     assert y.dtype == np.float16
-    assert rel_error(y, reference(values)) <= 1e-2
+    assert rel_error(y, ffn_reference(values)) <= 1e-2
 
 
 def test_a_graph_compiled_twice_is_a_snapshot():

@@ -11,16 +11,7 @@ import numpy as np
 import pytest
 
 import einsummable as es
-from conftest import rel_error
-
-
-def ffn() -> es.Graph:
-    g = es.Graph()
-    x = g.input("x", {"tokens": 64, "d_model": 32})
-    w1 = g.input("w1", {"d_model": 32, "d_ff": 128})
-    w2 = g.input("w2", {"d_ff": 128, "d_model": 32})
-    g.save(g.matmul(g.unary(g.matmul(x, w1), "relu"), w2), "y")
-    return g
+from conftest import ffn, rel_error
 
 
 def test_ctrl_c_interrupts_a_compile_under_way():

@@ -4,30 +4,8 @@ several threads are served in turn on the executable's own thread, and a failure
 
 import threading
 
-import numpy as np
-
 import einsummable as es
-from conftest import rel_error
-
-
-def ffn() -> es.Graph:
-    g = es.Graph()
-    x = g.input("x", {"tokens": 64, "d_model": 32})
-    w1 = g.input("w1", {"d_model": 32, "d_ff": 128})
-    w2 = g.input("w2", {"d_ff": 128, "d_model": 32})
-    g.save(g.matmul(g.unary(g.matmul(x, w1), "relu"), w2), "y")
-    return g
-
-
-def values(seed: int) -> dict:
-    rng = np.random.default_rng(seed)
-    shapes = {"x": (64, 32), "w1": (32, 128), "w2": (128, 32)}
-    return {k: rng.uniform(-1.0, 1.0, s).astype(np.float32) for k, s in shapes.items()}
-
-
-def reference(v: dict) -> np.ndarray:
-    x, w1, w2 = (v[k].astype(np.float64) for k in ("x", "w1", "w2"))
-    return np.maximum(x @ w1, 0.0) @ w2
+from conftest import ffn, ffn_reference, random_inputs, rel_error
 
 
 def in_thread(f):
@@ -50,9 +28,9 @@ def in_thread(f):
 
 def test_an_executable_runs_on_another_thread():
     exe = es.compile(ffn(), devices=4)
-    v = values(1)
+    v = random_inputs(ffn(), 1)
     y = in_thread(lambda: exe.run(v)["y"])
-    assert rel_error(y, reference(v)) <= 1e-5
+    assert rel_error(y, ffn_reference(v)) <= 1e-5
     # and its reports, from there too
     plan = in_thread(exe.plan)
     assert plan["devices"] == 4 and in_thread(exe.predict)["predicted_ms"] == plan["predicted_ms"]
@@ -62,7 +40,7 @@ def test_an_executable_runs_on_another_thread():
 
 def test_compiled_on_one_thread_run_on_several_at_once():
     exe = in_thread(lambda: es.compile(ffn(), devices=4))
-    inputs = [values(seed) for seed in range(4)]
+    inputs = [random_inputs(ffn(), seed) for seed in range(4)]
     results = [None] * len(inputs)
     failures = []
 
@@ -81,7 +59,7 @@ def test_compiled_on_one_thread_run_on_several_at_once():
     assert failures == []
     # Each call loads all its inputs and runs whole: no thread sees another's values.
     for v, y in zip(inputs, results):
-        assert rel_error(y, reference(v)) <= 1e-5
+        assert rel_error(y, ffn_reference(v)) <= 1e-5
 
 
 def test_the_graph_is_free_while_it_compiles():
@@ -106,6 +84,6 @@ def test_the_graph_is_free_while_it_compiles():
         t.join()
     exe = compiled["exe"]
     assert exe.outputs == ["y"]
-    v = values(2)
-    assert rel_error(exe.run(v)["y"], reference(v)) <= 1e-5
+    v = random_inputs(ffn(), 2)
+    assert rel_error(exe.run(v)["y"], ffn_reference(v)) <= 1e-5
     assert es.compile(g, devices=4).outputs == ["y", "minus_x"]
