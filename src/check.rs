@@ -6,9 +6,7 @@
 use std::collections::HashMap;
 
 use einsum_core::{DType, HostTensor, SeededRng};
-use einsum_joinagg::{
-    AbstractOperator, Computation, JoinAggSpec, OpId, TensorId, enumerate_specs, execute_spec, execute_whole,
-};
+use einsum_joinagg::{AbstractOperator, Computation, JoinAggSpec, OpId, TensorId, enumerate_specs, whole_and_split};
 
 use crate::{Error, Executable, Result};
 
@@ -284,7 +282,7 @@ pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u
 }
 
 /// Runs `spec` and the whole-tensor kernel of `op` on the same seeded random inputs
-/// (uniform in `[-1, 1)`, as [`einsum_joinagg::decomposition_error`] draws them) and
+/// ([`einsum_joinagg::whole_and_split`], as [`einsum_joinagg::decomposition_error`] draws them) and
 /// compares every output by [`tensor_error`]: the largest error, or why an output cannot be
 /// compared (naming it by position where the operator has several).
 fn decomposition_error(
@@ -292,14 +290,7 @@ fn decomposition_error(
     spec: &JoinAggSpec,
     seed: u64,
 ) -> Result<std::result::Result<f32, String>> {
-    let inputs: Vec<HostTensor> = op
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(k, d)| HostTensor::random(d.tensor_type(), d.dtype, seed.wrapping_add(k as u64)))
-        .collect();
-    let whole = execute_whole(op, &inputs)?;
-    let split = execute_spec(op, spec, &inputs)?;
+    let (whole, split) = whole_and_split(op, spec, seed)?;
     let mut max_error = 0.0f32;
     for (j, (w, s)) in whole.iter().zip(&split).enumerate() {
         match tensor_error(s, w) {

@@ -99,13 +99,23 @@ fn kernel_error(op: &dyn AbstractOperator, reason: String) -> Error {
 /// `max(max|whole|, 1)`: relative for outputs at or above the scale of the data, absolute
 /// below it, so an output that cancels to near zero is not judged on its own tiny scale.
 pub fn decomposition_error(op: &dyn AbstractOperator, spec: &JoinAggSpec, seed: u64) -> Result<f32> {
+    let (whole, split) = whole_and_split(op, spec, seed)?;
+    Ok(whole.iter().zip(&split).map(|(w, s)| scaled_error(s, w, 1.0)).fold(0.0, f32::max))
+}
+
+/// The outputs of the whole-tensor kernel and of `spec`, in that order, on the same seeded
+/// random inputs (input `k` uniform in `[-1, 1)` from seed `seed + k`), for a caller that
+/// compares them its own way.
+pub fn whole_and_split(
+    op: &dyn AbstractOperator,
+    spec: &JoinAggSpec,
+    seed: u64,
+) -> Result<(Vec<HostTensor>, Vec<HostTensor>)> {
     let inputs: Vec<HostTensor> = op
         .inputs()
         .iter()
         .enumerate()
         .map(|(k, d)| HostTensor::random(d.tensor_type(), d.dtype, seed.wrapping_add(k as u64)))
         .collect();
-    let whole = execute_whole(op, &inputs)?;
-    let split = execute_spec(op, spec, &inputs)?;
-    Ok(whole.iter().zip(&split).map(|(w, s)| scaled_error(s, w, 1.0)).fold(0.0, f32::max))
+    Ok((execute_whole(op, &inputs)?, execute_spec(op, spec, &inputs)?))
 }
