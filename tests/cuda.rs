@@ -115,7 +115,8 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
             let plans: [(&TaskGraph, &dyn KernelLibrary); 2] =
                 [(&compiled.graph, &kernels), (&fusion.graph, &fusion.kernels)];
             for (fused, (task_graph, library)) in plans.into_iter().enumerate() {
-                let lowered = einsum_cuda::lower::lower(task_graph, library).unwrap_or_else(|e| panic!("{e}"));
+                let lowered = einsum_cuda::lower::lower(task_graph, library, &einsum_cuda::KernelRegistry::default())
+                    .unwrap_or_else(|e| panic!("{e}"));
                 for gpus in [1, 2] {
                     let outs = einsum_cuda::emulate::run(task_graph, &lowered, gpus, &ordered);
                     for (t, out) in comp.saved().iter().zip(&outs) {
@@ -146,11 +147,12 @@ fn llama_block_fusion_at_p_1_saves_two_tasks_one_buffer_and_two_launches() {
     assert_eq!(after.buffers().len(), before.buffers().len() - 1);
     assert!(after.check_complete().is_ok());
     let launches = |g: &TaskGraph, k: &dyn KernelLibrary| {
-        let lowered = einsum_cuda::lower::lower(g, k).unwrap_or_else(|e| panic!("{e}"));
+        let lowered =
+            einsum_cuda::lower::lower(g, k, &einsum_cuda::KernelRegistry::default()).unwrap_or_else(|e| panic!("{e}"));
         let mut names = std::collections::BTreeMap::<String, usize>::new();
         for op in lowered.ops.iter().flatten() {
             // The operation's variant: `Unary`, `Binary`, `Rows`, `UnaryBinary`, ...
-            let name = format!("{op:?}").split([' ', '{']).next().unwrap_or_default().to_string();
+            let name = format!("{op:?}").split(['(', ' ', '{']).next().unwrap_or_default().to_string();
             *names.entry(name).or_default() += 1;
         }
         names
@@ -177,7 +179,8 @@ fn llama_block_lowering_picks_the_fast_memory_bound_kernels() {
     let exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
     let compiled = exe.compiled();
     let kernels = einsum_compile::ComputationKernels(graph.computation(), &compiled.kernels);
-    let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+    let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels, &einsum_cuda::KernelRegistry::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut launches = std::collections::BTreeMap::<&str, usize>::new();
     for op in lowered.ops.iter().flatten() {
         if let Some(name) = op.kernel_name() {
@@ -220,7 +223,8 @@ fn llama_block_stream_plans_are_race_free_and_interleaved_runs_match_the_referen
         let graphs: [(&TaskGraph, &dyn KernelLibrary); 2] =
             [(&compiled.graph, &kernels), (&fusion.graph, &fusion.kernels)];
         for (fused, (task_graph, library)) in graphs.into_iter().enumerate() {
-            let lowered = einsum_cuda::lower::lower(task_graph, library).unwrap_or_else(|e| panic!("{e}"));
+            let lowered = einsum_cuda::lower::lower(task_graph, library, &einsum_cuda::KernelRegistry::default())
+                .unwrap_or_else(|e| panic!("{e}"));
             for gpus in [1, 2] {
                 for streams in [1, 4] {
                     let at = format!("p = {devices} on {gpus} GPUs, {streams} streams per GPU, fused {}", fused == 1);
@@ -262,8 +266,8 @@ fn llama_block_stream_plans_are_race_free_and_interleaved_runs_match_the_referen
 /// the emulated run (which lays memory out as the GPU does) matches the reference.
 #[test]
 fn virtual_devices_on_one_gpu_share_buffers_instead_of_copying() {
-    use einsum_cuda::lower::Op;
     use einsum_cuda::stream_plan::{PlanOptions, StreamPlan};
+    use einsum_cuda::work::Op;
     let dtype = DType::F32;
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
     let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
@@ -271,14 +275,15 @@ fn virtual_devices_on_one_gpu_share_buffers_instead_of_copying() {
     let comp = graph.computation();
     let compiled = exe.compiled();
     let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
-    let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels).unwrap_or_else(|e| panic!("{e}"));
+    let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels, &einsum_cuda::KernelRegistry::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     let g = &compiled.graph;
     let shared = StreamPlan::new(g, 1, 4, &lowered.scratch);
     let copying =
         StreamPlan::with_options(g, 1, &PlanOptions { streams_per_gpu: 4, alias_transfers: false }, &lowered.scratch);
     let copies = |plan: &StreamPlan| {
         let issued = lowered.ops.iter().zip(&plan.elided).filter(|(_, e)| !**e).flat_map(|(ops, _)| ops);
-        issued.filter(|op| matches!(op, Op::Memcpy { .. })).count()
+        issued.filter(|op| matches!(op, Op::Memcpy(_))).count()
     };
     eprintln!(
         "copies issued: {} shared, {} copying; pool bytes: {} shared, {} copying",

@@ -1,5 +1,5 @@
 //! How the memory-bound kernels address memory, decided once per operation at lowering
-//! ([`specialize`]), on the host, where every shape, stride and pointer offset is known:
+//! ([`crate::work::DeviceWork::specialize`]), on the host, where every shape, stride and pointer offset is known:
 //!
 //! - **Dimension coalescing** ([`coalesce`]): extent-1 dimensions are dropped and adjacent
 //!   dimensions that are contiguous in every addressed tensor are merged, so most copies and
@@ -17,7 +17,7 @@
 //! by `cuMemAlloc`, pinned outputs by `cuMemHostAlloc`, both to at least 256 bytes). The
 //! emulator ([`crate::emulate`]) checks every decision against the memory layout it emulates.
 
-use crate::lower::{Dims, MAX_RANK, Op, Ptr};
+use crate::lower::{Dims, MAX_RANK, Ptr};
 
 /// Bytes one thread moves on a vector path.
 pub const VECTOR_BYTES: usize = 16;
@@ -51,8 +51,24 @@ pub enum Access {
 }
 
 impl Access {
-    /// What an operation is built with before [`specialize`]: the general path.
+    /// What an operation is built with before it is specialized
+    /// ([`crate::work::DeviceWork::specialize`]): the general path.
     pub const GENERAL: Access = Access::Strided(Index::I64);
+}
+
+/// The kernel of a strided-or-vector operation's variant: `wide` (64-bit strided), `narrow`
+/// (32-bit strided) or `vector`.
+pub(crate) fn strided_name(
+    access: Access,
+    wide: &'static str,
+    narrow: &'static str,
+    vector: &'static str,
+) -> &'static str {
+    match access {
+        Access::Strided(Index::I64) => wide,
+        Access::Strided(Index::I32) => narrow,
+        Access::Vector => vector,
+    }
 }
 
 /// The offsets (in elements) of linear index `i` of `d`'s row-major space in its three
@@ -147,7 +163,7 @@ pub fn index_width(d: &Dims) -> Index {
 
 /// The index width of a reduction: both spaces' volumes, and the sums `keep` + `over` of
 /// their input offsets and `keep`'s output offsets, at most [`NARROW_LIMIT`].
-fn reduce_index_width(keep: &Dims, over: &Dims) -> Index {
+pub(crate) fn reduce_index_width(keep: &Dims, over: &Dims) -> Index {
     let limit = NARROW_LIMIT as u128;
     let volume = |d: &Dims| d.shape[..d.rank as usize].iter().map(|&n| n as u128).product::<u128>();
     let (k, o) = (max_offsets(keep), max_offsets(over));
@@ -169,40 +185,11 @@ fn unit_rank1(d: &Dims, tensors: usize) -> bool {
 }
 
 /// The access of a coalesced space over `tensors` tensors at `ptrs`.
-fn access(d: &Dims, tensors: usize, ptrs: &[&Ptr]) -> Access {
+pub(crate) fn access(d: &Dims, tensors: usize, ptrs: &[&Ptr]) -> Access {
     if unit_rank1(d, tensors) && ptrs.iter().all(|p| aligned(p)) {
         Access::Vector
     } else {
         Access::Strided(index_width(d))
-    }
-}
-
-/// Coalesces the iteration spaces of a memory-bound operation and picks its index width and
-/// vector path (see the module docs). Idempotent; other operations are left alone.
-pub fn specialize(op: &mut Op) {
-    match op {
-        Op::Copy { src, dst, dims, access: acc, .. } => {
-            *dims = coalesce(dims);
-            *acc = access(dims, 2, &[src, dst]);
-        }
-        Op::Binary { a, b, y, dims, access: acc, .. } => {
-            *dims = coalesce(dims);
-            *acc = access(dims, 3, &[a, b, y]);
-        }
-        Op::Reduce { keep, over, index, .. } => {
-            *keep = coalesce(keep);
-            *over = coalesce(over);
-            *index = reduce_index_width(keep, over);
-        }
-        Op::Unary { x, y, vector, .. } => *vector = aligned(x) && aligned(y),
-        Op::UnaryBinary { x, b, y, vector, .. } => *vector = aligned(x) && aligned(b) && aligned(y),
-        Op::Aggregate { srcs, out, vector, .. } => *vector = aligned(out) && srcs.iter().all(aligned),
-        Op::Memcpy { .. }
-        | Op::Rows { .. }
-        | Op::BinaryRmsNorm { .. }
-        | Op::Rope { .. }
-        | Op::Attention { .. }
-        | Op::Gemm { .. } => {}
     }
 }
 
@@ -212,6 +199,7 @@ mod tests {
 
     use super::*;
     use crate::lower::Space;
+    use crate::work::{Aggregate, Binary, BoxCopy, DeviceWork};
 
     fn dims(shape: &[usize], s0: &[usize], s1: &[usize], s2: &[usize]) -> Dims {
         Dims::new(shape, [s0, s1, s2]).unwrap()
@@ -295,29 +283,28 @@ mod tests {
         Ptr { space: Space::Buffer(0), offset }
     }
 
-    fn copy(src: usize, dst: usize, d: Dims) -> Op {
-        Op::Copy { src: ptr(src), dst: ptr(dst), dtype: einsum_core::DType::F16, dims: d, access: Access::GENERAL }
+    fn copy(src: usize, dst: usize, d: Dims) -> BoxCopy {
+        BoxCopy { src: ptr(src), dst: ptr(dst), dtype: einsum_core::DType::F16, dims: d, access: Access::GENERAL }
     }
 
     #[test]
     fn the_vector_path_needs_unit_strides_and_aligned_pointers() {
         let contiguous = dims(&[4, 6], &[6, 1], &[6, 1], &[]);
         let mut op = copy(32, 64, contiguous);
-        specialize(&mut op);
-        let Op::Copy { access, dims: d, .. } = &op else { unreachable!() };
-        assert_eq!((*access, d.rank, d.shape[0]), (Access::Vector, 1, 24));
+        op.specialize();
+        assert_eq!((op.access, op.dims.rank, op.dims.shape[0]), (Access::Vector, 1, 24));
         // A misaligned offset (a stitch into the middle of a row) keeps the scalar path.
         let mut op = copy(32, 66, contiguous);
-        specialize(&mut op);
-        assert!(matches!(op, Op::Copy { access: Access::Strided(Index::I32), .. }), "{op:?}");
+        op.specialize();
+        assert_eq!(op.access, Access::Strided(Index::I32), "{op:?}");
         // A permutation is strided however aligned.
         let mut op = copy(0, 0, dims(&[4, 6], &[1, 4], &[6, 1], &[]));
-        specialize(&mut op);
-        assert!(matches!(op, Op::Copy { access: Access::Strided(Index::I32), .. }), "{op:?}");
+        op.specialize();
+        assert_eq!(op.access, Access::Strided(Index::I32), "{op:?}");
         // A broadcast binary operand is strided; same-shape operands are vectors.
         let bias = dims(&[4, 6], &[6, 1], &[0, 1], &[6, 1]);
         let dims_of_same_shape = dims(&[4, 6], &[6, 1], &[6, 1], &[6, 1]);
-        let mut op = Op::Binary {
+        let mut op = Binary {
             a: ptr(0),
             b: ptr(0),
             y: ptr(0),
@@ -326,15 +313,13 @@ mod tests {
             dims: bias,
             access: Access::GENERAL,
         };
-        specialize(&mut op);
-        assert!(matches!(op, Op::Binary { access: Access::Strided(Index::I32), .. }), "{op:?}");
-        if let Op::Binary { dims, access, .. } = &mut op {
-            *dims = dims_of_same_shape;
-            *access = Access::GENERAL;
-        }
-        specialize(&mut op);
-        assert!(matches!(op, Op::Binary { access: Access::Vector, .. }), "{op:?}");
-        let mut agg = Op::Aggregate {
+        op.specialize();
+        assert_eq!(op.access, Access::Strided(Index::I32), "{op:?}");
+        op.dims = dims_of_same_shape;
+        op.access = Access::GENERAL;
+        op.specialize();
+        assert_eq!(op.access, Access::Vector, "{op:?}");
+        let mut agg = Aggregate {
             srcs: vec![ptr(0), ptr(256), ptr(8)],
             accumulate: false,
             out: ptr(512),
@@ -343,7 +328,7 @@ mod tests {
             n: 64,
             vector: true,
         };
-        specialize(&mut agg);
-        assert!(matches!(agg, Op::Aggregate { vector: false, .. }), "one misaligned source: {agg:?}");
+        agg.specialize();
+        assert!(!agg.vector, "one misaligned source: {agg:?}");
     }
 }

@@ -7,14 +7,14 @@ use einsum_core::taskgraph::{Task, TaskGraph};
 use einsum_core::{Backend, BackendError, KernelLibrary, OperatorRef, Prepared};
 
 use crate::availability::check_cuda;
-use crate::kernels::registry;
+use crate::kernels::registry::KernelRegistry;
 use crate::{CudaExecutable, CudaOptions};
 
 /// Runs task graphs on NVIDIA GPUs: [`Backend::prepare`] gives a [`CudaExecutable`].
 ///
 /// # Design
-/// The CUDA backend brings its own kernels, found by operator type
-/// ([`crate::kernels::registry`]), so it can refuse a computation it cannot run while it is
+/// The CUDA backend brings its own kernels, found by operator type in its options'
+/// [`KernelRegistry`], so it can refuse a computation it cannot run while it is
 /// still being compiled ([`Backend::check_operator`]), before planning and before any CUDA
 /// call; [`CudaExecutable::prepare`] checks every kernel of the graph again.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,9 +31,9 @@ impl CudaBackend {
 }
 
 /// Refuses, with [`BackendError::Unsupported`], an operator whose concrete type has no
-/// entry in [`crate::kernels::registry`].
-fn require_kernel(op: OperatorRef<'_>) -> Result<(), BackendError> {
-    match registry::find(op.value) {
+/// entry in `registry`.
+fn require_kernel(registry: &KernelRegistry, op: OperatorRef<'_>) -> Result<(), BackendError> {
+    match registry.find(op.value) {
         Some(_) => Ok(()),
         None => {
             Err(BackendError::Unsupported { backend: "cuda".into(), operator: op.name.into(), kind: op.kind.into() })
@@ -42,9 +42,13 @@ fn require_kernel(op: OperatorRef<'_>) -> Result<(), BackendError> {
 }
 
 /// Refuses, with [`BackendError::Unsupported`], the first kernel task of `graph` whose
-/// operator has no CUDA kernel, and with [`BackendError::Task`] one the library does not
-/// describe. Needs no GPU.
-pub fn check_kernels(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<(), BackendError> {
+/// operator has no CUDA kernel in `registry`, and with [`BackendError::Task`] one the library
+/// does not describe. Needs no GPU.
+pub fn check_kernels(
+    graph: &TaskGraph,
+    kernels: &dyn KernelLibrary,
+    registry: &KernelRegistry,
+) -> Result<(), BackendError> {
     for (t, node) in graph.nodes().iter().enumerate() {
         if let Task::Kernel { kernel, .. } = node.task {
             let Some(info) = kernels.info(kernel) else {
@@ -57,7 +61,7 @@ pub fn check_kernels(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<(
                     ),
                 });
             };
-            require_kernel(info.operator)?;
+            require_kernel(registry, info.operator)?;
         }
     }
     Ok(())
@@ -73,10 +77,10 @@ impl Backend for CudaBackend {
         check_cuda().map(|_| ())
     }
 
-    /// Refuses an operator whose concrete type has no entry in
-    /// [`crate::kernels::registry`].
+    /// Refuses an operator whose concrete type has no entry in the options' kernel registry
+    /// ([`CudaOptions::kernels`]).
     fn check_operator(&self, operator: OperatorRef<'_>) -> Result<(), BackendError> {
-        require_kernel(operator)
+        require_kernel(&self.options.kernels, operator)
     }
 
     /// The host copy of an input's blocks staged on its way to the GPUs: every input's

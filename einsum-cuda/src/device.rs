@@ -9,7 +9,7 @@ use cudarc::driver::{CudaContext, CudaFunction, DriverError, result, sys};
 
 use crate::kernels::attention::AttentionModule;
 use crate::kernels::compile::{arch_name, compile};
-use crate::kernels::sources::FIXED;
+use crate::kernels::sources::{FIXED, Module};
 
 /// Turns a driver error during setup into a message naming what was being done.
 pub fn setup_error(what: &str) -> impl Fn(DriverError) -> String + '_ {
@@ -132,7 +132,7 @@ impl Drop for HostMemory {
 pub struct Gpu {
     /// The context.
     pub ctx: Arc<CudaContext>,
-    /// The kernels of the fixed modules, by kernel name.
+    /// The kernels of the fixed modules and of users' modules, by kernel name.
     pub functions: HashMap<&'static str, CudaFunction>,
     /// The attention kernels, by entry point and head dimension.
     pub attention: HashMap<(&'static str, usize), CudaFunction>,
@@ -141,11 +141,16 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// Opens GPU `ordinal`, compiles and loads every kernel module (and the `attention`
-    /// modules; the tensor-core ones only on sm_80 and later, where `mma.sync` exists, so
-    /// that issuing one elsewhere fails naming the capability), and allocates a pool of
-    /// `pool_bytes`.
-    pub fn open(ordinal: usize, attention_modules: &[AttentionModule], pool_bytes: usize) -> Result<Gpu, String> {
+    /// Opens GPU `ordinal`, compiles and loads every fixed kernel module, the users' `modules`
+    /// and the `attention` modules (the tensor-core ones only on sm_80 and later, where
+    /// `mma.sync` exists, so that issuing one elsewhere fails naming the capability), and
+    /// allocates a pool of `pool_bytes`.
+    pub fn open(
+        ordinal: usize,
+        modules: &[Module],
+        attention_modules: &[AttentionModule],
+        pool_bytes: usize,
+    ) -> Result<Gpu, String> {
         let ctx = CudaContext::new(ordinal).map_err(|e| format!("opening GPU {ordinal}: {e}"))?;
         // The backend orders work with its own events; cudarc's per-slice tracking would add
         // waits of its own (and it never sees our raw pointers anyway).
@@ -154,8 +159,8 @@ impl Gpu {
         let (major, minor) = ctx.compute_capability().map_err(setup_error("reading the compute capability"))?;
         let arch = arch_name(major, minor);
         let mut functions = HashMap::new();
-        for module in FIXED {
-            let ptx = compile(&module, &[], arch)?;
+        for module in FIXED.iter().chain(modules) {
+            let ptx = compile(module, &[], arch)?;
             let m = ctx.load_module(ptx).map_err(|e| format!("loading kernel module `{}`: {e}", module.name))?;
             for k in module.kernels {
                 let f = m.load_function(k).map_err(|e| format!("loading kernel `{k}`: {e}"))?;

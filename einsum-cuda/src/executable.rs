@@ -15,6 +15,7 @@ use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspac
 use crate::fusion::fuse;
 use crate::graph_capture::{CaptureError, capture, fork_issue_join};
 use crate::inputs::InputSlots;
+use crate::kernels::registry::KernelRegistry;
 use crate::lower::{Lowered, lower};
 use crate::setup_lock::{self, SetupGuard};
 use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, StreamPlan};
@@ -35,12 +36,22 @@ pub struct CudaOptions {
     /// RMSNorm reading it) before lowering ([`crate::fusion`]); off, every task keeps its own
     /// kernel (to compare).
     pub fuse: bool,
+    /// The CUDA kernels by operator type: the library's, plus any a user registers for their
+    /// own operators ([`KernelRegistry::with`]).
+    pub kernels: KernelRegistry,
 }
 
 impl Default for CudaOptions {
-    /// Captured, every GPU, [`DEFAULT_STREAMS_PER_GPU`] streams per GPU, fusion on.
+    /// Captured, every GPU, [`DEFAULT_STREAMS_PER_GPU`] streams per GPU, fusion on, the
+    /// library's kernels.
     fn default() -> Self {
-        CudaOptions { eager: false, max_gpus: None, streams_per_gpu: DEFAULT_STREAMS_PER_GPU, fuse: true }
+        CudaOptions {
+            eager: false,
+            max_gpus: None,
+            streams_per_gpu: DEFAULT_STREAMS_PER_GPU,
+            fuse: true,
+            kernels: KernelRegistry::default(),
+        }
     }
 }
 
@@ -188,7 +199,7 @@ impl CudaExecutable {
     ) -> Result<Self, BackendError> {
         // Operators with no CUDA kernel are refused first, with no device involved; then a
         // machine without a GPU says so before any other work.
-        crate::backend::check_kernels(graph, kernels)?;
+        crate::backend::check_kernels(graph, kernels, &options.kernels)?;
         // Everything below, the capture included, under the setup lock (declared first, so
         // on an early return it is released after what was set up is freed).
         let _setup = setup_lock::hold();
@@ -201,11 +212,11 @@ impl CudaExecutable {
             (graph, kernels)
         };
         let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
-        let lowered = lower(graph, kernels).map_err(|e| e.into_backend_error(graph))?;
+        let lowered = lower(graph, kernels, &options.kernels).map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
         let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), options.streams_per_gpu, &lowered.scratch);
         let gpus: Vec<Gpu> = (0..plan.gpus)
-            .map(|g| Gpu::open(g, &lowered.attention, plan.pool_bytes[g]))
+            .map(|g| Gpu::open(g, &lowered.modules, &lowered.attention, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         enable_peer_access(&gpus);

@@ -3,7 +3,7 @@
 //! [`CudaBackend`] implements the core contract ([`einsum_core::Backend`]); its prepared
 //! executable is a [`CudaExecutable`]. [`CudaExecutable::prepare`] refuses, before any CUDA
 //! call, a graph with an operator that has no CUDA kernel (kernels are found by operator
-//! type in [`kernels::registry`]), fuses adjacent kernel tasks on the task graph
+//! type in a [`KernelRegistry`], a value users extend with their own operators' kernels), fuses adjacent kernel tasks on the task graph
 //! ([`fusion`]: a unary and the binary reading it, a binary and the RMSNorm reading it; off
 //! with [`CudaOptions::fuse`]), then lowers every task to device operations ([`lower`]):
 //! cuBLAS strided-batched GEMMs for contractions (planned in [`kernels::gemm_plan`]),
@@ -18,7 +18,9 @@
 //! per GPU ([`resident`]) for the blocks of the computation inputs that the Load tasks select.
 //! [`CudaExecutable::load`] checks an input against its slot ([`inputs`]) and uploads its
 //! blocks once, in their storage dtype; they stay on the GPUs, so a Load task
-//! issues nothing. [`executor`] issues the work with events between streams, and
+//! issues nothing. Every kind of device work ([`work`]) is one value that both issues itself
+//! and says what it computes on the host, including launches of a user's own CUDA C
+//! ([`work::Launch`]). [`executor`] issues the work with events between streams, and
 //! [`graph_capture`] captures it once as a CUDA graph that every [`CudaExecutable::run`]
 //! replays (or, with [`CudaOptions::eager`], issues it again), timed by events around the
 //! launch; [`setup_lock`] keeps another thread's preparing, loading or dropping of an executable
@@ -49,6 +51,8 @@ pub mod race_check;
 pub mod resident;
 pub mod setup_lock;
 pub mod stream_plan;
+pub mod work;
 
 pub use backend::CudaBackend;
 pub use executable::{CudaExecutable, CudaOptions, CudaSummary};
+pub use kernels::registry::KernelRegistry;

@@ -7,14 +7,13 @@
 
 use einsum_core::taskgraph::{Task, TaskGraph, TaskId};
 use einsum_core::{Aggregation, BackendError, DType, KernelLibrary, TensorType};
-use einsum_ops::binary::BinaryOp;
-use einsum_ops::reduce::ReduceOp;
-use einsum_ops::unary::UnaryOp;
 
-use crate::addressing::{self, Access, Index};
-use crate::kernels::attention::{AttentionKernel, AttentionModule};
-use crate::kernels::gemm_plan::{Gemm, Permute};
-use crate::kernels::registry::{self, KernelArgs};
+use crate::addressing::Access;
+use crate::kernels::attention::AttentionModule;
+use crate::kernels::gemm_plan::Permute;
+use crate::kernels::registry::{KernelArgs, KernelRegistry};
+use crate::kernels::sources::{FIXED, Module};
+use crate::work::{Aggregate, BoxCopy, Memcpy, Op};
 
 /// Largest rank a strided kernel iterates (`MAX_RANK` of `common.cuh`).
 pub const MAX_RANK: usize = 8;
@@ -108,288 +107,6 @@ impl Ptr {
     }
 }
 
-/// Which row-wise normalisation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RowKernel {
-    /// Softmax.
-    Softmax,
-    /// RMSNorm (one weight).
-    RmsNorm,
-    /// LayerNorm (weight and bias).
-    LayerNorm,
-}
-
-/// One device operation.
-// Built once per prepare and read on every eager issue: keeping the `Dims` inline (they are
-// kernel arguments by value) costs a few hundred bytes per op and saves a pointer chase.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq)]
-pub enum Op {
-    /// `box_copy`: strided copy (s0 in the source, s1 in the destination); `copy_vec` on the
-    /// vector path.
-    Copy {
-        /// Source.
-        src: Ptr,
-        /// Destination.
-        dst: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The iteration space.
-        dims: Dims,
-        /// The kernel variant (see [`crate::addressing`]).
-        access: Access,
-    },
-    /// A contiguous byte copy (a transfer: peer-to-peer, or within one GPU).
-    Memcpy {
-        /// Source (on the source buffer's GPU).
-        src: Ptr,
-        /// Destination.
-        dst: Ptr,
-        /// Bytes.
-        bytes: usize,
-    },
-    /// `out = s₀ ⊕ s₁ ⊕ … ⊕ sₖ₋₁` (folded left to right in f32, rounded to the element type
-    /// once), or `out = out ⊕ s₀ ⊕ … ⊕ sₖ₋₁` when `accumulate`: one pass over `k ≤`
-    /// [`MAX_AGG_SOURCES`] sources.
-    Aggregate {
-        /// The sources, in order (at least one, at most [`MAX_AGG_SOURCES`]).
-        srcs: Vec<Ptr>,
-        /// Whether `out` already holds a partial result to fold the sources into.
-        accumulate: bool,
-        /// Result (no source).
-        out: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The ⊕.
-        agg: Aggregation,
-        /// Elements.
-        n: usize,
-        /// 16 bytes per thread (every pointer aligned, see [`crate::addressing`]).
-        vector: bool,
-    },
-    /// Elementwise unary.
-    Unary {
-        /// Input.
-        x: Ptr,
-        /// Output.
-        y: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The operation.
-        op: UnaryOp,
-        /// Elements.
-        n: usize,
-        /// 16 bytes per thread (both pointers aligned, see [`crate::addressing`]).
-        vector: bool,
-    },
-    /// Elementwise binary with broadcasting (s0: a, s1: b, s2: y).
-    Binary {
-        /// Left.
-        a: Ptr,
-        /// Right.
-        b: Ptr,
-        /// Output.
-        y: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The operation.
-        op: BinaryOp,
-        /// The output's iteration space.
-        dims: Dims,
-        /// The kernel variant (see [`crate::addressing`]).
-        access: Access,
-    },
-    /// `y = f(x) ⊙ b` (`unary_first`) or `y = b ⊙ f(x)` over `n` contiguous elements of
-    /// one shape, `f(x)` kept in f32 (one rounding, at the store): a unary and the binary
-    /// reading its result, fused ([`crate::fusion`]).
-    UnaryBinary {
-        /// The unary's input.
-        x: Ptr,
-        /// The binary's other operand.
-        b: Ptr,
-        /// Output.
-        y: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The unary f.
-        unary: UnaryOp,
-        /// The binary ⊙.
-        binary: BinaryOp,
-        /// Whether `f(x)` is the binary's left operand.
-        unary_first: bool,
-        /// Elements.
-        n: usize,
-        /// 16 bytes per thread (the three pointers aligned, see [`crate::addressing`]).
-        vector: bool,
-    },
-    /// RMSNorm over the middle axis of `[outer, n, inner]` of `a ⊙ b` (in f32, not rounded
-    /// before the norm), also storing `a ⊙ b` to `sum` when it has later readers: a binary
-    /// and the RMSNorm reading its result, fused ([`crate::fusion`]).
-    BinaryRmsNorm {
-        /// Left operand.
-        a: Ptr,
-        /// Right operand.
-        b: Ptr,
-        /// The norm's weight (`[n]`).
-        w: Ptr,
-        /// Where `a ⊙ b` is also stored, if anything else reads it.
-        sum: Option<Ptr>,
-        /// The normalized rows.
-        y: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The ⊙.
-        binary: BinaryOp,
-        /// Product of the extents before the axis.
-        outer: usize,
-        /// The axis' extent.
-        n: usize,
-        /// Product of the extents after it.
-        inner: usize,
-        /// Epsilon.
-        eps: f32,
-    },
-    /// Softmax / RMSNorm / LayerNorm over the middle axis of `[outer, n, inner]`.
-    Rows {
-        /// Which.
-        kernel: RowKernel,
-        /// Input.
-        x: Ptr,
-        /// Weight (RMSNorm, LayerNorm).
-        w: Option<Ptr>,
-        /// Bias (LayerNorm).
-        b: Option<Ptr>,
-        /// Output.
-        y: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// Product of the extents before the axis.
-        outer: usize,
-        /// The axis' extent.
-        n: usize,
-        /// Product of the extents after it.
-        inner: usize,
-        /// Epsilon (norms).
-        eps: f32,
-    },
-    /// Rotary embedding (`table`: cos then sin, f32 `[rows, half]`).
-    Rope {
-        /// Input.
-        x: Ptr,
-        /// Output.
-        y: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The cos/sin table.
-        table: Ptr,
-        /// Sequence axis.
-        seq: usize,
-        /// Feature axis.
-        feat: usize,
-        /// Half the feature extent.
-        half: usize,
-        /// Rows of the block along the sequence axis.
-        rows: usize,
-        /// The block with its feature axis halved (s0: the block's strides).
-        dims: Dims,
-    },
-    /// Sum or max over `over` for every element of `keep`.
-    Reduce {
-        /// Input.
-        x: Ptr,
-        /// Output.
-        y: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// The reduction.
-        op: ReduceOp,
-        /// Output space (s0: strides in x, s1: in y).
-        keep: Dims,
-        /// Reduced space (s0: strides in x).
-        over: Dims,
-        /// The index width (see [`crate::addressing`]).
-        index: Index,
-    },
-    /// Attention on one block, FlashAttention-2's tiling (see [`crate::kernels::attention`]).
-    Attention {
-        /// Which kernel (tensor cores or not) and its blocking.
-        kernel: AttentionKernel,
-        /// Queries `[heads, nq, d]`.
-        q: Ptr,
-        /// Keys `[kv_heads, nk, d]`.
-        k: Ptr,
-        /// Values, like keys.
-        v: Ptr,
-        /// Output, like queries.
-        o: Ptr,
-        /// Element type.
-        dtype: DType,
-        /// Visible key range per query row (i32 pairs, absolute).
-        bounds: Ptr,
-        /// Query heads in the block.
-        heads: usize,
-        /// Query rows in the block.
-        nq: usize,
-        /// Key rows in the block.
-        nk: usize,
-        /// Absolute first query head.
-        heads_lo: usize,
-        /// Absolute first key/value head.
-        kv_lo: usize,
-        /// Absolute first key row.
-        keys_lo: usize,
-        /// Query heads per key/value head.
-        group: usize,
-        /// The score scale times log2(e) (the kernels work in the log2 domain).
-        scale_log2: f32,
-        /// The head dimension (selects the compiled module).
-        head_dim: usize,
-    },
-    /// cuBLAS strided-batched GEMM (row-major description, see [`Gemm`]).
-    Gemm {
-        /// A.
-        a: Ptr,
-        /// B.
-        b: Ptr,
-        /// C.
-        c: Ptr,
-        /// Element type of A, B and C (f32 accumulation).
-        dtype: DType,
-        /// The GEMM.
-        gemm: Gemm,
-    },
-}
-
-impl Op {
-    /// The NVRTC kernel a memory-bound operation launches (copy, aggregate, unary, binary,
-    /// fused unary·binary, reduce), by the variant [`crate::addressing`] chose; `None` for the others (their
-    /// kernels are picked by the executor).
-    pub fn kernel_name(&self) -> Option<&'static str> {
-        let strided = |access: &Access, wide, narrow, vector| match access {
-            Access::Strided(Index::I64) => wide,
-            Access::Strided(Index::I32) => narrow,
-            Access::Vector => vector,
-        };
-        Some(match self {
-            Op::Copy { access, .. } => strided(access, "box_copy", "box_copy32", "copy_vec"),
-            Op::Binary { access, .. } => strided(access, "binary", "binary32", "binary_vec"),
-            Op::Reduce { index: Index::I64, .. } => "reduce",
-            Op::Reduce { index: Index::I32, .. } => "reduce32",
-            Op::Unary { vector, .. } => ["unary", "unary_vec"][usize::from(*vector)],
-            Op::UnaryBinary { vector, .. } => ["unary_binary", "unary_binary_vec"][usize::from(*vector)],
-            Op::Aggregate { vector, .. } => ["aggregate", "aggregate_vec"][usize::from(*vector)],
-            Op::Memcpy { .. }
-            | Op::Rows { .. }
-            | Op::BinaryRmsNorm { .. }
-            | Op::Rope { .. }
-            | Op::Attention { .. }
-            | Op::Gemm { .. } => {
-                return None;
-            }
-        })
-    }
-}
-
 /// A constant table uploaded once per prepared executable.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConstData {
@@ -420,6 +137,32 @@ pub struct Lowered {
     pub consts: Vec<(usize, ConstData)>,
     /// The attention modules used (compiled per GPU at prepare).
     pub attention: Vec<AttentionModule>,
+    /// The modules of users' kernels launched ([`crate::work::Launch`]; compiled per GPU at
+    /// prepare, like the library's fixed modules).
+    pub modules: Vec<Module>,
+}
+
+impl Lowered {
+    /// Records that a user's `module` must be compiled. Its kernel names must not clash with
+    /// the library's or another module's, since kernels are found by name on each GPU.
+    fn add_module(&mut self, module: &Module) -> Result<(), String> {
+        if self.modules.contains(module) {
+            return Ok(());
+        }
+        for other in FIXED.iter().chain(&self.modules) {
+            if other.name == module.name {
+                return Err(format!("two different kernel modules are named `{}`", module.name));
+            }
+            if let Some(k) = module.kernels.iter().find(|k| other.kernels.contains(k)) {
+                return Err(format!(
+                    "kernel `{k}` of module `{}` is also defined by module `{}`",
+                    module.name, other.name
+                ));
+            }
+        }
+        self.modules.push(*module);
+        Ok(())
+    }
 }
 
 /// Row-major strides of `shape`.
@@ -450,13 +193,13 @@ fn box_copy(
     let src = Ptr { offset: src.offset + offset_in(src_ty, part) * es, ..src };
     let dst = Ptr { offset: dst.offset + offset_in(dst_ty, part) * es, ..dst };
     let dims = Dims::new(&part.shape(), [&src_ty.strides(), &dst_ty.strides(), &[]])?;
-    Ok(Op::Copy { src, dst, dtype, dims, access: Access::GENERAL })
+    Ok(Op::Copy(BoxCopy { src, dst, dtype, dims, access: Access::GENERAL }))
 }
 
 /// The copy that applies permutation `p` from `src` to `dst`.
 pub(crate) fn permute_op(src: Ptr, dst: Ptr, p: &Permute, dtype: DType) -> Result<Op, String> {
     let dims = Dims::new(&p.dst_shape, [&p.src_strides, &strides(&p.dst_shape), &[]])?;
-    Ok(Op::Copy { src, dst, dtype, dims, access: Access::GENERAL })
+    Ok(Op::Copy(BoxCopy { src, dst, dtype, dims, access: Access::GENERAL }))
 }
 
 /// The launches of an aggregation of `srcs` into `out`: one pass per group of at most
@@ -469,7 +212,9 @@ fn aggregate_ops(srcs: &[Ptr], out: Ptr, dtype: DType, agg: Aggregation, n: usiz
     Ok(srcs
         .chunks(MAX_AGG_SOURCES)
         .enumerate()
-        .map(|(g, group)| Op::Aggregate { srcs: group.to_vec(), accumulate: g > 0, out, dtype, agg, n, vector: false })
+        .map(|(g, group)| {
+            Op::Aggregate(Aggregate { srcs: group.to_vec(), accumulate: g > 0, out, dtype, agg, n, vector: false })
+        })
         .collect())
 }
 
@@ -513,8 +258,8 @@ impl LowerError {
 }
 
 /// Lowers every task of `graph`, whose kernel tasks run `kernels`: each kernel's operator
-/// ([`KernelLibrary::info`]) is looked up by type in [`crate::kernels::registry`].
-pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<Lowered, LowerError> {
+/// ([`KernelLibrary::info`]) is looked up by type in `registry`.
+pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary, registry: &KernelRegistry) -> Result<Lowered, LowerError> {
     let mut out = Lowered::default();
     for (t, node) in graph.nodes().iter().enumerate() {
         let task_error = |reason: String| LowerError::Task { task: t, reason };
@@ -544,7 +289,9 @@ pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<Lowered, 
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(task_error)?
             }
-            Task::Transfer { src, dst } => vec![Op::Memcpy { src: at(*src), dst: at(*dst), bytes: buf(*src).bytes() }],
+            Task::Transfer { src, dst } => {
+                vec![Op::Memcpy(Memcpy { src: at(*src), dst: at(*dst), bytes: buf(*src).bytes() })]
+            }
             Task::Aggregate { srcs, dst, agg } => {
                 let d = buf(*dst);
                 let srcs: Vec<Ptr> = srcs.iter().map(|s| at(*s)).collect();
@@ -558,19 +305,24 @@ pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary) -> Result<Lowered, 
                     ))
                 })?;
                 let op = info.operator;
-                let entry = registry::find(op.value)
+                let entry = registry
+                    .find(op.value)
                     .ok_or_else(|| LowerError::Unsupported { operator: op.name.into(), kind: op.kind.into() })?;
                 let ins: Vec<Ptr> = inputs.iter().map(|b| at(*b)).collect();
                 let outs: Vec<Ptr> = outputs.iter().map(|b| at(*b)).collect();
                 let device = graph.buffer(outputs[0]).device.0 as usize;
                 let mut ctx = KernelCtx { task: t, device, scratch: &mut scratch, lowered: &mut out };
                 let args = KernelArgs { inputs: info.inputs, outputs: info.outputs, ins: &ins, outs: &outs };
-                entry
+                let ops = entry
                     .lower(op.value, &args, &mut ctx)
-                    .map_err(|e| task_error(format!("operator `{}` ({}): {e}", op.name, op.kind)))?
+                    .map_err(|e| task_error(format!("operator `{}` ({}): {e}", op.name, op.kind)))?;
+                for launch in ops.iter().filter_map(|o| if let Op::Launch(l) = o { Some(l) } else { None }) {
+                    out.add_module(launch.module()).map_err(task_error)?;
+                }
+                ops
             }
         };
-        ops.iter_mut().for_each(addressing::specialize);
+        ops.iter_mut().for_each(Op::specialize);
         out.ops.push(ops);
         out.scratch.push(scratch);
     }
@@ -612,8 +364,14 @@ mod tests {
     use einsum_core::taskgraph::{Boundary, DeviceId};
     use einsum_core::{HostTensor, TensorType};
 
+    use einsum_ops::binary::BinaryOp;
+    use einsum_ops::reduce::ReduceOp;
+    use einsum_ops::unary::UnaryOp;
+
     use super::*;
+    use crate::addressing::Index;
     use crate::emulate;
+    use crate::work::{Binary, Reduce, Unary, UnaryBinary};
 
     /// A library for graphs without kernel tasks.
     struct NoKernels;
@@ -646,16 +404,16 @@ mod tests {
     }
 
     fn aggregate_ops_of(lowered: &Lowered) -> Vec<&Op> {
-        lowered.ops.iter().flatten().filter(|op| matches!(op, Op::Aggregate { .. })).collect()
+        lowered.ops.iter().flatten().filter(|op| matches!(op, Op::Aggregate(_))).collect()
     }
 
     #[test]
     fn a_three_source_aggregate_is_one_vector_launch() {
         let g = aggregation(3, 40, DType::F32, Aggregation::Sum);
-        let lowered = lower(&g, &NoKernels).unwrap();
+        let lowered = lower(&g, &NoKernels, &KernelRegistry::default()).unwrap();
         let aggs = aggregate_ops_of(&lowered);
         assert_eq!(aggs.len(), 1, "{aggs:?}");
-        let Op::Aggregate { srcs, accumulate, vector, n, .. } = aggs[0] else { unreachable!() };
+        let Op::Aggregate(Aggregate { srcs, accumulate, vector, n, .. }) = aggs[0] else { unreachable!() };
         assert_eq!((srcs.len(), *accumulate, *vector, *n), (3, false, true, 40));
         assert_eq!(aggs[0].kernel_name(), Some("aggregate_vec"));
     }
@@ -667,11 +425,11 @@ mod tests {
     fn many_sources_chain_in_groups_folded_in_order() {
         let (k, n) = (18, 37);
         let g = aggregation(k, n, DType::BF16, Aggregation::Sum);
-        let lowered = lower(&g, &NoKernels).unwrap();
+        let lowered = lower(&g, &NoKernels, &KernelRegistry::default()).unwrap();
         let groups: Vec<(usize, bool)> = aggregate_ops_of(&lowered)
             .into_iter()
             .map(|op| match op {
-                Op::Aggregate { srcs, accumulate, .. } => (srcs.len(), *accumulate),
+                Op::Aggregate(a) => (a.srcs.len(), a.accumulate),
                 _ => unreachable!(),
             })
             .collect();
@@ -707,7 +465,7 @@ mod tests {
         g.push(Task::Load { input: 0, dst: b }, &[], "b").unwrap();
         g.push(Task::Stitch { srcs: vec![a, b], dst: y }, &[], "stitch").unwrap();
         g.push(Task::Store { output: 0, src: y }, &[], "store").unwrap();
-        let lowered = lower(&g, &NoKernels).unwrap();
+        let lowered = lower(&g, &NoKernels, &KernelRegistry::default()).unwrap();
         let stitch: Vec<Option<&str>> = lowered.ops[2].iter().map(Op::kernel_name).collect();
         assert_eq!(stitch, [Some("copy_vec"), Some("box_copy32")]);
         assert_eq!(lowered.ops[3][0].kernel_name(), Some("copy_vec"));
@@ -732,7 +490,7 @@ mod tests {
             g.push(Task::Load { input: 0, dst: src }, &[], "load").unwrap();
             g.push(Task::Slice { src, dst }, &[], "slice").unwrap();
             g.push(Task::Store { output: 0, src: dst }, &[], "store").unwrap();
-            lower(&g, &NoKernels).unwrap().ops[1][0].kernel_name()
+            lower(&g, &NoKernels, &KernelRegistry::default()).unwrap().ops[1][0].kernel_name()
         };
         assert_eq!(slice_kernel(1 << 31), Some("box_copy"));
         assert_eq!(slice_kernel(1 << 10), Some("box_copy32"));
@@ -747,24 +505,41 @@ mod tests {
         let d = Dims::new(&[4], [&[1], &[1], &[1]]).unwrap();
         let mut ops = Vec::new();
         for access in [Access::Strided(Index::I64), Access::Strided(Index::I32), Access::Vector] {
-            ops.push(Op::Copy { src: p, dst: p, dtype: DType::F32, dims: d, access });
-            ops.push(Op::Binary { a: p, b: p, y: p, dtype: DType::F32, op: BinaryOp::Add, dims: d, access });
+            ops.push(Op::Copy(BoxCopy { src: p, dst: p, dtype: DType::F32, dims: d, access }));
+            ops.push(Op::Binary(Binary { a: p, b: p, y: p, dtype: DType::F32, op: BinaryOp::Add, dims: d, access }));
         }
         for index in [Index::I64, Index::I32] {
-            ops.push(Op::Reduce { x: p, y: p, dtype: DType::F32, op: ReduceOp::Sum, keep: d, over: d, index });
+            ops.push(Op::Reduce(Reduce { x: p, y: p, dtype: DType::F32, op: ReduceOp::Sum, keep: d, over: d, index }));
         }
         for vector in [false, true] {
-            ops.push(Op::Unary { x: p, y: p, dtype: DType::F32, op: UnaryOp::Relu, n: 4, vector });
+            ops.push(Op::Unary(Unary { x: p, y: p, dtype: DType::F32, op: UnaryOp::Relu, n: 4, vector }));
             let (unary, binary, unary_first) = (UnaryOp::Silu, BinaryOp::Mul, true);
-            ops.push(Op::UnaryBinary { x: p, b: p, y: p, dtype: DType::F32, unary, binary, unary_first, n: 4, vector });
+            let fused = UnaryBinary { x: p, b: p, y: p, dtype: DType::F32, unary, binary, unary_first, n: 4, vector };
+            ops.push(Op::UnaryBinary(fused));
             let (dtype, agg) = (DType::F32, Aggregation::Sum);
-            ops.push(Op::Aggregate { srcs: vec![p], accumulate: false, out: p, dtype, agg, n: 4, vector });
+            ops.push(Op::Aggregate(Aggregate { srcs: vec![p], accumulate: false, out: p, dtype, agg, n: 4, vector }));
         }
         let mut names: Vec<&str> = ops.iter().map(|op| op.kernel_name().expect("a memory-bound op")).collect();
         assert!(names.iter().all(|n| compiled.contains(n)), "{names:?} vs {compiled:?}");
         names.sort();
         names.dedup();
         assert_eq!(names.len(), ops.len(), "two variants share a kernel: {names:?}");
+    }
+
+    /// A user's module is recorded once, and refused when its name or a kernel name is the
+    /// library's or another module's (kernels are found by name on each GPU).
+    #[test]
+    fn a_users_module_may_not_shadow_another_kernel() {
+        let module = |name, kernels| Module { name, kernels, source: "" };
+        let mut lowered = Lowered::default();
+        lowered.add_module(&module("mine", &["my_kernel"])).unwrap();
+        lowered.add_module(&module("mine", &["my_kernel"])).unwrap();
+        assert_eq!(lowered.modules.len(), 1);
+        let err = lowered.add_module(&module("mine", &["other"])).unwrap_err();
+        assert!(err.contains("two different kernel modules are named `mine`"), "{err}");
+        let err = lowered.add_module(&module("yours", &["rope"])).unwrap_err();
+        assert!(err.contains("kernel `rope` of module `yours` is also defined by module `rope`"), "{err}");
+        assert!(lowered.add_module(&module("theirs", &["my_kernel"])).is_err());
     }
 
     /// The limits Rust and CUDA C share are spelled the same in both.

@@ -408,7 +408,7 @@ mod tests {
             let x = einsum_core::HostTensor::random(TensorType::zero_bounded(&[64]), DType::F32, seed);
             let inputs = [x];
             let expected = einsum_core::taskgraph::interpret(&g, &NoKernels, &inputs).unwrap();
-            let lowered = crate::lower::lower(&g, &NoKernels).unwrap();
+            let lowered = crate::lower::lower(&g, &NoKernels, &crate::KernelRegistry::default()).unwrap();
             for gpus in [1, 2] {
                 for streams in [1, 4] {
                     let mut e = crate::emulate::Emulator::with_streams(&g, &lowered, gpus, streams);

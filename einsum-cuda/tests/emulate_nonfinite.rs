@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use einsum_compile::{ComputationKernels, NaiveSynthesizer, compile};
 use einsum_core::{DType, HostTensor, TensorDesc};
+use einsum_cuda::KernelRegistry;
 use einsum_cuda::emulate;
 use einsum_cuda::lower::lower;
 use einsum_joinagg::{AbstractOperator, Computation, enumerate_specs};
@@ -50,7 +51,7 @@ fn check(name: &str, op: Box<dyn AbstractOperator>, values: Vec<Vec<f32>>) -> Ve
                 memory_budget: None,
             };
             let c = compile(&comp, &HashMap::from([(op_id, choice.spec.clone())]), &options).unwrap();
-            let lowered = lower(&c.graph, &ComputationKernels(&comp, &c.kernels)).unwrap();
+            let lowered = lower(&c.graph, &ComputationKernels(&comp, &c.kernels), &KernelRegistry::default()).unwrap();
             let got = emulate::run(&c.graph, &lowered, 1, &ins).remove(0).to_f32();
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 let ok =

@@ -10,9 +10,11 @@ use std::sync::Arc;
 use einsum_compile::{Compiled, ComputationKernels, NaiveSynthesizer, compile};
 use einsum_core::taskgraph::{Task, TaskGraph, interpret};
 use einsum_core::{DType, HostTensor, KernelLibrary, TensorDesc, scaled_error};
+use einsum_cuda::KernelRegistry;
 use einsum_cuda::emulate;
 use einsum_cuda::fusion::{Fusion, fuse};
-use einsum_cuda::lower::{Op, lower};
+use einsum_cuda::lower::lower;
+use einsum_cuda::work::{BinaryRmsNorm, Op, UnaryBinary};
 use einsum_joinagg::{Computation, TensorId, enumerate_specs};
 use einsum_ops::binary::{Binary, BinaryOp};
 use einsum_ops::rmsnorm::RmsNorm;
@@ -59,7 +61,7 @@ fn inputs(comp: &Computation) -> (Vec<HostTensor>, HashMap<TensorId, HostTensor>
 
 /// The saved outputs of `graph` run on the emulator (one GPU).
 fn emulated(graph: &TaskGraph, kernels: &dyn KernelLibrary, ins: &[HostTensor]) -> Vec<HostTensor> {
-    let lowered = lower(graph, kernels).unwrap_or_else(|e| panic!("{e}"));
+    let lowered = lower(graph, kernels, &KernelRegistry::default()).unwrap_or_else(|e| panic!("{e}"));
     emulate::run(graph, &lowered, 1, ins)
 }
 
@@ -115,15 +117,15 @@ fn a_unary_and_the_binary_reading_it_fuse_on_either_side() {
             assert_eq!(fused_tasks(&f), [(2, 1)]);
             assert_eq!(f.graph.nodes().len(), c.graph.nodes().len() - 1);
             assert_eq!(f.graph.buffers().len(), c.graph.buffers().len() - 1);
-            let lowered = lower(&f.graph, &f.kernels).unwrap();
+            let lowered = lower(&f.graph, &f.kernels, &KernelRegistry::default()).unwrap();
             let ops: Vec<&Op> = lowered.ops.iter().flatten().filter(|o| o.kernel_name().is_some()).collect();
             assert!(
-                ops.iter().all(|o| !matches!(o, Op::Unary { .. } | Op::Binary { .. })),
+                ops.iter().all(|o| !matches!(o, Op::Unary(_) | Op::Binary(_))),
                 "an unfused launch is left: {ops:?}"
             );
-            let fused: Vec<_> = ops.iter().filter(|o| matches!(o, Op::UnaryBinary { .. })).collect();
+            let fused: Vec<_> = ops.iter().filter(|o| matches!(o, Op::UnaryBinary(_))).collect();
             assert!(
-                matches!(fused[..], [Op::UnaryBinary { unary: UnaryOp::Silu, binary, unary_first: first, .. }]
+                matches!(fused[..], [Op::UnaryBinary(UnaryBinary { unary: UnaryOp::Silu, binary, unary_first: first, .. })]
                     if *binary == op && *first == unary_first),
                 "{fused:?}"
             );
@@ -173,15 +175,14 @@ fn a_residual_add_and_its_rmsnorm_fuse_keeping_the_sum_when_it_is_read_later() {
             assert_eq!(fused_tasks(&f), [(3, 1 + usize::from(reused))]);
             assert_eq!(f.graph.nodes().len(), c.graph.nodes().len() - 1);
             assert_eq!(f.graph.buffers().len(), c.graph.buffers().len() - usize::from(!reused));
-            let lowered = lower(&f.graph, &f.kernels).unwrap();
-            let norms: Vec<&Op> =
-                lowered.ops.iter().flatten().filter(|o| matches!(o, Op::BinaryRmsNorm { .. })).collect();
+            let lowered = lower(&f.graph, &f.kernels, &KernelRegistry::default()).unwrap();
+            let norms: Vec<&Op> = lowered.ops.iter().flatten().filter(|o| matches!(o, Op::BinaryRmsNorm(_))).collect();
             assert!(
-                matches!(norms[..], [Op::BinaryRmsNorm { binary: BinaryOp::Add, sum, n: 48, outer: 5, inner: 1, .. }]
+                matches!(norms[..], [Op::BinaryRmsNorm(BinaryRmsNorm { binary: BinaryOp::Add, sum, n: 48, outer: 5, inner: 1, .. })]
                     if sum.is_some() == reused),
                 "{norms:?}"
             );
-            assert!(!lowered.ops.iter().flatten().any(|o| matches!(o, Op::Rows { .. })));
+            assert!(!lowered.ops.iter().flatten().any(|o| matches!(o, Op::Rows(_))));
             check_outputs(&comp, &c, &f, dt);
         }
     }

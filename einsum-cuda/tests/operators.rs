@@ -11,9 +11,11 @@ use einsum_compile::{Compiled, ComputationKernels, NaiveSynthesizer, compile};
 use einsum_core::{
     Backend, BackendError, DType, HostTensor, Interval, KernelClass, OperatorRef, TensorDesc, TensorType, scaled_error,
 };
+use einsum_cuda::KernelRegistry;
 use einsum_cuda::emulate::{self, Emulator};
 use einsum_cuda::kernels::attention::AttentionKernel;
-use einsum_cuda::lower::{LowerError, Op, lower};
+use einsum_cuda::lower::{LowerError, lower};
+use einsum_cuda::work::Op;
 use einsum_cuda::{CudaBackend, CudaExecutable, CudaOptions};
 use einsum_joinagg::{
     AbstractOperator, Computation, DimIndex, FunctionSpec, JoinAggSpec, ShardableIndex, enumerate_specs, grid_spec,
@@ -148,7 +150,8 @@ fn the_emulated_lowering_matches_the_reference_on_every_spec() {
             for p in [1, 2, 4] {
                 for choice in 0..6 {
                     let Some(c) = compiled(&comp, p, choice) else { break };
-                    let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap_or_else(|e| panic!("{name}: {e}"));
+                    let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default())
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
                     for gpus in [1, 2] {
                         let out = emulate::run(&c.graph, &lowered, gpus, &ins);
                         let err = scaled_error(&out[0], &reference, 1.0);
@@ -214,7 +217,7 @@ fn an_unknown_operator_is_an_error_naming_it() {
     let err = backend.check_operator(OperatorRef { value: op, name, kind: op.kind() }).unwrap_err();
     assert!(unsupported(&err), "{err}");
     assert!(err.to_string().contains("no kernel for operator `puzzle` (kind `mystery`)"), "{err}");
-    let err = lower(&c.graph, &kernels(&comp, &c)).unwrap_err();
+    let err = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap_err();
     assert_eq!(err, LowerError::Unsupported { operator: "puzzle".into(), kind: "mystery".into() });
     let err = CudaExecutable::prepare(&c.graph, &kernels(&comp, &c), &CudaOptions::default()).err().unwrap();
     assert!(unsupported(&err), "{err}");
@@ -234,7 +237,7 @@ fn inputs_loaded_once_serve_every_run() {
             let (ins, reference) = inputs(&comp, 11);
             for p in [1, 2, 4] {
                 let Some(c) = compiled(&comp, p, p - 1).or_else(|| compiled(&comp, p, 0)) else { continue };
-                let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
+                let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
                 for gpus in [1, 2] {
                     let mut e = Emulator::new(&c.graph, &lowered, gpus);
                     e.load_all(&ins).unwrap();
@@ -258,7 +261,7 @@ fn the_resident_regions_hold_each_loaded_block_once_per_gpu() {
     for p in [2, 4] {
         for choice in 0..6 {
             let Some(c) = compiled(&comp, p, choice) else { break };
-            let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
+            let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
             let e = Emulator::new(&c.graph, &lowered, 1);
             let plan = &e.stream_plan().resident;
             let mut distinct: Vec<(usize, TensorType)> = Vec::new();
@@ -290,7 +293,7 @@ fn reloading_an_input_replaces_it() {
     let mut runs = 0;
     for p in [2, 4] {
         let Some(c) = compiled(&comp, p, 1) else { continue };
-        let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
+        let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
         let mut e = Emulator::new(&c.graph, &lowered, 1);
         e.load_all(&first).unwrap();
         assert!(scaled_error(&e.run().unwrap()[0], &first_ref, 1.0) <= tolerance(DType::BF16));
@@ -306,7 +309,7 @@ fn running_before_every_input_is_loaded_names_the_missing_one() {
     let (_, comp) = cases(DType::F32).into_iter().find(|(n, _)| *n == "layernorm").unwrap();
     let (ins, _) = inputs(&comp, 1);
     let c = compiled(&comp, 2, 0).unwrap();
-    let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
+    let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
     let mut e = Emulator::new(&c.graph, &lowered, 1);
     let err = e.run().unwrap_err();
     assert!(matches!(&err, BackendError::Input { index: 0, name, .. } if name == "in0"), "{err}");
@@ -324,7 +327,7 @@ fn loading_a_value_of_the_wrong_shape_or_dtype_is_refused() {
     let (_, comp) = cases(DType::F16).into_iter().find(|(n, _)| *n == "matmul").unwrap();
     let (ins, reference) = inputs(&comp, 2);
     let c = compiled(&comp, 2, 1).unwrap();
-    let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
+    let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
     let mut e = Emulator::new(&c.graph, &lowered, 1);
     e.load_all(&ins).unwrap();
     let wrong_shape = HostTensor::random(TensorType::zero_bounded(&[6, 9]), DType::F16, 3);
@@ -431,13 +434,13 @@ fn sixteen_bit_attention_at_head_dims_64_and_128_runs_on_tensor_cores() {
         for (name, comp) in cases(dt).into_iter().filter(|(n, _)| n.starts_with("attention-") && n.contains("-d")) {
             for p in [1, 2, 4] {
                 let Some(c) = compiled(&comp, p, p - 1).or_else(|| compiled(&comp, p, 0)) else { continue };
-                let lowered = lower(&c.graph, &kernels(&comp, &c)).unwrap();
+                let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
                 let chosen: Vec<AttentionKernel> = lowered
                     .ops
                     .iter()
                     .flatten()
                     .filter_map(|op| match op {
-                        Op::Attention { kernel, .. } => Some(*kernel),
+                        Op::Attention(a) => Some(a.kernel),
                         _ => None,
                     })
                     .collect();

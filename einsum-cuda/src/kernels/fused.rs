@@ -15,7 +15,8 @@ use einsum_ops::binary::BinaryOp;
 use einsum_ops::unary::UnaryOp;
 
 use super::registry::{FusedKernel, KernelArgs};
-use crate::lower::{KernelCtx, Op};
+use crate::lower::KernelCtx;
+use crate::work::{self, Op};
 
 /// `y = f(x) ⊙ b` (or `b ⊙ f(x)`) elementwise over one block: a unary and the binary that
 /// reads its result. Inputs: the unary's input `x`, the binary's other operand `b`; output:
@@ -88,7 +89,18 @@ impl FusedKernel for UnaryBinary {
         same_blocks(args, y)?;
         let Self { unary, binary, unary_first, dtype } = *self;
         let (x, b, out) = (args.ins[0], args.ins[1], args.outs[0]);
-        Ok(vec![Op::UnaryBinary { x, b, y: out, dtype, unary, binary, unary_first, n: y.volume(), vector: false }])
+        let n = y.volume();
+        Ok(vec![Op::UnaryBinary(work::UnaryBinary {
+            x,
+            b,
+            y: out,
+            dtype,
+            unary,
+            binary,
+            unary_first,
+            n,
+            vector: false,
+        })])
     }
 }
 
@@ -107,7 +119,7 @@ impl FusedKernel for BinaryRmsNorm {
         let shape = y.shape();
         let outer = shape[..self.axis].iter().product();
         let inner = shape[self.axis + 1..].iter().product();
-        Ok(vec![Op::BinaryRmsNorm {
+        Ok(vec![Op::BinaryRmsNorm(work::BinaryRmsNorm {
             a: args.ins[0],
             b: args.ins[1],
             w: args.ins[2],
@@ -119,6 +131,6 @@ impl FusedKernel for BinaryRmsNorm {
             n: self.extent,
             inner,
             eps: self.eps,
-        }])
+        })])
     }
 }

@@ -19,7 +19,8 @@ use super::attention::{AttentionKernel, MAX_HEAD_DIM};
 use super::gemm_plan::{self, ContractionPlan, Permute};
 use super::registry::{Call, CudaKernel};
 use crate::addressing::{Access, Index};
-use crate::lower::{ConstData, Dims, KernelCtx, Op, Ptr, RowKernel, permute_op, strides};
+use crate::lower::{ConstData, Dims, KernelCtx, Ptr, permute_op, strides};
+use crate::work::{self, BatchedGemm, Op, RowKernel};
 
 /// Position of every dimension of `desc` along the dimensions of `of` (by index name).
 fn strides_along(block: &TensorType, desc: &TensorDesc, of: &TensorDesc) -> Vec<usize> {
@@ -52,7 +53,8 @@ impl CudaKernel for Einsum {
                 };
                 let keep = Dims::new(&[s.rows], [&[s.row], &[1], &[]])?;
                 let over = Dims::new(&[s.row], [&[1], &[], &[]])?;
-                ops.push(Op::Reduce { x: src, y: outs[0], dtype, op: ReduceOp::Sum, keep, over, index: Index::I64 });
+                let (x, y, op) = (src, outs[0], ReduceOp::Sum);
+                ops.push(Op::Reduce(work::Reduce { x, y, dtype, op, keep, over, index: Index::I64 }));
                 ops
             }
             ContractionPlan::Gemm(p) => {
@@ -73,10 +75,10 @@ impl CudaKernel for Einsum {
                 match &p.permute_c {
                     Some(pc) => {
                         let c = ctx.scratch(p.gemm.batch * p.gemm.stride_c * es);
-                        ops.push(Op::Gemm { a, b, c, dtype, gemm: p.gemm.clone() });
+                        ops.push(Op::Gemm(BatchedGemm { a, b, c, dtype, gemm: p.gemm.clone() }));
                         ops.push(permute_op(c, outs[0], pc, dtype)?);
                     }
-                    None => ops.push(Op::Gemm { a, b, c: outs[0], dtype, gemm: p.gemm.clone() }),
+                    None => ops.push(Op::Gemm(BatchedGemm { a, b, c: outs[0], dtype, gemm: p.gemm.clone() })),
                 }
                 ops
             }
@@ -92,7 +94,7 @@ impl CudaKernel for Unary {
             return Err(format!("input block {} and output block {y} differ", call.inputs[0]));
         }
         let (x, dtype, op, n) = (call.ins[0], call.dtype, self.op(), y.volume());
-        Ok(vec![Op::Unary { x, y: call.outs[0], dtype, op, n, vector: false }])
+        Ok(vec![Op::Unary(work::Unary { x, y: call.outs[0], dtype, op, n, vector: false })])
     }
 }
 
@@ -105,7 +107,7 @@ impl CudaKernel for Binary {
         let sb = strides_along(&call.inputs[1], db, dy);
         let dims = Dims::new(&y.shape(), [&sa, &sb, &y.strides()])?;
         let (a, b, out, dtype, op) = (call.ins[0], call.ins[1], call.outs[0], call.dtype, self.op());
-        Ok(vec![Op::Binary { a, b, y: out, dtype, op, dims, access: Access::GENERAL }])
+        Ok(vec![Op::Binary(work::Binary { a, b, y: out, dtype, op, dims, access: Access::GENERAL })])
     }
 }
 
@@ -126,7 +128,8 @@ fn rows(
     }
     let (outer, n, inner) = split3(&y.shape(), axis);
     let (w, b) = (ins.get(1).copied(), ins.get(2).copied());
-    Ok(vec![Op::Rows { kernel, x: ins[0], w, b, y: call.outs[0], dtype: call.dtype, outer, n, inner, eps }])
+    let (x, y, dtype) = (ins[0], call.outs[0], call.dtype);
+    Ok(vec![Op::Rows(work::Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps })])
 }
 
 impl CudaKernel for Softmax {
@@ -178,7 +181,7 @@ impl CudaKernel for Rope {
         shape[feat] = half;
         let dims = Dims::new(&shape, [&y.strides(), &[], &[]])?;
         let (x, y, dtype) = (call.ins[0], call.outs[0], call.dtype);
-        Ok(vec![Op::Rope { x, y, dtype, table, seq, feat, half, rows: rows.len(), dims }])
+        Ok(vec![Op::Rope(work::Rope { x, y, dtype, table, seq, feat, half, rows: rows.len(), dims })])
     }
 }
 
@@ -194,7 +197,8 @@ impl CudaKernel for Reduce {
         let keep_dims = Dims::new(&kshape, [&pick(&keep, &bs), &strides(&kshape), &[]])?;
         let over_dims = Dims::new(&pick(&over, &shape), [&pick(&over, &bs), &[], &[]])?;
         let (x, y, dtype) = (call.ins[0], call.outs[0], call.dtype);
-        Ok(vec![Op::Reduce { x, y, dtype, op: self.op(), keep: keep_dims, over: over_dims, index: Index::I64 }])
+        let (op, index) = (self.op(), Index::I64);
+        Ok(vec![Op::Reduce(work::Reduce { x, y, dtype, op, keep: keep_dims, over: over_dims, index })])
     }
 }
 
@@ -243,7 +247,7 @@ impl CudaKernel for Attention {
         let offsets = [ins[0].offset, ins[1].offset, ins[2].offset, call.outs[0].offset];
         let kernel = AttentionKernel::choose(call.dtype, head_dim, offsets, group, heads.lo, heads.len());
         ctx.use_attention(kernel.module(head_dim));
-        Ok(vec![Op::Attention {
+        Ok(vec![Op::Attention(work::Attention {
             kernel,
             q: ins[0],
             k: ins[1],
@@ -260,6 +264,6 @@ impl CudaKernel for Attention {
             group,
             scale_log2: self.scale() * std::f32::consts::LOG2_E,
             head_dim,
-        }])
+        })])
     }
 }

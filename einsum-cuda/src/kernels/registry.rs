@@ -1,13 +1,15 @@
-//! The CUDA kernels by operator type: one table ([`table`]) from the concrete type of each
-//! `einsum-ops` operator (its `TypeId`) to its lowering ([`CudaKernel`]).
+//! The CUDA kernels by operator type, as a value ([`KernelRegistry`]): from the concrete type
+//! of each operator (its `TypeId`) to its lowering ([`CudaKernel`]).
 //!
-//! Adding a CUDA kernel for an operator is one [`CudaKernel`] impl (in
-//! [`crate::kernels::operators`]) and one line in [`table`]; the operators the fusion pass
-//! makes ([`crate::kernels::fused`]) are [`FusedKernel`]s, listed in the same table. An
-//! operator with no entry (a custom operator defined outside `einsum-ops`, say) is refused
-//! before any device is touched: at compile time by `CudaBackend::check_operator`, and at
-//! prepare time by [`crate::lower::lower`], both with an error naming the operator and its
-//! kind.
+//! [`KernelRegistry::default`] holds the library's: one [`CudaKernel`] impl per `einsum-ops`
+//! operator (in [`crate::kernels::operators`]) and the operators the fusion pass makes
+//! ([`crate::kernels::fused`], [`FusedKernel`]s). An operator defined in another crate gets
+//! a GPU kernel the same way: it implements [`CudaKernel`], typically lowering to a
+//! [`crate::work::Launch`] of its own CUDA C source, and is added with
+//! [`KernelRegistry::with`] to the registry in [`crate::CudaOptions::kernels`]. An operator
+//! with no entry is refused before any device is touched: at compile time by
+//! `CudaBackend::check_operator`, and at prepare time by [`crate::lower::lower`], both with an
+//! error naming the operator and its kind.
 //!
 //! # Design
 //! The kernel library hands the backend each kernel's operator as an `&dyn Any`
@@ -16,7 +18,7 @@
 //! that could miss one at run time.
 
 use std::any::{Any, TypeId};
-use std::sync::LazyLock;
+use std::fmt;
 
 use einsum_core::{DType, TensorType};
 use einsum_joinagg::AbstractOperator;
@@ -31,7 +33,8 @@ use einsum_ops::softmax::Softmax;
 use einsum_ops::unary::Unary;
 
 use crate::kernels::fused::{BinaryRmsNorm, UnaryBinary};
-use crate::lower::{KernelCtx, Op, Ptr};
+use crate::lower::{KernelCtx, Ptr};
+use crate::work::Op;
 
 /// The buffers of one kernel task, before the operator's own data type is known.
 #[derive(Clone, Copy, Debug)]
@@ -101,8 +104,8 @@ impl Entry {
         Entry { type_id: TypeId::of::<T>(), type_name: std::any::type_name::<T>(), lower: lower_fused::<T> }
     }
 
-    /// Lowers one call of `operator` (which must be of this entry's type, as [`find`]
-    /// guarantees).
+    /// Lowers one call of `operator` (which must be of this entry's type, as
+    /// [`KernelRegistry::find`] guarantees).
     pub fn lower(&self, operator: &dyn Any, args: &KernelArgs<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
         (self.lower)(operator, args, ctx)
     }
@@ -139,31 +142,68 @@ fn lower_fused<T: FusedKernel>(
     downcast::<T>(operator)?.lower(args, ctx)
 }
 
-/// Every CUDA kernel, by operator type: the one place to add one.
-pub fn table() -> &'static [Entry] {
-    static TABLE: LazyLock<Vec<Entry>> = LazyLock::new(|| {
-        vec![
-            Entry::of::<Einsum>(),
-            Entry::of::<Unary>(),
-            Entry::of::<Binary>(),
-            Entry::of::<Softmax>(),
-            Entry::of::<RmsNorm>(),
-            Entry::of::<LayerNorm>(),
-            Entry::of::<Rope>(),
-            Entry::of::<Reduce>(),
-            Entry::of::<Attention>(),
-            Entry::fused::<UnaryBinary>(),
-            Entry::fused::<BinaryRmsNorm>(),
-        ]
-    });
-    &TABLE
+/// The CUDA kernels by operator type; see the module docs.
+#[derive(Clone)]
+pub struct KernelRegistry {
+    entries: Vec<Entry>,
 }
 
-/// The entry for `operator`'s concrete type, if the CUDA backend has a kernel for it.
-pub fn find(operator: &dyn Any) -> Option<&'static Entry> {
-    // `<dyn Any>::type_id` goes through the vtable: the concrete type's id.
-    let id = Any::type_id(operator);
-    table().iter().find(|e| e.type_id == id)
+impl Default for KernelRegistry {
+    /// The library's kernels: every `einsum-ops` operator the backend runs and the fusion
+    /// pass's operators.
+    fn default() -> Self {
+        KernelRegistry {
+            entries: vec![
+                Entry::of::<Einsum>(),
+                Entry::of::<Unary>(),
+                Entry::of::<Binary>(),
+                Entry::of::<Softmax>(),
+                Entry::of::<RmsNorm>(),
+                Entry::of::<LayerNorm>(),
+                Entry::of::<Rope>(),
+                Entry::of::<Reduce>(),
+                Entry::of::<Attention>(),
+                Entry::fused::<UnaryBinary>(),
+                Entry::fused::<BinaryRmsNorm>(),
+            ],
+        }
+    }
+}
+
+impl KernelRegistry {
+    /// This registry with operator type `T`'s kernel, in place of any it had.
+    pub fn with<T: CudaKernel>(mut self) -> Self {
+        self.entries.retain(|e| e.type_id != TypeId::of::<T>());
+        self.entries.push(Entry::of::<T>());
+        self
+    }
+
+    /// Every entry, in registration order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The entry for `operator`'s concrete type, if there is a kernel for it.
+    pub fn find(&self, operator: &dyn Any) -> Option<&Entry> {
+        // `<dyn Any>::type_id` goes through the vtable: the concrete type's id.
+        let id = Any::type_id(operator);
+        self.entries.iter().find(|e| e.type_id == id)
+    }
+}
+
+impl PartialEq for KernelRegistry {
+    /// The same operator types in the same order (each type has one lowering).
+    fn eq(&self, other: &Self) -> bool {
+        self.entries.iter().map(|e| e.type_id).eq(other.entries.iter().map(|e| e.type_id))
+    }
+}
+
+impl Eq for KernelRegistry {}
+
+impl fmt::Debug for KernelRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.entries.iter().map(|e| e.type_name)).finish()
+    }
 }
 
 #[cfg(test)]
@@ -176,7 +216,8 @@ mod tests {
 
     #[test]
     fn every_entry_is_a_distinct_operator_type() {
-        let t = table();
+        let registry = KernelRegistry::default();
+        let t = registry.entries();
         for (i, a) in t.iter().enumerate() {
             assert!(t[i + 1..].iter().all(|b| b.type_id != a.type_id), "{} is listed twice", a.type_name);
         }
@@ -188,10 +229,26 @@ mod tests {
         let x = TensorDesc::of(&[("n", 4)], DType::F32).unwrap();
         let op: Box<dyn AbstractOperator> = Box::new(Unary::new(&x, UnaryOp::Relu).unwrap());
         let any: &dyn Any = op.as_ref();
-        assert!(find(any).unwrap().type_name.ends_with("Unary"));
+        let registry = KernelRegistry::default();
+        assert!(registry.find(any).unwrap().type_name.ends_with("Unary"));
         // The box itself is another type: the lookup must see through to the operator.
-        assert!(find(&op).is_none());
-        assert!(find(&Outsider).is_none());
+        assert!(registry.find(&op).is_none());
+        assert!(registry.find(&Outsider).is_none());
+    }
+
+    #[test]
+    fn a_registered_operator_is_found_and_registering_it_again_replaces_it() {
+        let registry = KernelRegistry::default().with::<Outsider>();
+        assert!(registry.find(&Outsider).unwrap().type_name.ends_with("Outsider"));
+        assert_eq!(registry.entries().len(), KernelRegistry::default().entries().len() + 1);
+        assert_eq!(registry.clone().with::<Outsider>(), registry);
+        assert_ne!(registry, KernelRegistry::default());
+    }
+
+    impl CudaKernel for Outsider {
+        fn lower(&self, _: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+            Ok(Vec::new())
+        }
     }
 
     /// An operator defined outside `einsum-ops`.

@@ -7,7 +7,7 @@
 pub const COMMON: &str = include_str!("cuda/common.cuh");
 
 /// One compilable module: its name, the kernels it defines, and its source.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Module {
     /// The module's name (its file stem).
     pub name: &'static str,
