@@ -202,7 +202,8 @@ pub struct RunReport {
 /// `execute` runs the rest of the task graph on them.
 ///
 /// It owns what it needs: a [`Snapshot`] of the graph as it was compiled (which shares the
-/// computation), so it borrows nothing and the graph may keep growing.
+/// computation), so it borrows nothing and the graph may keep growing; and it is `Send`, so
+/// it may move to another thread.
 pub struct Executable {
     graph: Snapshot,
     plan: LogicalPlan,
@@ -349,6 +350,12 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
         outputs: HashMap::new(),
     })
 }
+
+// An executable moves between threads: this fails to compile if a field stops being `Send`.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Executable>();
+};
 
 impl Executable {
     /// Supplies the value of a computation input; its type and dtype must match. Its blocks

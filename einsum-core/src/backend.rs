@@ -184,8 +184,10 @@ pub struct KernelInfo<'a> {
 /// Inputs (weights) do not change between runs, so moving their blocks onto the devices
 /// belongs to loading, not to running; and what depends only on the graph (compiled
 /// kernels, memory plans, a captured CUDA graph) belongs to preparing. A run then costs only
-/// the computation. Every method returns a typed [`BackendError`].
-pub trait Prepared {
+/// the computation. Every method returns a typed [`BackendError`]. A prepared executable is
+/// `Send`: it may move to another thread (a server's worker, a binding's), though not be
+/// shared by two at once.
+pub trait Prepared: Send {
     /// Gives computation input `input` (its index in the graph's inputs) the value `value`
     /// (the whole tensor): checks its type and dtype ([`BackendError::Input`] naming the
     /// input otherwise) and places its blocks on their devices, replacing any earlier value.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, sys};
+use cudarc::driver::{CudaEvent, CudaStream, sys};
 use einsum_core::taskgraph::{Boundary, TaskGraph, TaskId};
 use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared};
 
@@ -13,7 +13,7 @@ use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
 use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspace, label};
 use crate::fusion::fuse;
-use crate::graph_capture::{CaptureError, capture, fork_issue_join};
+use crate::graph_capture::{CaptureError, CapturedGraph, capture, fork_issue_join};
 use crate::inputs::InputSlots;
 use crate::kernels::registry::KernelRegistry;
 use crate::lower::{Lowered, lower};
@@ -87,7 +87,7 @@ pub struct CudaSummary {
 pub struct CudaExecutable {
     // Field order is drop order: the graph, events and handles go before the memory and
     // contexts.
-    graph: Option<CudaGraph>,
+    graph: Option<CapturedGraph>,
     /// The events recorded on the origin stream before and after every run's work.
     timing: [CudaEvent; 2],
     /// The device time of the last run, in seconds (see [`CudaExecutable::last_run_device_seconds`]).

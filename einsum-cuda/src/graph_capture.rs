@@ -27,9 +27,24 @@ pub enum CaptureError {
     },
 }
 
+/// A captured, instantiated CUDA graph, owned by one executable.
+pub struct CapturedGraph(CudaGraph);
+
+// SAFETY: the graph and its executable instance are driver handles, not bound to a thread:
+// every use (`launch`, `upload`) makes the graph's context current first. The CUDA driver
+// forbids only concurrent use of one graph, which `Send` without `Sync` rules out.
+unsafe impl Send for CapturedGraph {}
+
+impl CapturedGraph {
+    /// Launches the graph on the stream it was captured from.
+    pub fn launch(&self) -> Result<(), cudarc::driver::DriverError> {
+        self.0.launch()
+    }
+}
+
 /// Captures `rt`'s issue as an instantiated graph. On failure the capture is ended and the
 /// error names the task being issued, or the step of the capture that failed.
-pub fn capture(rt: &Runtime) -> Result<CudaGraph, CaptureError> {
+pub fn capture(rt: &Runtime) -> Result<CapturedGraph, CaptureError> {
     let origin = rt.origin();
     origin
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -41,7 +56,7 @@ pub fn capture(rt: &Runtime) -> Result<CudaGraph, CaptureError> {
     match ended {
         Ok(Some(g)) => {
             g.upload().map_err(fail("uploading the graph"))?;
-            Ok(g)
+            Ok(CapturedGraph(g))
         }
         Ok(None) => Err(CaptureError::Capture {
             what: "ending the stream capture",
