@@ -1,0 +1,1 @@
+//! The weights of a checkpoint (safetensors files).

@@ -1,0 +1,1 @@
+//! The model configuration (`config.json`).
