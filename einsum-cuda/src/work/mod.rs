@@ -90,42 +90,35 @@ pub enum Op {
     Launch(Launch),
 }
 
+/// `$body` with `$w` bound to the work inside `$op`, whichever kind it is.
+macro_rules! with_work {
+    ($op:expr, $w:ident => $body:expr) => {
+        match $op {
+            Op::Copy($w) => $body,
+            Op::Memcpy($w) => $body,
+            Op::Aggregate($w) => $body,
+            Op::Unary($w) => $body,
+            Op::Binary($w) => $body,
+            Op::UnaryBinary($w) => $body,
+            Op::BinaryRmsNorm($w) => $body,
+            Op::Rows($w) => $body,
+            Op::Rope($w) => $body,
+            Op::Reduce($w) => $body,
+            Op::Attention($w) => $body,
+            Op::Gemm($w) => $body,
+            Op::Launch($w) => $body,
+        }
+    };
+}
+
 impl Op {
     /// The work, as the one description the executor and the emulator both use.
     pub fn work(&self) -> &dyn DeviceWork {
-        match self {
-            Op::Copy(w) => w,
-            Op::Memcpy(w) => w,
-            Op::Aggregate(w) => w,
-            Op::Unary(w) => w,
-            Op::Binary(w) => w,
-            Op::UnaryBinary(w) => w,
-            Op::BinaryRmsNorm(w) => w,
-            Op::Rows(w) => w,
-            Op::Rope(w) => w,
-            Op::Reduce(w) => w,
-            Op::Attention(w) => w,
-            Op::Gemm(w) => w,
-            Op::Launch(w) => w,
-        }
+        with_work!(self, w => w)
     }
 
     fn work_mut(&mut self) -> &mut dyn DeviceWork {
-        match self {
-            Op::Copy(w) => w,
-            Op::Memcpy(w) => w,
-            Op::Aggregate(w) => w,
-            Op::Unary(w) => w,
-            Op::Binary(w) => w,
-            Op::UnaryBinary(w) => w,
-            Op::BinaryRmsNorm(w) => w,
-            Op::Rows(w) => w,
-            Op::Rope(w) => w,
-            Op::Reduce(w) => w,
-            Op::Attention(w) => w,
-            Op::Gemm(w) => w,
-            Op::Launch(w) => w,
-        }
+        with_work!(self, w => w)
     }
 
     /// The library NVRTC kernel this operation launches ([`DeviceWork::kernel_name`]).
