@@ -21,8 +21,8 @@ pub struct Dumped<'a> {
 }
 
 /// The bytes of an `.npy` file (format version 1.0, little-endian, C order) holding
-/// `tensor`: f32 as `<f4` and f16 as `<f2`; bf16, which NumPy lacks, is widened to `<f4`
-/// (exactly, since every bf16 is an f32).
+/// `tensor`: f32 as `<f4`, f16 as `<f2` and i32 as `<i4`; bf16, which NumPy lacks, is widened
+/// to `<f4` (exactly, since every bf16 is an f32).
 ///
 /// Written here rather than with `npyz` (issue 36): its header spells a shape `(64, )` and
 /// `(2, 3, )` where NumPy and this function write `(64,)` and `(2, 3)`, so the files would
@@ -34,6 +34,7 @@ pub fn npy_bytes(tensor: &HostTensor) -> Vec<u8> {
             ("<f2", bits)
         }
         DType::F32 | DType::BF16 => ("<f4", tensor.to_f32().iter().flat_map(|x| x.to_le_bytes()).collect()),
+        DType::I32 => ("<i4", tensor.to_i32().iter().flat_map(|x| x.to_le_bytes()).collect()),
     };
     let shape = tensor.ty().shape();
     let shape = match shape.as_slice() {

@@ -13,6 +13,7 @@ enum Storage {
     F32(Vec<f32>),
     F16(Vec<f16>),
     BF16(Vec<bf16>),
+    I32(Vec<i32>),
     /// `len` elements of `dtype` in a backend's memory (an arena slot).
     Lent {
         lease: Lease,
@@ -30,6 +31,8 @@ pub enum Elements<'a> {
     F16(&'a [f16]),
     /// bf16 storage.
     BF16(&'a [bf16]),
+    /// i32 storage.
+    I32(&'a [i32]),
 }
 
 /// Elements of one dtype to write.
@@ -37,14 +40,31 @@ enum ElemsMut<'a> {
     F32(&'a mut [f32]),
     F16(&'a mut [f16]),
     BF16(&'a mut [bf16]),
+    I32(&'a mut [i32]),
 }
 
 impl Elements<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Elements::F32(v) => v.len(),
+            Elements::F16(v) => v.len(),
+            Elements::BF16(v) => v.len(),
+            Elements::I32(v) => v.len(),
+        }
+    }
+
+    /// True when there is no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn range(self, r: Range<usize>) -> Self {
         match self {
             Elements::F32(v) => Elements::F32(&v[r]),
             Elements::F16(v) => Elements::F16(&v[r]),
             Elements::BF16(v) => Elements::BF16(&v[r]),
+            Elements::I32(v) => Elements::I32(&v[r]),
         }
     }
 
@@ -53,6 +73,7 @@ impl Elements<'_> {
             Elements::F32(v) => v.to_vec(),
             Elements::F16(v) => widen(v),
             Elements::BF16(v) => widen(v),
+            Elements::I32(v) => v.iter().map(|&x| x as f32).collect(),
         }
     }
 }
@@ -85,6 +106,7 @@ impl Storage {
             DType::F32 => Storage::F32(data),
             DType::F16 => Storage::F16(narrow(&data)),
             DType::BF16 => Storage::BF16(narrow(&data)),
+            DType::I32 => Storage::I32(data.iter().map(|&x| x as i32).collect()),
         }
     }
 
@@ -93,6 +115,7 @@ impl Storage {
             DType::F32 => Storage::F32(vec![0.0; len]),
             DType::F16 => Storage::F16(vec![f16::ZERO; len]),
             DType::BF16 => Storage::BF16(vec![bf16::ZERO; len]),
+            DType::I32 => Storage::I32(vec![0; len]),
         }
     }
 
@@ -113,6 +136,7 @@ impl Storage {
             Storage::F32(_) => DType::F32,
             Storage::F16(_) => DType::F16,
             Storage::BF16(_) => DType::BF16,
+            Storage::I32(_) => DType::I32,
             Storage::Lent { dtype, .. } => *dtype,
         }
     }
@@ -122,6 +146,7 @@ impl Storage {
             Storage::F32(v) => Elements::F32(v),
             Storage::F16(v) => Elements::F16(v),
             Storage::BF16(v) => Elements::BF16(v),
+            Storage::I32(v) => Elements::I32(v),
             // SAFETY: `place` checked that the lease holds `len` elements; lent memory is
             // initialised (`Lease::new`) and only this storage touches it.
             Storage::Lent { lease, dtype, len } => unsafe {
@@ -129,6 +154,7 @@ impl Storage {
                     DType::F32 => Elements::F32(lease.slice(*len)),
                     DType::F16 => Elements::F16(lease.slice(*len)),
                     DType::BF16 => Elements::BF16(lease.slice(*len)),
+                    DType::I32 => Elements::I32(lease.slice(*len)),
                 }
             },
         }
@@ -139,12 +165,14 @@ impl Storage {
             Storage::F32(v) => ElemsMut::F32(v),
             Storage::F16(v) => ElemsMut::F16(v),
             Storage::BF16(v) => ElemsMut::BF16(v),
+            Storage::I32(v) => ElemsMut::I32(v),
             // SAFETY: as in `elems`; `&mut self` is the only access.
             Storage::Lent { lease, dtype, len } => unsafe {
                 match dtype {
                     DType::F32 => ElemsMut::F32(lease.slice_mut(*len)),
                     DType::F16 => ElemsMut::F16(lease.slice_mut(*len)),
                     DType::BF16 => ElemsMut::BF16(lease.slice_mut(*len)),
+                    DType::I32 => ElemsMut::I32(lease.slice_mut(*len)),
                 }
             },
         }
@@ -196,6 +224,56 @@ impl HostTensor {
             return Err(CoreError::DataLength { expected: ty.volume(), got: data.len(), ty });
         }
         Ok(Self::owned(ty, Storage::from_f32(dtype, data)))
+    }
+
+    /// An [`DType::F16`] tensor of type `ty` holding `data` (row-major), kept as given: for
+    /// values already in half precision (a checkpoint's weights), where [`from_f32`](Self::from_f32)
+    /// would need an f32 vector twice their size.
+    pub fn from_f16(ty: TensorType, data: Vec<f16>) -> Result<Self> {
+        if data.len() != ty.volume() {
+            return Err(CoreError::DataLength { expected: ty.volume(), got: data.len(), ty });
+        }
+        Ok(Self::owned(ty, Storage::F16(data)))
+    }
+
+    /// An [`DType::BF16`] tensor of type `ty` holding `data` (row-major), kept as given (see
+    /// [`from_f16`](Self::from_f16)).
+    pub fn from_bf16(ty: TensorType, data: Vec<bf16>) -> Result<Self> {
+        if data.len() != ty.volume() {
+            return Err(CoreError::DataLength { expected: ty.volume(), got: data.len(), ty });
+        }
+        Ok(Self::owned(ty, Storage::BF16(data)))
+    }
+
+    /// An [`DType::I32`] tensor of type `ty` holding `data` (row-major).
+    pub fn from_i32(ty: TensorType, data: Vec<i32>) -> Result<Self> {
+        if data.len() != ty.volume() {
+            return Err(CoreError::DataLength { expected: ty.volume(), got: data.len(), ty });
+        }
+        Ok(Self::owned(ty, Storage::I32(data)))
+    }
+
+    /// An [`DType::I32`] tensor of indices drawn uniformly from `0..bound` (at least 1),
+    /// reproducible from `seed`: valid token ids for a vocabulary of `bound`.
+    pub fn random_indices(ty: TensorType, bound: usize, seed: u64) -> Self {
+        let mut rng = SeededRng::new(seed);
+        let bound = bound.clamp(1, i32::MAX as usize);
+        let data = (0..ty.volume()).map(|_| rng.below(bound) as i32).collect();
+        Self::owned(ty, Storage::I32(data))
+    }
+
+    /// The elements as `i32`, row-major: exact for an [`DType::I32`] tensor, and each value
+    /// truncated toward zero (saturating, NaN as 0) for a floating-point one.
+    pub fn to_i32(&self) -> Vec<i32> {
+        match (self.data.storage.elems(), self.contiguous()) {
+            (Elements::I32(v), Some(r)) => v[r].to_vec(),
+            (Elements::I32(v), None) => {
+                let mut out = vec![0; self.len()];
+                copy_region(v, &self.data.frame, &mut out, &self.ty, &self.ty);
+                out
+            }
+            _ => self.to_f32().into_iter().map(|x| x as i32).collect(),
+        }
     }
 
     /// A tensor of type `ty` with every element equal to `value`.
@@ -288,6 +366,7 @@ impl HostTensor {
             Elements::F32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
             Elements::F16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
             Elements::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
+            Elements::I32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
         })
     }
 
@@ -306,6 +385,9 @@ impl HostTensor {
             }
             DType::F16 => Storage::F16(u16s().map(f16::from_bits).collect()),
             DType::BF16 => Storage::BF16(u16s().map(bf16::from_bits).collect()),
+            DType::I32 => {
+                Storage::I32(bytes.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect())
+            }
         };
         Ok(Self::owned(ty, data))
     }
@@ -337,6 +419,7 @@ impl HostTensor {
             Elements::F32(v) => v[at],
             Elements::F16(v) => v[at].to_f32(),
             Elements::BF16(v) => v[at].to_f32(),
+            Elements::I32(v) => v[at] as f32,
         })
     }
 
@@ -482,6 +565,11 @@ impl HostTensor {
                         fold(&mut acc, values, agg, dtype);
                         o.convert_from_f32_slice(&acc);
                     }
+                    ElemsMut::I32(o) => {
+                        let mut acc = vec![0.0; o.len()];
+                        fold(&mut acc, values, agg, dtype);
+                        o.iter_mut().zip(&acc).for_each(|(o, &a)| *o = a as i32);
+                    }
                 }
             }
         }
@@ -578,6 +666,7 @@ fn combine(out: &mut [f32], a: &[f32], b: &[f32], agg: Aggregation, dtype: DType
         (Aggregation::Product, DType::F32) => each(out, a, b, |x, y| x * y),
         (agg, DType::F16) => each(out, a, b, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::BF16) => each(out, a, b, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
+        (agg, DType::I32) => each(out, a, b, |x, y| agg.apply(x, y) as i32 as f32),
     }
 }
 
@@ -596,6 +685,7 @@ fn combine_into(acc: &mut [f32], v: &[f32], agg: Aggregation, dtype: DType) {
         (Aggregation::Product, DType::F32) => each(acc, v, |x, y| x * y),
         (agg, DType::F16) => each(acc, v, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::BF16) => each(acc, v, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
+        (agg, DType::I32) => each(acc, v, |x, y| agg.apply(x, y) as i32 as f32),
     }
 }
 
@@ -621,6 +711,7 @@ fn copy_elems(src: Elements<'_>, src_ty: &TensorType, dst: ElemsMut<'_>, dst_ty:
         (Elements::F32(s), ElemsMut::F32(d)) => copy_region(s, src_ty, d, dst_ty, region),
         (Elements::F16(s), ElemsMut::F16(d)) => copy_region(s, src_ty, d, dst_ty, region),
         (Elements::BF16(s), ElemsMut::BF16(d)) => copy_region(s, src_ty, d, dst_ty, region),
+        (Elements::I32(s), ElemsMut::I32(d)) => copy_region(s, src_ty, d, dst_ty, region),
         _ => unreachable!("callers check that the dtypes agree"),
     }
 }

@@ -66,6 +66,7 @@ impl EmulatedMemory {
             DType::F32 => f32::from_ne_bytes(v[at..at + 4].try_into().expect("4 bytes")),
             DType::F16 => half::f16::from_bits(u16::from_ne_bytes([v[at], v[at + 1]])).to_f32(),
             DType::BF16 => half::bf16::from_bits(u16::from_ne_bytes([v[at], v[at + 1]])).to_f32(),
+            DType::I32 => i32::from_ne_bytes(v[at..at + 4].try_into().expect("4 bytes")) as f32,
         }
     }
 
@@ -77,6 +78,7 @@ impl EmulatedMemory {
             DType::F32 => v[at..at + 4].copy_from_slice(&x.to_ne_bytes()),
             DType::F16 => v[at..at + 2].copy_from_slice(&half::f16::from_f32(x).to_bits().to_ne_bytes()),
             DType::BF16 => v[at..at + 2].copy_from_slice(&half::bf16::from_f32(x).to_bits().to_ne_bytes()),
+            DType::I32 => v[at..at + 4].copy_from_slice(&(x as i32).to_ne_bytes()),
         }
     }
 

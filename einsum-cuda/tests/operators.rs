@@ -112,6 +112,7 @@ fn tolerance(dt: DType) -> f32 {
         DType::F32 => 1e-4,
         DType::F16 => 2e-2,
         DType::BF16 => 1e-1,
+        DType::I32 => 0.0,
     }
 }
 

@@ -164,10 +164,11 @@ pub fn kernel_work(op: &dyn AbstractOperator, f: &FunctionSpec) -> KernelWork {
     }
 }
 
-/// The compute rate a kernel storing `dtype` runs at.
+/// The compute rate a kernel storing `dtype` runs at (an index-producing kernel, such as an
+/// argmax, computes in f32).
 fn precision(dtype: DType) -> Precision {
     match dtype {
-        DType::F32 => Precision::F32,
+        DType::F32 | DType::I32 => Precision::F32,
         DType::F16 => Precision::F16,
         DType::BF16 => Precision::BF16,
     }

@@ -506,6 +506,7 @@ impl<'a> Data<'a> {
             Data::Half(Elements::F32(v)) => Cow::Borrowed(v),
             Data::Half(Elements::F16(v)) => Cow::Owned(widen(v)),
             Data::Half(Elements::BF16(v)) => Cow::Owned(widen(v)),
+            Data::Half(Elements::I32(v)) => Cow::Owned(v.iter().map(|&x| x as f32).collect()),
         }
     }
 
@@ -518,11 +519,7 @@ impl<'a> Data<'a> {
     }
 
     fn len(&self) -> usize {
-        match self.elements() {
-            Elements::F32(v) => v.len(),
-            Elements::F16(v) => v.len(),
-            Elements::BF16(v) => v.len(),
-        }
+        self.elements().len()
     }
 }
 

@@ -151,6 +151,7 @@ impl ElementwiseChain {
                 Elements::F32(_) => {}
                 Elements::F16(v) => v[range.clone()].convert_to_f32_slice(dst),
                 Elements::BF16(v) => v[range.clone()].convert_to_f32_slice(dst),
+                Elements::I32(v) => dst.iter_mut().zip(&v[range.clone()]).for_each(|(d, &x)| *d = x as f32),
             }
         }
         let converted: &[f32] = converted;
@@ -228,6 +229,7 @@ fn round_to(dtype: DType, xs: &mut [f32]) {
         DType::F32 => {}
         DType::F16 => via::<f16>(xs, |x, b| b.convert_from_f32_slice(x), |b, x| b.convert_to_f32_slice(x)),
         DType::BF16 => via::<bf16>(xs, |x, b| b.convert_from_f32_slice(x), |b, x| b.convert_to_f32_slice(x)),
+        DType::I32 => xs.iter_mut().for_each(|x| *x = *x as i32 as f32),
     }
 }
 

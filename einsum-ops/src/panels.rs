@@ -50,6 +50,7 @@ impl Strided<'_> {
                 (Elements::BF16(v), cs) => {
                     out.iter_mut().enumerate().for_each(|(j, o)| *o = v[start + j * cs].to_f32())
                 }
+                (Elements::I32(v), cs) => out.iter_mut().enumerate().for_each(|(j, o)| *o = v[start + j * cs] as f32),
             }
         }
     }
@@ -60,11 +61,7 @@ impl Strided<'_> {
     }
 
     fn len(&self) -> usize {
-        match self.data {
-            Elements::F32(v) => v.len(),
-            Elements::F16(v) => v.len(),
-            Elements::BF16(v) => v.len(),
-        }
+        self.data.len()
     }
 }
 

@@ -1,6 +1,6 @@
 //! NumPy arrays to host tensors and back, through NumPy's own Python API (no C headers):
-//! f32 and f16 as NumPy's `float32` and `float16`, bf16 as the `bfloat16` dtype of the
-//! `ml_dtypes` package where it is installed.
+//! f32, f16 and i32 (indices) as NumPy's `float32`, `float16` and `int32`, bf16 as the
+//! `bfloat16` dtype of the `ml_dtypes` package where it is installed.
 
 use einsum_core::{DType, HostTensor, TensorDesc};
 use pyo3::prelude::*;
@@ -15,6 +15,7 @@ fn numpy_name(dtype: DType) -> &'static str {
         DType::F32 => "float32",
         DType::F16 => "float16",
         DType::BF16 => "bfloat16",
+        DType::I32 => "int32",
     }
 }
 

@@ -277,3 +277,34 @@ fn relative_error_is_normwise() {
     assert_eq!(scaled_error(&inf, &inf, 1.0), f32::INFINITY);
     assert_eq!([0.5, scaled_error(&a, &inf, 1.0)].into_iter().fold(0.0, f32::max), f32::INFINITY);
 }
+
+/// Indices (i32) keep every value exactly through views, slices, stitches and bytes, where a
+/// trip through f32 would lose values past 2^24.
+#[test]
+fn i32_indices_stay_exact_through_views_slices_stitches_and_bytes() {
+    let whole = tt(&[0, 0], &[2, 3]);
+    let values = vec![0, 1, (1 << 24) + 1, -7, i32::MAX, i32::MIN];
+    let t = HostTensor::from_i32(whole.clone(), values.clone()).unwrap();
+    assert_eq!(t.dtype(), DType::I32);
+    assert_eq!(t.to_i32(), values);
+    // A column view is strided; reading it gathers exactly.
+    let column = tt(&[0, 2], &[2, 3]);
+    assert_eq!(t.view(&column).unwrap().to_i32(), [(1 << 24) + 1, i32::MIN]);
+    assert_eq!(t.slice(&column).unwrap().to_i32(), [(1 << 24) + 1, i32::MIN]);
+    let (left, right) = (tt(&[0, 0], &[2, 1]), tt(&[0, 1], &[2, 3]));
+    let parts = [t.slice(&left).unwrap(), t.slice(&right).unwrap()];
+    assert_eq!(HostTensor::stitch(&whole, &parts).unwrap(), t);
+    let back = HostTensor::from_ne_bytes(whole.clone(), DType::I32, &t.to_ne_bytes()).unwrap();
+    assert_eq!(back.to_i32(), values);
+    assert!(HostTensor::from_i32(whole, vec![1, 2]).is_err());
+}
+
+#[test]
+fn random_indices_lie_below_their_bound_and_repeat_by_seed() {
+    let ty = tt(&[0], &[1000]);
+    let ids = HostTensor::random_indices(ty.clone(), 7, 3);
+    let values = ids.to_i32();
+    assert!(values.iter().all(|&v| (0..7).contains(&v)), "{values:?}");
+    assert!((0..7).all(|v| values.contains(&v)), "every id is drawn");
+    assert_eq!(HostTensor::random_indices(ty, 7, 3), ids);
+}

@@ -319,7 +319,7 @@ mod tests {
                 match dtype {
                     DType::F16 => half::f16::from_f32(x).to_f32(),
                     DType::BF16 => half::bf16::from_f32(x).to_f32(),
-                    DType::F32 => x,
+                    DType::F32 | DType::I32 => x,
                 }
             })
             .collect()

@@ -74,6 +74,7 @@ op_codes!(DType, "DTYPE", None, {
     DType::F32 => 0, "F32";
     DType::F16 => 1, "F16";
     DType::BF16 => 2, "BF16";
+    DType::I32 => 3, "I32";
 });
 
 op_codes!(Aggregation, "AGG", Some("agg_apply(int op, float a, float b)"), {
@@ -174,7 +175,7 @@ mod tests {
 
     #[test]
     fn every_rust_variant_has_its_code_in_the_generated_header() {
-        check(&[DType::F32, DType::F16, DType::BF16]);
+        check(&[DType::F32, DType::F16, DType::BF16, DType::I32]);
         check(&[Aggregation::Sum, Aggregation::Max, Aggregation::Min, Aggregation::Product]);
         let unary = [UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp, UnaryOp::Neg, UnaryOp::Scale(0.5)];
         check(&unary);

@@ -25,12 +25,13 @@ pub struct BatchedGemm {
     pub gemm: Gemm,
 }
 
-fn cuda_dtype(d: DType) -> cublas::sys::cudaDataType {
-    match d {
+fn cuda_dtype(d: DType) -> Result<cublas::sys::cudaDataType, String> {
+    Ok(match d {
         DType::F32 => cublas::sys::cudaDataType::CUDA_R_32F,
         DType::F16 => cublas::sys::cudaDataType::CUDA_R_16F,
         DType::BF16 => cublas::sys::cudaDataType::CUDA_R_16BF,
-    }
+        DType::I32 => return Err("a GEMM of i32 operands (indices are not multiplied)".into()),
+    })
 }
 
 impl DeviceWork for BatchedGemm {
@@ -46,7 +47,7 @@ impl DeviceWork for BatchedGemm {
         let (op_b, ldb_cm) = if g.trans_b { (CUBLAS_OP_T, g.k) } else { (CUBLAS_OP_N, g.n) };
         let (op_a, lda_cm) = if g.trans_a { (CUBLAS_OP_T, g.m) } else { (CUBLAS_OP_N, g.k) };
         let (alpha, beta) = (1.0f32, 0.0f32);
-        let ty = cuda_dtype(self.dtype);
+        let ty = cuda_dtype(self.dtype)?;
         let int = |x: usize| i32::try_from(x).map_err(|_| format!("GEMM size {x} exceeds cuBLAS's 32-bit sizes"));
         ctx.gpu().ctx.bind_to_thread().map_err(|e| e.to_string())?;
         // SAFETY: A, B and C address pool memory of the sizes the plan computed; alpha and

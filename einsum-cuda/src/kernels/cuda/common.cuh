@@ -1,6 +1,7 @@
 // Shared by every kernel source (prepended before compilation, after the generated codes of
 // kernels/codes.rs; no system headers, so that NVRTC needs none). Storage dtypes are
-// DTYPE_F32, DTYPE_F16 and DTYPE_BF16; arithmetic is in f32.
+// DTYPE_F32, DTYPE_F16 and DTYPE_BF16, and DTYPE_I32 for indices (loaded, stored and
+// copied, never computed with); arithmetic is in f32.
 typedef long long i64;
 typedef unsigned int u32;
 
@@ -53,6 +54,7 @@ __device__ __forceinline__ unsigned short f32_to_half(float v, int dt) {
 
 __device__ __forceinline__ float ld(const void* p, i64 i, int dt) {
     if (dt == DTYPE_F32) return ((const float*)p)[i];
+    if (dt == DTYPE_I32) return (float)((const int*)p)[i];
     return half_to_f32(((const unsigned short*)p)[i], dt);
 }
 
@@ -61,12 +63,16 @@ __device__ __forceinline__ void st(void* p, i64 i, int dt, float v) {
         ((float*)p)[i] = v;
         return;
     }
+    if (dt == DTYPE_I32) {
+        ((int*)p)[i] = (int)v;
+        return;
+    }
     ((unsigned short*)p)[i] = f32_to_half(v, dt);
 }
 
 // The vector paths move 16 bytes per thread: 4 f32 or 8 16-bit values ("lanes"), chosen by
 // the host only where every pointer is 16-byte aligned (einsum-cuda/src/addressing.rs).
-__device__ __forceinline__ int lanes(int dt) { return dt == DTYPE_F32 ? 4 : 8; }
+__device__ __forceinline__ int lanes(int dt) { return dt == DTYPE_F32 || dt == DTYPE_I32 ? 4 : 8; }
 
 // The lanes of one 16-byte vector as f32 (v[4..8) are 0 for DTYPE_F32).
 __device__ __forceinline__ void unpack(uint4 u, int dt, float* v) {
