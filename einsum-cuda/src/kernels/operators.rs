@@ -155,7 +155,8 @@ impl CudaKernel for LayerNorm {
 
 impl CudaKernel for Rope {
     /// One `rope` launch, with the block's cos/sin table (positions within each packed
-    /// sequence) as a constant.
+    /// sequence, the op's frequencies and attention factor: [`Rope::cos_sin_table`]) as a
+    /// constant.
     fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
         let y = call.y;
         let (seq, feat) = (self.sequence_axis(), self.feature_axis());
@@ -165,16 +166,7 @@ impl CudaKernel for Rope {
         }
         let half = d / 2;
         let rows = y.dim(seq);
-        let inv: Vec<f64> = (0..half).map(|i| (self.theta() as f64).powf(-2.0 * i as f64 / d as f64)).collect();
-        let (mut cos, mut sin) = (Vec::new(), Vec::new());
-        for s in rows.lo..rows.hi {
-            let pos = (s - self.packing().start_of(s)) as f64;
-            for &w in &inv {
-                let (sn, cs) = (pos * w).sin_cos();
-                cos.push(cs as f32);
-                sin.push(sn as f32);
-            }
-        }
+        let (mut cos, sin) = self.cos_sin_table(rows);
         cos.extend(sin);
         let table = ctx.constant(ConstData::F32(cos));
         let mut shape = y.shape();
