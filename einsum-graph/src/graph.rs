@@ -25,9 +25,11 @@ use einsum_core::{DType, TensorDesc};
 use einsum_joinagg::{AbstractOperator, Computation, IndexRole, TensorId};
 use einsum_ops::{
     Packing,
+    argmax::Argmax,
     attention::{Attention, AttentionConfig},
     binary::{Binary, BinaryOp},
     einsum::Einsum,
+    embedding::Embedding,
     layernorm::LayerNorm,
     reduce::{Reduce, ReduceOp},
     rmsnorm::RmsNorm,
@@ -207,6 +209,21 @@ impl Graph {
     ) -> Result<Tensor> {
         let op = Attention::named(self.desc(q)?, self.desc(k)?, self.desc(v)?, sequence, d_head, config);
         self.add("attention", op, &[q, k, v])
+    }
+
+    /// The rows of `table` (indexed by `vocab`) that the i32 `ids` name: `[ids' indices...,
+    /// table's other indices...]` in the table's dtype ([`Embedding`]); shardable by tokens,
+    /// by the table's other indices, or by vocabulary with summed partial lookups.
+    pub fn embedding(&mut self, table: Tensor, ids: Tensor, vocab: &str) -> Result<Tensor> {
+        let op = Embedding::new(self.desc(table)?, self.desc(ids)?, vocab);
+        self.add("embedding", op, &[table, ids])
+    }
+
+    /// The i32 position of the maximum of `x` along `index` (the first one, or the first NaN),
+    /// over `x`'s other indices ([`Argmax`]).
+    pub fn argmax(&mut self, x: Tensor, index: &str) -> Result<Tensor> {
+        let op = Argmax::new(self.desc(x)?, index);
+        self.add("argmax", op, &[x])
     }
 
     /// A reduction over the named indices.

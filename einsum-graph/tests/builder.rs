@@ -239,3 +239,31 @@ fn a_snapshot_stays_as_taken_while_the_graph_grows() {
     // Node names keep counting in the graph.
     assert_eq!(g.computation().node(z.id().op).unwrap().name(), "unary #4");
 }
+
+/// Token ids (i32) in, the top token of each position out: an embedding, a projection to
+/// the vocabulary and an argmax, evaluated on random ids below the vocabulary.
+#[test]
+fn token_ids_embed_and_logits_argmax() {
+    let mut g = Graph::new();
+    let ids = g.input("ids", &[("tokens", 6)], DType::I32).unwrap();
+    let table = g.input("table", &[("vocab", 10), ("d_model", 4)], DType::F32).unwrap();
+    let x = g.embedding(table, ids, "vocab").unwrap();
+    let logits = g.einsum("td,vd->tv", &[x, table]).unwrap();
+    let top = g.argmax(logits, "vocab").unwrap();
+    g.save(top).unwrap();
+    assert_eq!(g.desc(top).unwrap().dtype, DType::I32);
+    let comp = g.computation();
+    let inputs = comp.random_inputs(5);
+    let out = &comp.evaluate(&inputs).unwrap()[&top.id()];
+    let (ids, table) = (inputs[&ids.id()].to_i32(), inputs[&table.id()].to_f32());
+    for (t, &top) in out.to_i32().iter().enumerate() {
+        let row = |v: usize| &table[v * 4..v * 4 + 4];
+        let score = |v: usize| row(ids[t] as usize).iter().zip(row(v)).map(|(a, b)| a * b).sum::<f32>();
+        let best = (0..10).fold(0, |b, v| if score(v) > score(b) { v } else { b });
+        assert_eq!(top as usize, best, "position {t}");
+    }
+    // Indices are not values: an elementwise operator on them is refused.
+    let more = g.input("more_ids", &[("tokens", 3)], DType::I32).unwrap();
+    let e = g.unary(more, UnaryOp::Relu).unwrap_err().to_string();
+    assert!(e.contains("i32"), "{e}");
+}

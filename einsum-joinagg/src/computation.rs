@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, fmt, sync::Arc};
 
-use einsum_core::{HostTensor, TensorDesc};
+use einsum_core::{DType, HostTensor, TensorDesc};
 use petgraph::{Direction, graph::DiGraph, graph::NodeIndex, visit::EdgeRef};
 
 use crate::{AbstractOperator, Error, IndexRole, JoinAggSpec, Result, Roles, execute_spec, execute_whole};
@@ -117,6 +117,15 @@ impl Computation {
                     got: got.to_string(),
                 });
             }
+            let indices = op.index_bound(k).is_some();
+            if indices != (want.dtype == DType::I32) {
+                let reason = if indices {
+                    format!("input {k} holds indices, so it must be i32, not {}", want.dtype)
+                } else {
+                    format!("input {k} is i32 (indices); the operator computes on floating-point values")
+                };
+                return Err(Error::Invalid { op: name, reason });
+            }
         }
         if let Some(d) = op.outputs().iter().find(|d| d.checked_size_bytes().is_none()) {
             return Err(Error::Invalid {
@@ -217,14 +226,34 @@ impl Computation {
         out
     }
 
-    /// Seeded random values in `[-1, 1)` for every computation input.
+    /// Seeded random values for every computation input: floating-point values in `[-1, 1)`,
+    /// and indices (i32) below the smallest bound their readers give
+    /// ([`AbstractOperator::index_bound`]; 1, so all zeros, for an input nobody reads).
     pub fn random_inputs(&self, seed: u64) -> HashMap<TensorId, HostTensor> {
+        let mut bounds: HashMap<TensorId, usize> = HashMap::new();
+        for (_, op, inputs) in self.ops() {
+            for (k, t) in inputs.iter().enumerate() {
+                if let Some(b) = op.index_bound(k) {
+                    bounds.entry(*t).and_modify(|x| *x = (*x).min(b)).or_insert(b);
+                }
+            }
+        }
+        for t in self.inputs() {
+            if self.desc(t).is_ok_and(|d| d.dtype == DType::I32) {
+                bounds.entry(t).or_insert(1);
+            }
+        }
         self.inputs()
             .into_iter()
             .enumerate()
             .map(|(i, t)| {
                 let desc = self.desc(t).expect("inputs exist");
-                (t, HostTensor::random(desc.tensor_type(), desc.dtype, seed.wrapping_add(i as u64)))
+                let seed = seed.wrapping_add(i as u64);
+                let value = match bounds.get(&t) {
+                    Some(&bound) => HostTensor::random_indices(desc.tensor_type(), bound, seed),
+                    None => HostTensor::random(desc.tensor_type(), desc.dtype, seed),
+                };
+                (t, value)
             })
             .collect()
     }

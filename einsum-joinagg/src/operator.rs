@@ -130,6 +130,16 @@ pub trait AbstractOperator: std::any::Any + fmt::Debug + Send + Sync {
         Vec::new()
     }
 
+    /// The bound of input `input`'s values when it holds indices (dtype i32; token ids below
+    /// a vocabulary's size, say): `Some(bound)` for such an input, `None` (the default) for
+    /// floating-point values. Adding an operator to a computation refuses an i32 input the
+    /// operator gives no bound for, so no operator computes on indices as if they were
+    /// values; random inputs draw indices below the bound.
+    fn index_bound(&self, input: usize) -> Option<usize> {
+        let _ = input;
+        None
+    }
+
     /// What the operator is in a model's structure, for strategies defined around it
     /// (Ulysses and Megatron split [`OpRole::Attention`] by heads). Default: `None`.
     fn op_role(&self) -> Option<OpRole> {

@@ -104,8 +104,8 @@ pub fn decomposition_error(op: &dyn AbstractOperator, spec: &JoinAggSpec, seed: 
 }
 
 /// The outputs of the whole-tensor kernel and of `spec`, in that order, on the same seeded
-/// random inputs (input `k` uniform in `[-1, 1)` from seed `seed + k`), for a caller that
-/// compares them its own way.
+/// random inputs (input `k` uniform in `[-1, 1)` from seed `seed + k`, or indices below its
+/// [`AbstractOperator::index_bound`]), for a caller that compares them its own way.
 pub fn whole_and_split(
     op: &dyn AbstractOperator,
     spec: &JoinAggSpec,
@@ -115,7 +115,13 @@ pub fn whole_and_split(
         .inputs()
         .iter()
         .enumerate()
-        .map(|(k, d)| HostTensor::random(d.tensor_type(), d.dtype, seed.wrapping_add(k as u64)))
+        .map(|(k, d)| {
+            let seed = seed.wrapping_add(k as u64);
+            match op.index_bound(k) {
+                Some(bound) => HostTensor::random_indices(d.tensor_type(), bound, seed),
+                None => HostTensor::random(d.tensor_type(), d.dtype, seed),
+            }
+        })
         .collect();
     Ok((execute_whole(op, &inputs)?, execute_spec(op, spec, &inputs)?))
 }

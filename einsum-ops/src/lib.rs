@@ -7,10 +7,12 @@
 //! [`AbstractOperator`]: einsum_joinagg::AbstractOperator
 #![warn(missing_docs)]
 
+pub mod argmax;
 pub mod attention;
 pub mod binary;
 mod common;
 pub mod einsum;
+pub mod embedding;
 pub mod fused;
 pub mod layernorm;
 pub mod packing;
