@@ -423,6 +423,27 @@ impl HostTensor {
         })
     }
 
+    /// The same elements, row-major, as a tensor of type `ty` of the same volume: a reshape
+    /// (a checkpoint's `[heads·d_head, d_model]` matrix as `[heads, d_head, d_model]`, say).
+    /// Moves the elements when the tensor is compact and nothing else shares them, and copies
+    /// them otherwise. A volume that differs is [`CoreError::DataLength`].
+    pub fn reshaped(self, ty: TensorType) -> Result<HostTensor> {
+        if ty.volume() != self.len() {
+            return Err(CoreError::DataLength { expected: ty.volume(), got: self.len(), ty });
+        }
+        let compact = if self.ty == self.data.frame { self } else { self.slice(&self.ty.clone())? };
+        if compact.ty == compact.data.frame && !compact.is_lent() {
+            return match Arc::try_unwrap(compact.data) {
+                Ok(block) => Ok(Self::owned(ty, block.storage)),
+                Err(data) => {
+                    let whole = HostTensor { ty: data.frame.clone(), data };
+                    Self::from_ne_bytes(ty, whole.dtype(), &whole.to_ne_bytes())
+                }
+            };
+        }
+        Self::from_ne_bytes(ty, compact.dtype(), &compact.to_ne_bytes())
+    }
+
     /// The same values stored in another dtype.
     pub fn cast(&self, dtype: DType) -> HostTensor {
         if dtype == self.dtype() {

@@ -308,3 +308,17 @@ fn random_indices_lie_below_their_bound_and_repeat_by_seed() {
     assert!((0..7).all(|v| values.contains(&v)), "every id is drawn");
     assert_eq!(HostTensor::random_indices(ty, 7, 3), ids);
 }
+
+#[test]
+fn a_reshape_keeps_the_row_major_elements() {
+    let flat = HostTensor::from_f32(tt(&[0, 0], &[6, 2]), DType::BF16, (0..12).map(|x| x as f32).collect()).unwrap();
+    let shaped = flat.clone().reshaped(tt(&[0, 0, 0], &[2, 3, 2])).unwrap();
+    assert_eq!(shaped.ty().shape(), [2, 3, 2]);
+    assert_eq!(shaped.to_f32(), flat.to_f32());
+    // A view is compacted first; an unshared compact tensor moves.
+    let rows = flat.view(&tt(&[2, 0], &[5, 2])).unwrap();
+    assert_eq!(rows.reshaped(tt(&[0], &[6])).unwrap().to_f32(), [4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+    let ids = HostTensor::from_i32(tt(&[0], &[4]), vec![1, 2, 3, 4]).unwrap();
+    assert_eq!(ids.reshaped(tt(&[0, 0], &[2, 2])).unwrap().to_i32(), [1, 2, 3, 4]);
+    assert!(flat.reshaped(tt(&[0], &[5])).is_err());
+}
