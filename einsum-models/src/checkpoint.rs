@@ -1,1 +1,0 @@
-//! The weights of a checkpoint (safetensors files).
