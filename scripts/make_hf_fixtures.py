@@ -106,13 +106,13 @@ def make(out, name, config_class, kwargs, shard, seed):
     model.eval()
     ids = torch.tensor([TOKENS])
     logits = logits_of(model, ids)
-    logits_bf16 = logits_of(model.to(torch.bfloat16), ids)
-    model = model.to(torch.float32)
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     for f in os.listdir(d):
         os.remove(os.path.join(d, f))
+    # Saved before the bf16 run: casting the model to bf16 rounds its weights in place.
     model.save_pretrained(d, max_shard_size=shard or "1GB")
+    logits_bf16 = logits_of(model.to(torch.bfloat16), ids)
     save_file(
         {"input_ids": ids[0].to(torch.int64), "logits": logits.contiguous(), "logits_bf16": logits_bf16.contiguous()},
         os.path.join(d, "reference.safetensors"),

@@ -33,7 +33,7 @@ use einsum_ops::{
     layernorm::LayerNorm,
     reduce::{Reduce, ReduceOp},
     rmsnorm::RmsNorm,
-    rope::Rope,
+    rope::{Rope, RopeFrequencies},
     softmax::Softmax,
     unary::{Unary, UnaryOp},
 };
@@ -191,6 +191,20 @@ impl Graph {
     /// count from the start of each packed sequence.
     pub fn rope(&mut self, x: Tensor, sequence: &str, feature: &str, theta: f32, packing: Packing) -> Result<Tensor> {
         let op = Rope::new(self.desc(x)?, sequence, feature, theta, packing);
+        self.add("rope", op, &[x])
+    }
+
+    /// [`Graph::rope`] rotating by given frequencies (a scaled rope: LLaMA 3.1's, YaRN, ...)
+    /// rather than by a base `theta`.
+    pub fn rope_with_frequencies(
+        &mut self,
+        x: Tensor,
+        sequence: &str,
+        feature: &str,
+        frequencies: RopeFrequencies,
+        packing: Packing,
+    ) -> Result<Tensor> {
+        let op = Rope::with_frequencies(self.desc(x)?, sequence, feature, frequencies, packing);
         self.add("rope", op, &[x])
     }
 

@@ -1,11 +1,13 @@
 //! Model families from Hugging Face directories: the model's `config.json` as transformers
 //! and the hub write it ([`config`]), its rotary embedding with the scalings transformers
-//! computes ([`rope_scaling`]), and its weights from one or several safetensors files
-//! ([`checkpoint`]).
+//! computes ([`rope_scaling`]), its weights from one or several safetensors files
+//! ([`checkpoint`]), and the forward pass the config describes, as a graph whose weight inputs
+//! are the checkpoint's tensors ([`llama`]).
 #![warn(missing_docs)]
 
 pub mod checkpoint;
 pub mod config;
+pub mod llama;
 pub mod rope_scaling;
 
 pub use config::{Architecture, ConfigError, ModelConfig};

@@ -1,0 +1,252 @@
+//! The LLaMA family's forward pass as a [`Graph`], exactly as transformers' `LlamaForCausalLM`,
+//! `MistralForCausalLM` and `Qwen2ForCausalLM` compute it, with one graph input per
+//! checkpoint tensor.
+//!
+//! Every weight input carries its checkpoint tensor's name (`model.layers.0.self_attn.q_proj.weight`)
+//! and its stored layout, with the checkpoint's flat dimensions split by name: `q_proj.weight`,
+//! stored `[heads·d_head, d_model]`, is the input `[heads_q, d_head, d_model]`, the same
+//! row-major elements. Contractions name their indices, so no weight is transposed, and a
+//! checkpoint tensor is read straight into its input ([`Weight`]).
+//!
+//! The pass: token ids → embedding; per layer `h = x + o(attention(rope(q(n)), rope(k(n)),
+//! v(n)))` with `n = rmsnorm(x)`, then `x = h + down(silu(gate(m)) ⊙ up(m))` with
+//! `m = rmsnorm(h)`; a final RMSNorm and the vocabulary head (the embedding table itself when
+//! the embeddings are tied). Attention is causal over the prompt, grouped-query, scaled by
+//! `d_head^-1/2`; the rope is the config's, with its scaling.
+
+use einsum_core::{DType, HostTensor, TensorType};
+use einsum_graph::{Graph, Tensor};
+use einsum_joinagg::IndexRole;
+use einsum_ops::Packing;
+use einsum_ops::attention::AttentionConfig;
+use einsum_ops::binary::BinaryOp;
+use einsum_ops::rope::RopeFrequencies;
+use einsum_ops::unary::UnaryOp;
+
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::config::ModelConfig;
+
+/// Why a model's graph could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The graph builder refused a step (a shape the config makes inconsistent).
+    #[error(transparent)]
+    Graph(#[from] einsum_graph::Error),
+    /// The config cannot give the rope's frequencies.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A prompt the model cannot take.
+    #[error("{0}")]
+    Prompt(String),
+}
+
+/// One weight of the graph and the checkpoint tensor it is read from.
+#[derive(Clone, Debug)]
+pub struct Weight {
+    /// The graph input.
+    pub input: Tensor,
+    /// The checkpoint tensor's name (also the input's name).
+    pub name: String,
+    /// The input's shape.
+    pub shape: Vec<usize>,
+    /// The shape the checkpoint stores it in (the same elements, row-major).
+    pub stored_shape: Vec<usize>,
+}
+
+/// A model's forward pass over a prompt: the graph, its token-id input, its logits, and its
+/// weights.
+#[derive(Debug)]
+pub struct Model {
+    /// The computation.
+    pub graph: Graph,
+    /// The i32 token ids, `[tokens]`.
+    pub input_ids: Tensor,
+    /// The logits, `[tokens, vocab]`, saved.
+    pub logits: Tensor,
+    /// Every weight input, in the order they were declared.
+    pub weights: Vec<Weight>,
+    /// The dtype weights and activations are stored in.
+    pub dtype: DType,
+}
+
+impl Model {
+    /// Reads every weight from `checkpoint`, converted once to the model's dtype, and hands
+    /// each to `load` (a prepared executable's, which places its blocks on the devices) before
+    /// reading the next: the host holds one tensor at a time, never the checkpoint.
+    ///
+    /// A tensor the checkpoint lacks or stores in another shape is the checkpoint's error,
+    /// naming it.
+    pub fn load_weights<E: From<CheckpointError>>(
+        &self,
+        checkpoint: &Checkpoint,
+        mut load: impl FnMut(Tensor, HostTensor) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for w in &self.weights {
+            let stored = checkpoint.read(&w.name, self.dtype, &w.stored_shape)?;
+            let shape_error = |_| CheckpointError::Shape {
+                tensor: w.name.clone(),
+                expected: w.shape.clone(),
+                found: w.stored_shape.clone(),
+            };
+            load(w.input, stored.reshaped(TensorType::zero_bounded(&w.shape)).map_err(shape_error)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds the forward pass of `config`'s model over a prompt of `tokens` tokens, with weights
+/// and activations stored in `dtype`.
+///
+/// A prompt longer than the model's sliding window (Mistral v0.1) is refused: the window is
+/// not modelled, and within it attention is plain causal attention.
+pub fn build(config: &ModelConfig, tokens: usize, dtype: DType) -> Result<Model, ModelError> {
+    if tokens == 0 {
+        return Err(ModelError::Prompt("a prompt needs at least one token".into()));
+    }
+    if let Some(w) = config.sliding_window.filter(|w| tokens > w.size) {
+        return Err(ModelError::Prompt(format!(
+            "a prompt of {tokens} tokens is longer than the model's sliding window of {}, which is not supported",
+            w.size
+        )));
+    }
+    let mut b = Builder { g: Graph::new(), c: config, dtype, weights: Vec::new() };
+    b.g.role("d_ff", IndexRole::FfnHidden)?;
+    let input_ids = b.g.input("input_ids", &[("tokens", tokens)], DType::I32)?;
+    let embed =
+        b.weight("model.embed_tokens.weight", &[("vocab", config.vocab_size), ("d_model", config.hidden_size)])?;
+    let mut x = b.g.embedding(embed, input_ids, "vocab")?;
+    let rope = config.rope_frequencies(tokens)?;
+    let packing = Packing::uniform(1, tokens).map_err(|e| ModelError::Prompt(e.to_string()))?;
+    for layer in 0..config.num_hidden_layers {
+        x = b.layer(x, layer, &rope, &packing)?;
+    }
+    let norm = b.weight("model.norm.weight", &[("d_model", config.hidden_size)])?;
+    let h = b.g.rmsnorm(x, norm, "d_model", config.rms_norm_eps as f32)?;
+    let head = if config.tie_word_embeddings {
+        embed
+    } else {
+        b.weight("lm_head.weight", &[("vocab", config.vocab_size), ("d_model", config.hidden_size)])?
+    };
+    let logits = b.g.einsum("td,vd->tv", &[h, head])?;
+    b.g.save(logits)?;
+    Ok(Model { graph: b.g, input_ids, logits, weights: b.weights, dtype })
+}
+
+/// The graph under construction and the weights declared so far.
+struct Builder<'a> {
+    g: Graph,
+    c: &'a ModelConfig,
+    dtype: DType,
+    weights: Vec<Weight>,
+}
+
+impl Builder<'_> {
+    /// The weight input `name`, `dims` over its stored elements.
+    fn weight(&mut self, name: &str, dims: &[(&str, usize)]) -> Result<Tensor, ModelError> {
+        let input = self.g.input(name, dims, self.dtype)?;
+        let shape = dims.iter().map(|&(_, n)| n).collect();
+        self.weights.push(Weight { input, name: name.to_string(), shape, stored_shape: stored_shape(name, dims) });
+        Ok(input)
+    }
+
+    /// `x + bias` where the config gives the projection a bias.
+    fn bias(&mut self, x: Tensor, name: &str, dims: &[(&str, usize)], present: bool) -> Result<Tensor, ModelError> {
+        if !present {
+            return Ok(x);
+        }
+        let b = self.weight(name, dims)?;
+        Ok(self.g.binary(x, b, BinaryOp::Add)?)
+    }
+
+    /// One decoder layer.
+    fn layer(
+        &mut self,
+        x: Tensor,
+        layer: usize,
+        rope: &RopeFrequencies,
+        packing: &Packing,
+    ) -> Result<Tensor, ModelError> {
+        let c = self.c;
+        let (d, f, e) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let (hq, hkv) = (c.num_attention_heads, c.num_key_value_heads);
+        let eps = c.rms_norm_eps as f32;
+        let p = |name: &str| format!("model.layers.{layer}.{name}");
+        let ln1 = self.weight(&p("input_layernorm.weight"), &[("d_model", d)])?;
+        let n = self.g.rmsnorm(x, ln1, "d_model", eps)?;
+
+        let qkv = c.biases.qkv;
+        let wq = self.weight(&p("self_attn.q_proj.weight"), &[("heads_q", hq), ("d_head", e), ("d_model", d)])?;
+        let q = self.g.einsum("td,hed->hte", &[n, wq])?;
+        let q = self.bias(q, &p("self_attn.q_proj.bias"), &[("heads_q", hq), ("d_head", e)], qkv)?;
+        let wk = self.weight(&p("self_attn.k_proj.weight"), &[("heads_kv", hkv), ("d_head", e), ("d_model", d)])?;
+        let k = self.g.einsum("td,hed->hte", &[n, wk])?;
+        let k = self.bias(k, &p("self_attn.k_proj.bias"), &[("heads_kv", hkv), ("d_head", e)], qkv)?;
+        let wv = self.weight(&p("self_attn.v_proj.weight"), &[("heads_kv", hkv), ("d_head", e), ("d_model", d)])?;
+        let v = self.g.einsum("td,hed->hte", &[n, wv])?;
+        let v = self.bias(v, &p("self_attn.v_proj.bias"), &[("heads_kv", hkv), ("d_head", e)], qkv)?;
+        let q = self.rope(q, rope, packing)?;
+        let k = self.rope(k, rope, packing)?;
+        let config = AttentionConfig { causal: true, packing: packing.clone(), scale: None };
+        let a = self.g.attention(q, k, v, "tokens", "d_head", config)?;
+        let wo = self.weight(&p("self_attn.o_proj.weight"), &[("d_model", d), ("heads_q", hq), ("d_head", e)])?;
+        let o = self.g.einsum("hte,dhe->td", &[a, wo])?;
+        let o = self.bias(o, &p("self_attn.o_proj.bias"), &[("d_model", d)], c.biases.o)?;
+        let h = self.g.binary(x, o, BinaryOp::Add)?;
+
+        let ln2 = self.weight(&p("post_attention_layernorm.weight"), &[("d_model", d)])?;
+        let m = self.g.rmsnorm(h, ln2, "d_model", eps)?;
+        let mlp = c.biases.mlp;
+        let wg = self.weight(&p("mlp.gate_proj.weight"), &[("d_ff", f), ("d_model", d)])?;
+        let gate = self.g.einsum("td,fd->tf", &[m, wg])?;
+        let gate = self.bias(gate, &p("mlp.gate_proj.bias"), &[("d_ff", f)], mlp)?;
+        let wu = self.weight(&p("mlp.up_proj.weight"), &[("d_ff", f), ("d_model", d)])?;
+        let up = self.g.einsum("td,fd->tf", &[m, wu])?;
+        let up = self.bias(up, &p("mlp.up_proj.bias"), &[("d_ff", f)], mlp)?;
+        let gate = self.g.unary(gate, UnaryOp::Silu)?;
+        let act = self.g.binary(gate, up, BinaryOp::Mul)?;
+        let wd = self.weight(&p("mlp.down_proj.weight"), &[("d_model", d), ("d_ff", f)])?;
+        let down = self.g.einsum("tf,df->td", &[act, wd])?;
+        let down = self.bias(down, &p("mlp.down_proj.bias"), &[("d_model", d)], mlp)?;
+        Ok(self.g.binary(h, down, BinaryOp::Add)?)
+    }
+
+    /// The config's rope on `[heads, tokens, d_head]`.
+    fn rope(&mut self, x: Tensor, freqs: &RopeFrequencies, packing: &Packing) -> Result<Tensor, ModelError> {
+        Ok(self.g.rope_with_frequencies(x, "tokens", "d_head", freqs.clone(), packing.clone())?)
+    }
+}
+
+/// The shape transformers stores weight `name` in: a projection's `[out, in]` matrix (or
+/// bias) with the heads and head dimension flattened, anything else as declared.
+fn stored_shape(name: &str, dims: &[(&str, usize)]) -> Vec<usize> {
+    let extents: Vec<usize> = dims.iter().map(|&(_, n)| n).collect();
+    let flat_heads = name.contains("self_attn.") && dims.iter().any(|&(i, _)| i == "d_head");
+    if !flat_heads {
+        return extents;
+    }
+    // The heads index and `d_head` are adjacent: one flat dimension.
+    let at = dims.iter().position(|&(i, _)| i.starts_with("heads")).expect("a head projection has a heads index");
+    let mut shape = extents[..at].to_vec();
+    shape.push(extents[at] * extents[at + 1]);
+    shape.extend_from_slice(&extents[at + 2..]);
+    shape
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_projections_are_stored_flat() {
+        let q =
+            stored_shape("model.layers.0.self_attn.q_proj.weight", &[("heads_q", 4), ("d_head", 16), ("d_model", 64)]);
+        assert_eq!(q, [64, 64]);
+        let o =
+            stored_shape("model.layers.0.self_attn.o_proj.weight", &[("d_model", 64), ("heads_q", 4), ("d_head", 16)]);
+        assert_eq!(o, [64, 64]);
+        let b = stored_shape("model.layers.0.self_attn.k_proj.bias", &[("heads_kv", 2), ("d_head", 16)]);
+        assert_eq!(b, [32]);
+        let gate = stored_shape("model.layers.0.mlp.gate_proj.weight", &[("d_ff", 96), ("d_model", 64)]);
+        assert_eq!(gate, [96, 64]);
+    }
+}
