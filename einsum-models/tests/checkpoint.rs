@@ -477,6 +477,18 @@ fn offsets_that_overlap_leave_gaps_mismatch_or_lie_outside_are_refused() {
     let (_dir, e) = open_bytes("trailing", &hand_made(&header(&[f32x2("a", 0, 8)]), &[0; 11]));
     assert_header(&e, &["3 bytes follow"]);
 
+    // Eight tensors of 2^61 - 1 bytes, each consistent with its shape and tiling the data
+    // section up to just below 2^64: the file is far too short (the first names it), and the
+    // size it would need saturates instead of overflowing.
+    let size = (1u64 << 61) - 1;
+    let entries: Vec<String> = (0..8u64)
+        .map(|i| {
+            format!(r#""t{i}":{{"dtype":"U8","shape":[{size}],"data_offsets":[{},{}]}}"#, i * size, (i + 1) * size)
+        })
+        .collect();
+    let (_dir, e) = open_bytes("end-near-2^64", &hand_made(&header(&entries), &[0; 8]));
+    assert!(matches!(&e, CheckpointError::Truncated { tensor, needed: u64::MAX, .. } if tensor == "t0"), "{e}");
+
     let huge = r#"{"a":{"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,8]}}"#;
     let (_dir, e) = open_bytes("overflow", &hand_made(huge, &[0; 8]));
     assert_header(&e, &["`a`", "too large"]);

@@ -185,7 +185,8 @@ impl ShardFile {
             return Err(CheckpointError::Truncated {
                 file: path.clone(),
                 tensor: t.name.clone(),
-                needed: (data_start + end) as u64,
+                // A hostile header may put the end anywhere below 2^64.
+                needed: (data_start as u64).saturating_add(end as u64),
                 len,
             });
         }
