@@ -15,7 +15,7 @@ the wrong place or a missing bias changes the logits. The families cover what th
 handle: Llama 3.2 style (llama3 rope scaling, tied embeddings), Llama 2 style (default rope,
 untied), Mistral, and Qwen2 (q/k/v biases), one of them sharded.
 
-`--big DIR` instead writes one f32 LLaMA of about 2.2 GB (not committed) to measure the
+`--big DIR` instead writes one f32 LLaMA of about 2.7 GB (not committed) to measure the
 loader's peak host memory.
 
 Usage: python3 scripts/make_hf_fixtures.py [--out DIR] [--big DIR]
@@ -122,9 +122,9 @@ def make(out, name, config_class, kwargs, shard, seed):
 
 
 def make_big(d):
-    """About 2.2 GB of f32 LLaMA (largest tensor: the 32000 x 4096 embedding, 524 MB)."""
+    """About 2.7 GB of f32 LLaMA (largest tensor: the 32000 x 4096 embedding, 524 MB)."""
     config = transformers.LlamaConfig(
-        hidden_size=4096, intermediate_size=11008, num_hidden_layers=3, num_attention_heads=32,
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=2, num_attention_heads=32,
         num_key_value_heads=32, vocab_size=32000, max_position_embeddings=256, tie_word_embeddings=False,
     )
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -1,0 +1,68 @@
+//! How much host memory loading a Hugging Face checkpoint costs beyond the weights the
+//! devices keep: builds the model of `DIR/config.json`, compiles it for CPU devices, loads
+//! `DIR`'s safetensors weights tensor by tensor, and prints the process's peak resident
+//! memory growth against the devices' resident bytes and the largest tensor.
+//!
+//! `cargo run --release --example load_checkpoint -- DIR [DEVICES] [DTYPE]`
+//! (a checkpoint of the size the loader is measured on: `python3 scripts/make_hf_fixtures.py
+//! --big DIR`; DEVICES defaults to 1, DTYPE to the checkpoint's f32)
+
+use std::error::Error;
+
+use einsum_models::ModelConfig;
+use einsum_models::checkpoint::Checkpoint;
+use einsum_models::llama;
+use einsummable::{CompileOptions, DType, compile};
+
+/// A field of `/proc/self/status`, in bytes.
+fn status_bytes(field: &str) -> Result<u64, Box<dyn Error>> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status.lines().find(|l| l.starts_with(field)).ok_or(format!("no {field} in /proc/self/status"))?;
+    let kb: u64 = line.split_whitespace().nth(1).ok_or("a malformed status line")?.parse()?;
+    Ok(kb * 1024)
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = args.first().ok_or("usage: load_checkpoint DIR [DEVICES] [DTYPE]")?;
+    let devices: usize = args.get(1).map_or(Ok(1), |d| d.parse())?;
+    let dtype: DType = args.get(2).map_or(Ok(DType::F32), |d| d.parse())?;
+    let config = ModelConfig::from_file(std::path::Path::new(dir).join("config.json"))?;
+    let model = llama::build(&config, 8, dtype)?;
+    let mut exe = compile(&model.graph, &CompileOptions::default().devices(devices))?;
+    let checkpoint = Checkpoint::open(dir)?;
+    let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dtype.size_bytes();
+    let resident: usize = model.weights.iter().map(|w| bytes(&w.shape)).sum();
+    let largest = model.weights.iter().map(|w| bytes(&w.shape)).max().unwrap_or(0);
+
+    // Reset the peak to the current resident set, then load.
+    std::fs::write("/proc/self/clear_refs", "5")?;
+    let before = status_bytes("VmRSS:")?;
+    let start = std::time::Instant::now();
+    model.load_weights(&checkpoint, |input, value| -> Result<(), Box<dyn Error>> { Ok(exe.load(input, value)?) })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let peak = status_bytes("VmHWM:")?.saturating_sub(before);
+    let after = status_bytes("VmRSS:")?.saturating_sub(before);
+
+    let mb = |b: f64| b / 1e6;
+    let beyond = peak as f64 - resident as f64;
+    let bound = largest as f64 + 256e6;
+    println!("checkpoint {dir}: {} tensors, {devices} device(s), {dtype}", model.weights.len());
+    println!(
+        "| resident weights | largest tensor | peak growth | beyond resident | bound (largest + 256 MB) | after load | load time |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| {:.0} MB | {:.0} MB | {:.0} MB | {:.0} MB | {:.0} MB | {:.0} MB | {seconds:.1} s |",
+        mb(resident as f64),
+        mb(largest as f64),
+        mb(peak as f64),
+        mb(beyond),
+        mb(bound),
+        mb(after as f64)
+    );
+    if beyond > bound {
+        return Err(format!("loading took {:.0} MB beyond the resident weights, over the bound", mb(beyond)).into());
+    }
+    Ok(())
+}
