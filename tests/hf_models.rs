@@ -92,3 +92,37 @@ fn bf16_logits_err_at_most_twice_transformers_own_bf16() {
         }
     }
 }
+
+/// The public Llama-3.1-70B config (no weights) plans and compiles for two DGX H100 nodes
+/// (16 GPUs) within their memory, as `plan hf:DIR` does: the model's structure alone is enough.
+#[test]
+fn a_70b_config_plans_on_two_dgx_h100_without_weights() {
+    use einsummable::pipeline::{Request, plan_and_compile};
+    use einsummable::{NaiveSynthesizer, Topology, names::cost_model_by_name};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("einsum-models/tests/data/Llama-3.1-70B");
+    let config = ModelConfig::from_file(dir.join("config.json")).unwrap();
+    let model = llama::build(&config, 2048, DType::BF16).unwrap();
+    let topology = Topology::named("dgx-h100x2").unwrap();
+    let strategy = optimizer_by_name("dp", 0).unwrap();
+    let cost = cost_model_by_name("time", "dgx-h100x2").unwrap();
+    let request = Request {
+        comp: model.graph.computation(),
+        devices: 16,
+        strategy: strategy.as_ref(),
+        cost: cost.as_ref(),
+        topology: &topology,
+        synthesizer: Arc::new(NaiveSynthesizer),
+        memory_budget: None,
+        host_memory: None,
+        refine: 0,
+    };
+    let planned = plan_and_compile(&request).unwrap();
+    let weights: usize = model.weights.iter().map(|w| w.shape.iter().product::<usize>() * 2).sum();
+    println!(
+        "70B: {:.1} GB of bf16 weights, predicted {:.1} ms on 16 H100s",
+        weights as f64 / 1e9,
+        planned.compiled.predicted_ms
+    );
+    assert!(weights > 130_000_000_000, "{weights} bytes of weights: not the 70B model");
+    assert!(planned.compiled.predicted_ms.is_finite() && planned.compiled.predicted_ms > 0.0);
+}
