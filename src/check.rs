@@ -173,7 +173,7 @@ impl Comparison {
 pub fn compare_with_reference(exe: &Executable) -> Result<Comparison> {
     let comp = exe.computation();
     let reference = comp.evaluate(&exe.loaded_inputs())?;
-    Ok(Comparison::new(exe.outputs(), &reference, |t| output_name(comp, t)))
+    Ok(Comparison::new(exe.outputs(), &reference, |t| comp.tensor_name(t)))
 }
 
 /// The larger of two errors, where a NaN (an error that has no size) wins: `f32::max`
@@ -273,7 +273,7 @@ pub fn check_computation(comp: &Computation, p: usize, max_specs: usize, seed: u
     let inputs = comp.random_inputs(rng.next_u64());
     let reference = comp.evaluate(&inputs)?;
     let decomposed = comp.evaluate_with_specs(&inputs, &chosen)?;
-    let graph = Comparison::new(&decomposed, &reference, |t| output_name(comp, t));
+    let graph = Comparison::new(&decomposed, &reference, |t| comp.tensor_name(t));
     Ok(CheckReport {
         ops,
         graph_error: graph.max_error,
@@ -302,14 +302,4 @@ fn decomposition_error(
         }
     }
     Ok(Ok(max_error))
-}
-
-/// How messages name a tensor of `comp`: its producing node's name, and the output's
-/// position when the node has several.
-pub fn output_name(comp: &Computation, t: TensorId) -> String {
-    let node = comp.node(t.op).map_or_else(|| t.to_string(), |n| n.name().to_string());
-    match comp.node(t.op) {
-        Some(n) if n.outputs().len() > 1 => format!("{node}[{}]", t.output),
-        _ => node,
-    }
 }

@@ -249,7 +249,7 @@ impl Workload {
                 let a = g.input("a", &[("m", p("m")), ("k", p("k"))], dtype)?;
                 let b = g.input("b", &[("k", p("k")), ("n", p("n"))], dtype)?;
                 let c = g.matmul(a, b)?;
-                g.save(c)?;
+                g.save_as(c, "c")?;
             }
             "ffn" => {
                 let (t, d, f) = (p("tokens"), p("d_model"), p("d_ff"));
@@ -262,7 +262,7 @@ impl Workload {
                 let act = g.matmul(x, w1)?;
                 let hidden = g.unary(act, UnaryOp::Relu)?;
                 let y = g.matmul(hidden, w2)?;
-                g.save(y)?;
+                g.save_as(y, "y")?;
             }
             "attention" => {
                 let (t, seqs, e) = (p("tokens"), p("seqs"), p("d_head"));
@@ -272,7 +272,7 @@ impl Workload {
                 let v = g.input("v", &[("heads_kv", p("heads_kv")), ("tokens", t), ("d_head", e)], dtype)?;
                 let a =
                     g.attention(q, k, v, "tokens", "d_head", AttentionConfig { causal: true, packing, scale: None })?;
-                g.save(a)?;
+                g.save_as(a, "out")?;
             }
             "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
                 let layers = if self.name == "llama-block" { 1 } else { p("layers") };
@@ -285,10 +285,14 @@ impl Workload {
                     let prefix = if self.name == "llama-block" { String::new() } else { format!("l{layer}.") };
                     x = llama_block(&mut g, x, &dims, &prefix, dtype)?;
                 }
-                if let Some(&vocab) = self.params.get("vocab") {
-                    x = lm_head(&mut g, x, &dims, vocab, dtype)?;
-                }
-                g.save(x)?;
+                let name = match self.params.get("vocab") {
+                    Some(&vocab) => {
+                        x = lm_head(&mut g, x, &dims, vocab, dtype)?;
+                        "logits"
+                    }
+                    None => "hidden",
+                };
+                g.save_as(x, name)?;
             }
             chain if chain.starts_with("chain-") => {
                 let (_, dims, order) = CHAINS.iter().find(|(n, _, _)| *n == chain).expect("parse accepts known chains");
@@ -304,7 +308,7 @@ impl Workload {
                     })
                     .collect::<einsum_graph::Result<Vec<_>>>()?;
                 let product = build_chain(&mut g, &mats, order)?;
-                g.save(product)?;
+                g.save_as(product, "product")?;
             }
             other => unreachable!("parse accepts only known workloads, got {other}"),
         }

@@ -270,6 +270,17 @@ impl Graph {
         self.comp_mut().save(id).map_err(|_| Error::ForeignTensor(id.to_string()))
     }
 
+    /// [`Graph::save`] under `name` (`logits`), the name reports, dumps and bindings give the
+    /// output instead of its operator's (`matmul #31`). A name an input or another output has
+    /// is [`Error::DuplicateOutput`].
+    pub fn save_as(&mut self, t: Tensor, name: &str) -> Result<()> {
+        let id = self.own(t)?;
+        self.comp_mut().save_as(id, name).map_err(|e| match e {
+            einsum_joinagg::Error::NameTaken(name) => Error::DuplicateOutput(name),
+            _ => Error::ForeignTensor(id.to_string()),
+        })
+    }
+
     /// The type of a tensor.
     pub fn desc(&self, t: Tensor) -> Result<&TensorDesc> {
         self.state.desc(t)

@@ -40,4 +40,8 @@ pub enum Error {
     /// so the second could never be given a value).
     #[error("input `{0}`: the graph already has an input of this name")]
     DuplicateInput(String),
+    /// An output named like an input or another named output (outputs are read back by
+    /// name).
+    #[error("output `{0}`: the graph already has an input or output of this name")]
+    DuplicateOutput(String),
 }

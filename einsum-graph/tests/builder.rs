@@ -267,3 +267,22 @@ fn token_ids_embed_and_logits_argmax() {
     let e = g.unary(more, UnaryOp::Relu).unwrap_err().to_string();
     assert!(e.contains("i32"), "{e}");
 }
+
+#[test]
+fn outputs_are_named_apart_from_inputs_and_each_other() {
+    let mut g = ffn();
+    let x = g.computation().inputs()[0];
+    let x = g.tensor(x).unwrap();
+    let y = g.unary(x, UnaryOp::Relu).unwrap();
+    let z = g.unary(x, UnaryOp::Exp).unwrap();
+    let comp_name = |g: &Graph, t: einsum_graph::Tensor| g.computation().tensor_name(t.id());
+    assert_eq!(comp_name(&g, y), "unary #4");
+    g.save_as(y, "hidden").unwrap();
+    assert_eq!(comp_name(&g, y), "hidden");
+    assert!(g.computation().saved().contains(&y.id()));
+    assert!(matches!(g.save_as(z, "hidden"), Err(Error::DuplicateOutput(n)) if n == "hidden"));
+    assert!(matches!(g.save_as(z, "x"), Err(Error::DuplicateOutput(_))));
+    g.save_as(y, "relu").unwrap();
+    assert_eq!(comp_name(&g, y), "relu");
+    g.save_as(z, "hidden").unwrap();
+}

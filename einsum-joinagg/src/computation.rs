@@ -77,6 +77,8 @@ impl Node {
 pub struct Computation {
     graph: DiGraph<Node, (usize, usize)>,
     saved: Vec<TensorId>,
+    /// The names given to saved tensors ([`Computation::save_as`]).
+    output_names: Vec<(TensorId, String)>,
     roles: Roles,
 }
 
@@ -164,6 +166,35 @@ impl Computation {
             self.saved.push(t);
         }
         Ok(())
+    }
+
+    /// Marks a tensor as a result of the computation under `name` (`logits`, say), the name
+    /// reports, dumps and bindings give it ([`Computation::tensor_name`]). A name another
+    /// input or named output has is [`Error::NameTaken`]; naming a tensor again renames it.
+    pub fn save_as(&mut self, t: TensorId, name: impl Into<String>) -> Result<()> {
+        let name = name.into();
+        let input_named = self.inputs().iter().any(|&i| self.node(i.op).is_some_and(|n| n.name() == name));
+        if name.is_empty() || input_named || self.output_names.iter().any(|(u, n)| *n == name && *u != t) {
+            return Err(Error::NameTaken(name));
+        }
+        self.save(t)?;
+        self.output_names.retain(|(u, _)| *u != t);
+        self.output_names.push((t, name));
+        Ok(())
+    }
+
+    /// How reports name tensor `t`: the name it was saved under, else its producing node's
+    /// name (an input's name, or an operator's such as `matmul #3`), with the output's position
+    /// when the node has several.
+    pub fn tensor_name(&self, t: TensorId) -> String {
+        if let Some((_, name)) = self.output_names.iter().find(|(u, _)| *u == t) {
+            return name.clone();
+        }
+        match self.node(t.op) {
+            Some(n) if n.outputs().len() > 1 => format!("{}[{}]", n.name(), t.output),
+            Some(n) => n.name().to_string(),
+            None => t.to_string(),
+        }
     }
 
     /// The saved tensors, in the order they were saved.

@@ -107,4 +107,7 @@ pub enum Error {
     /// A computation evaluated without a value for one of its inputs.
     #[error("missing value for computation input `{0}`")]
     MissingInput(String),
+    /// A saved tensor given a name another input or saved tensor of the computation has.
+    #[error("the name `{0}` is taken: outputs are named apart from each other and from the inputs")]
+    NameTaken(String),
 }

@@ -61,7 +61,7 @@ pub struct Model {
     pub graph: Graph,
     /// The i32 token ids, `[tokens]`.
     pub input_ids: Tensor,
-    /// The logits, `[tokens, vocab]`, saved.
+    /// The logits, `[tokens, vocab]`, saved as `logits`.
     pub logits: Tensor,
     /// Every weight input, in the order they were declared.
     pub weights: Vec<Weight>,
@@ -128,7 +128,7 @@ pub fn build(config: &ModelConfig, tokens: usize, dtype: DType) -> Result<Model,
         b.weight("lm_head.weight", &[("vocab", config.vocab_size), ("d_model", config.hidden_size)])?
     };
     let logits = b.g.einsum("td,vd->tv", &[h, head])?;
-    b.g.save(logits)?;
+    b.g.save_as(logits, "logits")?;
     Ok(Model { graph: b.g, input_ids, logits, weights: b.weights, dtype })
 }
 

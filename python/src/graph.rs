@@ -157,10 +157,10 @@ impl PyGraph {
     }
 }
 
-/// The name of the node that produced tensor `t`, with `[i]` after it for output `i > 0`.
+/// The name of tensor `t`: the name it was saved under, else its producing node's
+/// ([`einsum_joinagg::Computation::tensor_name`]).
 pub fn tensor_name(comp: &einsum_joinagg::Computation, t: TensorId) -> String {
-    let node = comp.node(t.op).map_or_else(|| t.to_string(), |n| n.name().to_string());
-    if t.output == 0 { node } else { format!("{node}[{}]", t.output) }
+    comp.tensor_name(t)
 }
 
 /// `dtype` by name (`f32`, `f16`, `bf16`).
