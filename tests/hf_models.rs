@@ -61,7 +61,7 @@ fn logits(family: &str, dtype: DType, devices: usize, strategy: (&str, u64)) -> 
         })
         .unwrap();
     let ids = HostTensor::from_i32(TensorType::zero_bounded(&[r.ids.len()]), r.ids).unwrap();
-    exe.load(model.input_ids, ids).unwrap();
+    exe.load(model.tokens, ids).unwrap();
     exe.execute().unwrap();
     exe.outputs()[&model.logits.id()].to_f32()
 }

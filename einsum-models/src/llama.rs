@@ -59,8 +59,8 @@ pub struct Weight {
 pub struct Model {
     /// The computation.
     pub graph: Graph,
-    /// The i32 token ids, `[tokens]`.
-    pub input_ids: Tensor,
+    /// The i32 token ids, `[tokens]`: the input named `tokens` (transformers' `input_ids`).
+    pub tokens: Tensor,
     /// The logits, `[tokens, vocab]`, saved as `logits`.
     pub logits: Tensor,
     /// Every weight input, in the order they were declared.
@@ -111,10 +111,10 @@ pub fn build(config: &ModelConfig, tokens: usize, dtype: DType) -> Result<Model,
     }
     let mut b = Builder { g: Graph::new(), c: config, dtype, weights: Vec::new() };
     b.g.role("d_ff", IndexRole::FfnHidden)?;
-    let input_ids = b.g.input("input_ids", &[("tokens", tokens)], DType::I32)?;
+    let ids = b.g.input("tokens", &[("tokens", tokens)], DType::I32)?;
     let embed =
         b.weight("model.embed_tokens.weight", &[("vocab", config.vocab_size), ("d_model", config.hidden_size)])?;
-    let mut x = b.g.embedding(embed, input_ids, "vocab")?;
+    let mut x = b.g.embedding(embed, ids, "vocab")?;
     let rope = config.rope_frequencies(tokens)?;
     let packing = Packing::uniform(1, tokens).map_err(|e| ModelError::Prompt(e.to_string()))?;
     for layer in 0..config.num_hidden_layers {
@@ -129,7 +129,7 @@ pub fn build(config: &ModelConfig, tokens: usize, dtype: DType) -> Result<Model,
     };
     let logits = b.g.einsum("td,vd->tv", &[h, head])?;
     b.g.save_as(logits, "logits")?;
-    Ok(Model { graph: b.g, input_ids, logits, weights: b.weights, dtype })
+    Ok(Model { graph: b.g, tokens: ids, logits, weights: b.weights, dtype })
 }
 
 /// The graph under construction and the weights declared so far.
