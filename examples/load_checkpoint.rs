@@ -31,9 +31,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let model = llama::build(&config, 8, dtype)?;
     let mut exe = compile(&model.graph, &CompileOptions::default().devices(devices))?;
     let checkpoint = Checkpoint::open(dir)?;
-    let bytes = |shape: &[usize]| shape.iter().product::<usize>() * dtype.size_bytes();
-    let resident: usize = model.weights.iter().map(|w| bytes(&w.shape)).sum();
-    let largest = model.weights.iter().map(|w| bytes(&w.shape)).max().unwrap_or(0);
+    let resident: usize = model.weights.iter().map(|w| w.desc.size_bytes()).sum();
+    let largest = model.weights.iter().map(|w| w.desc.size_bytes()).max().unwrap_or(0);
 
     // Reset the peak to the current resident set, then load.
     std::fs::write("/proc/self/clear_refs", "5")?;

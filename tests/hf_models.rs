@@ -117,7 +117,7 @@ fn a_70b_config_plans_on_two_dgx_h100_without_weights() {
         refine: 0,
     };
     let planned = plan_and_compile(&request).unwrap();
-    let weights: usize = model.weights.iter().map(|w| w.shape.iter().product::<usize>() * 2).sum();
+    let weights: usize = model.weights.iter().map(|w| w.desc.size_bytes()).sum();
     println!(
         "70B: {:.1} GB of bf16 weights, predicted {:.1} ms on 16 H100s",
         weights as f64 / 1e9,

@@ -14,7 +14,7 @@
 //! the embeddings are tied). Attention is causal over the prompt, grouped-query, scaled by
 //! `d_head^-1/2`; the rope is the config's, with its scaling.
 
-use einsum_core::{DType, HostTensor, TensorType};
+use einsum_core::{DType, HostTensor, TensorDesc};
 use einsum_graph::{Graph, Tensor};
 use einsum_joinagg::IndexRole;
 use einsum_ops::Packing;
@@ -47,10 +47,9 @@ pub struct Weight {
     pub input: Tensor,
     /// The checkpoint tensor's name (also the input's name).
     pub name: String,
-    /// The input's shape.
-    pub shape: Vec<usize>,
-    /// The shape the checkpoint stores it in (the same elements, row-major).
-    pub stored_shape: Vec<usize>,
+    /// The input's type: the checkpoint tensor's elements, row-major, with its flat
+    /// dimensions split by name ([`Checkpoint::read_as`]).
+    pub desc: TensorDesc,
 }
 
 /// A model's forward pass over a prompt: the graph, its token-id input, its logits, and its
@@ -70,25 +69,20 @@ pub struct Model {
 }
 
 impl Model {
-    /// Reads every weight from `checkpoint`, converted once to the model's dtype, and hands
-    /// each to `load` (a prepared executable's, which places its blocks on the devices) before
-    /// reading the next: the host holds one tensor at a time, never the checkpoint.
+    /// Reads every weight from `checkpoint` ([`Checkpoint::read_as`]: its stored elements in
+    /// the input's type), converted once to the model's dtype, and hands each to `load` (a
+    /// prepared executable's, which places its blocks on the devices) before reading the
+    /// next: the host holds one tensor at a time, never the checkpoint.
     ///
-    /// A tensor the checkpoint lacks or stores in another shape is the checkpoint's error,
-    /// naming it.
+    /// A tensor the checkpoint lacks or stores in a shape that is not the input's with
+    /// adjacent dimensions merged is the checkpoint's error, naming it.
     pub fn load_weights<E: From<CheckpointError>>(
         &self,
         checkpoint: &Checkpoint,
         mut load: impl FnMut(Tensor, HostTensor) -> Result<(), E>,
     ) -> Result<(), E> {
         for w in &self.weights {
-            let stored = checkpoint.read(&w.name, self.dtype, &w.stored_shape)?;
-            let shape_error = |_| CheckpointError::Shape {
-                tensor: w.name.clone(),
-                expected: w.shape.clone(),
-                found: w.stored_shape.clone(),
-            };
-            load(w.input, stored.reshaped(TensorType::zero_bounded(&w.shape)).map_err(shape_error)?)?;
+            load(w.input, checkpoint.read_as(&w.name, &w.desc)?)?;
         }
         Ok(())
     }
@@ -144,8 +138,8 @@ impl Builder<'_> {
     /// The weight input `name`, `dims` over its stored elements.
     fn weight(&mut self, name: &str, dims: &[(&str, usize)]) -> Result<Tensor, ModelError> {
         let input = self.g.input(name, dims, self.dtype)?;
-        let shape = dims.iter().map(|&(_, n)| n).collect();
-        self.weights.push(Weight { input, name: name.to_string(), shape, stored_shape: stored_shape(name, dims) });
+        let desc = self.g.desc(input)?.clone();
+        self.weights.push(Weight { input, name: name.to_string(), desc });
         Ok(input)
     }
 
@@ -213,40 +207,5 @@ impl Builder<'_> {
     /// The config's rope on `[heads, tokens, d_head]`.
     fn rope(&mut self, x: Tensor, freqs: &RopeFrequencies, packing: &Packing) -> Result<Tensor, ModelError> {
         Ok(self.g.rope_with_frequencies(x, "tokens", "d_head", freqs.clone(), packing.clone())?)
-    }
-}
-
-/// The shape transformers stores weight `name` in: a projection's `[out, in]` matrix (or
-/// bias) with the heads and head dimension flattened, anything else as declared.
-fn stored_shape(name: &str, dims: &[(&str, usize)]) -> Vec<usize> {
-    let extents: Vec<usize> = dims.iter().map(|&(_, n)| n).collect();
-    let flat_heads = name.contains("self_attn.") && dims.iter().any(|&(i, _)| i == "d_head");
-    if !flat_heads {
-        return extents;
-    }
-    // The heads index and `d_head` are adjacent: one flat dimension.
-    let at = dims.iter().position(|&(i, _)| i.starts_with("heads")).expect("a head projection has a heads index");
-    let mut shape = extents[..at].to_vec();
-    shape.push(extents[at] * extents[at + 1]);
-    shape.extend_from_slice(&extents[at + 2..]);
-    shape
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn head_projections_are_stored_flat() {
-        let q =
-            stored_shape("model.layers.0.self_attn.q_proj.weight", &[("heads_q", 4), ("d_head", 16), ("d_model", 64)]);
-        assert_eq!(q, [64, 64]);
-        let o =
-            stored_shape("model.layers.0.self_attn.o_proj.weight", &[("d_model", 64), ("heads_q", 4), ("d_head", 16)]);
-        assert_eq!(o, [64, 64]);
-        let b = stored_shape("model.layers.0.self_attn.k_proj.bias", &[("heads_kv", 2), ("d_head", 16)]);
-        assert_eq!(b, [32]);
-        let gate = stored_shape("model.layers.0.mlp.gate_proj.weight", &[("d_ff", 96), ("d_model", 64)]);
-        assert_eq!(gate, [96, 64]);
     }
 }

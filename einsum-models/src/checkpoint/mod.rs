@@ -22,7 +22,7 @@ use std::collections::btree_map::Entry as MapEntry;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use einsum_core::{DType, HostTensor, TensorType};
+use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
 
 pub use error::CheckpointError;
 /// A tensor's dtype as stored in a safetensors file (the safetensors crate's `Dtype`): every
@@ -274,9 +274,67 @@ impl Checkpoint {
         .map_err(|source| CheckpointError::Tensor { tensor: name.to_owned(), source })
     }
 
+    /// The tensor `name` as a value of `desc` (its dtype and shape): the stored elements,
+    /// row-major, where the stored shape is `desc`'s with some adjacent dimensions merged
+    /// (transformers' `[heads·d_head, d_model]` projection as a graph input's `[heads,
+    /// d_head, d_model]`), converted once to `desc`'s dtype. Any other stored shape is
+    /// [`CheckpointError::Shape`].
+    pub fn read_as(&self, name: &str, desc: &TensorDesc) -> Result<HostTensor, CheckpointError> {
+        let stored = self.info(name)?.shape.clone();
+        let shape = desc.shape();
+        if !merges_into(&shape, &stored) {
+            return Err(CheckpointError::Shape { tensor: name.to_owned(), expected: shape, found: stored });
+        }
+        self.read(name, desc.dtype, &stored)?
+            .reshaped(desc.tensor_type())
+            .map_err(|source| CheckpointError::Tensor { tensor: name.to_owned(), source })
+    }
+
     fn locate(&self, name: &str) -> Result<&Located, CheckpointError> {
         self.tensors
             .get(name)
             .ok_or_else(|| CheckpointError::MissingTensor { name: name.to_owned(), searched: self.searched.clone() })
+    }
+}
+
+/// Whether `stored` is `shape` with runs of adjacent dimensions merged (each stored extent
+/// the product of the next run of `shape`'s, in order, every one used).
+fn merges_into(shape: &[usize], stored: &[usize]) -> bool {
+    let mut dims = shape.iter();
+    for &want in stored {
+        let mut product = 1usize;
+        loop {
+            match dims.next() {
+                Some(&d) => product = product.saturating_mul(d),
+                None => return false,
+            }
+            if product >= want {
+                break;
+            }
+        }
+        if product != want {
+            return false;
+        }
+    }
+    dims.all(|&d| d == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merges_into;
+
+    #[test]
+    fn a_stored_shape_merges_adjacent_dimensions_in_order() {
+        assert!(merges_into(&[4, 16, 64], &[64, 64]));
+        assert!(merges_into(&[64, 4, 16], &[64, 64]));
+        assert!(merges_into(&[4, 16], &[64]));
+        assert!(merges_into(&[96, 64], &[96, 64]));
+        assert!(merges_into(&[1, 64], &[64]));
+        assert!(merges_into(&[], &[]));
+        // A transpose or another factorisation of the same volume is not a merge.
+        assert!(!merges_into(&[96, 64], &[64, 96]));
+        assert!(!merges_into(&[4, 16, 64], &[16, 256]));
+        assert!(!merges_into(&[4, 16], &[64, 1, 2]));
+        assert!(!merges_into(&[4, 16, 2], &[64]));
     }
 }
