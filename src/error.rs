@@ -67,6 +67,16 @@ pub enum Error {
     /// A workload that cannot be parsed or built, or an experiment that cannot run.
     #[error(transparent)]
     Experiment(#[from] einsum_experiments::Error),
+    /// A Hugging Face model's `config.json` that cannot be read or is not supported (the
+    /// error names the key).
+    #[error(transparent)]
+    ModelConfig(#[from] einsum_models::ConfigError),
+    /// A model's graph that cannot be built (a prompt it cannot take).
+    #[error(transparent)]
+    Model(#[from] einsum_models::llama::ModelError),
+    /// A checkpoint that cannot be read, or lacks or misshapes a tensor (the error names it).
+    #[error(transparent)]
+    Checkpoint(#[from] einsum_models::checkpoint::CheckpointError),
     /// A run that needs more host memory than the machine has available, refused before
     /// anything is allocated.
     #[error(
