@@ -509,7 +509,8 @@ mod tests {
             ops.push(Op::Binary(Binary { a: p, b: p, y: p, dtype: DType::F32, op: BinaryOp::Add, dims: d, access }));
         }
         for index in [Index::I64, Index::I32] {
-            ops.push(Op::Reduce(Reduce { x: p, y: p, dtype: DType::F32, op: ReduceOp::Sum, keep: d, over: d, index }));
+            let (op, count) = (ReduceOp::Sum, 1.0);
+            ops.push(Op::Reduce(Reduce { x: p, y: p, dtype: DType::F32, op, keep: d, over: d, index, count }));
         }
         for vector in [false, true] {
             ops.push(Op::Unary(Unary { x: p, y: p, dtype: DType::F32, op: UnaryOp::Relu, n: 4, vector }));

@@ -78,6 +78,8 @@ fn cases(dt: DType) -> Vec<(&'static str, Computation)> {
         ("colsum", Box::new(Einsum::new("td->d", std::slice::from_ref(&x)).unwrap())),
         ("gelu", Box::new(Unary::new(&x, UnaryOp::Gelu).unwrap())),
         ("silu", Box::new(Unary::new(&x, UnaryOp::Silu).unwrap())),
+        ("sigmoid", Box::new(Unary::new(&x, UnaryOp::Sigmoid).unwrap())),
+        ("tanh", Box::new(Unary::new(&x, UnaryOp::Tanh).unwrap())),
         ("scale", Box::new(Unary::new(&x, UnaryOp::Scale(0.5)).unwrap())),
         ("add", Box::new(Binary::new(&x, &x, BinaryOp::Add).unwrap())),
         ("mul-broadcast", Box::new(Binary::new(&x, &w, BinaryOp::Mul).unwrap())),
@@ -96,6 +98,11 @@ fn cases(dt: DType) -> Vec<(&'static str, Computation)> {
             Box::new(Reduce::new(&desc(&[("a", 3), ("b", 5), ("c", 4)], dt), &["a", "c"], ReduceOp::Sum).unwrap()),
         ),
         ("reduce-max", Box::new(Reduce::new(&x, &["t"], ReduceOp::Max).unwrap())),
+        (
+            "reduce-mean",
+            Box::new(Reduce::new(&desc(&[("a", 3), ("b", 5), ("c", 4)], dt), &["a", "c"], ReduceOp::Mean).unwrap()),
+        ),
+        ("reduce-mean-rows", Box::new(Reduce::new(&x, &["d"], ReduceOp::Mean).unwrap())),
         ("attention-causal", Box::new(Attention::new(&q, &kv, &kv, cfg(true)).unwrap())),
         ("attention", Box::new(Attention::new(&q, &kv, &kv, cfg(false)).unwrap())),
         (

@@ -1,7 +1,9 @@
-//! Reductions: the sum or the maximum of a tensor over some of its named indices.
+//! Reductions: the sum, the maximum or the mean of a tensor over some of its named indices.
 //!
 //! Every index is shardable. Splitting a kept index splits the output; splitting a reduced
-//! index makes partial outputs that the matching ⊕ (sum or max) combines.
+//! index makes partial outputs that the matching ⊕ (sum or max) combines. A mean's partial is
+//! its block's sum divided by the *whole* count of reduced elements, so that the sum of the
+//! partials is the mean.
 
 use std::fmt;
 
@@ -24,23 +26,27 @@ pub enum ReduceOp {
     Sum,
     /// The largest of the reduced elements; NaN where any of them is NaN, as NumPy's `max`.
     Max,
+    /// The sum of the reduced elements divided by their number (the product of the reduced
+    /// indices' extents), as NumPy's `mean`: NaN where any is NaN or `+∞` and `−∞` meet.
+    Mean,
 }
 
 impl ReduceOp {
-    /// `sum` or `max`; anything else is an error that lists the choices.
+    /// `sum`, `max` or `mean`; anything else is an error that lists the choices.
     pub fn parse(name: &str) -> Result<ReduceOp> {
         name.trim().parse()
     }
 
-    /// The lowercase name (`sum`, `max`).
+    /// The lowercase name (`sum`, `max`, `mean`).
     pub fn name(self) -> &'static str {
         self.into()
     }
 
-    /// The aggregation that combines partial reductions.
+    /// The aggregation that combines partial reductions: a mean's partials (each its
+    /// block's sum over the whole count) add up.
     pub fn aggregation(self) -> Aggregation {
         match self {
-            ReduceOp::Sum => Aggregation::Sum,
+            ReduceOp::Sum | ReduceOp::Mean => Aggregation::Sum,
             ReduceOp::Max => Aggregation::Max,
         }
     }
@@ -48,7 +54,11 @@ impl ReduceOp {
 
 /// The error of parsing an unknown reduction name: it lists the choices.
 fn unknown_reduction(name: &str) -> Error {
-    Error::Invalid { op: "reduce".into(), reason: format!("unknown reduction `{name}` (expected `sum` or `max`)") }
+    use strum::VariantNames;
+    Error::Invalid {
+        op: "reduce".into(),
+        reason: format!("unknown reduction `{name}` (expected one of {})", ReduceOp::VARIANTS.join(", ")),
+    }
 }
 
 impl fmt::Display for ReduceOp {
@@ -109,6 +119,12 @@ impl Reduce {
     pub fn over(&self) -> Vec<&str> {
         self.over.iter().map(|&d| self.inputs[0].dims[d].name.as_str()).collect()
     }
+
+    /// The number of elements reduced into each output element of the whole tensor: the
+    /// product of the reduced indices' extents, which a mean divides by in every block.
+    pub fn count(&self) -> usize {
+        self.over.iter().map(|&d| self.inputs[0].dims[d].extent).product()
+    }
 }
 
 impl AbstractOperator for Reduce {
@@ -160,11 +176,13 @@ impl AbstractOperator for Reduce {
         let order: Vec<usize> = self.keep.iter().chain(&self.over).copied().collect();
         let data = permute(&f32s(x), &block.shape(), &order);
         let chunk: usize = self.over.iter().map(|&d| block.dim(d).len()).product();
+        let count = self.count() as f64;
         let reduced: Vec<f32> = data
             .chunks_exact(chunk.max(1))
             .map(|c| match self.op {
                 ReduceOp::Sum => c.iter().map(|&v| v as f64).sum::<f64>() as f32,
                 ReduceOp::Max => vexp::max(c),
+                ReduceOp::Mean => (c.iter().map(|&v| v as f64).sum::<f64>() / count) as f32,
             })
             .collect();
         Ok(vec![HostTensor::from_f32(want, self.outputs[0].dtype, reduced)?])
@@ -186,11 +204,12 @@ mod tests {
     fn parse_and_aggregation() {
         assert_eq!(ReduceOp::parse("sum").unwrap(), ReduceOp::Sum);
         assert_eq!(ReduceOp::parse("max").unwrap().aggregation(), Aggregation::Max);
-        let err = ReduceOp::parse("mean").unwrap_err().to_string();
-        assert!(err.contains("mean") && err.contains("reduce"), "{err}");
+        let err = ReduceOp::parse("median").unwrap_err().to_string();
+        assert!(err.contains("median") && err.contains("reduce") && err.contains("sum, max, mean"), "{err}");
+        assert_eq!(ReduceOp::parse("mean").unwrap().aggregation(), Aggregation::Sum);
         assert_eq!(ReduceOp::Sum.to_string(), "sum");
         assert_eq!(ReduceOp::parse(" max\n").unwrap(), ReduceOp::Max);
-        assert_eq!(<ReduceOp as strum::VariantNames>::VARIANTS, ["sum", "max"]);
+        assert_eq!(<ReduceOp as strum::VariantNames>::VARIANTS, ["sum", "max", "mean"]);
     }
 
     #[test]
@@ -212,7 +231,7 @@ mod tests {
 
     #[test]
     fn splitting_a_reduced_index_aggregates_partials() {
-        for op in [ReduceOp::Sum, ReduceOp::Max] {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean] {
             let r = Reduce::new(&x(), &["b", "t", "d"], op).unwrap();
             assert_eq!(r.outputs()[0].rank(), 0);
             assert_eq!(r.aggregation(), op.aggregation());
@@ -265,5 +284,53 @@ mod tests {
         let f = FunctionSpec { inputs: vec![block], outputs: vec![TensorType::zero_bounded(&[2, 4])] };
         assert!(r.compute(&f, std::slice::from_ref(&input)).is_ok());
         assert!(matches!(r.compute(&f, &[]), Err(Error::Kernel { .. })));
+    }
+
+    /// The mean against a hand sum: over b and d of 12b + 4t + d, (32t + 60) / 8; over t
+    /// alone, the middle row 12b + 4 + d.
+    #[test]
+    fn mean_divides_the_sum_by_the_count() {
+        let data: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let input = HostTensor::from_f32(x().tensor_type(), DType::F32, data).unwrap();
+        let r = Reduce::new(&x(), &["d", "b"], ReduceOp::Mean).unwrap();
+        assert_eq!(r.count(), 8);
+        let y = execute_whole(&r, std::slice::from_ref(&input)).unwrap();
+        assert_eq!(y[0].to_f32(), vec![7.5, 11.5, 15.5]);
+        let r = Reduce::new(&x(), &["t"], ReduceOp::Mean).unwrap();
+        let y = execute_whole(&r, &[input]).unwrap();
+        assert_eq!(y[0].to_f32(), vec![4.0, 5.0, 6.0, 7.0, 16.0, 17.0, 18.0, 19.0]);
+    }
+
+    /// Every spec on 1 to 4 devices, splitting reduced and kept indices alike, gives the
+    /// whole mean: each partial is its block's sum over the whole count. In bf16 within its
+    /// precision (partials are rounded before they are summed).
+    #[test]
+    fn every_mean_spec_sums_partials_to_the_whole_mean() {
+        for dtype in [DType::F32, DType::BF16] {
+            let x = TensorDesc::of(&[("b", 2), ("t", 6), ("d", 4)], dtype).unwrap();
+            let tol = if dtype == DType::F32 { 1e-6 } else { 4.0 * DType::BF16.epsilon() };
+            for over in [&["t"][..], &["b", "d"], &["b", "t", "d"]] {
+                let r = Reduce::new(&x, over, ReduceOp::Mean).unwrap();
+                for p in 1..=4 {
+                    for (seed, choice) in enumerate_specs(&r, p).unwrap().iter().enumerate() {
+                        let err = decomposition_error(&r, &choice.spec, seed as u64).unwrap();
+                        assert!(err <= tol, "{dtype} over {over:?} counts {:?}: {err}", choice.counts);
+                    }
+                }
+            }
+        }
+    }
+
+    /// As NumPy's mean: a NaN makes its row NaN, +∞ and −∞ together make NaN, one infinity
+    /// stays.
+    #[test]
+    fn mean_of_nan_and_infinities_is_numpys() {
+        let (nan, inf) = (f32::NAN, f32::INFINITY);
+        let x = TensorDesc::of(&[("r", 4), ("k", 2)], DType::F32).unwrap();
+        let t =
+            HostTensor::from_f32(x.tensor_type(), DType::F32, vec![1.0, nan, inf, -inf, inf, 1.0, 2.0, 4.0]).unwrap();
+        let y = execute_whole(&Reduce::new(&x, &["k"], ReduceOp::Mean).unwrap(), &[t]).unwrap()[0].to_f32();
+        assert!(y[0].is_nan() && y[1].is_nan(), "{y:?}");
+        assert_eq!(y[2..], [inf, 3.0]);
     }
 }

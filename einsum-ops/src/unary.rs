@@ -40,6 +40,11 @@ pub enum UnaryOp {
     /// SiLU (swish): `x·σ(x) = x / (1 + e⁻ˣ)`, evaluated as written: `silu(+∞) = +∞`,
     /// `silu(−∞) = −∞/∞ = NaN`.
     Silu,
+    /// The logistic function `σ(x) = 1 / (1 + e⁻ˣ)`, evaluated stably: `eˣ / (1 + eˣ)` for
+    /// `x < 0`, so neither side overflows; `σ(+∞) = 1`, `σ(−∞) = 0`.
+    Sigmoid,
+    /// The hyperbolic tangent (`f32::tanh`): `tanh(±∞) = ±1`.
+    Tanh,
     /// `eˣ`.
     Exp,
     /// `−x`.
@@ -49,7 +54,8 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    /// The operation named `name` (`relu`, `gelu`, `silu`, `exp`, `neg` or `scale`);
+    /// The operation named `name` (`relu`, `gelu`, `silu`, `sigmoid`, `tanh`, `exp`, `neg`
+    /// or `scale`);
     /// `scalar` is the factor of `scale` and is ignored otherwise. An unknown name, or a
     /// non-finite scale factor, is an [`Error::Invalid`] that lists the valid names.
     pub fn parse(name: &str, scalar: f32) -> Result<UnaryOp> {
@@ -66,7 +72,7 @@ impl UnaryOp {
         self.into()
     }
 
-    /// Applies the operation to one scalar. `Exp` and `Silu` use the kernels' vectorized
+    /// Applies the operation to one scalar. `Exp`, `Silu` and `Sigmoid` use the kernels' vectorized
     /// `exp` (within 2 ulps of the exact value), so this equals what the kernel computes.
     /// Every operation maps NaN to NaN; at the infinities each gives what NumPy's
     /// evaluation of its formula gives (see the variants).
@@ -79,6 +85,12 @@ impl UnaryOp {
                 0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
             }
             UnaryOp::Silu => x / (1.0 + vexp::exp(-x)),
+            UnaryOp::Sigmoid => {
+                // e^-|x| ≤ 1 never overflows; NaN stays NaN through it.
+                let e = vexp::exp(-x.abs());
+                if x < 0.0 { e / (1.0 + e) } else { 1.0 / (1.0 + e) }
+            }
+            UnaryOp::Tanh => x.tanh(),
             UnaryOp::Exp => vexp::exp(x),
             UnaryOp::Neg => -x,
             UnaryOp::Scale(s) => s * x,
@@ -88,7 +100,9 @@ impl UnaryOp {
     /// Floating-point operations per element, counting a transcendental (exp, tanh) as one.
     pub fn flops_per_element(self) -> f64 {
         match self {
-            UnaryOp::Relu | UnaryOp::Exp | UnaryOp::Neg | UnaryOp::Scale(_) => 1.0,
+            UnaryOp::Relu | UnaryOp::Exp | UnaryOp::Neg | UnaryOp::Scale(_) | UnaryOp::Tanh => 1.0,
+            // |x|, negate, exp, add, divide
+            UnaryOp::Sigmoid => 5.0,
             // negate, exp, add, divide
             UnaryOp::Silu => 4.0,
             // x³ (2), ·0.044715, +x, ·√(2/π), tanh, +1, ·x, ·0.5
@@ -217,10 +231,11 @@ mod tests {
             assert_eq!(UnaryOp::parse(name, 2.0).unwrap().name(), *name);
         }
         assert_eq!(UnaryOp::parse("scale", 0.25).unwrap(), UnaryOp::Scale(0.25));
-        let err = UnaryOp::parse("tanh", 0.0).unwrap_err();
+        let err = UnaryOp::parse("softplus", 0.0).unwrap_err();
         assert!(matches!(err, Error::Invalid { .. }));
         let msg = err.to_string();
-        assert!(msg.contains("tanh") && msg.contains("relu") && msg.contains("scale"), "{msg}");
+        assert!(msg.contains("softplus") && msg.contains("relu") && msg.contains("sigmoid"), "{msg}");
+        assert!(msg.contains("tanh") && msg.contains("scale"), "{msg}");
         assert!(UnaryOp::parse("scale", f32::NAN).is_err());
         let x = TensorDesc::of(&[("i", 2)], DType::F32).unwrap();
         assert!(Unary::new(&x, UnaryOp::Scale(f32::INFINITY)).is_err());
@@ -240,7 +255,7 @@ mod tests {
     #[test]
     fn every_spec_matches_the_whole_kernel() {
         let x = TensorDesc::of(&[("t", 6), ("d", 5)], DType::F32).unwrap();
-        for kind in [UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Scale(-1.5)] {
+        for kind in [UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Scale(-1.5)] {
             let op = Unary::new(&x, kind).unwrap();
             for p in [1, 2, 3, 4, 6] {
                 for choice in enumerate_specs(&op, p).unwrap() {
@@ -300,5 +315,52 @@ mod tests {
         assert_eq!(y[0].dtype(), DType::BF16);
         let y32 = execute_whole(&op32, &[t.cast(DType::F32)]).unwrap();
         assert!(einsum_core::relative_error(&y[0], &y32[0]) <= DType::BF16.epsilon());
+    }
+
+    /// σ and tanh of the whole kernel against f64 formulas, over a range that overflows a
+    /// naive `1 / (1 + e⁻ˣ)` at the negative end, in f32 and (within its precision) bf16.
+    #[test]
+    fn sigmoid_and_tanh_match_their_f64_formulas() {
+        let values: Vec<f32> = (-400..=400).map(|k| k as f32 * 0.25).collect();
+        let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+        for dtype in [DType::F32, DType::BF16] {
+            let x = TensorDesc::of(&[("i", values.len())], dtype).unwrap();
+            let t = HostTensor::from_f32(x.tensor_type(), dtype, values.clone()).unwrap();
+            let stored = t.to_f32();
+            let tol = if dtype == DType::F32 { 1e-6 } else { DType::BF16.epsilon() };
+            let cases: [(UnaryOp, &dyn Fn(f64) -> f64); 2] =
+                [(UnaryOp::Sigmoid, &sigmoid), (UnaryOp::Tanh, &f64::tanh)];
+            for (op, formula) in cases {
+                let y = execute_whole(&Unary::new(&x, op).unwrap(), std::slice::from_ref(&t)).unwrap();
+                for (v, got) in stored.iter().zip(y[0].to_f32()) {
+                    let want = formula(*v as f64);
+                    let err = (got as f64 - want).abs();
+                    // Relative near zero too: σ(−100) is 3.7e−44, not 0.
+                    assert!(
+                        err <= tol as f64 * want.abs().max(1e-30) || err <= 1e-38,
+                        "{}({v}) = {got}, want {want}",
+                        op.name()
+                    );
+                }
+            }
+        }
+        assert_eq!(UnaryOp::Sigmoid.apply(0.0), 0.5);
+        assert_eq!(UnaryOp::Sigmoid.apply(-0.0), 0.5);
+        assert_eq!(UnaryOp::Tanh.apply(-0.0).to_bits(), (-0.0f32).to_bits());
+    }
+
+    /// As NumPy: NaN stays NaN, `1 / (1 + exp(-x))` is 1 at +∞ and 0 at −∞, `tanh(±∞) = ±1`;
+    /// no overflow at ±1000.
+    #[test]
+    fn sigmoid_and_tanh_at_nan_and_the_infinities() {
+        let (nan, inf) = (f32::NAN, f32::INFINITY);
+        let x = TensorDesc::of(&[("i", 5)], DType::F32).unwrap();
+        let t = HostTensor::from_f32(x.tensor_type(), DType::F32, vec![nan, -inf, inf, -1000.0, 1000.0]).unwrap();
+        for (op, want) in [(UnaryOp::Sigmoid, [0.0, 1.0, 0.0, 1.0]), (UnaryOp::Tanh, [-1.0, 1.0, -1.0, 1.0])] {
+            let y = execute_whole(&Unary::new(&x, op).unwrap(), std::slice::from_ref(&t)).unwrap()[0].to_f32();
+            assert!(y[0].is_nan(), "{}(NaN) = {}", op.name(), y[0]);
+            assert_eq!(y[1..], want, "{}", op.name());
+            assert!(op.apply(nan).is_nan());
+        }
     }
 }

@@ -91,6 +91,9 @@ op_codes!(UnaryOp, "UNARY", Some("unary_apply(int op, float v, float s)"), {
     UnaryOp::Exp => 3, "EXP", "expf(v)";
     UnaryOp::Neg => 4, "NEG", "-v";
     UnaryOp::Scale(_) => 5, "SCALE", "s * v";
+    // Stable as UnaryOp::apply: e^-|v| never overflows, and NaN stays NaN (v < 0 is false).
+    UnaryOp::Sigmoid => 6, "SIGMOID", "v < 0.0f ? expf(v) / (1.0f + expf(v)) : 1.0f / (1.0f + expf(-v))";
+    UnaryOp::Tanh => 7, "TANH", "tanhf(v)";
 });
 
 op_codes!(BinaryOp, "BINARY", Some("binary_apply(int op, float a, float b)"), {
@@ -104,6 +107,7 @@ op_codes!(BinaryOp, "BINARY", Some("binary_apply(int op, float a, float b)"), {
 op_codes!(ReduceOp, "REDUCE", None, {
     ReduceOp::Sum => 0, "SUM";
     ReduceOp::Max => 1, "MAX";
+    ReduceOp::Mean => 2, "MEAN";
 });
 
 /// The scalar operand of a unary operation (`s` of `unary_apply`): the factor of
@@ -177,14 +181,23 @@ mod tests {
     fn every_rust_variant_has_its_code_in_the_generated_header() {
         check(&[DType::F32, DType::F16, DType::BF16, DType::I32]);
         check(&[Aggregation::Sum, Aggregation::Max, Aggregation::Min, Aggregation::Product]);
-        let unary = [UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Silu, UnaryOp::Exp, UnaryOp::Neg, UnaryOp::Scale(0.5)];
+        let unary = [
+            UnaryOp::Relu,
+            UnaryOp::Gelu,
+            UnaryOp::Silu,
+            UnaryOp::Exp,
+            UnaryOp::Neg,
+            UnaryOp::Scale(0.5),
+            UnaryOp::Sigmoid,
+            UnaryOp::Tanh,
+        ];
         check(&unary);
         // The names einsum-ops parses are exactly these variants.
         for op in unary {
             assert_eq!(UnaryOp::parse(op.name(), 0.5).unwrap().code(), op.code());
         }
         check(&[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max]);
-        check(&[ReduceOp::Sum, ReduceOp::Max]);
+        check(&[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean]);
         assert_eq!(unary_scalar(UnaryOp::Scale(0.25)), 0.25);
         assert_eq!(unary_scalar(UnaryOp::Exp), 0.0);
     }

@@ -54,7 +54,7 @@ impl CudaKernel for Einsum {
                 let keep = Dims::new(&[s.rows], [&[s.row], &[1], &[]])?;
                 let over = Dims::new(&[s.row], [&[1], &[], &[]])?;
                 let (x, y, op) = (src, outs[0], ReduceOp::Sum);
-                ops.push(Op::Reduce(work::Reduce { x, y, dtype, op, keep, over, index: Index::I64 }));
+                ops.push(Op::Reduce(work::Reduce { x, y, dtype, op, keep, over, index: Index::I64, count: 1.0 }));
                 ops
             }
             ContractionPlan::Gemm(p) => {
@@ -178,7 +178,8 @@ impl CudaKernel for Rope {
 }
 
 impl CudaKernel for Reduce {
-    /// One `reduce` launch: the kept indices iterate the output, the others are reduced.
+    /// One `reduce` launch: the kept indices iterate the output, the others are reduced (a
+    /// mean divides by the whole tensor's count, whatever the block).
     fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
         let x = &self.inputs()[0];
         let over: Vec<usize> = self.over().iter().filter_map(|n| x.position(n)).collect();
@@ -189,8 +190,8 @@ impl CudaKernel for Reduce {
         let keep_dims = Dims::new(&kshape, [&pick(&keep, &bs), &strides(&kshape), &[]])?;
         let over_dims = Dims::new(&pick(&over, &shape), [&pick(&over, &bs), &[], &[]])?;
         let (x, y, dtype) = (call.ins[0], call.outs[0], call.dtype);
-        let (op, index) = (self.op(), Index::I64);
-        Ok(vec![Op::Reduce(work::Reduce { x, y, dtype, op, keep: keep_dims, over: over_dims, index })])
+        let (op, index, count) = (self.op(), Index::I64, self.count() as f64);
+        Ok(vec![Op::Reduce(work::Reduce { x, y, dtype, op, keep: keep_dims, over: over_dims, index, count })])
     }
 }
 

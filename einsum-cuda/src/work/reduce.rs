@@ -1,4 +1,4 @@
-//! Sum and max reductions over some indices (`reduce`, `reduce32` of `reduce.cu`).
+//! Sum, max and mean reductions over some indices (`reduce`, `reduce32` of `reduce.cu`).
 
 use cudarc::driver::PushKernelArg;
 use einsum_core::DType;
@@ -13,7 +13,7 @@ use crate::executor::IssueCtx;
 use crate::kernels::codes::OpCode;
 use crate::lower::{Dims, Ptr};
 
-/// Sum or max over `over` for every element of `keep`.
+/// Sum, max or mean over `over` for every element of `keep`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reduce {
     /// Input.
@@ -30,6 +30,10 @@ pub struct Reduce {
     pub over: Dims,
     /// The index width (see [`crate::addressing`]).
     pub index: Index,
+    /// What a mean divides its sum by: the whole tensor's count of reduced elements, not
+    /// the block's, so that partial means over a split reduced index add up to the mean.
+    /// Sum and max ignore it (1).
+    pub count: f64,
 }
 
 impl DeviceWork for Reduce {
@@ -42,15 +46,16 @@ impl DeviceWork for Reduce {
         let (xp, yp, dt) = (ctx.addr(self.x), ctx.addr(self.y), self.dtype.code());
         let f = ctx.library_kernel(self)?;
         let mut b = ctx.stream().launch_builder(f);
-        b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&self.keep).arg(&self.over);
+        b.arg(&xp).arg(&yp).arg(&dt).arg(&code).arg(&self.keep).arg(&self.over).arg(&self.count);
         // SAFETY: matches `reduce`'s and `reduce32`'s signature.
         unsafe { b.launch(linear(n)) }.map_err(launch_err)?;
         Ok(())
     }
 
-    /// As reduce.cu computes it: the sum in f64, the maximum NaN-propagating.
+    /// As reduce.cu computes it: the sum in f64, the maximum NaN-propagating, the mean the
+    /// f64 sum over `count`.
     fn emulate(&self, m: &mut EmulatedMemory) {
-        let Reduce { x, y, dtype, op, keep, over, index } = self;
+        let Reduce { x, y, dtype, op, keep, over, index, count } = self;
         for i in 0..keep.volume() {
             let [bx, by, _] = offsets_of(keep, i, *index);
             let (mut sum, mut mx) = (0.0f64, f32::NEG_INFINITY);
@@ -67,6 +72,7 @@ impl DeviceWork for Reduce {
             let r = match op {
                 ReduceOp::Sum => sum as f32,
                 ReduceOp::Max => mx,
+                ReduceOp::Mean => (sum / count) as f32,
             };
             m.st(*y, by, *dtype, r);
         }

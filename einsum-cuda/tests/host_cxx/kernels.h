@@ -20,8 +20,8 @@ void aggregate(Sources, int, int, void*, int, int, i64);
 void aggregate_vec(Sources, int, int, void*, int, int, i64);
 void unary_binary(const void*, const void*, void*, int, int, float, int, int, i64);
 void unary_binary_vec(const void*, const void*, void*, int, int, float, int, int, i64);
-void reduce(const void*, void*, int, int, Dims, Dims);
-void reduce32(const void*, void*, int, int, Dims, Dims);
+void reduce(const void*, void*, int, int, Dims, Dims, double);
+void reduce32(const void*, void*, int, int, Dims, Dims, double);
 }
 template <typename F> void launch(unsigned G, unsigned B, F f) {
     gridDim = {G, 1, 1}; blockDim = {B, 1, 1};

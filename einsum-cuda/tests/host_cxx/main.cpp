@@ -130,9 +130,9 @@ int main() {
             Dims keep = d, over = d; keep.rank = 2; over.rank = 1; over.shape[0] = sh[2]; over.s0[0] = d.s0[2];
             keep.s1[0] = sh[1]; keep.s1[1] = 1; keep.shape[2] = 1;
             w1 = z; w2 = z;
-            for (int op = 0; op < 2; ++op) {
-                launch(3, 4, [&] { reduce(x.d, w1.d, dt, op, keep, over); });
-                launch(2, 5, [&] { reduce32(x.d, w2.d, dt, op, keep, over); });
+            for (int op = 0; op < 3; ++op) {
+                launch(3, 4, [&] { reduce(x.d, w1.d, dt, op, keep, over, 3.0); });
+                launch(2, 5, [&] { reduce32(x.d, w2.d, dt, op, keep, over, 3.0); });
                 check(!memcmp(w1.d, w2.d, 4096), "reduce32", dt, t);
             }
         }

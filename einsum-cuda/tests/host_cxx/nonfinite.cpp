@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include "kernels.h"
 // The codes of kernels/codes.rs (the generated header is in each module, not here).
-enum { F32 = 0, F16 = 1, BF16 = 2, RELU = 0, MAX = 4, AGG_MAX = 1, AGG_MIN = 2, REDUCE_MAX = 1 };
+enum { F32 = 0, F16 = 1, BF16 = 2, RELU = 0, MAX = 4, AGG_MAX = 1, AGG_MIN = 2, REDUCE_MAX = 1, REDUCE_MEAN = 2 };
 const float NaN = __int_as_float(0x7fc00000), Inf = __int_as_float(0x7f800000);
 int fails = 0;
 struct Buf {
@@ -107,10 +107,17 @@ int main() {
         over.rank = 1; over.shape[0] = 5; over.s0[0] = 1;
         for (int k = 1; k < 8; ++k) keep.shape[k] = over.shape[k] = 1;
         o1 = Buf(); o2 = Buf();
-        launch(3, 4, [&] { reduce(br.d, o1.d, dt, REDUCE_MAX, keep, over); });
-        launch(2, 5, [&] { reduce32(br.d, o2.d, dt, REDUCE_MAX, keep, over); });
+        launch(3, 4, [&] { reduce(br.d, o1.d, dt, REDUCE_MAX, keep, over, 1.0); });
+        launch(2, 5, [&] { reduce32(br.d, o2.d, dt, REDUCE_MAX, keep, over, 1.0); });
         expect(o1, dt, rmax, 4, "reduce max");
         expect(o2, dt, rmax, 4, "reduce32 max");
+        // The mean of the same rows (over a whole count of 10, as a block of a split row):
+        // NaN where the row holds one, +inf and -inf together NaN, -inf alone -inf.
+        const float rmean[4] = {NaN, NaN, NaN, -Inf};
+        launch(3, 4, [&] { reduce(br.d, o1.d, dt, REDUCE_MEAN, keep, over, 10.0); });
+        launch(2, 5, [&] { reduce32(br.d, o2.d, dt, REDUCE_MEAN, keep, over, 10.0); });
+        expect(o1, dt, rmean, 4, "reduce mean");
+        expect(o2, dt, rmean, 4, "reduce32 mean");
     }
     printf("fails: %d\n", fails);
     return fails != 0;
