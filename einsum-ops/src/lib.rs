@@ -10,7 +10,9 @@
 pub mod argmax;
 pub mod attention;
 pub mod binary;
+pub mod cast;
 mod common;
+pub mod concat;
 pub mod einsum;
 pub mod embedding;
 pub mod fused;
@@ -21,6 +23,7 @@ mod parallel;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
+pub mod slice;
 pub mod softmax;
 pub mod unary;
 mod vexp;
