@@ -6,7 +6,8 @@
 For p in 8, 16, 32, 64 and 72 it writes a topology of p copies of the `dgx-h100` site behind its
 switch fallback (the preset's file with `"sites": p`), then runs, RUNS times, every BINARY as
 `BINARY plan llama:layers=LAYERS,tokens=8192,seqs=1 --devices p --topology FILE --schedule
-SCHEDULE` under `perf stat -e task-clock`, interleaving binaries and points run by run so that
+SCHEDULE` (`--schedule`, the older name of `--synthesizer`, so that binaries from before the
+rename run too) under `perf stat -e task-clock`, interleaving binaries and points run by run so that
 the machine's load falls on all of them alike. It prints, per binary, the least CPU ms per point
 and the least-squares slope of log(ms) against log(p): the fitted exponent.
 """

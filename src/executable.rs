@@ -82,13 +82,22 @@ pub struct CompileOptions {
     pub refine: usize,
 }
 
+/// The devices a compile plans for unless told otherwise: [`CompileOptions::default`],
+/// `--devices` of the command line and the Python binding's `compile`. One DGX node's GPUs.
+pub const DEFAULT_DEVICES: usize = 8;
+
+/// The machine a compile targets unless told otherwise: [`CompileOptions::default`]'s, and
+/// on the command line and in the Python binding, scaled to the fewest nodes that hold the
+/// devices.
+pub const DEFAULT_TOPOLOGY: &str = "dgx-a100";
+
 impl Default for CompileOptions {
-    /// 8 devices on the CPU backend, the DP under the `time` model of `dgx-a100`, naive
-    /// exchange programs, the `dgx-a100` topology, the default memory budget.
+    /// [`DEFAULT_DEVICES`] on the CPU backend, the DP under the `time` model of
+    /// [`DEFAULT_TOPOLOGY`], naive exchange programs, that topology, the default memory budget.
     fn default() -> Self {
-        let topology = Topology::preset("dgx-a100").expect("the dgx-a100 preset is valid");
+        let topology = Topology::preset(DEFAULT_TOPOLOGY).expect("the default topology is a preset");
         Self {
-            devices: 8,
+            devices: DEFAULT_DEVICES,
             backend: Arc::new(CpuBackend::new().with_fusion(&einsum_ops::fused::RULES)),
             optimizer: Arc::new(Dp),
             cost: None,

@@ -25,7 +25,8 @@ pub mod report;
 
 pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::{
-    ExchangeSynthesizer, Exchanges, NaiveSynthesizer, SearchSynthesizer, Synthesized, memory_report, pipeline, refine,
+    DEFAULT_SEARCH_ITERATIONS, DEFAULT_SYNTHESIS_BUDGET, ExchangeSynthesizer, Exchanges, NaiveSynthesizer,
+    SearchSynthesizer, Synthesized, memory_report, pipeline, refine,
 };
 pub use einsum_core::{Backend, BackendError, Prepared};
 pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
@@ -38,4 +39,4 @@ pub use einsum_logical::{CostModel, LogicalOptimizer};
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
 pub use einsum_sim::Topology;
 pub use error::{Error, Result};
-pub use executable::{CompileOptions, Executable, RunReport, compile};
+pub use executable::{CompileOptions, DEFAULT_DEVICES, DEFAULT_TOPOLOGY, Executable, RunReport, compile};

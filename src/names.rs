@@ -91,6 +91,10 @@ const TABLE: &[OptimizerEntry] = &[
     },
 ];
 
+/// The strategy `--optimizer` and the Python binding's `compile` name unless told otherwise
+/// (and [`CompileOptions::default`](crate::CompileOptions)'s): the DP.
+pub const DEFAULT_OPTIMIZER: &str = "dp";
+
 /// The strategies of `einsum-logical`, by name: the one table the command line, its help,
 /// the Python package and [`optimizer_by_name`] read. Searches first, then the baselines.
 pub fn optimizers() -> &'static [OptimizerEntry] {
@@ -171,6 +175,10 @@ const COST_MODELS: &[CostModelEntry] = &[
     },
 ];
 
+/// The cost model `--cost` and the Python binding's `compile` name unless told otherwise
+/// (and [`CompileOptions::default`](crate::CompileOptions)'s): the simulated time.
+pub const DEFAULT_COST_MODEL: &str = "time";
+
 /// The cost models of `einsum-logical`, by name: the one table the command line, its help,
 /// the Python package and [`cost_model_by_name`] read. A model from another crate
 /// implements [`CostModel`] and is handed to the driver as a value; it needs no entry here.
@@ -198,6 +206,13 @@ pub fn cost_model_by_name(name: &str, machine: &str) -> Result<Box<dyn CostModel
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_defaults_are_entries_and_compile_options_default_to_them() {
+        assert_eq!(optimizer_entry(DEFAULT_OPTIMIZER).unwrap().name, DEFAULT_OPTIMIZER);
+        assert_eq!(cost_model_entry(DEFAULT_COST_MODEL).unwrap().name, DEFAULT_COST_MODEL);
+        assert_eq!(crate::CompileOptions::default().optimizer.name(), DEFAULT_OPTIMIZER);
+    }
 
     #[test]
     fn every_entry_builds_the_strategy_of_its_name() {

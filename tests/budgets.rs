@@ -24,7 +24,7 @@ fn a_search_with_a_huge_iteration_cap_ends_at_its_budget() {
             ffn,
             "--devices",
             "8",
-            "--schedule",
+            "--synthesizer",
             "search",
             "--iterations",
             HUGE,

@@ -136,7 +136,7 @@ fn exprog_synthesize_returns_a_program_that_checks() {
             &file,
             "--topology",
             "dgx-a100",
-            "--mode",
+            "--synthesizer",
             mode,
             "--iterations",
             "20",
@@ -458,10 +458,10 @@ fn adversarial_inputs_fail_fast_with_typed_errors() {
 fn fixed_choices_are_checked_by_the_parser_and_listed() {
     for (args, valid) in [
         (&["plan", "matmul:n=64", "--dtype", "f64"][..], "f32, f16, bf16"),
-        (&["plan", "matmul:n=64", "--schedule", "greedy"][..], "naive, search"),
+        (&["plan", "matmul:n=64", "--synthesizer", "greedy"][..], "naive, search"),
         (&["plan", "matmul:n=64", "--cost", "flops"][..], "time, proxy"),
         (&["run", "matmul:n=8", "--backend", "tpu"][..], "cpu, cuda"),
-        (&["exprog", "synthesize", "x.exprog", "--topology", "dgx-a100", "--mode", "fast"][..], "naive, search"),
+        (&["exprog", "synthesize", "x.exprog", "--topology", "dgx-a100", "--synthesizer", "fast"][..], "naive, search"),
     ] {
         let mut with_json = args.to_vec();
         with_json.push("--json");

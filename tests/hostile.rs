@@ -197,7 +197,7 @@ fn exprog_files() {
         for args in [
             &["exprog", "check", path][..],
             &["exprog", "simulate", path, "--topology", "dgx-h100"],
-            &["exprog", "synthesize", path, "--topology", "dgx-h100", "--mode", "naive"],
+            &["exprog", "synthesize", path, "--topology", "dgx-h100", "--synthesizer", "naive"],
         ] {
             let bad_actions = file.file_name().unwrap().to_str().unwrap().starts_with("bad-actions-");
             let expect = if args[1] == "synthesize" && bad_actions { Expect::Ok } else { expect };
@@ -205,7 +205,8 @@ fn exprog_files() {
         }
     }
     let path = broadcast.to_str().unwrap();
-    let args = ["exprog", "synthesize", path, "--topology", "dgx-h100", "--mode", "search", "--synthesis-budget", "5"];
+    let args =
+        ["exprog", "synthesize", path, "--topology", "dgx-h100", "--synthesizer", "search", "--synthesis-budget", "5"];
     cases.push((broadcast.display().to_string(), strings(&args), Expect::Ok));
     run_all(cases);
 }

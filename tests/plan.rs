@@ -130,13 +130,14 @@ fn plan_reports_the_compiled_prediction_and_bytes_moved() {
 
 #[test]
 fn plan_takes_a_schedule_and_rejects_unknown_ones() {
-    let args = ["plan", "chain-c:scale=256", "--devices", "4", "--schedule", "search", "--iterations", "5", "--json"];
+    let args =
+        ["plan", "chain-c:scale=256", "--devices", "4", "--synthesizer", "search", "--iterations", "5", "--json"];
     let v = json_of(&einsummable(&args));
     assert_eq!(v["schedule"], "search");
     assert!(v["predicted_ms"].as_f64().is_some_and(|t| t > 0.0 && t.is_finite()), "{v}");
 
     // The argument parser refuses it (a usage error) and lists the schedules.
-    let out = einsummable(&["plan", "matmul:n=64", "--schedule", "fastest", "--json"]);
+    let out = einsummable(&["plan", "matmul:n=64", "--synthesizer", "fastest", "--json"]);
     assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let error = v["error"].as_str().unwrap();
@@ -219,7 +220,7 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
     assert_eq!(guarded.predicted_ms, naive.predicted_ms);
     assert_eq!(guarded.exchanges, Exchanges::NaiveOverSearched { searched_ms: searched.predicted_ms });
     // `plan` says so, in its JSON and its text.
-    let args = ["plan", "chain-b", "--devices", "8", "--topology", "dgx-a100", "--schedule", "search"];
+    let args = ["plan", "chain-b", "--devices", "8", "--topology", "dgx-a100", "--synthesizer", "search"];
     let v = json_of(&einsummable(&[&args[..], &["--iterations", "20", "--json"]].concat()));
     assert_eq!(
         (v["exchanges"].as_str(), v["searched_ms"].as_f64()),

@@ -125,8 +125,10 @@ impl CompileLimits {
 }
 
 /// The simulations a search with a wall-time budget is charged for by
-/// [`CompileLimits::exchange_pieces_for`]: the CLI's default iteration cap, the count the
-/// search's limit was measured at (9 176 pieces).
+/// [`CompileLimits::exchange_pieces_for`] whatever its iteration cap: the count the search's
+/// limit was measured at (9 176 pieces). The budget, not the cap, bounds such a search's time,
+/// so the limit of `plan`'s and the Python binding's budgeted searches stays put when their cap
+/// is raised.
 pub const BUDGETED_SEARCH_SIMULATIONS: usize = 50;
 
 /// The limits [`crate::compile`] checks.
@@ -144,8 +146,8 @@ pub const BUDGETED_SEARCH_SIMULATIONS: usize = 50;
 ///   at the limit takes a few minutes at most; p = 512 (262 144 pieces) and p = 1024
 ///   (1 048 576) are refused, where p = 1024 had not finished after 400 s. A search
 ///   simulates each program many times, so its limit is lower
-///   ([`CompileLimits::exchange_pieces_for`]: 9 176 pieces at the CLI's 50 iterations,
-///   which admits every all-to-all up to p = 95).
+///   ([`CompileLimits::exchange_pieces_for`]: 9 176 pieces for a search with a wall-time
+///   budget, as the CLI's, which admits every all-to-all up to p = 95).
 pub const LIMITS: CompileLimits = CompileLimits { tasks: 4_000_000, exchange_pieces: 65_536 };
 
 /// Estimated bytes of compiling `comp` with `specs` on `p` devices (module docs):

@@ -78,12 +78,16 @@ use einsum_core::taskgraph::{Boundary, DeviceId, MemoryStats, TaskGraph};
 use einsum_joinagg::{Computation, FunctionSpec, JoinAggSpec, OpId, TensorId, validate_spec};
 use einsum_sim::{Roofline, Topology};
 
+/// The default search iterations per exchange program, defined beside the search's options.
+pub use einsum_exprog::synth::DEFAULT_SEARCH_ITERATIONS;
 pub use fallback::Exchanges;
 pub use kernels::{ComputationKernels, check_operators, operator_ref};
 pub use lower_program::{ExchangeSources, lower_exchange};
 pub use pipeline::{PipelineError, plan_and_compile};
 pub use predict::{PredictError, predict, predict_ms, simulator_tasks};
-pub use synthesizer::{ExchangeSynthesizer, NaiveSynthesizer, SearchSynthesizer, Synthesized};
+pub use synthesizer::{
+    DEFAULT_SYNTHESIS_BUDGET, ExchangeSynthesizer, NaiveSynthesizer, SearchSynthesizer, Synthesized,
+};
 
 use einsum_exprog::PreambleError;
 use einsum_exprog::Program;

@@ -151,7 +151,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use einsum_exprog::synth::{SearchOptions, SynthError, naive_validated, search};
+use einsum_exprog::synth::{DEFAULT_SEARCH_ITERATIONS, SearchOptions, SynthError, naive_validated, search};
 use einsum_exprog::{Closure, Membership, Preamble, Program};
 use einsum_sim::Topology;
 
@@ -259,6 +259,26 @@ pub struct SearchSynthesizer {
     /// Off, the graph runs the searched programs whatever they cost the plan: for tests of the
     /// searched programs themselves.
     pub naive_fallback: bool,
+}
+
+/// The default [`SearchSynthesizer::budget`] (`--synthesis-budget` on the command line, the
+/// Python binding's `compile`): the wall time one exchange program's search may take. The
+/// iteration cap ends a search first at [`DEFAULT_SEARCH_ITERATIONS`] on any machine this
+/// runs on, so results stay reproducible; the budget bounds a search given a huge cap.
+pub const DEFAULT_SYNTHESIS_BUDGET: Duration = Duration::from_secs(10);
+
+impl Default for SearchSynthesizer {
+    /// Seed 0, [`DEFAULT_SEARCH_ITERATIONS`], [`DEFAULT_SYNTHESIS_BUDGET`] and the naive
+    /// fallback: what the command line and the Python binding search with unless told
+    /// otherwise.
+    fn default() -> Self {
+        SearchSynthesizer {
+            seed: SearchOptions::default().seed,
+            iterations: DEFAULT_SEARCH_ITERATIONS,
+            budget: Some(DEFAULT_SYNTHESIS_BUDGET),
+            naive_fallback: true,
+        }
+    }
 }
 
 impl ExchangeSynthesizer for SearchSynthesizer {

@@ -35,7 +35,7 @@ use einsum_compile::NaiveSynthesizer;
 use einsum_core::DType;
 use einsum_experiments::Workload;
 use einsum_exprog::synth::collectives::{Collective, all_reduce_whole};
-use einsum_exprog::synth::{SearchOptions, naive, search};
+use einsum_exprog::synth::{CORPUS_SEARCH_ITERATIONS, SearchOptions, naive, search};
 use einsum_exprog::{Program, Relabelling};
 use einsum_logical::{Dp, Machine, Time};
 use einsum_sim::Topology;
@@ -110,7 +110,8 @@ fn largest_preambles(
 }
 
 fn main() -> ExitCode {
-    let mut options = SearchOptions::default();
+    // The corpus's budget, at which its figures are measured: every walk runs.
+    let mut options = SearchOptions { iterations: CORPUS_SEARCH_ITERATIONS, ..SearchOptions::default() };
     let mut seeds = 1;
     let mut write: Option<std::path::PathBuf> = None;
     let mut args = std::env::args().skip(1);

@@ -1,15 +1,15 @@
 //! The exchange corpus: preambles taken from real plans (`tests/data/corpus/`, written by
 //! `cargo run --release -p einsum-experiments --example exchange_corpus -- --write DIR`: the
 //! largest exchange of the DP's plan of the LLaMA block 1×1K and chains A–D on `dgx-v100`
-//! and `dgx-a100x2`). On each, the search at its default budget must never lose to its best
-//! seed, must beat it on at least half of the cases (five of the ten, one more than the 400
-//! iterations that were the default before), must beat it on chain B on `dgx-v100`, where deleting a
+//! and `dgx-a100x2`). On each, the search at the corpus's budget ([`CORPUS_SEARCH_ITERATIONS`])
+//! must never lose to its best seed, must beat it on at least half of the cases (five of the
+//! ten, one more than at 400 iterations), must beat it on chain B on `dgx-v100`, where deleting a
 //! transfer that no seed leaves out pays, and must find a program almost twice as fast as
 //! every seed on chain C on `dgx-v100` (the search's closing descent, `synth/search.rs`).
 
 use std::path::PathBuf;
 
-use einsum_exprog::synth::{SearchOptions, search};
+use einsum_exprog::synth::{CORPUS_SEARCH_ITERATIONS, SearchOptions, search};
 use einsum_sim::Topology;
 
 /// Every corpus file, with its machine (the file name up to the workload).
@@ -31,8 +31,7 @@ fn corpus() -> Vec<(String, String, String)> {
 fn the_search_earns_its_iterations_on_the_corpus() {
     let cases = corpus();
     assert_eq!(cases.len(), 10);
-    // the default budget (1000 iterations since the interned evaluation made each cheaper)
-    let options = SearchOptions { seed: 0, ..SearchOptions::default() };
+    let options = SearchOptions { seed: 0, iterations: CORPUS_SEARCH_ITERATIONS, ..SearchOptions::default() };
     let mut wins = Vec::new();
     for (name, machine, src) in &cases {
         let preamble = einsum_exprog::load(src).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -74,7 +73,8 @@ fn the_second_walk_starts_from_another_placement_and_beats_the_best_seed() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/placement/dgx-v100-llama-1x1k-free.exprog");
     let preamble = einsum_exprog::load(&std::fs::read_to_string(path).unwrap()).unwrap();
     let topology = Topology::preset("dgx-v100").unwrap();
-    let found = search(&preamble, &topology, SearchOptions::default()).unwrap();
+    let options = SearchOptions { iterations: CORPUS_SEARCH_ITERATIONS, ..SearchOptions::default() };
+    let found = search(&preamble, &topology, options).unwrap();
     assert!(found.program.validate_with(&found.membership).is_ok());
     assert!(
         found.completion_ms < found.seed_ms * (1.0 - 1e-6),

@@ -25,14 +25,13 @@
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread;
-use std::time::Duration;
 
 use einsum_core::{HostTensor, TensorDesc};
 use einsum_logical::LogicalOptimizer;
 use einsummable::report::{GraphReport, PlanReport, explain_text};
 use einsummable::{
-    BackendParams, CompileOptions, Error, ExchangeSynthesizer, Executable, NaiveSynthesizer, SearchSynthesizer,
-    Snapshot, Tensor, Topology,
+    BackendParams, CompileOptions, DEFAULT_TOPOLOGY, Error, ExchangeSynthesizer, Executable, NaiveSynthesizer,
+    SearchSynthesizer, Snapshot, Tensor, Topology,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -43,15 +42,6 @@ use crate::graph::{PyGraph, tensor_name};
 use crate::progress::{callback, with_progress};
 use crate::strategy::PyStrategy;
 use crate::worker::{Cancel, Reply, STACK_BYTES, catch, reply_channel, wait};
-
-/// The machine planned for without a topology: as on the command line, `dgx-a100` scaled to
-/// the fewest nodes that hold the devices.
-const DEFAULT_TOPOLOGY: &str = "dgx-a100";
-
-/// Search iterations and wall time per exchange program under `schedule="search"` (the
-/// command line's defaults).
-const SEARCH_ITERATIONS: usize = 50;
-const SEARCH_BUDGET: Duration = Duration::from_secs(10);
 
 /// A call served on an executable's thread: given the executable, or, once an earlier job
 /// panicked, the message saying it is unusable; returns its own panic's message, if it
@@ -275,15 +265,18 @@ impl PyExecutable {
 /// `mesh2d`; or an object with `solve(problem) -> list[int]`) under the `cost` model
 /// (`time` or `proxy`) of `topology` (a preset or a topology file; default `dgx-a100`
 /// scaled to the devices), within `memory_budget` GB per device (default: the topology's
-/// HBM less 10%), synthesizes the exchange programs (`schedule`: `naive` or `search`) and
+/// HBM less 10%), synthesizes the exchange programs (`synthesizer`: `naive`, the default, or `search`, with
+/// the library's default iterations and wall-time budget; `schedule` is the same keyword's
+/// other name) and
 /// prepares the task graph on `backend` (`cpu` or `cuda`). The work runs on the
 /// executable's own thread while the caller waits with the GIL released; Ctrl-C raises
 /// `KeyboardInterrupt` at once (the abandoned compile finishes in the background, calling
 /// neither `progress` nor a Python strategy again, and is dropped). `progress`, a callable,
 /// receives a line per stage (on the executable's thread).
 #[pyfunction]
-#[pyo3(signature = (graph, devices = 8, optimizer = None, cost = "time", topology = None,
-    memory_budget = None, backend = "cpu", schedule = "naive", seed = 0, progress = None))]
+#[pyo3(signature = (graph, devices = einsummable::DEFAULT_DEVICES, optimizer = None,
+    cost = einsummable::names::DEFAULT_COST_MODEL, topology = None, memory_budget = None, backend = "cpu",
+    synthesizer = None, seed = 0, progress = None, schedule = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile(
     py: Python<'_>,
@@ -294,9 +287,10 @@ pub fn compile(
     topology: Option<String>,
     memory_budget: Option<f64>,
     backend: &str,
-    schedule: &str,
+    synthesizer: Option<&str>,
     seed: u64,
     progress: Option<Py<PyAny>>,
+    schedule: Option<&str>,
 ) -> PyResult<PyExecutable> {
     let progress = callback(py, progress)?;
     let topology_name = topology.unwrap_or_else(|| {
@@ -305,7 +299,7 @@ pub fn compile(
     let machine = Topology::named(&topology_name).py_err()?;
     let cancel = Cancel::default();
     let (strategy, python_strategy): (Arc<dyn LogicalOptimizer>, Option<Arc<PyStrategy>>) = match optimizer {
-        None => (optimizer_by_name("dp", seed)?, None),
+        None => (optimizer_by_name(einsummable::names::DEFAULT_OPTIMIZER, seed)?, None),
         Some(o) if o.is_instance_of::<pyo3::types::PyString>() => {
             (optimizer_by_name(&o.extract::<String>()?, seed)?, None)
         }
@@ -315,20 +309,9 @@ pub fn compile(
         }
     };
     let cost_model = Arc::from((einsummable::names::cost_model_entry(cost).py_err()?.build)(&machine));
-    let schedule_name = match schedule {
-        "naive" => "naive",
-        "search" => "search",
-        other => {
-            return Err(EinsummableError::new_err(format!("schedule `{other}`: expected naive or search")));
-        }
-    };
+    let schedule_name = synthesizer_name(synthesizer, schedule)?;
     let synthesizer: Arc<dyn ExchangeSynthesizer> = if schedule_name == "search" {
-        Arc::new(SearchSynthesizer {
-            seed,
-            iterations: SEARCH_ITERATIONS,
-            budget: Some(SEARCH_BUDGET),
-            naive_fallback: true,
-        })
+        Arc::new(SearchSynthesizer { seed, ..SearchSynthesizer::default() })
     } else {
         Arc::new(NaiveSynthesizer)
     };
@@ -387,6 +370,25 @@ pub fn compile(
 }
 
 /// The strategy named `name` in the driver's table of names, seeded (`random`).
+/// The exchange synthesizer `compile` names: `synthesizer`, or `schedule`, its other name
+/// (the two may both be given only when they agree), `naive` without either.
+fn synthesizer_name(synthesizer: Option<&str>, schedule: Option<&str>) -> PyResult<&'static str> {
+    let name = match (synthesizer, schedule) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(EinsummableError::new_err(format!(
+                "synthesizer `{a}` and schedule `{b}`: the two keywords name one setting; give one"
+            )));
+        }
+        (Some(name), _) | (None, Some(name)) => name,
+        (None, None) => "naive",
+    };
+    match name {
+        "naive" => Ok("naive"),
+        "search" => Ok("search"),
+        other => Err(EinsummableError::new_err(format!("synthesizer `{other}`: expected naive or search"))),
+    }
+}
+
 fn optimizer_by_name(name: &str, seed: u64) -> PyResult<Arc<dyn LogicalOptimizer>> {
     Ok(Arc::from(einsummable::names::optimizer_by_name(name, seed).py_err()?))
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use einsummable::DEFAULT_TOPOLOGY;
 use einsummable::experiment::{Experiment, Runner, Setup};
 use pyo3::prelude::*;
 
@@ -9,9 +10,6 @@ use crate::errors::{EinsummableError, IntoPy};
 use crate::graph::{PyGraph, parse_dtype};
 use crate::progress::{callback, with_progress};
 use crate::worker::{Cancel, guarded, run_detached};
-
-/// The machine without `topology`, scaled to the largest device count.
-const DEFAULT_TOPOLOGY: &str = "dgx-a100";
 
 /// The graph of the named workload `spec`, `name:key=value,...` as on the command line
 /// (e.g. `llama-block:tokens=256,d_model=128`), in `dtype`. `einsummable.workloads` builds

@@ -110,13 +110,21 @@ def test_bad_workloads_are_workload_errors():
         es.experiment("figure9")
 
 
-def test_unknown_backend_and_schedule():
+def test_unknown_backend_and_synthesizer():
     g, x, w = small()
     g.save(g.matmul(x, w))
     with pytest.raises(es.EinsummableError, match="tpu"):
         es.compile(g, backend="tpu")
-    with pytest.raises(es.EinsummableError, match="schedule `fast`: expected naive or search"):
-        es.compile(g, schedule="fast")
+    for keyword in ["synthesizer", "schedule"]:
+        with pytest.raises(es.EinsummableError, match="synthesizer `fast`: expected naive or search"):
+            es.compile(g, **{keyword: "fast"})
+
+
+def test_synthesizer_and_schedule_must_agree():
+    g, x, w = small()
+    g.save(g.matmul(x, w))
+    with pytest.raises(es.EinsummableError, match="synthesizer `search` and schedule `naive`"):
+        es.compile(g, synthesizer="search", schedule="naive")
 
 
 def test_a_duplicate_input_name_is_refused():

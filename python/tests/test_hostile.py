@@ -82,6 +82,7 @@ COMPILE_CASES = {
     "a topology that is a directory": dict(topology="/"),
     "a topology that is /dev/zero": dict(topology="/dev/zero"),
     "an unknown schedule": dict(schedule="fast"),
+    "an unknown synthesizer": dict(synthesizer="fast"),
 }
 
 

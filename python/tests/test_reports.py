@@ -49,9 +49,11 @@ def test_optimizers_table():
     assert names[:2] == ["dp", "greedy"] and "megatron" in names
 
 
-def test_search_schedule_is_reported():
+def test_search_synthesizer_is_reported():
     g = es.workloads.ffn(tokens=64, d_model=32, d_ff=128)
-    plan = es.compile(g, devices=4, schedule="search", seed=1).plan()
+    plan = es.compile(g, devices=4, synthesizer="search", seed=1).plan()
     assert plan["schedule"] == "search" and plan["predicted_ms"] > 0
     # the searched programs, or naive ones where the whole plan predicted faster with them
     assert (plan["exchanges"] == "searched") == (plan["searched_ms"] is None)
+    # `schedule`, the keyword's other name, compiles the same plan
+    assert es.compile(g, devices=4, schedule="search", seed=1).plan()["predicted_ms"] == plan["predicted_ms"]

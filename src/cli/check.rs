@@ -11,7 +11,7 @@ pub struct Args {
     /// The workload, `name:key=value,...` (matmul, ffn, llama-block, llama, chain-a..e).
     workload: String,
     /// Number of devices p.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
     devices: usize,
     /// At most this many specs per operator are run.
     #[arg(long, default_value_t = 16)]

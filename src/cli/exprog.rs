@@ -38,17 +38,17 @@ pub enum Command {
         file: PathBuf,
         #[arg(long, help = super::topology_help("the machine"))]
         topology: String,
-        /// How the body is synthesized.
-        #[arg(long, value_enum, default_value_t = SynthesizerName::Search)]
-        mode: SynthesizerName,
+        /// How the body is synthesized (`--mode` and `--schedule` are this flag's older names).
+        #[arg(long, aliases = ["mode", "schedule"], value_enum, default_value_t = SynthesizerName::Search)]
+        synthesizer: SynthesizerName,
         /// Seed of the search.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Iterations of the search.
-        #[arg(long, default_value_t = SearchOptions::default().iterations)]
+        #[arg(long, default_value_t = einsummable::DEFAULT_SEARCH_ITERATIONS)]
         iterations: usize,
         /// Wall time in seconds the search may take, on top of the iteration cap.
-        #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+        #[arg(long, value_name = "SECONDS", default_value_t = super::default_synthesis_budget_s())]
         synthesis_budget: f64,
     },
 }
@@ -99,13 +99,13 @@ pub fn run(command: Command) -> Result<Report> {
             };
             Ok(Report::new(&json, text, sim.valid))
         }
-        Command::Synthesize { file, topology, mode, seed, iterations, synthesis_budget } => {
+        Command::Synthesize { file, topology, synthesizer, seed, iterations, synthesis_budget } => {
             let time_limit = Some(super::synthesis_budget(synthesis_budget)?);
             let in_file = |e: Error| e.in_file(&file);
             let preamble = load(&read(&file)?).map_err(|e| in_file(e.into()))?;
             let topo = Topology::named(&topology)?;
             let shown = file.display().to_string();
-            let (program, completion_ms, membership, search) = match mode {
+            let (program, completion_ms, membership, search) = match synthesizer {
                 SynthesizerName::Naive => {
                     let program = synth::naive(&preamble).map_err(|e| in_file(e.into()))?;
                     let sim = simulate(&program, &topo).map_err(|e| in_file(e.into()))?;
@@ -130,7 +130,7 @@ pub fn run(command: Command) -> Result<Report> {
             };
             let fallback = search.as_ref().and_then(|s| s.fallback.as_ref());
             let text = format!(
-                "# {mode} synthesis on {topology}: {} ms, membership {}\n{}{program}\n",
+                "# {synthesizer} synthesis on {topology}: {} ms, membership {}\n{}{program}\n",
                 round(completion_ms),
                 membership_text(&membership),
                 fallback.map_or_else(String::new, |why| format!("# not searched: {why}\n"))
@@ -138,7 +138,7 @@ pub fn run(command: Command) -> Result<Report> {
             let json = ExprogSynthesizeJson {
                 file: &shown,
                 topology: &topology,
-                mode: mode.name(),
+                mode: synthesizer.name(),
                 completion_ms,
                 membership: membership_json(&membership),
                 program: program.to_string(),
@@ -207,7 +207,7 @@ pub struct ExprogSimulateJson<'a> {
     pub bridge_bytes: f64,
 }
 
-/// The `--json` object of `exprog synthesize`; with `--mode search`, the search's
+/// The `--json` object of `exprog synthesize`; with `--synthesizer search`, the search's
 /// statistics follow as `naive_ms`, `evaluated`, `origin` and `fallback` (absent with
 /// `naive`).
 #[derive(Serialize)]
@@ -224,12 +224,12 @@ pub struct ExprogSynthesizeJson<'a> {
     pub membership: BTreeMap<String, Vec<usize>>,
     /// The synthesised program in ExProg syntax.
     pub program: String,
-    /// The search's statistics, flattened into this object; absent with `--mode naive`.
+    /// The search's statistics, flattened into this object; absent with `--synthesizer naive`.
     #[serde(flatten)]
     pub search: Option<SearchStatsJson>,
 }
 
-/// What the search of `exprog synthesize --mode search` did.
+/// What the search of `exprog synthesize --synthesizer search` did.
 #[derive(Serialize)]
 pub struct SearchStatsJson {
     /// The naive program's simulated completion time, in ms (a seed of the search, so

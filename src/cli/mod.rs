@@ -15,6 +15,8 @@ pub mod exprog;
 pub mod plan;
 pub mod run;
 pub mod specs;
+#[cfg(test)]
+mod tests;
 
 /// What a command produced: its JSON object, its text, and whether it succeeded.
 pub struct Report {
@@ -88,7 +90,7 @@ pub fn topology_help(what: &str) -> String {
 
 /// The machine `plan`, `run` and `explain` target without `--topology`, scaled to as many
 /// nodes as `--devices` needs.
-pub const DEFAULT_TOPOLOGY: &str = "dgx-a100";
+pub use einsummable::DEFAULT_TOPOLOGY;
 
 /// The help of an optional `--topology` whose default is [`DEFAULT_TOPOLOGY`] scaled to the
 /// devices.
@@ -137,8 +139,9 @@ pub fn dtype_names() -> impl TypedValueParser<Value = DType> {
     PossibleValuesParser::new(DType::ALL.map(DType::name)).try_map(|name| name.parse::<DType>())
 }
 
-/// The name of one of the project's exchange synthesizers (`--schedule`, and `exprog synthesize
-/// --mode`).
+/// The name of one of the project's exchange synthesizers: `--synthesizer` on `plan`, `run`,
+/// `explain` and `exprog synthesize` (which also take the older `--schedule`, and `--mode` on
+/// `exprog synthesize`, as aliases).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SynthesizerName {
     /// Gather and aggregate at each target.
@@ -176,11 +179,12 @@ impl fmt::Display for SynthesizerName {
     }
 }
 
-/// The default of `--synthesis-budget`: the wall time in seconds one exchange program's
-/// search may take. The iteration cap (`--iterations`) ends a search first at its default on
-/// any machine this runs on, so results stay reproducible; the budget bounds a search given a
-/// huge cap (`--iterations 18446744073709551615` returns after this many seconds per program).
-pub const DEFAULT_SYNTHESIS_BUDGET_S: f64 = 10.0;
+/// The default of `--synthesis-budget`, in seconds: the library's
+/// [`einsummable::DEFAULT_SYNTHESIS_BUDGET`] (`--iterations 18446744073709551615` returns
+/// after this many seconds per program).
+pub fn default_synthesis_budget_s() -> f64 {
+    einsummable::DEFAULT_SYNTHESIS_BUDGET.as_secs_f64()
+}
 
 /// `--synthesis-budget SECONDS` as a duration (see [`seconds`]).
 pub fn synthesis_budget(s: f64) -> Result<std::time::Duration> {

@@ -7,7 +7,7 @@ use einsum_joinagg::Computation;
 use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
 use einsum_sim::Topology;
 use einsummable::memory_report::{MemoryReport, memory_text};
-use einsummable::names::cost_model_by_name;
+use einsummable::names::{self, cost_model_by_name};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::refine::{DEFAULT_REFINE, Refinement};
 use einsummable::report::{PlanReport, PlannedOpReport, SearchJson, search_line};
@@ -23,10 +23,10 @@ pub struct Args {
     /// The workload, `name:key=value,...`.
     workload: String,
     /// Number of devices p.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
     devices: usize,
     /// The logical optimizer.
-    #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
+    #[arg(long, default_value = names::DEFAULT_OPTIMIZER, value_parser = super::optimizer_names())]
     optimizer: String,
     /// Wall time in seconds the ilp optimizer's solver may take per solve before it gives
     /// up with an error (it returns only proven optima).
@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long, value_name = "NODES", default_value_t = einsum_logical::Ilp::DEFAULT_NODE_LIMIT)]
     ilp_node_limit: u64,
     /// The cost model the optimizer minimizes.
-    #[arg(long, default_value = "time", value_parser = super::cost_names())]
+    #[arg(long, default_value = names::DEFAULT_COST_MODEL, value_parser = super::cost_names())]
     cost: String,
     #[arg(long, help = super::scaled_topology_help("the machine the time model and the prediction target"))]
     topology: Option<String>,
@@ -47,16 +47,16 @@ pub struct Args {
     /// latencies runs with them.
     #[arg(long, value_name = "TOPOLOGY")]
     cost_topology: Option<String>,
-    /// Exchange programs of the physical compilation.
-    #[arg(long, value_enum, default_value_t = SynthesizerName::Naive)]
-    schedule: SynthesizerName,
-    /// Search iterations per exchange program (with --schedule search).
-    #[arg(long, default_value_t = 50)]
+    /// Exchange programs of the physical compilation (`--schedule` is this flag's older name).
+    #[arg(long, alias = "schedule", value_enum, default_value_t = SynthesizerName::Naive)]
+    synthesizer: SynthesizerName,
+    /// Search iterations per exchange program (with --synthesizer search).
+    #[arg(long, default_value_t = einsummable::DEFAULT_SEARCH_ITERATIONS)]
     iterations: usize,
-    /// Wall time in seconds each exchange program's search may take (with --schedule
+    /// Wall time in seconds each exchange program's search may take (with --synthesizer
     /// search), on top of the iteration cap; a search it cuts short depends on the
     /// machine's speed.
-    #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+    #[arg(long, value_name = "SECONDS", default_value_t = super::default_synthesis_budget_s())]
     synthesis_budget: f64,
     /// Seed of the random strategy and of the search.
     #[arg(long, default_value_t = 0)]
@@ -104,7 +104,7 @@ pub fn run(a: Args) -> Result<Report> {
     }
     let graph = workload.build(a.dtype)?;
     let model = cost_model_by_name(&a.cost, a.cost_topology.as_deref().unwrap_or(&topology_name))?;
-    let synthesizer = a.schedule.synthesizer(a.seed, a.iterations, a.synthesis_budget)?;
+    let synthesizer = a.synthesizer.synthesizer(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
@@ -211,7 +211,7 @@ fn plan_text(
     text += &match physical {
         Physical::Predicted { predicted_ms, exchanges, bytes_moved, compile_ms, memory, refinement } => format!(
             "compiled ({} schedule, {compile_ms:.1} ms): predicted {predicted_ms:.6} ms on {}, {bytes_moved} bytes moved\n{}{}{}",
-            a.schedule,
+            a.synthesizer,
             topology_name,
             exchanges.searched_ms().map_or_else(String::new, |ms| format!(
                 "kept the naive exchange programs: the plan predicted {ms:.6} ms with the searched ones\n"
@@ -250,7 +250,7 @@ fn plan_json<'a>(
         ops: plan.ops.iter().map(PlannedOpReport::new).collect(),
         search: plan.search.as_ref().map(SearchJson::new),
         topology: topology_name,
-        schedule: a.schedule.name(),
+        schedule: a.synthesizer.name(),
         exchanges: exchanges.map(|e| e.name()),
         searched_ms: exchanges.and_then(|e| e.searched_ms()),
         predicted_ms,

@@ -5,7 +5,7 @@ use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
 
 use einsum_core::taskgraph::Task;
 use einsummable::memory_report::MemoryReport;
-use einsummable::names::cost_model_entry;
+use einsummable::names::{self, cost_model_entry};
 use einsummable::refine::DEFAULT_REFINE;
 use einsummable::report::{GraphReport, SearchJson, explain_text};
 use einsummable::{
@@ -30,7 +30,7 @@ pub struct CompileArgs {
     #[arg(default_value = DEFAULT_WORKLOAD)]
     workload: String,
     /// Number of (virtual) devices p.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
     devices: usize,
     /// The backend that runs the task graph.
     #[arg(long, default_value = "cpu", value_parser = super::backend_names())]
@@ -44,7 +44,7 @@ pub struct CompileArgs {
     #[arg(long, default_value_t = einsum_cuda::stream_plan::DEFAULT_STREAMS_PER_GPU as u16, value_parser = clap::value_parser!(u16).range(1..))]
     streams_per_gpu: u16,
     /// The logical optimizer.
-    #[arg(long, default_value = "dp", value_parser = super::optimizer_names())]
+    #[arg(long, default_value = names::DEFAULT_OPTIMIZER, value_parser = super::optimizer_names())]
     optimizer: String,
     /// Wall time in seconds the ilp optimizer's solver may take per solve before it gives
     /// up with an error (it returns only proven optima).
@@ -55,18 +55,18 @@ pub struct CompileArgs {
     #[arg(long, value_name = "NODES", default_value_t = einsum_logical::Ilp::DEFAULT_NODE_LIMIT)]
     ilp_node_limit: u64,
     /// The cost model the optimizer minimizes.
-    #[arg(long, default_value = "time", value_parser = super::cost_names())]
+    #[arg(long, default_value = names::DEFAULT_COST_MODEL, value_parser = super::cost_names())]
     cost: String,
-    /// Exchange programs.
-    #[arg(long, value_enum, default_value_t = SynthesizerName::Naive)]
-    schedule: SynthesizerName,
-    /// Search iterations per exchange program (with --schedule search).
-    #[arg(long, default_value_t = 50)]
+    /// Exchange programs (`--schedule` is this flag's older name).
+    #[arg(long, alias = "schedule", value_enum, default_value_t = SynthesizerName::Naive)]
+    synthesizer: SynthesizerName,
+    /// Search iterations per exchange program (with --synthesizer search).
+    #[arg(long, default_value_t = einsummable::DEFAULT_SEARCH_ITERATIONS)]
     iterations: usize,
-    /// Wall time in seconds each exchange program's search may take (with --schedule
+    /// Wall time in seconds each exchange program's search may take (with --synthesizer
     /// search), on top of the iteration cap; a search it cuts short depends on the
     /// machine's speed.
-    #[arg(long, value_name = "SECONDS", default_value_t = super::DEFAULT_SYNTHESIS_BUDGET_S)]
+    #[arg(long, value_name = "SECONDS", default_value_t = super::default_synthesis_budget_s())]
     synthesis_budget: f64,
     #[arg(long, help = super::scaled_topology_help("at least as many sites as devices"))]
     topology: Option<String>,
@@ -109,7 +109,7 @@ impl CompileArgs {
         // The topology before the cost model, which is built from it.
         let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
-        let synthesizer = self.schedule.synthesizer(self.seed, self.iterations, self.synthesis_budget)?;
+        let synthesizer = self.synthesizer.synthesizer(self.seed, self.iterations, self.synthesis_budget)?;
         let options = CompileOptions {
             devices: self.devices,
             backend,

@@ -14,7 +14,7 @@ pub struct Args {
     /// The workload, `name:key=value,...`.
     workload: String,
     /// Number of devices p.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
     devices: usize,
     /// Storage dtype.
     #[arg(long, default_value = "f32", value_parser = super::dtype_names())]

@@ -53,10 +53,12 @@ pub use strategy::Strategy;
 pub use table::{Cell, CellReport, RowReport, Table, TableReport, geometric_mean};
 pub use target::{CostModels, Target};
 
-/// Annealing iterations per exchange program of the searched schedule at full size.
-pub const SEARCH_ITERATIONS: usize = 100;
-/// Annealing iterations per exchange program with `--small`.
-pub const SMALL_SEARCH_ITERATIONS: usize = 10;
+/// Annealing iterations per exchange program of the searched schedule at full size: the
+/// library's default, so the tables show what `plan --synthesizer search` compiles.
+pub const SEARCH_ITERATIONS: usize = einsum_compile::DEFAULT_SEARCH_ITERATIONS;
+/// Annealing iterations per exchange program with `--small`: a tenth of the default, for a
+/// run of seconds.
+pub const SMALL_SEARCH_ITERATIONS: usize = SEARCH_ITERATIONS / 10;
 /// Seeds `0..RANDOM_DRAWS` of the random strategy (ablation and proxy).
 pub const RANDOM_DRAWS: u64 = 20;
 

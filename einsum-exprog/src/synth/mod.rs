@@ -190,8 +190,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use naive::{naive, naive_validated};
 pub use rewrites::{REWRITES, Rewrite, RewriteSite, Rewrites};
 pub use search::{
-    Fallback, MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB, SEARCH_MEMORY_SHARE, SearchOptions, Searched,
-    naive_route_pairs, search, search_observed, search_state_bytes,
+    CORPUS_SEARCH_ITERATIONS, DEFAULT_SEARCH_ITERATIONS, Fallback, MAX_CHUNKS, MAX_REFINED_ATOMS, MIN_CHUNK_GB,
+    SEARCH_MEMORY_SHARE, SearchOptions, Searched, naive_route_pairs, search, search_observed, search_state_bytes,
 };
 
 use crate::check::CheckError;

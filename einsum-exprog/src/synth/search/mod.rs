@@ -72,12 +72,13 @@ pub struct SearchOptions {
 }
 
 impl Default for SearchOptions {
-    /// Seed 0, 1000 iterations, no time limit, temperature 0.05, hierarchical seeds, atoms cut
-    /// into up to [`MAX_CHUNKS`] chunks, state bounded by the host's memory, the default rewrites.
+    /// Seed 0, [`DEFAULT_SEARCH_ITERATIONS`], no time limit, temperature 0.05, hierarchical
+    /// seeds, atoms cut into up to [`MAX_CHUNKS`] chunks, state bounded by the host's memory,
+    /// the default rewrites.
     fn default() -> Self {
         SearchOptions {
             seed: 0,
-            iterations: 1000,
+            iterations: DEFAULT_SEARCH_ITERATIONS,
             time_limit: None,
             temperature: 0.05,
             hierarchical: true,
@@ -87,6 +88,20 @@ impl Default for SearchOptions {
         }
     }
 }
+
+/// The default [`SearchOptions::iterations`] of every search of one exchange program, and so
+/// of `--iterations` on `plan`, `run`, `explain` and `exprog synthesize`, of the Python
+/// binding's `compile` and of the experiments (whose tables are measured at it). A compile
+/// searches each exchange program of its plan, so the cap is what a whole plan affords:
+/// `plan llama3-70b --devices 72 --topology nvl72` takes 77 s of CPU at 100 iterations against
+/// 71 s at 50, and 1000 nearly 4× the CPU of 100 on `run`'s default workload. Under
+/// [`CORPUS_SEARCH_ITERATIONS`] the search runs one walk.
+pub const DEFAULT_SEARCH_ITERATIONS: usize = 100;
+
+/// The iterations the exchange corpus is measured and tuned at (`tests/corpus.rs`, the
+/// `collectives` and `exchange_corpus` examples): the fewest that run every walk (see
+/// [`crate::synth`]), which the search of one program affords where a whole plan's does not.
+pub const CORPUS_SEARCH_ITERATIONS: usize = walk::WALKS * walk::MIN_WALK;
 
 /// The default [`SearchOptions::max_chunks`]: enough for the DGX-V100's six directed ring
 /// units times eight roots from one indivisible atom per site.
