@@ -28,12 +28,15 @@ use einsum_ops::{
     argmax::Argmax,
     attention::{Attention, AttentionConfig},
     binary::{Binary, BinaryOp},
+    cast::Cast,
+    concat::Concat,
     einsum::Einsum,
     embedding::Embedding,
     layernorm::LayerNorm,
     reduce::{Reduce, ReduceOp},
     rmsnorm::RmsNorm,
     rope::{Rope, RopeFrequencies},
+    slice::Slice,
     softmax::Softmax,
     unary::{Unary, UnaryOp},
 };
@@ -240,10 +243,30 @@ impl Graph {
         self.add("argmax", op, &[x])
     }
 
-    /// A reduction over the named indices.
+    /// A reduction over the named indices (sum, max, or mean: [`ReduceOp`]).
     pub fn reduce(&mut self, x: Tensor, over: &[&str], op: ReduceOp) -> Result<Tensor> {
         let op = Reduce::new(self.desc(x)?, over, op);
         self.add("reduce", op, &[x])
+    }
+
+    /// `x` stored in another floating-point dtype, rounded to nearest even ([`Cast`]).
+    pub fn cast(&mut self, x: Tensor, dtype: DType) -> Result<Tensor> {
+        let op = Cast::new(self.desc(x)?, dtype);
+        self.add("cast", op, &[x])
+    }
+
+    /// Positions `lo..hi` of `x` along `index`, which keeps its name ([`Slice`]).
+    pub fn slice(&mut self, x: Tensor, index: &str, lo: usize, hi: usize) -> Result<Tensor> {
+        let op = Slice::new(self.desc(x)?, index, lo, hi);
+        self.add("slice", op, &[x])
+    }
+
+    /// Two or more tensors joined end to end along `index`, agreeing on every other index by
+    /// name ([`Concat`]).
+    pub fn concat(&mut self, xs: &[Tensor], index: &str) -> Result<Tensor> {
+        let descs = xs.iter().map(|&t| self.desc(t).cloned()).collect::<Result<Vec<TensorDesc>>>()?;
+        let op = Concat::new(&descs, index);
+        self.add("concat", op, xs)
     }
 
     /// Declares that the dimension called `index` has `role` throughout the graph (before or

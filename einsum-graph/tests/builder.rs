@@ -286,3 +286,55 @@ fn outputs_are_named_apart_from_inputs_and_each_other() {
     assert_eq!(comp_name(&g, y), "relu");
     g.save_as(z, "hidden").unwrap();
 }
+
+/// The operators real models need besides the matrix products: a bf16 input cast to f32,
+/// the last positions of a sequence sliced off, joined to a new one, squashed by sigmoid and
+/// tanh and averaged; the values checked against the formulas on the evaluated inputs.
+#[test]
+fn cast_slice_concat_sigmoid_tanh_and_mean_build_and_evaluate() {
+    let mut g = Graph::new();
+    let cache = g.input("cache", &[("s", 5), ("d", 3)], DType::BF16).unwrap();
+    let new = g.input("new", &[("d", 3), ("s", 2)], DType::F32).unwrap();
+    let wide = g.cast(cache, DType::F32).unwrap();
+    let recent = g.slice(wide, "s", 2, 5).unwrap();
+    let keys = g.concat(&[recent, new], "s").unwrap();
+    assert_eq!(g.desc(keys).unwrap().dims_string(), "s=5, d=3");
+    let gate = g.unary(keys, UnaryOp::Sigmoid).unwrap();
+    let squashed = g.unary(gate, UnaryOp::Tanh).unwrap();
+    let mean = g.reduce(squashed, &["s"], ReduceOp::Mean).unwrap();
+    g.save(mean).unwrap();
+    assert_eq!((g.desc(wide).unwrap().dtype, g.desc(mean).unwrap().dims_string()), (DType::F32, "d=3".into()));
+    let comp = g.computation();
+    let inputs = comp.random_inputs(11);
+    let out = comp.evaluate(&inputs).unwrap()[&mean.id()].to_f32();
+    let (c, n) = (inputs[&cache.id()].to_f32(), inputs[&new.id()].to_f32());
+    for (d, got) in out.iter().enumerate() {
+        // Rows 2..5 of the cache, then the new keys (stored [d, s]).
+        let column = (2..5).map(|s| c[s * 3 + d]).chain((0..2).map(|s| n[d * 2 + s]));
+        let want = column.map(|v| (1.0 / (1.0 + (-v as f64).exp())).tanh()).sum::<f64>() / 5.0;
+        assert!((*got as f64 - want).abs() < 1e-6, "d = {d}: {got}, want {want}");
+    }
+}
+
+#[test]
+fn cast_slice_and_concat_errors_name_the_dtype_and_index() {
+    let mut g = Graph::new();
+    let x = g.input("x", &[("s", 4), ("d", 2)], DType::F32).unwrap();
+    let ids = g.input("ids", &[("s", 4)], DType::I32).unwrap();
+    let msg = g.cast(x, DType::I32).unwrap_err().to_string();
+    assert!(msg.contains("cast") && msg.contains("i32"), "{msg}");
+    let msg = g.cast(ids, DType::F32).unwrap_err().to_string();
+    assert!(msg.contains("cast") && msg.contains("i32"), "{msg}");
+    let msg = g.slice(x, "s", 3, 6).unwrap_err().to_string();
+    assert!(msg.contains("slice") && msg.contains("3..6"), "{msg}");
+    let msg = g.slice(x, "t", 0, 1).unwrap_err().to_string();
+    assert!(msg.contains("slice") && msg.contains('t'), "{msg}");
+    let y = g.input("y", &[("s", 4), ("d", 3)], DType::F32).unwrap();
+    let msg = g.concat(&[x, y], "s").unwrap_err().to_string();
+    assert!(msg.contains("concat") && msg.contains("d=3"), "{msg}");
+    let msg = g.concat(&[x], "s").unwrap_err().to_string();
+    assert!(msg.contains("two or more"), "{msg}");
+    let h = g.input("h", &[("s", 4), ("d", 2)], DType::BF16).unwrap();
+    let msg = g.concat(&[x, h], "s").unwrap_err().to_string();
+    assert!(msg.contains("bf16"), "{msg}");
+}
