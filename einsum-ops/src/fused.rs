@@ -329,6 +329,34 @@ mod tests {
         }
     }
 
+    /// `tanh(sigmoid(g) · u)` fused equals the unary and binary operators' own kernels run
+    /// in turn, bit for bit, in every dtype.
+    #[test]
+    fn sigmoid_and_tanh_fuse_as_their_operators_compute() {
+        use einsum_core::TensorDesc;
+        use einsum_joinagg::execute_whole;
+
+        use crate::binary::Binary;
+        use crate::unary::Unary;
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let x = TensorDesc::of(&[("a", 300), ("b", 8)], dtype).unwrap();
+            let ty = x.tensor_type();
+            let (g, u) = (HostTensor::random(ty.clone(), dtype, 4), HostTensor::random(ty.clone(), dtype, 5));
+            let c = ElementwiseChain::unary(UnaryOp::Sigmoid, dtype)
+                .then(&ElementwiseChain::binary(BinaryOp::Mul, dtype), 0)
+                .unwrap()
+                .then(&ElementwiseChain::unary(UnaryOp::Tanh, dtype), 0)
+                .unwrap();
+            let run = |op: &dyn einsum_joinagg::AbstractOperator, ins: &[HostTensor]| {
+                execute_whole(op, ins).unwrap().remove(0)
+            };
+            let s = run(&Unary::new(&x, UnaryOp::Sigmoid).unwrap(), std::slice::from_ref(&g));
+            let m = run(&Binary::new(&x, &x, BinaryOp::Mul).unwrap(), &[s, u.clone()]);
+            let want = run(&Unary::new(&x, UnaryOp::Tanh).unwrap(), &[m]);
+            assert_eq!(c.compute(&[g, u], &ty).unwrap(), want, "{dtype}");
+        }
+    }
+
     #[test]
     fn operands_are_renumbered_in_the_fusion_pass_order() {
         let sub = ElementwiseChain::binary(BinaryOp::Sub, DType::F32);

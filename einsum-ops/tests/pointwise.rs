@@ -43,6 +43,8 @@ fn unary_op() -> impl Strategy<Value = UnaryOp> {
         Just(UnaryOp::Relu),
         Just(UnaryOp::Gelu),
         Just(UnaryOp::Silu),
+        Just(UnaryOp::Sigmoid),
+        Just(UnaryOp::Tanh),
         Just(UnaryOp::Exp),
         Just(UnaryOp::Neg),
         (-4.0f32..4.0).prop_map(UnaryOp::Scale),
