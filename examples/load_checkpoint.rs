@@ -38,7 +38,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     std::fs::write("/proc/self/clear_refs", "5")?;
     let before = status_bytes("VmRSS:")?;
     let start = std::time::Instant::now();
-    model.load_weights(&checkpoint, |input, value| -> Result<(), Box<dyn Error>> { Ok(exe.load(input, value)?) })?;
+    model.load_weights(&checkpoint, |input, value| -> Result<(), Box<dyn Error>> {
+        Ok(exe.load_resident(input, value)?)
+    })?;
     let seconds = start.elapsed().as_secs_f64();
     let peak = status_bytes("VmHWM:")?.saturating_sub(before);
     let after = status_bytes("VmRSS:")?.saturating_sub(before);

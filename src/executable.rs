@@ -233,8 +233,8 @@ pub struct Executable {
     backend: String,
     backend_host_bytes: usize,
     inputs: Vec<TensorId>,
-    /// The values loaded, kept for reference runs ([`Executable::loaded_inputs`]).
-    loaded: Vec<Option<HostTensor>>,
+    /// What the executable holds of each input beside the backend's copy.
+    loaded: Vec<Loaded>,
     outputs: HashMap<TensorId, HostTensor>,
 }
 
@@ -354,10 +354,21 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
         prepared,
         backend: backend.name().to_string(),
         backend_host_bytes,
-        loaded: vec![None; inputs.len()],
+        loaded: vec![Loaded::No; inputs.len()],
         inputs,
         outputs: HashMap::new(),
     })
+}
+
+/// What an executable holds of one input, beside the blocks the backend holds.
+#[derive(Clone, Debug)]
+enum Loaded {
+    /// Nothing yet: the input is not loaded.
+    No,
+    /// The whole value, for reference runs.
+    Kept(HostTensor),
+    /// Nothing: loaded with [`Executable::load_resident`].
+    Resident,
 }
 
 // An executable moves between threads: this fails to compile if a field stops being `Send`.
@@ -371,6 +382,23 @@ impl Executable {
     /// are loaded onto their devices at once and stay resident (host memory on the CPU
     /// backend, GPU memory on CUDA).
     pub fn load(&mut self, input: Tensor, value: HostTensor) -> Result<()> {
+        let slot = self.load_value(input, &value)?;
+        self.loaded[slot] = Loaded::Kept(value);
+        Ok(())
+    }
+
+    /// [`Executable::load`] without keeping the value on the host beside the backend's
+    /// blocks: a model's weights, which would otherwise be held twice (in full, beside the
+    /// blocks the devices hold). [`Executable::loaded_inputs`] omits such an input, so a
+    /// reference run cannot be made on it.
+    pub fn load_resident(&mut self, input: Tensor, value: HostTensor) -> Result<()> {
+        let slot = self.load_value(input, &value)?;
+        self.loaded[slot] = Loaded::Resident;
+        Ok(())
+    }
+
+    /// Checks `value` against input `input` and hands it to the backend; returns its slot.
+    fn load_value(&mut self, input: Tensor, value: &HostTensor) -> Result<usize> {
         let id = self.graph.own_tensor(input)?;
         let slot =
             self.inputs.iter().position(|&t| t == id).ok_or_else(|| {
@@ -385,9 +413,8 @@ impl Executable {
                 value.dtype()
             )));
         }
-        self.prepared.load(slot, &value)?;
-        self.loaded[slot] = Some(value);
-        Ok(())
+        self.prepared.load(slot, value)?;
+        Ok(slot)
     }
 
     /// Loads seeded random values in `[-1, 1)` into every input (onto the devices at once,
@@ -395,11 +422,10 @@ impl Executable {
     pub fn load_random(&mut self, seed: u64) -> Result<()> {
         let mut values = self.graph.computation().random_inputs(seed);
         for (slot, t) in self.inputs.iter().enumerate() {
-            let value = values.remove(t);
-            if let Some(v) = &value {
-                self.prepared.load(slot, v)?;
+            if let Some(v) = values.remove(t) {
+                self.prepared.load(slot, &v)?;
+                self.loaded[slot] = Loaded::Kept(v);
             }
-            self.loaded[slot] = value;
         }
         Ok(())
     }
@@ -409,14 +435,20 @@ impl Executable {
         self.graph.computation()
     }
 
-    /// The loaded inputs, by tensor id (for a reference run on the same values).
+    /// The loaded inputs, by tensor id (for a reference run on the same values), but for
+    /// those loaded with [`Executable::load_resident`].
     pub fn loaded_inputs(&self) -> HashMap<TensorId, HostTensor> {
-        self.inputs.iter().zip(&self.loaded).filter_map(|(t, v)| v.clone().map(|v| (*t, v))).collect()
+        let kept = self.inputs.iter().zip(&self.loaded);
+        kept.filter_map(|(t, v)| match v {
+            Loaded::Kept(v) => Some((*t, v.clone())),
+            Loaded::No | Loaded::Resident => None,
+        })
+        .collect()
     }
 
     /// Runs the task graph on the backend. Every input must be loaded.
     pub fn execute(&mut self) -> Result<RunReport> {
-        if let Some(slot) = self.loaded.iter().position(Option::is_none) {
+        if let Some(slot) = self.loaded.iter().position(|l| matches!(l, Loaded::No)) {
             return Err(Error::Usage(format!("input `{}` is not loaded", self.input_name(slot))));
         }
         let comp = self.graph.computation();

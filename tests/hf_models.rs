@@ -126,3 +126,50 @@ fn a_70b_config_plans_on_two_dgx_h100_without_weights() {
     assert!(weights > 130_000_000_000, "{weights} bytes of weights: not the 70B model");
     assert!(planned.compiled.predicted_ms.is_finite() && planned.compiled.predicted_ms > 0.0);
 }
+
+fn einsummable(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_einsummable")).args(args).output().expect("the binary runs")
+}
+
+/// `run hf:DIR --tokens ...` prints transformers' top tokens of the last position (in JSON,
+/// `top: [[id, logit], ...]`), and `--check` holds; `plan hf:DIR` plans the 70B config alone.
+#[test]
+fn the_command_line_runs_and_plans_models() {
+    let r = reference("qwen2");
+    let ids: Vec<String> = r.ids.iter().map(ToString::to_string).collect();
+    let dir = format!("hf:{}", fixture("qwen2").display());
+    let out = einsummable(&["run", &dir, "--tokens", &ids.join(","), "--devices", "4", "--check", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    let vocab = r.logits.len() / r.ids.len();
+    let last = &r.logits[r.logits.len() - vocab..];
+    let best = (0..vocab).fold(0, |b, i| if last[i] > last[b] { i } else { b });
+    let top = v["top"].as_array().unwrap();
+    assert_eq!(top.len(), 5);
+    assert_eq!(top[0][0].as_u64().unwrap() as usize, best);
+    assert!((top[0][1].as_f64().unwrap() - last[best] as f64).abs() < 1e-4);
+
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("einsum-models/tests/data/Llama-3.1-70B");
+    let spec = format!("hf:{}", data.display());
+    let out =
+        einsummable(&["plan", &spec, "--devices", "16", "--topology", "dgx-h100x2", "--tokens", "2048", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["predicted_ms"].as_f64().unwrap() > 0.0, "{v}");
+
+    // No config, no weights, a bad id: errors that say what, without a panic.
+    let out = einsummable(&["run", "hf:/nonexistent-model", "--devices", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("config.json") && !stderr.contains("panicked"), "{stderr}");
+    let bare = std::env::temp_dir().join(format!("einsummable-config-only-{}", std::process::id()));
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(fixture("qwen2").join("config.json"), bare.join("config.json")).unwrap();
+    let out = einsummable(&["run", &format!("hf:{}", bare.display()), "--devices", "1", "--tokens", "1,2"]);
+    std::fs::remove_dir_all(&bare).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("safetensors") && !stderr.contains("panicked"), "{stderr}");
+    let out = einsummable(&["run", &dir, "--devices", "2", "--tokens", "1,100000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("outside the vocabulary"), "{stderr}");
+}

@@ -14,6 +14,7 @@ pub mod experiment;
 pub mod exprog;
 pub mod plan;
 pub mod run;
+pub mod source;
 pub mod specs;
 #[cfg(test)]
 mod tests;

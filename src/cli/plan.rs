@@ -11,17 +11,23 @@ use einsummable::names::{self, cost_model_by_name};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::refine::{DEFAULT_REFINE, Refinement};
 use einsummable::report::{PlanReport, PlannedOpReport, SearchJson, search_line};
-use einsummable::{Exchanges, Result, Workload};
+use einsummable::{Exchanges, Result};
 
 use einsummable::DType;
 
+use super::source::{DEFAULT_MODEL_TOKENS, Source, Tokens};
 use super::{ChosenTopology, Report, SynthesizerName, choose_topology, parse_budget};
 
 /// Arguments of `plan`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The workload, `name:key=value,...`.
+    /// The workload, `name:key=value,...`, or a Hugging Face model directory, `hf:DIR` (its
+    /// config.json alone: no weight is read).
     workload: String,
+    /// A model's prompt length, `2048` (or its token ids, `1,2,3`, whose number counts).
+    /// Default: 128.
+    #[arg(long, value_name = "N")]
+    tokens: Option<Tokens>,
     /// Number of devices p.
     #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
     devices: usize,
@@ -94,15 +100,16 @@ enum Physical {
 
 /// Runs `plan`.
 pub fn run(a: Args) -> Result<Report> {
-    let workload = Workload::parse(&a.workload)?;
+    let source = Source::parse(&a.workload)?;
     let strategy = super::optimizer(&a.optimizer, a.seed, a.ilp_time_limit, a.ilp_node_limit)?;
     let ChosenTopology { name: topology_name, topology, note } = choose_topology(a.topology.as_deref(), a.devices)?;
     // A plan that will be compiled must fit the compiler's task limit: refused from the
     // workload's parameters, before its graph is built (and then its host memory, by `build`).
     if a.devices <= topology.num_sites() {
-        workload.check_tasks(a.devices, einsum_compile::footprint::LIMITS.tasks)?;
+        source.check_tasks(a.devices)?;
     }
-    let graph = workload.build(a.dtype)?;
+    let built = source.build(a.dtype, a.tokens.as_ref().map_or(DEFAULT_MODEL_TOKENS, Tokens::length))?;
+    let graph = built.graph();
     let model = cost_model_by_name(&a.cost, a.cost_topology.as_deref().unwrap_or(&topology_name))?;
     let synthesizer = a.synthesizer.synthesizer(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;

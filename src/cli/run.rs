@@ -9,13 +9,14 @@ use einsummable::names::{self, cost_model_entry};
 use einsummable::refine::DEFAULT_REFINE;
 use einsummable::report::{GraphReport, SearchJson, explain_text};
 use einsummable::{
-    BackendParams, CompileOptions, DType, Error, Executable, Graph, Result, Workload, backend_by_name,
+    BackendParams, CompileOptions, DType, Error, Executable, Result, backend_by_name,
     check::{compare_with_reference, computation_tolerance},
     compile,
     dump::{Dumped, dump},
 };
 use serde::Serialize;
 
+use super::source::{Built, DEFAULT_MODEL_TOKENS, Source, Tokens};
 use super::{ChosenTopology, Report, SynthesizerName, choose_topology, parse_budget};
 
 /// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
@@ -26,9 +27,15 @@ pub const DEFAULT_WORKLOAD: &str =
 /// What to compile and how.
 #[derive(clap::Args)]
 pub struct CompileArgs {
-    /// The workload, `name:key=value,...`.
+    /// The workload, `name:key=value,...`, or a Hugging Face model directory, `hf:DIR` (its
+    /// config.json; to run, its safetensors weights).
     #[arg(default_value = DEFAULT_WORKLOAD)]
     workload: String,
+    /// A model's prompt: token ids, `1,2,3` (their number is the graph's length; `run`
+    /// without it draws seeded random ids), or on `explain` a token count, `2048`. Default
+    /// length: 128.
+    #[arg(long, value_name = "IDS")]
+    tokens: Option<Tokens>,
     /// Number of (virtual) devices p.
     #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
     devices: usize,
@@ -88,13 +95,18 @@ pub struct CompileArgs {
 }
 
 impl CompileArgs {
-    /// The workload's graph, refused before it is built where its plan on `devices` could
-    /// not fit the compiler's task limit (and then where the graph would not fit in host
-    /// memory), as `plan` does.
-    fn graph(&self) -> Result<Graph> {
-        let workload = Workload::parse(&self.workload)?;
-        workload.check_tasks(self.devices, einsum_compile::footprint::LIMITS.tasks)?;
-        Ok(workload.build(self.dtype)?)
+    /// The workload's or model's graph, refused before it is built where its plan on
+    /// `devices` could not fit the compiler's task limit (and then where the graph would not
+    /// fit in host memory), as `plan` does; a model's over `tokens` positions.
+    fn built(&self, tokens: usize) -> Result<Built> {
+        let source = Source::parse(&self.workload)?;
+        source.check_tasks(self.devices)?;
+        source.build(self.dtype, tokens)
+    }
+
+    /// The prompt's ids.
+    fn ids(&self) -> Option<&[i32]> {
+        self.tokens.as_ref().map(|t| t.0.as_slice())
     }
 
     /// The compile options, and the topology's name with the note on how it was chosen.
@@ -172,11 +184,12 @@ pub fn run(a: RunArgs) -> Result<Report> {
         // Before any work: an unwritable dump directory fails at once, not after the run.
         super::prepare_dir("--dump", dir)?;
     }
-    let graph = a.compile.graph()?;
+    let built = a.compile.built(a.compile.ids().map_or(DEFAULT_MODEL_TOKENS, <[i32]>::len))?;
+    let graph = built.graph();
     let (options, topology) = a.compile.options()?;
-    let mut exe = compile(&graph, &options)?;
+    let mut exe = compile(graph, &options)?;
     exe.check_host_memory(a.check)?;
-    exe.load_random(a.compile.seed)?;
+    built.load(&mut exe, a.compile.ids(), a.compile.seed, a.check)?;
     for _ in 0..a.warmup {
         exe.execute()?;
     }
@@ -195,21 +208,25 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let check = if a.check { Some(compare_with_reference(&exe)?) } else { None };
     let ok = check.as_ref().is_none_or(|c| c.passes(tolerance));
     if let Some(dir) = &a.dump {
-        let name = |t: &einsum_joinagg::TensorId| comp.node(t.op).map_or_else(String::new, |n| n.name().to_string());
         let inputs = exe.loaded_inputs();
+        // Weights loaded without a host copy (a model's, without --check) are not dumped.
         let mut tensors: Vec<(String, &str, &einsum_core::HostTensor)> =
-            comp.inputs().iter().map(|t| (name(t), "input", &inputs[t])).collect();
-        for (i, t) in comp.saved().iter().enumerate() {
-            tensors.push((
-                if comp.saved().len() == 1 { "y".into() } else { format!("y{i}") },
-                "output",
-                &exe.outputs()[t],
-            ));
+            comp.inputs().iter().filter_map(|t| inputs.get(t).map(|v| (comp.tensor_name(*t), "input", v))).collect();
+        for t in comp.saved() {
+            tensors.push((comp.tensor_name(*t), "output", &exe.outputs()[t]));
         }
         let dumped: Vec<Dumped<'_>> = tensors.iter().map(|(n, role, v)| Dumped { name: n, role, value: v }).collect();
         dump(dir, &dumped)?;
     }
     let mut text = summary(&a.compile, &topology, &exe);
+    let top = match &built {
+        Built::Model(model, _, _) => Some(top_tokens(&exe.outputs()[&model.logits.id()], TOP_TOKENS)),
+        Built::Workload(_) => None,
+    };
+    if let Some(top) = &top {
+        let listed: Vec<String> = top.iter().map(|(id, logit)| format!("{id} ({logit:.4})")).collect();
+        let _ = writeln!(text, "top tokens at the last position: {}", listed.join(", "));
+    }
     let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
     let device = device_ms.map_or_else(String::new, |d| format!(" ({d:.3} ms on the device)"));
     let _ = writeln!(text, "ran in {wall_ms:.3} ms{device}{runs} on the {} backend", a.compile.backend);
@@ -235,9 +252,27 @@ pub fn run(a: RunArgs) -> Result<Report> {
         wall_ms,
         device_ms,
         runs: times.len(),
+        top,
         graph: GraphReport::new(&exe),
     };
     Ok(Report::new(&json, text, ok))
+}
+
+/// How many of the last position's tokens `run` lists for a model.
+const TOP_TOKENS: usize = 5;
+
+/// The `k` highest logits of the last row of `logits` (`[tokens, vocab]`), as `(id, logit)`,
+/// highest first (ties by the lower id; NaN last).
+fn top_tokens(logits: &einsum_core::HostTensor, k: usize) -> Vec<(usize, f32)> {
+    let vocab = logits.ty().shape().last().copied().unwrap_or(0);
+    let values = logits.to_f32();
+    let last = &values[values.len().saturating_sub(vocab)..];
+    let mut ids: Vec<usize> = (0..last.len()).collect();
+    ids.sort_by(|&a, &b| {
+        let key = |i: usize| if last[i].is_nan() { f32::NEG_INFINITY } else { last[i] };
+        key(b).total_cmp(&key(a)).then(a.cmp(&b))
+    });
+    ids.into_iter().take(k).map(|i| (i, last[i])).collect()
 }
 
 /// The median of `times` (not empty; sorts them).
@@ -258,9 +293,10 @@ pub struct ExplainArgs {
 
 /// Runs `explain`: the plan, the exchange programs and the task-graph statistics.
 pub fn explain(a: ExplainArgs) -> Result<Report> {
-    let graph = a.compile.graph()?;
+    let built = a.compile.built(a.compile.tokens.as_ref().map_or(DEFAULT_MODEL_TOKENS, Tokens::length))?;
+    let graph = built.graph();
     let (options, topology) = a.compile.options()?;
-    let exe = compile(&graph, &options)?;
+    let exe = compile(graph, &options)?;
     let comp = graph.computation();
     let mut text = summary(&a.compile, &topology, &exe);
     text += &explain_text(&exe);
@@ -368,6 +404,10 @@ pub struct RunJson<'a> {
     pub device_ms: Option<f64>,
     /// The number of timed runs (`--repeat`).
     pub runs: usize,
+    /// For a model, the last position's highest logits, `[[id, logit], ...]`, highest first;
+    /// absent for a workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top: Option<Vec<(usize, f32)>>,
     /// The compiled task graph's prediction, traffic, memory and tasks.
     #[serde(flatten)]
     pub graph: GraphReport,
