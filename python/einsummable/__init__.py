@@ -36,6 +36,7 @@ from ._native import (
     workload,
 )
 from . import workloads
+from .models import Model, ModelExecutable, from_pretrained
 
 __all__ = [
     "Candidate",
@@ -54,6 +55,9 @@ __all__ = [
     "WorkloadError",
     "compile",
     "experiment",
+    "from_pretrained",
+    "Model",
+    "ModelExecutable",
     "optimizers",
     "workload",
     "workloads",

@@ -243,6 +243,28 @@ impl PyExecutable {
         })
     }
 
+    /// Loads every input named like a tensor of the checkpoint in `dir` (a Hugging Face
+    /// model directory: `model.safetensors`, or shards behind `model.safetensors.index.json`)
+    /// from it onto the devices, each tensor read once in the input's dtype and shape (the
+    /// stored shape may merge adjacent dimensions of the input's), and not kept on the host
+    /// beside the devices' blocks. Returns the names loaded. A checkpoint that cannot be read
+    /// or holds a tensor of another shape is `RunError`, naming the file or tensor.
+    fn load_checkpoint(&self, py: Python<'_>, dir: std::path::PathBuf) -> PyResult<Vec<String>> {
+        let inputs = self.inputs.clone();
+        let loaded = self.call(py, "load_checkpoint", move |exe| -> einsummable::Result<Vec<String>> {
+            let checkpoint = einsummable::models::checkpoint::Checkpoint::open(&dir)?;
+            let mut names = Vec::new();
+            for (name, t, desc) in &inputs {
+                if checkpoint.contains(name) {
+                    exe.load_resident(*t, checkpoint.read_as(name, desc)?)?;
+                    names.push(name.clone());
+                }
+            }
+            Ok(names)
+        })?;
+        loaded.py_err()
+    }
+
     /// The inputs `run` takes, `[(name, shape, dtype)]` in the graph's order.
     #[getter]
     fn inputs(&self) -> Vec<(String, Vec<usize>, &'static str)> {

@@ -95,7 +95,8 @@ pub struct PyGraph {
 }
 
 impl PyGraph {
-    fn from_graph(graph: Graph, workload: Option<(String, DType)>) -> Self {
+    /// The Python graph of `graph`, labelled with the workload (or model) it came from.
+    pub fn from_graph(graph: Graph, workload: Option<(String, DType)>) -> Self {
         let mut g = PyGraph { uid: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed), graph, workload, outputs: Vec::new() };
         let comp = g.graph.computation();
         g.outputs = comp.saved().iter().map(|&t| (tensor_name(comp, t), t)).collect();
@@ -217,8 +218,8 @@ impl PyGraph {
         self.made(made)
     }
 
-    /// An elementwise unary operation: `relu`, `gelu`, `silu`, `exp`, `neg`, or `scale`
-    /// (by `scalar`).
+    /// An elementwise unary operation: `relu`, `gelu`, `silu`, `sigmoid`, `tanh`, `exp`,
+    /// `neg`, or `scale` (by `scalar`).
     #[pyo3(signature = (x, op, scalar = 1.0))]
     fn unary(&mut self, x: PyRef<'_, PyTensor>, op: &str, scalar: f32) -> PyResult<PyTensor> {
         let op = UnaryOp::parse(op, scalar).map_err(Error::from).py_err()?;
@@ -317,7 +318,7 @@ impl PyGraph {
         self.made(made)
     }
 
-    /// A reduction (`sum`, `max`, ...) over the named indices.
+    /// A reduction (`sum`, `max`, `mean`) over the named indices.
     #[pyo3(signature = (x, over, op = "sum"))]
     fn reduce(&mut self, x: PyRef<'_, PyTensor>, over: Vec<String>, op: &str) -> PyResult<PyTensor> {
         let op = ReduceOp::parse(op).map_err(Error::from).py_err()?;

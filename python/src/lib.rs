@@ -15,6 +15,7 @@ mod errors;
 mod executable;
 mod experiment;
 mod graph;
+mod model;
 mod progress;
 mod strategy;
 mod worker;
@@ -34,5 +35,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(experiment::workload, m)?)?;
     m.add_function(wrap_pyfunction!(experiment::experiment, m)?)?;
     m.add_function(wrap_pyfunction!(experiment::optimizers, m)?)?;
+    m.add_function(wrap_pyfunction!(model::hf_graph, m)?)?;
     Ok(())
 }

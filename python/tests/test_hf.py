@@ -1,0 +1,82 @@
+"""Hugging Face models from Python: the fixture checkpoints (made by
+scripts/make_hf_fixtures.py with transformers) load, compile on several devices and give
+transformers' logits; ids come as lists, int64 arrays or torch tensors; bf16 torch tensors
+are accepted as bf16 inputs."""
+
+import json
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+import einsummable as es
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "einsum-models" / "tests" / "fixtures"
+FAMILIES = ["llama3", "llama2", "mistral", "qwen2"]
+
+
+def reference(family: str) -> dict:
+    """transformers' prompt and logits, read from the fixture's safetensors file."""
+    data = (FIXTURES / family / "reference.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    body = data[8 + length :]
+    dtypes = {"F32": np.float32, "I64": np.int64}
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        out[name] = np.frombuffer(body[lo:hi], dtypes[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def relative(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_logits_match_transformers(family):
+    r = reference(family)
+    model = es.from_pretrained(FIXTURES / family, tokens=16)
+    exe = model.compile(devices=4)
+    logits = exe.run({"tokens": r["input_ids"].tolist()})["logits"]
+    assert logits.shape == r["logits"].shape
+    assert relative(logits, r["logits"]) <= 1e-4, family
+    # The same prompt as an int64 array, on the executable already loaded.
+    again = exe.run({"tokens": r["input_ids"]})["logits"]
+    assert np.array_equal(again, logits)
+
+
+def test_errors_name_what_is_wrong(tmp_path):
+    with pytest.raises(es.WorkloadError, match="config.json"):
+        es.from_pretrained(tmp_path)
+    model = es.from_pretrained(FIXTURES / "llama3", tokens=4)
+    exe = model.compile(devices=2)
+    with pytest.raises(es.DTypeError, match="tokens"):
+        exe.run({"tokens": list(range(5))})
+    with pytest.raises(es.RunError, match="outside the vocabulary"):
+        exe.run({"tokens": [1, 500]})
+    # A config naming a tensor the checkpoint lacks: the error names the tensor.
+    (tmp_path / "config.json").write_text((FIXTURES / "llama2" / "config.json").read_text())
+    broken = dict(json.loads((FIXTURES / "llama2" / "config.json").read_text()), num_hidden_layers=3)
+    (tmp_path / "config.json").write_text(json.dumps(broken))
+    for f in (FIXTURES / "llama2").glob("model*"):
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(es.EinsummableError, match="model.layers.2"):
+        es.from_pretrained(tmp_path, tokens=4).compile(devices=1)
+
+
+def test_torch_tensors_are_inputs():
+    torch = pytest.importorskip("torch")
+    r = reference("qwen2")
+    exe = es.from_pretrained(FIXTURES / "qwen2", tokens=12).compile(devices=2)
+    logits = exe.run({"tokens": torch.tensor(r["input_ids"])})["logits"]
+    assert relative(logits, r["logits"]) <= 1e-4
+    g = es.Graph()
+    x = g.input("x", {"i": 4}, "bf16")
+    g.save(g.unary(x, "neg"), "y")
+    y = es.compile(g, devices=1).run({"x": torch.tensor([1.0, 2.0, -0.5, 3.0], dtype=torch.bfloat16)})["y"]
+    assert [float(v) for v in y] == [-1.0, -2.0, 0.5, -3.0]
