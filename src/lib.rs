@@ -33,11 +33,11 @@ pub use einsum_core::{DType, HostTensor, TensorDesc, TensorType};
 pub use einsum_cpu::CpuBackend;
 pub use einsum_cuda::{CudaBackend, CudaOptions};
 pub use einsum_experiments::{Workload, experiment, workload};
-/// Hugging Face model directories: configs, checkpoints and the graphs they describe.
-pub use einsum_models as models;
 pub use einsum_graph::{Graph, Snapshot, Tensor};
 pub use einsum_joinagg::{AbstractOperator, Computation, IndexRole, JoinAggSpec, OpRole, enumerate_specs};
 pub use einsum_logical::{CostModel, LogicalOptimizer};
+/// Hugging Face model directories: configs, checkpoints and the graphs they describe.
+pub use einsum_models as models;
 pub use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, reduce::ReduceOp, unary::UnaryOp};
 pub use einsum_sim::Topology;
 pub use error::{Error, Result};
