@@ -16,27 +16,8 @@ use safetensors::tensor::TensorView;
 
 // ---- helpers -----------------------------------------------------------------------------
 
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("einsum-models-checkpoint-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// The three stored dtypes weights come in.
 const FLOATS: [StoredDtype; 3] = [StoredDtype::F32, StoredDtype::F16, StoredDtype::BF16];

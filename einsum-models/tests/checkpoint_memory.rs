@@ -3,32 +3,12 @@
 //! while it measures.
 
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use einsum_core::DType;
 use einsum_models::checkpoint::{Checkpoint, SINGLE_FILE};
 
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("einsum-models-checkpoint-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// The process's peak resident set (VmHWM) and current one (VmRSS), in bytes, from
 /// /proc/self/status.
