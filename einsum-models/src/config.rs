@@ -667,6 +667,20 @@ impl Validator<'_> {
                 format!("only a fully rotated head (1.0) is supported, got {f}"),
             ));
         }
+        let scaling = self.rope_scaling(raw, &rope, key, (type_key, rope_type), max_position_embeddings)?;
+        Ok(RopeConfig { theta, scaling })
+    }
+
+    /// The scaling of rope section `key` (`rope`, its type read from `type_key`).
+    fn rope_scaling(
+        &self,
+        raw: &RawConfig,
+        rope: &RawRope,
+        key: &str,
+        (type_key, rope_type): (String, &str),
+        max_position_embeddings: usize,
+    ) -> Result<RopeScaling, ConfigError> {
+        let k = |name: &str| format!("{key}.{name}");
         let factor = |required_by: &str| match rope.factor {
             Some(f) => self.positive(&k("factor"), f),
             None => Err(self.missing(&k("factor"), format!("a `{required_by}` rope needs its scaling factor"))),
@@ -680,7 +694,7 @@ impl Validator<'_> {
                 (None, None) => Ok(max_position_embeddings),
             }
         };
-        let scaling = match rope_type {
+        Ok(match rope_type {
             "default" => RopeScaling::Default,
             "linear" => RopeScaling::Linear { factor: factor("linear")? },
             "dynamic" => RopeScaling::Dynamic { factor: factor("dynamic")? },
@@ -739,7 +753,6 @@ impl Validator<'_> {
                     found: other.into(),
                 });
             }
-        };
-        Ok(RopeConfig { theta, scaling })
+        })
     }
 }
