@@ -328,6 +328,42 @@ impl PyGraph {
         self.made(made)
     }
 
+    /// The rows of `table` (indexed by `vocab`) that the i32 `ids` name: `[ids' indices...,
+    /// table's other indices...]` in the table's dtype.
+    fn embedding(&mut self, table: PyRef<'_, PyTensor>, ids: PyRef<'_, PyTensor>, vocab: &str) -> PyResult<PyTensor> {
+        let (table, ids) = (self.tensor(&table)?, self.tensor(&ids)?);
+        let made = self.graph.embedding(table, ids, vocab);
+        self.made(made)
+    }
+
+    /// The i32 position of the maximum of `x` along `index` (the first, or the first NaN).
+    fn argmax(&mut self, x: PyRef<'_, PyTensor>, index: &str) -> PyResult<PyTensor> {
+        let x = self.tensor(&x)?;
+        let made = self.graph.argmax(x, index);
+        self.made(made)
+    }
+
+    /// `x` in another floating-point dtype (`f32`, `f16`, `bf16`), rounded to nearest even.
+    fn cast(&mut self, x: PyRef<'_, PyTensor>, dtype: &str) -> PyResult<PyTensor> {
+        let (x, dtype) = (self.tensor(&x)?, parse_dtype(dtype)?);
+        let made = self.graph.cast(x, dtype);
+        self.made(made)
+    }
+
+    /// Positions `lo..hi` of `x` along `index` (the index keeps its name).
+    fn slice(&mut self, x: PyRef<'_, PyTensor>, index: &str, lo: usize, hi: usize) -> PyResult<PyTensor> {
+        let x = self.tensor(&x)?;
+        let made = self.graph.slice(x, index, lo, hi);
+        self.made(made)
+    }
+
+    /// The tensors `xs`, alike but along `index`, joined along it in order.
+    fn concat(&mut self, xs: Vec<PyRef<'_, PyTensor>>, index: &str) -> PyResult<PyTensor> {
+        let xs = xs.iter().map(|x| self.tensor(x)).collect::<PyResult<Vec<_>>>()?;
+        let made = self.graph.concat(&xs, index);
+        self.made(made)
+    }
+
     /// Declares that the index `index` has `role` (`tokens`, `query_blocks`, `heads_kv`,
     /// `heads_q`, `ffn_hidden`) throughout the graph, for the baselines that follow a model's
     /// structure (`megatron`, `ulysses`): e.g. `g.role("d_ff", "ffn_hidden")`.

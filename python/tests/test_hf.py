@@ -80,3 +80,22 @@ def test_torch_tensors_are_inputs():
     g.save(g.unary(x, "neg"), "y")
     y = es.compile(g, devices=1).run({"x": torch.tensor([1.0, 2.0, -0.5, 3.0], dtype=torch.bfloat16)})["y"]
     assert [float(v) for v in y] == [-1.0, -2.0, 0.5, -3.0]
+
+
+def test_the_builder_has_the_models_operators():
+    g = es.Graph()
+    ids = g.input("ids", {"tokens": 5}, "i32")
+    table = g.input("table", {"vocab": 7, "d_model": 4})
+    x = g.embedding(table, ids, "vocab")
+    both = g.concat([g.slice(x, "d_model", 0, 2), g.slice(x, "d_model", 2, 4)], "d_model")
+    logits = g.einsum("td,vd->tv", g.cast(g.cast(both, "bf16"), "f32"), table)
+    g.save(g.argmax(logits, "vocab"), "top")
+    exe = es.compile(g, devices=2)
+    t = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
+    top = exe.run({"ids": [0, 3, 6, 3, 1], "table": t})["top"]
+    assert top.dtype == np.int32 and top.shape == (5,)
+    # The casts round the looked-up rows to bf16 and back before the scores.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rounded = t.astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = np.argmax(rounded[[0, 3, 6, 3, 1]] @ t.T, axis=1)
+    assert top.tolist() == want.tolist()
