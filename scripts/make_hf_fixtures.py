@@ -8,7 +8,12 @@ Each family gets a directory under the output (default: einsum-models/tests/fixt
   or shards with `model.safetensors.index.json` where the family asks for it), in f32;
 - `reference.safetensors`: `input_ids` (i64, the prompt), `logits` (f32, `[tokens, vocab]`,
   transformers in f32) and `logits_bf16` (the same model cast to bf16, its logits as f32),
-  so a test can compare its bf16 error against transformers' own.
+  so a test can compare its bf16 error against transformers' own; and for generation,
+  `generate_prompt` (i64), `generated` (i64, the 32 tokens transformers' greedy `generate`
+  adds, end-of-sequence ignored) and `margins` (f32, each step's top-1 minus top-2 logit). The
+  prompt is the first of seeded random prompts whose every margin is at least
+  `MIN_MARGIN`, 100 times the f32 logit tolerance, so that greedy decoding by another
+  implementation within that tolerance must pick the same tokens.
 
 Every parameter is random (norm weights around 1, biases nonzero), so a weight read into
 the wrong place or a missing bias changes the logits. The families cover what the loader must
@@ -32,6 +37,12 @@ import transformers
 from safetensors.torch import save_file
 
 TOKENS = [1, 17, 93, 5, 64, 2, 120, 33, 7, 88, 41, 12]
+
+# Generation: new tokens per prompt, the prompt's length, and the smallest top-1/top-2 logit
+# margin a step may have (100 times the 1e-5 logit tolerance).
+NEW_TOKENS = 32
+PROMPT_TOKENS = 8
+MIN_MARGIN = 1e-3
 
 COMMON = dict(
     hidden_size=64,
@@ -99,6 +110,26 @@ def logits_of(model, ids):
         return model(input_ids=ids).logits[0].float()
 
 
+def greedy(model, vocab, seed):
+    """The first seeded random prompt whose greedy continuation keeps every step's top-1/top-2
+    margin above MIN_MARGIN: the prompt, the new tokens and the margins."""
+    eos = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = None
+    g = torch.Generator().manual_seed(1000 + seed)
+    for _ in range(200):
+        prompt = torch.randint(0, vocab, (1, PROMPT_TOKENS), generator=g)
+        with torch.no_grad():
+            out = model.generate(
+                prompt, max_new_tokens=NEW_TOKENS, do_sample=False, output_scores=True, return_dict_in_generate=True
+            )
+        top2 = torch.stack([step[0].topk(2).values for step in out.scores])
+        margins = (top2[:, 0] - top2[:, 1]).float()
+        if margins.min().item() >= MIN_MARGIN:
+            model.generation_config.eos_token_id = eos
+            return prompt[0], out.sequences[0, PROMPT_TOKENS:], margins
+    raise RuntimeError("no prompt with every greedy margin above MIN_MARGIN")
+
+
 def make(out, name, config_class, kwargs, shard, seed):
     config = config_class(**kwargs)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -106,6 +137,7 @@ def make(out, name, config_class, kwargs, shard, seed):
     model.eval()
     ids = torch.tensor([TOKENS])
     logits = logits_of(model, ids)
+    prompt, generated, margins = greedy(model, kwargs["vocab_size"], seed)
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     for f in os.listdir(d):
@@ -114,11 +146,18 @@ def make(out, name, config_class, kwargs, shard, seed):
     model.save_pretrained(d, max_shard_size=shard or "1GB")
     logits_bf16 = logits_of(model.to(torch.bfloat16), ids)
     save_file(
-        {"input_ids": ids[0].to(torch.int64), "logits": logits.contiguous(), "logits_bf16": logits_bf16.contiguous()},
+        {
+            "input_ids": ids[0].to(torch.int64),
+            "logits": logits.contiguous(),
+            "logits_bf16": logits_bf16.contiguous(),
+            "generate_prompt": prompt.to(torch.int64).contiguous(),
+            "generated": generated.to(torch.int64).contiguous(),
+            "margins": margins.contiguous(),
+        },
         os.path.join(d, "reference.safetensors"),
     )
     err = ((logits_bf16 - logits).norm() / logits.norm()).item()
-    print(f"{name}: {sorted(os.listdir(d))}, bf16 relative error {err:.3e}")
+    print(f"{name}: {sorted(os.listdir(d))}, bf16 relative error {err:.3e}, smallest greedy margin {margins.min():.3e}")
 
 
 def make_big(d):
