@@ -2,9 +2,9 @@
 //! `explain` and `predict`.
 //!
 //! # Design
-//! A Rust [`Executable`] owns what it needs (the graph's snapshot), but the backend state it
-//! holds (`einsum_core::Prepared`) is not `Send`: it cannot move between threads, and the
-//! Python object cannot hold it if it is to be used from any Python thread. So every
+//! A Rust [`Executable`] owns what it needs (the graph's snapshot) and is `Send`, not `Sync`:
+//! one call at a time. Its calls are long (a compile, a run) and must not hold the GIL, and
+//! a Ctrl-C must interrupt the Python caller at once, not when the call ends. So every
 //! executable lives on a thread of its own, for its whole life: the thread is given the
 //! graph's snapshot, compiles it, and then serves the Python object's calls ([`Job`]s) one
 //! at a time, in the order they come, until the Python object is dropped (then it drops the executable
