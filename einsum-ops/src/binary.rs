@@ -12,7 +12,7 @@ use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::{
-    common::{check_call, f32s, kernel_error},
+    common::{check_call, every_index, f32s, kernel_error},
     parallel, vexp,
 };
 
@@ -202,7 +202,7 @@ impl AbstractOperator for Binary {
     }
 
     fn shardable(&self) -> Vec<ShardableIndex> {
-        self.outputs[0].dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent)).collect()
+        every_index(&self.outputs[0])
     }
 
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {

@@ -9,7 +9,7 @@
 use einsum_core::{DType, HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, kernel_error};
+use crate::common::{check_call, every_index, kernel_error};
 
 const KIND: &str = "cast";
 
@@ -63,7 +63,7 @@ impl AbstractOperator for Cast {
     }
 
     fn shardable(&self) -> Vec<ShardableIndex> {
-        self.inputs[0].dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent)).collect()
+        every_index(&self.inputs[0])
     }
 
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {

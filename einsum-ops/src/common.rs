@@ -60,6 +60,11 @@ pub(crate) fn row_axis(op: &str, x: &TensorDesc, name: &str) -> Result<usize> {
     Ok(axis)
 }
 
+/// Every index of `x`, shardable anywhere under its own name (an elementwise operator's, say).
+pub(crate) fn every_index(x: &TensorDesc) -> Vec<ShardableIndex> {
+    x.dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent)).collect()
+}
+
 /// Every index of `x` but the row index, shardable anywhere under its own name.
 pub(crate) fn row_shardable(x: &TensorDesc, axis: usize) -> Vec<ShardableIndex> {
     x.dims

@@ -14,7 +14,7 @@
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, kernel_error};
+use crate::common::{check_call, every_index, kernel_error};
 
 const KIND: &str = "embedding";
 
@@ -94,8 +94,9 @@ impl AbstractOperator for Embedding {
     /// The output's indices (the ids', then the table's others), then the vocabulary.
     fn shardable(&self) -> Vec<ShardableIndex> {
         let vocab = &self.inputs[0].dims[self.vocab_axis];
-        let out = self.outputs[0].dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent));
-        out.chain([ShardableIndex::any(vocab.name.clone(), vocab.extent)]).collect()
+        let mut indices = every_index(&self.outputs[0]);
+        indices.push(ShardableIndex::any(vocab.name.clone(), vocab.extent));
+        indices
     }
 
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {

@@ -10,7 +10,7 @@ use std::fmt;
 use einsum_core::{Aggregation, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, f32s, kernel_error};
+use crate::common::{check_call, every_index, f32s, kernel_error};
 use crate::einsum::permute;
 use crate::vexp;
 
@@ -149,7 +149,7 @@ impl AbstractOperator for Reduce {
     }
 
     fn shardable(&self) -> Vec<ShardableIndex> {
-        self.inputs[0].dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent)).collect()
+        every_index(&self.inputs[0])
     }
 
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {

@@ -10,7 +10,7 @@
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, kernel_error};
+use crate::common::{check_call, every_index, kernel_error};
 
 const KIND: &str = "slice";
 
@@ -85,7 +85,7 @@ impl AbstractOperator for Slice {
 
     /// The output's indices, the sliced one at its new extent.
     fn shardable(&self) -> Vec<ShardableIndex> {
-        self.outputs[0].dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent)).collect()
+        every_index(&self.outputs[0])
     }
 
     /// The grid over the output's indices, each input box the output box shifted by `lo`
