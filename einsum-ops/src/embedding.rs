@@ -121,13 +121,14 @@ impl AbstractOperator for Embedding {
         0.0
     }
 
+    /// Converts only the rows the ids look up (a view of the table block per token), never
+    /// the whole table.
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         check_call(self, f, inputs)?;
         let (table, ids, y) = (&f.inputs[0], &f.inputs[1], &f.outputs[0]);
         let rows = table.dim(self.vocab_axis);
-        // The table block with the vocabulary first: the other indices' box, row-major.
+        // A row: the table block's other indices' box, row-major (the output's order).
         let width: usize = (0..table.rank()).filter(|&a| a != self.vocab_axis).map(|a| table.dim(a).len()).product();
-        let values = rows_first(&inputs[0], self.vocab_axis);
         let mut out = vec![0.0f32; y.volume()];
         for (t, &id) in inputs[1].to_i32().iter().enumerate() {
             if id < 0 || id as usize >= self.vocab_size() {
@@ -139,30 +140,14 @@ impl AbstractOperator for Embedding {
             }
             let id = id as usize;
             if (rows.lo..rows.hi).contains(&id) {
-                let row = &values[(id - rows.lo) * width..][..width];
-                out[t * width..][..width].copy_from_slice(row);
+                let mut row = table.dims().to_vec();
+                row[self.vocab_axis] = Interval { lo: id, hi: id + 1 };
+                let row = inputs[0].view(&TensorType::from_intervals(row))?.to_f32();
+                out[t * width..][..width].copy_from_slice(&row);
             }
         }
         Ok(vec![HostTensor::from_f32(y.clone(), self.outputs[0].dtype, out)?])
     }
-}
-
-/// The elements of `t` as f32 with axis `axis` moved first (the others keep their order).
-fn rows_first(t: &HostTensor, axis: usize) -> Vec<f32> {
-    let x = t.to_f32();
-    let shape = t.ty().shape();
-    let (outer, n): (usize, usize) = (shape[..axis].iter().product(), shape[axis]);
-    let inner: usize = shape[axis + 1..].iter().product();
-    if outer == 1 {
-        return x;
-    }
-    let mut out = Vec::with_capacity(x.len());
-    for r in 0..n {
-        for o in 0..outer {
-            out.extend_from_slice(&x[(o * n + r) * inner..][..inner]);
-        }
-    }
-    out
 }
 
 /// The absolute index vector of the `i`th element (row-major) of `ty`.
