@@ -269,20 +269,16 @@ impl Computation {
                 }
             }
         }
-        for t in self.inputs() {
-            if self.desc(t).is_ok_and(|d| d.dtype == DType::I32) {
-                bounds.entry(t).or_insert(1);
-            }
-        }
         self.inputs()
             .into_iter()
             .enumerate()
             .map(|(i, t)| {
                 let desc = self.desc(t).expect("inputs exist");
                 let seed = seed.wrapping_add(i as u64);
-                let value = match bounds.get(&t) {
-                    Some(&bound) => HostTensor::random_indices(desc.tensor_type(), bound, seed),
-                    None => HostTensor::random(desc.tensor_type(), desc.dtype, seed),
+                let value = match (bounds.get(&t), desc.dtype) {
+                    (Some(&bound), _) => HostTensor::random_indices(desc.tensor_type(), bound, seed),
+                    (None, DType::I32) => HostTensor::random_indices(desc.tensor_type(), 1, seed),
+                    (None, dtype) => HostTensor::random(desc.tensor_type(), dtype, seed),
                 };
                 (t, value)
             })
