@@ -9,18 +9,11 @@
 
 use std::error::Error;
 
+use einsum_core::host_memory::{reset_peak_resident_set, resident_set};
 use einsum_models::ModelConfig;
 use einsum_models::checkpoint::Checkpoint;
 use einsum_models::llama;
 use einsummable::{CompileOptions, DType, compile};
-
-/// A field of `/proc/self/status`, in bytes.
-fn status_bytes(field: &str) -> Result<u64, Box<dyn Error>> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let line = status.lines().find(|l| l.starts_with(field)).ok_or(format!("no {field} in /proc/self/status"))?;
-    let kb: u64 = line.split_whitespace().nth(1).ok_or("a malformed status line")?.parse()?;
-    Ok(kb * 1024)
-}
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,15 +28,17 @@ fn main() -> Result<(), Box<dyn Error>> {
     let largest = model.weights.iter().map(|w| w.desc.size_bytes()).max().unwrap_or(0);
 
     // Reset the peak to the current resident set, then load.
-    std::fs::write("/proc/self/clear_refs", "5")?;
-    let before = status_bytes("VmRSS:")?;
+    if !reset_peak_resident_set() {
+        return Err("cannot reset the peak resident set (/proc/self/clear_refs)".into());
+    }
+    let (before, _) = resident_set().ok_or("cannot read the resident set (/proc/self/status)")?;
     let start = std::time::Instant::now();
     model.load_weights(&checkpoint, |input, value| -> Result<(), Box<dyn Error>> {
         Ok(exe.load_resident(input, value)?)
     })?;
     let seconds = start.elapsed().as_secs_f64();
-    let peak = status_bytes("VmHWM:")?.saturating_sub(before);
-    let after = status_bytes("VmRSS:")?.saturating_sub(before);
+    let (now, peak) = resident_set().ok_or("cannot read the resident set (/proc/self/status)")?;
+    let (peak, after) = (peak.saturating_sub(before), now.saturating_sub(before));
 
     let mb = |b: f64| b / 1e6;
     let beyond = peak as f64 - resident as f64;

@@ -58,6 +58,21 @@ pub fn available_host_memory() -> Option<usize> {
     HostMemory::read().available()
 }
 
+/// This process's resident set now (`VmRSS` of `/proc/self/status`) and its peak since it
+/// started or since [`reset_peak_resident_set`] (`VmHWM`), in bytes; `None` where they cannot
+/// be read. What a measurement of an operation's host memory compares.
+pub fn resident_set() -> Option<(usize, usize)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    Some((kb_field(&status, "VmRSS")?, kb_field(&status, "VmHWM")?))
+}
+
+/// Sets this process's peak resident set to its current one (Linux: `5` written to
+/// `/proc/self/clear_refs`), so that [`resident_set`]'s peak measures what follows; false
+/// where that cannot be done.
+pub fn reset_peak_resident_set() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// A `key: value kB` line of `/proc/meminfo` or `/proc/self/status`, in bytes.
 fn kb_field(text: &str, key: &str) -> Option<usize> {
     let line = text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?;

@@ -5,21 +5,11 @@
 use std::fs;
 
 use einsum_core::DType;
+use einsum_core::host_memory::{reset_peak_resident_set, resident_set};
 use einsum_models::checkpoint::{Checkpoint, SINGLE_FILE};
 
 mod common;
 use common::TempDir;
-
-/// The process's peak resident set (VmHWM) and current one (VmRSS), in bytes, from
-/// /proc/self/status.
-fn resident() -> Option<(u64, u64)> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let field = |key: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(key))?;
-        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-    };
-    Some((field("VmHWM:")?, field("VmRSS:")?))
-}
 
 /// Reading a tensor costs the tensor, not the file: the peak resident set while reading a
 /// 64 MB bf16 tensor grows by its result plus at most 40 MB (the mapped pages of the chunk
@@ -29,7 +19,7 @@ fn resident() -> Option<(u64, u64)> {
 #[test]
 fn reading_costs_the_tensor_not_the_file() {
     use std::io::Write;
-    const MB: u64 = 1 << 20;
+    const MB: usize = 1 << 20;
     let dir = TempDir::new("memory");
     let len = 32usize << 20; // bf16 elements: 64 MB
     let header = format!(
@@ -40,21 +30,21 @@ fn reading_costs_the_tensor_not_the_file() {
     let mut file = fs::File::create(dir.path().join(SINGLE_FILE)).unwrap();
     file.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
     file.write_all(header.as_bytes()).unwrap();
-    let block: Vec<u8> = (0..MB as usize).map(|i| (i % 251) as u8).collect();
-    for _ in 0..2 * len as u64 / MB {
+    let block: Vec<u8> = (0..MB).map(|i| (i % 251) as u8).collect();
+    for _ in 0..2 * len / MB {
         file.write_all(&block).unwrap();
     }
     file.write_all(&[0; 8]).unwrap();
     drop(file);
     let checkpoint = Checkpoint::open(dir.path()).unwrap();
-    for (dtype, result) in [(DType::BF16, 2 * len as u64), (DType::F32, 4 * len as u64)] {
-        if fs::write("/proc/self/clear_refs", "5").is_err() {
+    for (dtype, result) in [(DType::BF16, 2 * len), (DType::F32, 4 * len)] {
+        if !reset_peak_resident_set() {
             eprintln!("cannot reset the peak resident set; not measured");
             return;
         }
-        let Some((_, before)) = resident() else { return };
+        let Some((before, _)) = resident_set() else { return };
         let t = checkpoint.read("a", dtype, &[len]).unwrap();
-        let (peak, _) = resident().unwrap();
+        let (_, peak) = resident_set().unwrap();
         let grown = peak.saturating_sub(before);
         eprintln!("a as {dtype}: result {} MB, peak grew {} MB", result / MB, grown / MB);
         assert!(grown < result + 40 * MB, "a as {dtype}: peak grew {grown} bytes for a {result}-byte result");
