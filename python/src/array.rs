@@ -44,10 +44,8 @@ pub fn to_host(array: &Bound<'_, PyAny>, name: &str, desc: &TensorDesc) -> PyRes
     let mut a = np.call_method1("asarray", (array,))?;
     let mut got: String = a.getattr("dtype")?.getattr("name")?.extract()?;
     let want = numpy_name(desc.dtype);
-    let integers = || -> PyResult<bool> {
-        Ok(matches!(a.getattr("dtype")?.getattr("kind")?.extract::<String>()?.as_str(), "i" | "u"))
-    };
-    if desc.dtype == DType::I32 && got != want && integers()? {
+    let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
+    if desc.dtype == DType::I32 && got != want && (kind == "i" || kind == "u") {
         a = to_int32(&np, &a, name, desc)?;
         got = want.to_string();
     }
