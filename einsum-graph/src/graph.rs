@@ -28,6 +28,7 @@ use einsum_ops::{
     argmax::Argmax,
     attention::{Attention, AttentionConfig},
     binary::{Binary, BinaryOp},
+    cached_attention::CachedAttention,
     cast::Cast,
     concat::Concat,
     einsum::Einsum,
@@ -36,6 +37,7 @@ use einsum_ops::{
     reduce::{Reduce, ReduceOp},
     rmsnorm::RmsNorm,
     rope::{Rope, RopeFrequencies},
+    rope_at::RopeAt,
     slice::Slice,
     softmax::Softmax,
     unary::{Unary, UnaryOp},
@@ -211,6 +213,36 @@ impl Graph {
         self.add("rope", op, &[x])
     }
 
+    /// [`Graph::rope_with_frequencies`] with each token's position given at run time: token
+    /// `t` of `x`'s `tokens` index is rotated to position `positions[t]` (an i32 tensor of the
+    /// one index `tokens`, each value in `0..max_positions`), as a decode step with a KV
+    /// cache needs ([`RopeAt`]).
+    ///
+    /// ```
+    /// use einsum_core::DType;
+    /// use einsum_graph::Graph;
+    /// use einsum_ops::rope::RopeFrequencies;
+    /// let mut g = Graph::new();
+    /// let q = g.input("q", &[("heads", 4), ("batch", 2), ("d_head", 16)], DType::F32)?;
+    /// let positions = g.input("positions", &[("batch", 2)], DType::I32)?;
+    /// let freq = RopeFrequencies::from_theta(10000.0, 16).expect("even and positive");
+    /// let rotated = g.rope_at(q, positions, "batch", "d_head", freq, 4096)?;
+    /// assert_eq!(g.desc(rotated)?, g.desc(q)?);
+    /// # Ok::<(), einsum_graph::Error>(())
+    /// ```
+    pub fn rope_at(
+        &mut self,
+        x: Tensor,
+        positions: Tensor,
+        tokens: &str,
+        feature: &str,
+        frequencies: RopeFrequencies,
+        max_positions: usize,
+    ) -> Result<Tensor> {
+        let op = RopeAt::new(self.desc(x)?, self.desc(positions)?, tokens, feature, frequencies, max_positions);
+        self.add("rope_at", op, &[x, positions])
+    }
+
     /// Attention of `q: [heads_q, sequence, d_head]` over `k, v: [heads_kv, sequence,
     /// d_head]` (grouped-query when `heads_q > heads_kv`), the `sequence` and `d_head`
     /// indices found by name: an operand laid out otherwise, or lacking one, is an error
@@ -226,6 +258,56 @@ impl Graph {
     ) -> Result<Tensor> {
         let op = Attention::named(self.desc(q)?, self.desc(k)?, self.desc(v)?, sequence, d_head, config);
         self.add("attention", op, &[q, k, v])
+    }
+
+    /// Decode-time attention of one new token per sequence over a KV cache
+    /// ([`CachedAttention`]): `q: [heads_q, batch, d_head]` and the new `k, v: [heads_kv,
+    /// batch, d_head]`; the caches `k_cache, v_cache: [heads_kv, batch, cache, d_head]`;
+    /// `positions: [batch]` (i32), sequence `b`'s new token at position `positions[b]`
+    /// seeing the cache rows below it and its own key. `scale` multiplies `q · k` (`None`:
+    /// `1 / sqrt(d_head)`). The indices are found by name: an operand laid out otherwise is
+    /// an error naming it.
+    ///
+    /// ```
+    /// use einsum_core::DType;
+    /// use einsum_graph::Graph;
+    /// let mut g = Graph::new();
+    /// let q = g.input("q", &[("heads_q", 8), ("batch", 2), ("d_head", 16)], DType::F32)?;
+    /// let new = [("heads_kv", 2), ("batch", 2), ("d_head", 16)];
+    /// let (k, v) = (g.input("k", &new, DType::F32)?, g.input("v", &new, DType::F32)?);
+    /// let cache = [("heads_kv", 2), ("batch", 2), ("cache", 64), ("d_head", 16)];
+    /// let k_cache = g.input("k_cache", &cache, DType::F32)?;
+    /// let v_cache = g.input("v_cache", &cache, DType::F32)?;
+    /// let positions = g.input("positions", &[("batch", 2)], DType::I32)?;
+    /// let y = g.cached_attention(q, k, v, k_cache, v_cache, positions, "batch", "d_head", None)?;
+    /// assert_eq!(g.desc(y)?, g.desc(q)?);
+    /// # Ok::<(), einsum_graph::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn cached_attention(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        positions: Tensor,
+        batch: &str,
+        d_head: &str,
+        scale: Option<f32>,
+    ) -> Result<Tensor> {
+        let op = CachedAttention::named(
+            self.desc(q)?,
+            self.desc(k)?,
+            self.desc(v)?,
+            self.desc(k_cache)?,
+            self.desc(v_cache)?,
+            self.desc(positions)?,
+            batch,
+            d_head,
+            scale,
+        );
+        self.add("cached_attention", op, &[q, k, v, k_cache, v_cache, positions])
     }
 
     /// The rows of `table` (indexed by `vocab`) that the i32 `ids` name: `[ids' indices...,

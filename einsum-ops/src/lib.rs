@@ -10,6 +10,7 @@
 pub mod argmax;
 pub mod attention;
 pub mod binary;
+pub mod cached_attention;
 pub mod cast;
 mod common;
 pub mod concat;
@@ -23,6 +24,7 @@ mod parallel;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
+pub mod rope_at;
 pub mod slice;
 pub mod softmax;
 pub mod unary;

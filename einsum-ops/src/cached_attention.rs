@@ -1,0 +1,504 @@
+//! Decode-time grouped-query attention over a KV cache: one new token per sequence of a
+//! batch attends to the keys its sequence has cached and to its own new key.
+//!
+//! Inputs, in this order: `q: [heads_q, batch, d_head]`, the new token's `k, v: [heads_kv,
+//! batch, d_head]`, the caches `k_cache, v_cache: [heads_kv, batch, cache, d_head]`, and
+//! `positions: [batch]` (i32). The output has `q`'s type. Query head `h` reads key/value head
+//! `h / g`, `g = heads_q / heads_kv`. Sequence `b`'s new token stands at the absolute position
+//! `p = positions[b]`: it sees the cache rows `0..p` of its sequence and then its own key at
+//! position `p`, `p + 1` keys in all. The cache rows from `p` on are never read, whatever
+//! they hold (NaN, a previous sequence's keys), so a cache allocated once at its capacity
+//! serves every step. `p` must lie in `0..=cache`; any other is an error of the kernel naming
+//! the sequence and the value.
+//!
+//! It is row `p` of a causal [`Attention`](crate::attention::Attention) over the `p + 1`
+//! tokens whose keys and values are the cache rows `0..p` and the new ones, with the same
+//! non-finite semantics: the output is NumPy's `softmax(s) @ v[seen]` over the scores
+//! `s_j = scale · q · k_j` of the seen keys. So a NaN score makes the whole output row NaN;
+//! a `+∞` score does too; a `−∞` score gets weight 0 unless every seen score is `−∞`, when
+//! the row is NaN; a NaN or infinity in a seen value reaches that column.
+//!
+//! Two shardable indices, in this order:
+//! 0. `heads_kv` (named after `k`'s head index), anywhere: sharding it shards `heads_q` in
+//!    groups of `g`, as attention does.
+//! 1. `batch`, anywhere: every tensor's batch rows follow the interval (the positions too).
+//!
+//! The cache index and `d_head` stay whole in every block. Roles: the operator is
+//! [`OpRole::Attention`]; `batch` has [`IndexRole::Tokens`], `heads_kv`
+//! [`IndexRole::HeadsKv`], and `q`'s head index [`IndexRole::HeadsQ`] unless it has `k`'s
+//! name.
+//!
+//! The CPU kernel takes one key/value head and one sequence at a time, with its `g` query
+//! heads together, so each cache row it reads is read once; its work is linear in `p`.
+
+use einsum_core::{DType, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
+use einsum_joinagg::{
+    AbstractOperator, Error, FunctionSpec, IndexRole, JoinAggSpec, OpRole, Result, ShardableIndex, check_request,
+    combinations,
+};
+
+use crate::{
+    common::{check_call, f32s, kernel_error},
+    parallel, vexp,
+};
+
+const KIND: &str = "cached_attention";
+
+/// Input positions, in the operator's order.
+const Q: usize = 0;
+const K: usize = 1;
+const V: usize = 2;
+const K_CACHE: usize = 3;
+const V_CACHE: usize = 4;
+const POSITIONS: usize = 5;
+
+/// Grouped-query attention of one new token per sequence over its KV cache (see the
+/// [module docs](self)).
+#[derive(Clone, Debug)]
+pub struct CachedAttention {
+    inputs: Vec<TensorDesc>,
+    outputs: Vec<TensorDesc>,
+    scale: f32,
+}
+
+impl CachedAttention {
+    /// Cached attention bound by index name: `q`, `k` and `v` are exactly `[<heads>, batch,
+    /// d_head]`, `k_cache` and `v_cache` exactly `[<heads_kv>, batch, <cache>, d_head]` with
+    /// `k`'s head index name and one cache index name, `positions` exactly `[batch]` in i32.
+    /// `scale` multiplies `q · k`; `None` means `1 / sqrt(d_head)`.
+    ///
+    /// An operand laid out otherwise, a missing index, extents that differ, a zero extent,
+    /// `heads_q` not a multiple of `heads_kv`, operands that do not share one floating-point
+    /// dtype (or positions not i32), or a cache index named like `q`'s heads are an
+    /// [`Error::Shape`] naming the index and the operand; a non-finite scale is
+    /// [`Error::Invalid`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn named(
+        q: &TensorDesc,
+        k: &TensorDesc,
+        v: &TensorDesc,
+        k_cache: &TensorDesc,
+        v_cache: &TensorDesc,
+        positions: &TensorDesc,
+        batch: &str,
+        d_head: &str,
+        scale: Option<f32>,
+    ) -> Result<CachedAttention> {
+        let shape = |index: &str, reason: String| Error::Shape { op: KIND.into(), index: index.into(), reason };
+        if batch == d_head {
+            return Err(shape(batch, "names both the batch and the d_head index".into()));
+        }
+        // Layouts, by name.
+        let layouts = [
+            ("q", q, 3, "[heads, batch, d_head]"),
+            ("k", k, 3, "[heads, batch, d_head]"),
+            ("v", v, 3, "[heads, batch, d_head]"),
+            ("k_cache", k_cache, 4, "[heads_kv, batch, cache, d_head]"),
+            ("v_cache", v_cache, 4, "[heads_kv, batch, cache, d_head]"),
+        ];
+        for (role, t, rank, layout) in layouts {
+            for (pos, name) in [(1, batch), (rank - 1, d_head)] {
+                match t.position(name) {
+                    None => return Err(shape(name, format!("not an index of {role} [{}]", t.dims_string()))),
+                    Some(p) if p != pos || t.rank() != rank => {
+                        return Err(shape(
+                            name,
+                            format!(
+                                "{role} is [{}]; cached attention reads {role} as {layout} with batch `{batch}` and \
+                                 d_head `{d_head}`, so permute it first",
+                                t.dims_string()
+                            ),
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let heads_kv = &k.dims[0].name;
+        for (role, t) in [("v", v), ("k_cache", k_cache), ("v_cache", v_cache)] {
+            if t.dims[0].name != *heads_kv {
+                return Err(shape(
+                    &t.dims[0].name,
+                    format!(
+                        "{role} [{}] names its head index differently from k [{}]; key and value heads are one index",
+                        t.dims_string(),
+                        k.dims_string()
+                    ),
+                ));
+            }
+        }
+        let cache_name = &k_cache.dims[2].name;
+        if v_cache.dims[2].name != *cache_name {
+            return Err(shape(
+                &v_cache.dims[2].name,
+                format!(
+                    "v_cache [{}] names its cache index differently from k_cache [{}]",
+                    v_cache.dims_string(),
+                    k_cache.dims_string()
+                ),
+            ));
+        }
+        if q.dims[0].name == *cache_name {
+            return Err(shape(cache_name, "names both the query heads of q and the cache rows of the caches".into()));
+        }
+        if positions.rank() != 1 || positions.dims[0].name != batch {
+            return Err(shape(batch, format!("positions must be [{batch}], got [{}]", positions.dims_string())));
+        }
+        if positions.dtype != DType::I32 {
+            return Err(shape(
+                batch,
+                format!("positions [{}] must be i32, not {}", positions.dims_string(), positions.dtype),
+            ));
+        }
+        // Extents.
+        let all = [("q", q), ("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("positions", positions)];
+        for (role, t) in all {
+            if let Some(dim) = t.dims.iter().find(|d| d.extent == 0) {
+                return Err(shape(&dim.name, format!("{role} [{}] has a zero extent", t.dims_string())));
+            }
+        }
+        let (nb, d, hkv) = (q.dims[1].extent, q.dims[2].extent, k.dims[0].extent);
+        // Every operand but q and positions has batch at 1 and d_head last (checked above).
+        for (role, t) in &all[1..5] {
+            let (b_ext, d_ext) = (t.dims[1].extent, t.dims[t.rank() - 1].extent);
+            if b_ext != nb {
+                return Err(shape(batch, format!("{role} has batch extent {b_ext}, q has {nb}")));
+            }
+            if d_ext != d {
+                return Err(shape(d_head, format!("{role} has d_head extent {d_ext}, q has {d}")));
+            }
+        }
+        if positions.dims[0].extent != nb {
+            return Err(shape(batch, format!("positions has batch extent {}, q has {nb}", positions.dims[0].extent)));
+        }
+        for (role, t) in [("v", v), ("k_cache", k_cache), ("v_cache", v_cache)] {
+            if t.dims[0].extent != hkv {
+                return Err(shape(heads_kv, format!("{role} has {} heads, k has {hkv}", t.dims[0].extent)));
+            }
+        }
+        if v_cache.dims[2].extent != k_cache.dims[2].extent {
+            return Err(shape(
+                cache_name,
+                format!("v_cache holds {} rows, k_cache {}", v_cache.dims[2].extent, k_cache.dims[2].extent),
+            ));
+        }
+        let hq = q.dims[0].extent;
+        if !hq.is_multiple_of(hkv) {
+            return Err(shape(
+                &q.dims[0].name,
+                format!("q's {hq} query heads are not a multiple of k's {hkv} key/value heads"),
+            ));
+        }
+        // One floating-point dtype.
+        for (role, t) in &all[..5] {
+            if !t.dtype.is_float() || t.dtype != q.dtype {
+                return Err(shape(
+                    d_head,
+                    format!(
+                        "{role} is {}, q is {}: q, k, v and the caches share one floating-point dtype",
+                        t.dtype, q.dtype
+                    ),
+                ));
+            }
+        }
+        let scale = match scale {
+            Some(s) if !s.is_finite() => {
+                return Err(Error::Invalid { op: KIND.into(), reason: format!("the scale must be finite, got {s}") });
+            }
+            Some(s) => s,
+            None => 1.0 / (d as f32).sqrt(),
+        };
+        Ok(CachedAttention {
+            inputs: [q, k, v, k_cache, v_cache, positions].into_iter().cloned().collect(),
+            outputs: vec![q.clone()],
+            scale,
+        })
+    }
+
+    /// The factor applied to `q · k` (the configured one, or `1 / sqrt(d_head)`).
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// The cache's capacity: the rows it holds per sequence and key/value head (every
+    /// position lies in `0..=capacity`).
+    pub fn cache_capacity(&self) -> usize {
+        self.inputs[K_CACHE].dims[2].extent
+    }
+
+    fn heads_q(&self) -> usize {
+        self.inputs[Q].dims[0].extent
+    }
+
+    fn heads_kv(&self) -> usize {
+        self.inputs[K].dims[0].extent
+    }
+
+    /// Query heads per key/value head.
+    fn group(&self) -> usize {
+        self.heads_q() / self.heads_kv()
+    }
+
+    fn batch(&self) -> usize {
+        self.inputs[Q].dims[1].extent
+    }
+
+    fn d_head(&self) -> usize {
+        self.inputs[Q].dims[2].extent
+    }
+
+    fn kernel_error(reason: String) -> Error {
+        kernel_error(KIND, reason)
+    }
+
+    /// Checks that `f` and `inputs` are blocks this kernel can compute on: the generic checks
+    /// of [`check_call`], then `d_head` and the cache rows whole, equal k and v blocks and
+    /// equal cache blocks, the output block the q block, every block on the q block's batch
+    /// rows, and the q block's heads whole groups whose key/value heads the k/v and cache
+    /// blocks hold.
+    fn check_blocks(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<()> {
+        check_call(self, f, inputs)?;
+        for (n, (block, desc)) in f.inputs.iter().zip(&self.inputs).enumerate().take(POSITIONS) {
+            let axis = block.rank() - 1;
+            if block.dim(axis) != Interval::full(self.d_head()) {
+                return Err(Self::kernel_error(format!(
+                    "input {n} block {block}: d_head `{}` must be whole",
+                    desc.dims[axis].name
+                )));
+            }
+        }
+        let (qb, kb, kcb) = (&f.inputs[Q], &f.inputs[K], &f.inputs[K_CACHE]);
+        if f.inputs[V] != *kb {
+            return Err(Self::kernel_error(format!("k block {kb} and v block {} differ", f.inputs[V])));
+        }
+        if f.inputs[V_CACHE] != *kcb {
+            return Err(Self::kernel_error(format!(
+                "k_cache block {kcb} and v_cache block {} differ",
+                f.inputs[V_CACHE]
+            )));
+        }
+        if f.outputs[0] != *qb {
+            return Err(Self::kernel_error(format!("output block {} is not the q block {qb}", f.outputs[0])));
+        }
+        if kcb.dim(2) != Interval::full(self.cache_capacity()) {
+            return Err(Self::kernel_error(format!(
+                "k_cache block {kcb}: the cache index `{}` must be whole",
+                self.inputs[K_CACHE].dims[2].name
+            )));
+        }
+        let rows = qb.dim(1);
+        for (role, block, axis) in [("k", kb, 1), ("k_cache", kcb, 1), ("positions", &f.inputs[POSITIONS], 0)] {
+            if block.dim(axis) != rows {
+                return Err(Self::kernel_error(format!(
+                    "{role} block {block} does not hold the batch rows {rows} of the q block {qb}"
+                )));
+            }
+        }
+        if kcb.dim(0) != kb.dim(0) {
+            return Err(Self::kernel_error(format!("k block {kb} and k_cache block {kcb} hold different heads")));
+        }
+        let (heads, g) = (qb.dim(0), self.group());
+        if heads.is_empty() || rows.is_empty() {
+            return Ok(());
+        }
+        if !heads.lo.is_multiple_of(g) || !heads.hi.is_multiple_of(g) {
+            return Err(Self::kernel_error(format!("query heads {heads} are not whole groups of {g}")));
+        }
+        let need = Interval { lo: heads.lo / g, hi: heads.hi / g };
+        if !need.is_within(&kb.dim(0)) {
+            return Err(Self::kernel_error(format!(
+                "query heads {heads} need key/value heads {need}, the k/v block has {}",
+                kb.dim(0)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The kernel on checked blocks: for every (key/value head, sequence) of the block, on
+    /// the helper threads, the scores of its `g` query heads against the cache rows `0..p`
+    /// (each read once) and the new key, their softmax, and the weighted sum of the values
+    /// (each read once). Returns the output block's elements.
+    fn decode(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<f32>> {
+        let (qb, kb) = (&f.inputs[Q], &f.inputs[K]);
+        let (d, g, cache) = (self.d_head(), self.group(), self.cache_capacity());
+        let (heads, rows) = (qb.dim(0), qb.dim(1));
+        let nb = rows.len();
+        let (kv_lo, nkv) = (heads.lo / g, heads.len() / g);
+        let mut prefix = Vec::with_capacity(nb);
+        for (i, &p) in inputs[POSITIONS].to_i32().iter().enumerate() {
+            if p < 0 || p as usize > cache {
+                return Err(Self::kernel_error(format!(
+                    "position {p} of sequence {} is outside 0..={cache} (the cache holds {cache} rows)",
+                    rows.lo + i
+                )));
+            }
+            prefix.push(p as usize);
+        }
+        // The cache rows each (key/value head, sequence) reads, as views: only rows `0..p`
+        // are ever converted or read.
+        let mut seen = Vec::with_capacity(nkv * nb);
+        for u in 0..nkv {
+            for (i, &p) in prefix.iter().enumerate() {
+                let (h, b) = (kv_lo + u, rows.lo + i);
+                let part = TensorType::from_intervals(vec![
+                    Interval { lo: h, hi: h + 1 },
+                    Interval { lo: b, hi: b + 1 },
+                    Interval { lo: 0, hi: p },
+                    Interval::full(d),
+                ]);
+                seen.push((inputs[K_CACHE].view(&part)?, inputs[V_CACHE].view(&part)?));
+            }
+        }
+        let (q, k, v) = (f32s(&inputs[Q]), f32s(&inputs[K]), f32s(&inputs[V]));
+        let k_heads_lo = kb.dim(0).lo;
+        let scale = self.scale;
+        // The output of unit (u, i) as its g query heads' rows, [kv head, sequence, g, d].
+        let mut grouped = vec![0.0f32; nkv * nb * g * d];
+        parallel::for_chunks_mut(&mut grouped, g * d, |unit, acc| {
+            let (u, i) = (unit / nb, unit % nb);
+            let p = prefix[i];
+            let n = p + 1;
+            let (k_seen, v_seen) = (f32s(&seen[unit].0), f32s(&seen[unit].1));
+            let kv_row = ((kv_lo + u - k_heads_lo) * nb + i) * d;
+            let (k_new, v_new) = (&k[kv_row..][..d], &v[kv_row..][..d]);
+            let q_row = |r: usize| &q[((u * g + r) * nb + i) * d..][..d];
+            // Scores: row r holds query head r's scores against keys 0..p, then the new key.
+            let mut s = vec![0.0f32; g * n];
+            for (j, key) in k_seen.chunks_exact(d).chain([k_new]).enumerate() {
+                for r in 0..g {
+                    s[r * n + j] = scale * dot(q_row(r), key);
+                }
+            }
+            let mut inv = vec![0.0f32; g];
+            for (r, row) in s.chunks_exact_mut(n).enumerate() {
+                // A NaN score makes the maximum NaN, and every weight with it; a +∞ one makes
+                // the weights e^(∞ − ∞) = NaN. While every score is −∞, shift by 0 rather
+                // than by −∞ (whose e^(−∞ − (−∞)) is NaN): the weights are 0 and the row is
+                // NaN through its factor.
+                let max = vexp::max(row);
+                let shift = if max == f32::NEG_INFINITY { 0.0 } else { max };
+                let sum = vexp::exp_shifted_sum(row, shift);
+                inv[r] = if max == f32::NEG_INFINITY { f32::NAN } else { 1.0 / sum };
+            }
+            for (j, value) in v_seen.chunks_exact(d).chain([v_new]).enumerate() {
+                for (r, out) in acc.chunks_exact_mut(d).enumerate() {
+                    let w = s[r * n + j];
+                    out.iter_mut().zip(value).for_each(|(o, &x)| *o += w * x);
+                }
+            }
+            for (out, &f) in acc.chunks_exact_mut(d).zip(&inv) {
+                out.iter_mut().for_each(|x| *x *= f);
+            }
+        });
+        // [kv head, sequence, g, d] to the output's [query head, sequence, d].
+        let mut out = vec![0.0f32; grouped.len()];
+        for (unit, rows_g) in grouped.chunks_exact(g * d).enumerate() {
+            let (u, i) = (unit / nb, unit % nb);
+            for (r, row) in rows_g.chunks_exact(d).enumerate() {
+                out[((u * g + r) * nb + i) * d..][..d].copy_from_slice(row);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `a · b`, added in 8 lanes (which the compiler keeps in a vector register) and then the
+/// lanes in order.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut lanes = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+impl AbstractOperator for CachedAttention {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    fn kernel_class(&self) -> KernelClass {
+        KernelClass::Attention
+    }
+
+    fn inputs(&self) -> &[TensorDesc] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[TensorDesc] {
+        &self.outputs
+    }
+
+    /// The positions (input 5) lie in `0..=cache`.
+    fn index_bound(&self, input: usize) -> Option<usize> {
+        (input == POSITIONS).then(|| self.cache_capacity() + 1)
+    }
+
+    fn shardable(&self) -> Vec<ShardableIndex> {
+        vec![
+            ShardableIndex::any(self.inputs[K].dims[0].name.clone(), self.heads_kv()),
+            ShardableIndex::any(self.inputs[Q].dims[1].name.clone(), self.batch()),
+        ]
+    }
+
+    fn index_roles(&self) -> Vec<(String, IndexRole)> {
+        let (q, k) = (&self.inputs[Q], &self.inputs[K]);
+        let mut roles = vec![(q.dims[1].name.clone(), IndexRole::Tokens), (k.dims[0].name.clone(), IndexRole::HeadsKv)];
+        if q.dims[0].name != k.dims[0].name {
+            roles.push((q.dims[0].name.clone(), IndexRole::HeadsQ));
+        }
+        roles
+    }
+
+    fn op_role(&self) -> Option<OpRole> {
+        Some(OpRole::Attention)
+    }
+
+    fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
+        check_request(KIND, &self.shardable(), intervals)?;
+        let (g, d, cache) = (self.group(), Interval::full(self.d_head()), Interval::full(self.cache_capacity()));
+        let functions = combinations(intervals)
+            .into_iter()
+            .map(|combo| {
+                let (kv_heads, batch) = (combo[0], combo[1]);
+                let q_heads = Interval { lo: kv_heads.lo * g, hi: kv_heads.hi * g };
+                let q = TensorType::from_intervals(vec![q_heads, batch, d]);
+                let kv = TensorType::from_intervals(vec![kv_heads, batch, d]);
+                let caches = TensorType::from_intervals(vec![kv_heads, batch, cache, d]);
+                let positions = TensorType::from_intervals(vec![batch]);
+                FunctionSpec {
+                    inputs: vec![q.clone(), kv.clone(), kv, caches.clone(), caches, positions],
+                    outputs: vec![q],
+                }
+            })
+            .collect();
+        Ok(JoinAggSpec { functions })
+    }
+
+    /// `4 · d_head · heads_q · batch · (cache + 1)` for the block's query heads and
+    /// sequences: `q Kᵀ` and `P V` each take two operations per key and feature. A sequence
+    /// reads `p + 1` keys, but its position is known only at run time, so the plan charges
+    /// the cache's capacity, every step's most.
+    fn flops(&self, f: &FunctionSpec) -> f64 {
+        let Some(qb) = f.inputs.first().filter(|b| b.rank() == 3) else {
+            return 0.0;
+        };
+        let keys = (self.cache_capacity() + 1) as f64;
+        4.0 * self.d_head() as f64 * qb.dim(0).len() as f64 * qb.dim(1).len() as f64 * keys
+    }
+
+    fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.check_blocks(f, inputs)?;
+        let qb = &f.inputs[Q];
+        let out = if qb.is_empty() { Vec::new() } else { self.decode(f, inputs)? };
+        Ok(vec![HostTensor::from_f32(qb.clone(), self.outputs[0].dtype, out)?])
+    }
+}
+
+#[cfg(test)]
+mod tests;
