@@ -2,11 +2,13 @@
 //! and the hub write it ([`config`]), its rotary embedding with the scalings transformers
 //! computes ([`rope_scaling`]), its weights from one or several safetensors files
 //! ([`checkpoint`]), and the forward pass the config describes, as a graph whose weight inputs
-//! are the checkpoint's tensors ([`llama`]).
+//! are the checkpoint's tensors ([`llama`]), and the prefill and decode-step graphs of
+//! generation with a KV cache ([`decode`]).
 #![warn(missing_docs)]
 
 pub mod checkpoint;
 pub mod config;
+pub mod decode;
 pub mod llama;
 pub mod rope_scaling;
 

@@ -79,13 +79,23 @@ impl Model {
     pub fn load_weights<E: From<CheckpointError>>(
         &self,
         checkpoint: &Checkpoint,
-        mut load: impl FnMut(Tensor, HostTensor) -> Result<(), E>,
+        load: impl FnMut(Tensor, HostTensor) -> Result<(), E>,
     ) -> Result<(), E> {
-        for w in &self.weights {
-            load(w.input, checkpoint.read_as(&w.name, &w.desc)?)?;
-        }
-        Ok(())
+        load_weights(&self.weights, checkpoint, load)
     }
+}
+
+/// Reads each of `weights` from `checkpoint` and hands it to `load`, one at a time, as
+/// [`Model::load_weights`] does (for any graph of the model: a prefill's, a decoder's).
+pub fn load_weights<E: From<CheckpointError>>(
+    weights: &[Weight],
+    checkpoint: &Checkpoint,
+    mut load: impl FnMut(Tensor, HostTensor) -> Result<(), E>,
+) -> Result<(), E> {
+    for w in weights {
+        load(w.input, checkpoint.read_as(&w.name, &w.desc)?)?;
+    }
+    Ok(())
 }
 
 /// Builds the forward pass of `config`'s model over a prompt of `tokens` tokens, with weights
@@ -97,44 +107,91 @@ pub fn build(config: &ModelConfig, tokens: usize, dtype: DType) -> Result<Model,
     if tokens == 0 {
         return Err(ModelError::Prompt("a prompt needs at least one token".into()));
     }
-    if let Some(w) = config.sliding_window.filter(|w| tokens > w.size) {
-        return Err(ModelError::Prompt(format!(
-            "a prompt of {tokens} tokens is longer than the model's sliding window of {}, which is not supported",
-            w.size
-        )));
-    }
-    let mut b = Builder { g: Graph::new(), c: config, dtype, weights: Vec::new() };
-    b.g.role("d_ff", IndexRole::FfnHidden)?;
+    check_window(config, tokens)?;
+    let mut b = Builder::new(config, dtype)?;
     let ids = b.g.input("tokens", &[("tokens", tokens)], DType::I32)?;
-    let embed =
-        b.weight("model.embed_tokens.weight", &[("vocab", config.vocab_size), ("d_model", config.hidden_size)])?;
-    let mut x = b.g.embedding(embed, ids, "vocab")?;
+    let (mut x, embed) = b.embed(ids)?;
     let rope = config.rope_frequencies(tokens)?;
     let packing = Packing::uniform(1, tokens).map_err(|e| ModelError::Prompt(e.to_string()))?;
     for layer in 0..config.num_hidden_layers {
-        x = b.layer(x, layer, &rope, &packing)?;
+        x = b.layer(x, layer, &Attend::Prompt { rope: &rope, packing: &packing })?;
     }
-    let norm = b.weight("model.norm.weight", &[("d_model", config.hidden_size)])?;
-    let h = b.g.rmsnorm(x, norm, "d_model", config.rms_norm_eps as f32)?;
-    let head = if config.tie_word_embeddings {
-        embed
-    } else {
-        b.weight("lm_head.weight", &[("vocab", config.vocab_size), ("d_model", config.hidden_size)])?
-    };
-    let logits = b.g.einsum("td,vd->tv", &[h, head])?;
-    b.g.save_as(logits, "logits")?;
+    let logits = b.head(x, embed)?;
     Ok(Model { graph: b.g, tokens: ids, logits, weights: b.weights, dtype })
 }
 
-/// The graph under construction and the weights declared so far.
-struct Builder<'a> {
-    g: Graph,
-    c: &'a ModelConfig,
-    dtype: DType,
-    weights: Vec<Weight>,
+/// Refuses a sequence of `tokens` tokens longer than the model's sliding window (Mistral
+/// v0.1), which is not modelled: within it, attention is plain causal attention.
+pub(crate) fn check_window(config: &ModelConfig, tokens: usize) -> Result<(), ModelError> {
+    match config.sliding_window.filter(|w| tokens > w.size) {
+        Some(w) => Err(ModelError::Prompt(format!(
+            "a sequence of {tokens} tokens is longer than the model's sliding window of {}, which is not supported",
+            w.size
+        ))),
+        None => Ok(()),
+    }
 }
 
-impl Builder<'_> {
+/// How a layer's attention sees its keys.
+pub(crate) enum Attend<'a> {
+    /// Causal attention over the packed prompts of `packing`, positions counted from each
+    /// prompt's start.
+    Prompt { rope: &'a RopeFrequencies, packing: &'a Packing },
+    /// One new token per sequence (the tokens index is the batch) at the i32 `positions`,
+    /// over a cache of `max_tokens` rows per sequence: the layer declares its cache inputs.
+    Cached { rope: &'a RopeFrequencies, positions: Tensor, max_tokens: usize },
+}
+
+/// A layer's rotated keys and values `[heads_kv, tokens, d_head]`, and under
+/// [`Attend::Cached`] its cache inputs `[heads_kv, tokens, cache, d_head]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LayerKv {
+    pub(crate) k: Tensor,
+    pub(crate) v: Tensor,
+    pub(crate) cache: Option<(Tensor, Tensor)>,
+}
+
+/// The graph under construction, the weights declared so far and every layer's keys and
+/// values.
+pub(crate) struct Builder<'a> {
+    pub(crate) g: Graph,
+    c: &'a ModelConfig,
+    dtype: DType,
+    pub(crate) weights: Vec<Weight>,
+    pub(crate) kv: Vec<LayerKv>,
+}
+
+impl<'a> Builder<'a> {
+    /// An empty graph for `config`'s model in `dtype`.
+    pub(crate) fn new(config: &'a ModelConfig, dtype: DType) -> Result<Self, ModelError> {
+        let mut b = Builder { g: Graph::new(), c: config, dtype, weights: Vec::new(), kv: Vec::new() };
+        b.g.role("d_ff", IndexRole::FfnHidden)?;
+        Ok(b)
+    }
+
+    /// The embeddings of the i32 `ids`, `[ids' index, d_model]`, and the embedding table.
+    pub(crate) fn embed(&mut self, ids: Tensor) -> Result<(Tensor, Tensor), ModelError> {
+        let c = self.c;
+        let embed = self.weight("model.embed_tokens.weight", &[("vocab", c.vocab_size), ("d_model", c.hidden_size)])?;
+        Ok((self.g.embedding(embed, ids, "vocab")?, embed))
+    }
+
+    /// The final RMSNorm and the vocabulary head (the embedding table `embed` when tied) on
+    /// `x: [tokens, d_model]`: the logits `[tokens, vocab]`, saved as `logits`.
+    pub(crate) fn head(&mut self, x: Tensor, embed: Tensor) -> Result<Tensor, ModelError> {
+        let c = self.c;
+        let norm = self.weight("model.norm.weight", &[("d_model", c.hidden_size)])?;
+        let h = self.g.rmsnorm(x, norm, "d_model", c.rms_norm_eps as f32)?;
+        let head = if c.tie_word_embeddings {
+            embed
+        } else {
+            self.weight("lm_head.weight", &[("vocab", c.vocab_size), ("d_model", c.hidden_size)])?
+        };
+        let logits = self.g.einsum("td,vd->tv", &[h, head])?;
+        self.g.save_as(logits, "logits")?;
+        Ok(logits)
+    }
+
     /// The weight input `name`, `dims` over its stored elements.
     fn weight(&mut self, name: &str, dims: &[(&str, usize)]) -> Result<Tensor, ModelError> {
         let input = self.g.input(name, dims, self.dtype)?;
@@ -153,13 +210,7 @@ impl Builder<'_> {
     }
 
     /// One decoder layer.
-    fn layer(
-        &mut self,
-        x: Tensor,
-        layer: usize,
-        rope: &RopeFrequencies,
-        packing: &Packing,
-    ) -> Result<Tensor, ModelError> {
+    pub(crate) fn layer(&mut self, x: Tensor, layer: usize, attend: &Attend<'_>) -> Result<Tensor, ModelError> {
         let c = self.c;
         let (d, f, e) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let (hq, hkv) = (c.num_attention_heads, c.num_key_value_heads);
@@ -178,10 +229,7 @@ impl Builder<'_> {
         let wv = self.weight(&p("self_attn.v_proj.weight"), &[("heads_kv", hkv), ("d_head", e), ("d_model", d)])?;
         let v = self.g.einsum("td,hed->hte", &[n, wv])?;
         let v = self.bias(v, &p("self_attn.v_proj.bias"), &[("heads_kv", hkv), ("d_head", e)], qkv)?;
-        let q = self.rope(q, rope, packing)?;
-        let k = self.rope(k, rope, packing)?;
-        let config = AttentionConfig { causal: true, packing: packing.clone(), scale: None };
-        let a = self.g.attention(q, k, v, "tokens", "d_head", config)?;
+        let a = self.attend(q, k, v, layer, attend)?;
         let wo = self.weight(&p("self_attn.o_proj.weight"), &[("d_model", d), ("heads_q", hq), ("d_head", e)])?;
         let o = self.g.einsum("hte,dhe->td", &[a, wo])?;
         let o = self.bias(o, &p("self_attn.o_proj.bias"), &[("d_model", d)], c.biases.o)?;
@@ -204,8 +252,40 @@ impl Builder<'_> {
         Ok(self.g.binary(h, down, BinaryOp::Add)?)
     }
 
-    /// The config's rope on `[heads, tokens, d_head]`.
-    fn rope(&mut self, x: Tensor, freqs: &RopeFrequencies, packing: &Packing) -> Result<Tensor, ModelError> {
-        Ok(self.g.rope_with_frequencies(x, "tokens", "d_head", freqs.clone(), packing.clone())?)
+    /// Rotates `q` and `k` and attends as `attend` says, recording the layer's keys and values.
+    fn attend(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        layer: usize,
+        attend: &Attend<'_>,
+    ) -> Result<Tensor, ModelError> {
+        match *attend {
+            Attend::Prompt { rope, packing } => {
+                let rope =
+                    |g: &mut Graph, x| g.rope_with_frequencies(x, "tokens", "d_head", rope.clone(), packing.clone());
+                let (q, k) = (rope(&mut self.g, q)?, rope(&mut self.g, k)?);
+                self.kv.push(LayerKv { k, v, cache: None });
+                let config = AttentionConfig { causal: true, packing: packing.clone(), scale: None };
+                Ok(self.g.attention(q, k, v, "tokens", "d_head", config)?)
+            }
+            Attend::Cached { rope, positions, max_tokens } => {
+                let rope = |g: &mut Graph, x| g.rope_at(x, positions, "tokens", "d_head", rope.clone(), max_tokens);
+                let (q, k) = (rope(&mut self.g, q)?, rope(&mut self.g, k)?);
+                let c = self.c;
+                let batch = self.g.desc(positions)?.dims[0].extent;
+                let dims = [
+                    ("heads_kv", c.num_key_value_heads),
+                    ("tokens", batch),
+                    ("cache", max_tokens),
+                    ("d_head", c.head_dim),
+                ];
+                let k_cache = self.g.input(&format!("model.layers.{layer}.k_cache"), &dims, self.dtype)?;
+                let v_cache = self.g.input(&format!("model.layers.{layer}.v_cache"), &dims, self.dtype)?;
+                self.kv.push(LayerKv { k, v, cache: Some((k_cache, v_cache)) });
+                Ok(self.g.cached_attention(q, k, v, k_cache, v_cache, positions, "tokens", "d_head", None)?)
+            }
+        }
     }
 }
