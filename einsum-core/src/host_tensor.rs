@@ -7,6 +7,8 @@ use half::{bf16, f16};
 
 use crate::{Aggregation, CoreError, DType, Lease, Result, SeededRng, TensorType, check_tiling};
 
+mod overwrite;
+
 /// Row-major elements in one dtype: a vector of the heap's, or memory a backend lent.
 #[derive(Debug)]
 enum Storage {
@@ -189,9 +191,10 @@ struct Block {
 /// A dense tensor whose index set is its [`TensorType`], which may have non-zero lower
 /// bounds: a block sliced out of a larger tensor keeps its absolute position.
 ///
-/// The elements are immutable and shared: `clone` is a reference-count increment, not a
-/// copy, so a backend can hand the same block to several readers (kernel arguments,
-/// transfers, stitches) without moving its bytes.
+/// The elements are shared: `clone` is a reference-count increment, not a copy, so a
+/// backend can hand the same block to several readers (kernel arguments, transfers,
+/// stitches) without moving its bytes. The one write, [`HostTensor::overwrite`], is
+/// copy-on-write: no other tensor sees it.
 ///
 /// # Views
 /// A tensor reads its elements from a row-major block whose type (its *frame*) contains the
