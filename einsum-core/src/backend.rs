@@ -201,6 +201,19 @@ pub trait Prepared: Send {
         Ok(())
     }
 
+    /// Overwrites the elements of loaded input `input` that `part` covers (its type a
+    /// projection of the input's, its dtype the input's) on every device block that holds
+    /// them (a replicated block on each of its devices); other elements keep their values.
+    /// The cost is the part's, not the input's: a key-value cache resident on the devices
+    /// gets one new row per generated token this way. Fails with [`BackendError::Input`] for
+    /// an unknown input or a part of another type or dtype, and with
+    /// [`BackendError::NotLoaded`] for an input not loaded yet, touching nothing.
+    ///
+    /// # Design
+    /// No default: the only general one, loading the whole value again, needs the whole
+    /// value, which the caller of a part may not hold, and would cost the input's size.
+    fn write(&mut self, input: usize, part: &HostTensor) -> Result<(), BackendError>;
+
     /// Runs once on the loaded inputs and returns the saved outputs (whole tensors, in the
     /// graph's output order). An input never loaded is an error naming it.
     fn run(&mut self) -> Result<Vec<HostTensor>, BackendError>;

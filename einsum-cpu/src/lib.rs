@@ -86,7 +86,9 @@ use std::sync::{
 
 use einsum_core::{
     Backend, BackendError, DType, HostTensor, KernelLibrary, Prepared, TensorType,
-    taskgraph::{BufferId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, fuse::Rule, stitch_outputs},
+    taskgraph::{
+        Boundary, BufferId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, fuse::Rule, stitch_outputs,
+    },
 };
 
 use arena::{Arenas, Place};
@@ -324,13 +326,7 @@ impl CpuExecutable<'_> {
     /// every block resident on its device until the input is loaded again.
     pub fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
         let graph = &self.graph;
-        let Some(b) = graph.inputs().get(input) else {
-            return Err(BackendError::Input {
-                index: input,
-                name: "(unknown)".into(),
-                reason: format!("the graph takes {} inputs", graph.inputs().len()),
-            });
-        };
+        let b = boundary(graph, input)?;
         if *value.ty() != b.ty || value.dtype() != b.dtype {
             return Err(BackendError::Input {
                 index: input,
@@ -351,6 +347,47 @@ impl CpuExecutable<'_> {
             }
         }
         self.loaded[input] = true;
+        Ok(())
+    }
+
+    /// Overwrites the elements of loaded input `input` that `part` covers (its type a
+    /// projection of the input's, its dtype the input's) in every resident block holding
+    /// some of them: the block of each of the input's `Load` tasks, so a replicated block on
+    /// each of its devices ([`Prepared::write`]). Other elements keep their values. Fails
+    /// with [`BackendError::Input`] for an unknown input or a part of another type or dtype,
+    /// and with [`BackendError::NotLoaded`] before the input is loaded, touching nothing.
+    ///
+    /// A block still sharing its elements with something else (the value it was loaded from,
+    /// of which it may be a view; a clone of this executable; an output of an earlier run) is
+    /// first copied, so none of them changes ([`HostTensor::overwrite`]); later writes are in
+    /// place and cost the part alone.
+    pub fn write(&mut self, input: usize, part: &HostTensor) -> Result<(), BackendError> {
+        let graph = &self.graph;
+        let b = boundary(graph, input)?;
+        if !part.ty().is_projection_of(&b.ty) || part.dtype() != b.dtype {
+            return Err(BackendError::Input {
+                index: input,
+                name: b.name.clone(),
+                reason: format!("expected a part of {} {}, got {} {}", b.ty, b.dtype, part.ty(), part.dtype()),
+            });
+        }
+        if !self.loaded[input] {
+            return Err(BackendError::NotLoaded { index: input, name: b.name.clone() });
+        }
+        for (t, node) in graph.nodes().iter().enumerate() {
+            let Task::Load { input: i, dst } = node.task else { continue };
+            if i != input {
+                continue;
+            }
+            let (Some(region), Some(block)) =
+                (graph.buffer(dst).ty.intersect(part.ty()), self.resident[dst.0 as usize].as_mut())
+            else {
+                continue;
+            };
+            part.view(&region).and_then(|piece| Arc::make_mut(block).overwrite(&piece)).map_err(|e| {
+                BackendError::Task { task: TaskId(t as u32), label: node.label.clone(), reason: e.to_string() }
+            })?;
+        }
         Ok(())
     }
 
@@ -419,9 +456,22 @@ impl CpuExecutable<'_> {
     }
 }
 
+/// Computation input `input` of `graph`, or [`BackendError::Input`] saying how many there are.
+fn boundary(graph: &TaskGraph, input: usize) -> Result<&Boundary, BackendError> {
+    graph.inputs().get(input).ok_or_else(|| BackendError::Input {
+        index: input,
+        name: "(unknown)".into(),
+        reason: format!("the graph takes {} inputs", graph.inputs().len()),
+    })
+}
+
 impl Prepared for CpuExecutable<'_> {
     fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
         CpuExecutable::load(self, input, value)
+    }
+
+    fn write(&mut self, input: usize, part: &HostTensor) -> Result<(), BackendError> {
+        CpuExecutable::write(self, input, part)
     }
 
     fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
@@ -582,5 +632,80 @@ mod tests {
         assert_eq!(honest, vec![value(7.0), value(6.0)]);
         let faulty = CpuBackend::with_threads(2).with_fault(Fault::DropAggregationInput);
         assert_eq!(faulty.execute(&g, &NoKernels, &inputs).unwrap(), vec![value(3.0), value(6.0)]);
+    }
+
+    /// `x` (4×6) split by rows over devices 0 and 1 and replicated whole on device 2, with
+    /// device 1 holding a replica of device 0's rows too; device 0 gathers the halves into
+    /// `y`, and `z` (device 2's whole) and `r` (device 1's replica) are stored as they are.
+    fn split_and_replicated() -> TaskGraph {
+        let tt = |lo: &[usize], hi: &[usize]| TensorType::new(lo, hi).unwrap();
+        let whole = tt(&[0, 0], &[4, 6]);
+        let (top, bottom) = (tt(&[0, 0], &[2, 6]), tt(&[2, 0], &[4, 6]));
+        let io = |n: &str, ty: &TensorType| Boundary { name: n.into(), ty: ty.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(3, vec![io("x", &whole)], vec![io("y", &whole), io("z", &whole), io("r", &top)]);
+        let mut load = |d: u32, ty: &TensorType| {
+            let b = g.add_buffer(DeviceId(d), ty.clone(), DType::F32);
+            g.push(Task::Load { input: 0, dst: b }, &[], format!("load {ty} on {d}")).unwrap();
+            b
+        };
+        let (x0, x1, x2, r) = (load(0, &top), load(1, &bottom), load(2, &whole), load(1, &top));
+        let sent = g.add_buffer(DeviceId(0), bottom.clone(), DType::F32);
+        g.push(Task::Transfer { src: x1, dst: sent }, &[], "send bottom").unwrap();
+        let y = g.add_buffer(DeviceId(0), whole, DType::F32);
+        g.push(Task::Stitch { srcs: vec![x0, sent], dst: y }, &[], "stitch").unwrap();
+        g.push(Task::Store { output: 0, src: y }, &[], "store y").unwrap();
+        g.push(Task::Store { output: 1, src: x2 }, &[], "store z").unwrap();
+        g.push(Task::Store { output: 2, src: r }, &[], "store r").unwrap();
+        g
+    }
+
+    /// Writing parts (a strided box across the split, then one row) into a loaded input gives
+    /// the outputs of a fresh executable loaded with the overwritten whole value, on every
+    /// block and replica; the value it was loaded from, an earlier run's outputs and a clone
+    /// of the executable keep their values; the resident bytes stay what they were.
+    #[test]
+    fn a_written_part_reaches_every_block_and_replica() {
+        let g = split_and_replicated();
+        let tt = |lo: &[usize], hi: &[usize]| TensorType::new(lo, hi).unwrap();
+        let x = HostTensor::random(tt(&[0, 0], &[4, 6]), DType::F32, 1);
+        let snapshot = x.compact_in(None).unwrap();
+        let backend = CpuBackend::with_threads(2);
+        let mut exe = backend.executable(&g, Arc::new(NoKernels)).unwrap();
+        exe.load(0, &x).unwrap();
+        let (first, stats) = exe.run_with_stats().unwrap();
+        let clone = exe.clone();
+        let mut want = x.clone();
+        for (seed, part) in [tt(&[1, 2], &[3, 5]), tt(&[0, 0], &[1, 6]), tt(&[3, 5], &[4, 6])].into_iter().enumerate() {
+            let part = HostTensor::random(part, DType::F32, 10 + seed as u64);
+            exe.write(0, &part).unwrap();
+            want.overwrite(&part).unwrap();
+            let mut fresh = backend.executable(&g, Arc::new(NoKernels)).unwrap();
+            fresh.load(0, &want).unwrap();
+            let (got, run) = exe.run_with_stats().unwrap();
+            assert_eq!(got, fresh.run_with_stats().unwrap().0, "after writing {}", part.ty());
+            assert_eq!(got[0], want);
+            assert_eq!(run.resident_bytes, stats.resident_bytes);
+        }
+        assert_eq!(x, snapshot);
+        assert_eq!(first[0], snapshot);
+        assert_eq!(clone.run_with_stats().unwrap().0, first);
+    }
+
+    /// An unknown input, a part outside the input or of another dtype, and an input not
+    /// loaded yet are refused with typed errors.
+    #[test]
+    fn a_write_is_checked() {
+        let g = split_and_replicated();
+        let tt = |lo: &[usize], hi: &[usize]| TensorType::new(lo, hi).unwrap();
+        let mut exe = CpuBackend::with_threads(1).executable(&g, Arc::new(NoKernels)).unwrap();
+        let part = HostTensor::random(tt(&[0, 0], &[1, 6]), DType::F32, 2);
+        assert!(matches!(exe.write(0, &part), Err(BackendError::NotLoaded { index: 0, .. })));
+        exe.load(0, &HostTensor::random(tt(&[0, 0], &[4, 6]), DType::F32, 1)).unwrap();
+        assert!(matches!(exe.write(1, &part), Err(BackendError::Input { index: 1, .. })));
+        let outside = HostTensor::random(tt(&[3, 0], &[5, 6]), DType::F32, 2);
+        assert!(matches!(exe.write(0, &outside), Err(BackendError::Input { index: 0, .. })));
+        let err = exe.write(0, &part.cast(DType::F16)).unwrap_err();
+        assert!(matches!(&err, BackendError::Input { name, .. } if name == "x"), "{err}");
+        assert!(exe.write(0, &part).is_ok());
     }
 }

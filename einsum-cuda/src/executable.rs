@@ -290,6 +290,19 @@ impl CudaExecutable {
         self.slots.load(&plan.resident, input, value, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
     }
 
+    /// Overwrites the elements of loaded input `input` that `part` covers (its type a
+    /// projection of the input's, its dtype the input's) in every resident block holding
+    /// some of them, on every GPU, as [`einsum_core::Prepared::write`] says: each block's
+    /// intersection with the part is copied as its contiguous runs, so the bytes moved are
+    /// the part's on every block that holds it (a cache's new row, not the cache). Fails
+    /// with [`BackendError::Input`] or [`BackendError::NotLoaded`] before any copy; a failed
+    /// copy leaves the input not loaded.
+    pub fn write(&mut self, input: usize, part: &HostTensor) -> Result<(), BackendError> {
+        let _setup = setup_lock::hold();
+        let Runtime { plan, resident, .. } = &self.rt;
+        self.slots.write(&plan.resident, input, part, |gpu, offset, bytes| resident[gpu].write_at(offset, bytes))
+    }
+
     /// Loads every input: `inputs` are the whole computation inputs in the task graph's order.
     pub fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
         let _setup = setup_lock::hold();
@@ -358,6 +371,10 @@ impl Prepared for CudaExecutable {
 
     fn load_all(&mut self, inputs: &[HostTensor]) -> Result<(), BackendError> {
         CudaExecutable::load_all(self, inputs)
+    }
+
+    fn write(&mut self, input: usize, part: &HostTensor) -> Result<(), BackendError> {
+        CudaExecutable::write(self, input, part)
     }
 
     fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {

@@ -57,6 +57,23 @@ impl InputSlots {
         Ok(())
     }
 
+    /// Checks that `part` may be written into input `input`: the input exists, `part`'s type
+    /// lies in its type and its dtype is the input's; and that the input is loaded
+    /// ([`BackendError::NotLoaded`] otherwise).
+    pub fn check_part(&self, input: usize, part: &HostTensor) -> Result<(), BackendError> {
+        let Some(b) = self.boundaries.get(input) else {
+            return Err(self.error(input, format!("no such input: the graph has {}", self.len())));
+        };
+        if !part.ty().is_projection_of(&b.ty) || part.dtype() != b.dtype {
+            return Err(self
+                .error(input, format!("expected a part of {} {}, got {} {}", b.ty, b.dtype, part.ty(), part.dtype())));
+        }
+        if !self.is_loaded(input) {
+            return Err(BackendError::NotLoaded { index: input, name: b.name.clone() });
+        }
+        Ok(())
+    }
+
     /// Checks that `given` values are one per input (for loading them all at once).
     pub fn check_count(&self, given: usize) -> Result<(), BackendError> {
         if given == self.len() {
@@ -88,6 +105,30 @@ impl InputSlots {
         for upload in plan.uploads(input, value) {
             let (gpu, offset, bytes) = upload.map_err(upload_error)?;
             write(gpu, offset, &bytes).map_err(upload_error)?;
+        }
+        self.set_loaded(input, true);
+        Ok(())
+    }
+
+    /// Overwrites the elements of loaded input `input` that `part` covers: checks `part`
+    /// ([`check_part`](Self::check_part)), then hands every contiguous run of every resident
+    /// block's intersection with it ([`ResidentPlan::writes`]) to `write(gpu, offset, bytes)`,
+    /// the closure loading uses, so the bytes moved are the part's on each block holding it.
+    /// A failed copy leaves the input not loaded: its blocks may then disagree. The
+    /// executable and its emulator share this sequence and differ only in `write`.
+    pub fn write(
+        &mut self,
+        plan: &ResidentPlan,
+        input: usize,
+        part: &HostTensor,
+        mut write: impl FnMut(usize, usize, &[u8]) -> Result<(), String>,
+    ) -> Result<(), BackendError> {
+        self.check_part(input, part)?;
+        self.set_loaded(input, false);
+        let write_error = |reason: String| BackendError::Device { operation: format!("writing input {input}"), reason };
+        for run in plan.writes(input, part) {
+            let (gpu, offset, bytes) = run.map_err(write_error)?;
+            write(gpu, offset, &bytes).map_err(write_error)?;
         }
         self.set_loaded(input, true);
         Ok(())
@@ -155,5 +196,19 @@ mod tests {
         assert!(s.check(1, &dtype).is_err());
         assert!(matches!(s.check(2, &ok), Err(BackendError::Input { index: 2, .. })));
         assert!(s.check_count(1).is_err() && s.check_count(2).is_ok());
+    }
+
+    #[test]
+    fn a_part_of_another_type_dtype_or_slot_or_unloaded_is_refused() {
+        let mut s = slots();
+        let row = HostTensor::random(TensorType::new(&[1, 0], &[2, 3]).unwrap(), DType::F16, 1);
+        assert!(matches!(s.check_part(0, &row), Err(BackendError::NotLoaded { index: 0, .. })));
+        s.set_loaded(0, true);
+        assert!(s.check_part(0, &row).is_ok());
+        let outside = HostTensor::random(TensorType::new(&[1, 0], &[3, 3]).unwrap(), DType::F16, 1);
+        let err = s.check_part(0, &outside).unwrap_err().to_string();
+        assert!(err.contains("`x`") && err.contains("expected a part of"), "{err}");
+        assert!(matches!(s.check_part(0, &row.cast(DType::F32)), Err(BackendError::Input { index: 0, .. })));
+        assert!(matches!(s.check_part(2, &row), Err(BackendError::Input { index: 2, .. })));
     }
 }

@@ -106,6 +106,69 @@ impl ResidentPlan {
             Ok((b.gpu, b.offset, part.to_ne_bytes()))
         })
     }
+
+    /// The bytes to write for a part `part` of input `input` (whose type lies in the input's
+    /// and whose dtype is the input's, as the caller has checked): for every resident block
+    /// of the input that meets the part, each contiguous run of their intersection in the
+    /// block's storage, as its GPU, byte offset and bytes. The runs are the part's, not the
+    /// block's: one row of a cache costs that row on every block holding it.
+    pub fn writes<'a>(
+        &'a self,
+        input: usize,
+        part: &'a HostTensor,
+    ) -> impl Iterator<Item = Result<(usize, usize, Vec<u8>), String>> + 'a {
+        self.input_blocks[input]
+            .iter()
+            .filter_map(move |&k| {
+                let b = &self.blocks[k];
+                let region = b.ty.intersect(part.ty())?;
+                let bytes = match part.view(&region) {
+                    Ok(piece) => piece.to_ne_bytes(),
+                    Err(e) => return Some(vec![Err(format!("slicing part {} for block {}: {e}", part.ty(), b.ty))]),
+                };
+                let size = b.dtype.size_bytes();
+                let (starts, len) = runs(&region, &b.ty);
+                let chunks = starts.into_iter().zip(bytes.chunks(len * size));
+                Some(chunks.map(|(at, chunk)| Ok((b.gpu, b.offset + at * size, chunk.to_vec()))).collect())
+            })
+            .flatten()
+    }
+}
+
+/// The contiguous runs of `region` (a non-empty projection of `frame`) in a row-major block
+/// over `frame`: the first element of each, in row-major order of `region`, and their common
+/// length. A run spans `region` from the last dimension it does not span whole in `frame`
+/// on, so there is one run per index of the dimensions before that one.
+fn runs(region: &TensorType, frame: &TensorType) -> (Vec<usize>, usize) {
+    let rank = region.rank();
+    if rank == 0 {
+        return (vec![0], 1);
+    }
+    let strides = frame.strides();
+    let split = (0..rank).rev().find(|&d| region.dim(d) != frame.dim(d)).unwrap_or(0);
+    let len = region.dim(split).len() * strides[split];
+    let start = |idx: &[usize]| -> usize {
+        let inner = (split..rank).map(|d| (region.dim(d).lo - frame.dim(d).lo) * strides[d]);
+        idx.iter().enumerate().map(|(d, &i)| (i - frame.dim(d).lo) * strides[d]).chain(inner).sum()
+    };
+    let mut idx: Vec<usize> = (0..split).map(|d| region.dim(d).lo).collect();
+    let mut starts = Vec::with_capacity((0..split).map(|d| region.dim(d).len()).product());
+    loop {
+        starts.push(start(&idx));
+        // The next index of the dimensions before `split`, row-major.
+        let mut d = split;
+        loop {
+            if d == 0 {
+                return (starts, len);
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < region.dim(d).hi {
+                break;
+            }
+            idx[d] = region.dim(d).lo;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,5 +220,29 @@ mod tests {
             |b: &[u8]| -> Vec<f32> { b.chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect() };
         assert_eq!((ups[0].0, ups[0].1, floats(&ups[0].2)), (0, 0, vec![1.0, 2.0]));
         assert_eq!((ups[1].0, ups[1].1, floats(&ups[1].2)), (1, 0, vec![3.0, 4.0]));
+    }
+
+    /// A row of the middle dimension of a 3-D block is one run per outer index; a part
+    /// spanning every later dimension is one run; a whole block is one run.
+    #[test]
+    fn runs_follow_the_block_layout() {
+        let tt = |lo: &[usize], hi: &[usize]| TensorType::new(lo, hi).unwrap();
+        let frame = tt(&[0, 2, 0], &[3, 6, 5]);
+        assert_eq!(runs(&tt(&[0, 3, 0], &[3, 4, 5]), &frame), (vec![5, 25, 45], 5));
+        assert_eq!(runs(&tt(&[1, 2, 1], &[2, 4, 3]), &frame), (vec![21, 26], 2));
+        assert_eq!(runs(&tt(&[1, 2, 0], &[3, 6, 5]), &frame), (vec![20], 40));
+        assert_eq!(runs(&frame, &frame), (vec![0], 60));
+        assert_eq!(runs(&TensorType::zero_bounded(&[]), &TensorType::zero_bounded(&[])), (vec![0], 1));
+    }
+
+    /// A part meeting one half of a split input is written to that half's block alone, one
+    /// run per row it covers, at the block's offset.
+    #[test]
+    fn writes_are_the_parts_runs_in_the_blocks_it_meets() {
+        let g = two_device_gather();
+        let plan = ResidentPlan::new(&g, &[0, 0], 1);
+        let part = HostTensor::from_f32(TensorType::new(&[3], &[4]).unwrap(), DType::F32, vec![9.0]).unwrap();
+        let writes: Vec<_> = plan.writes(0, &part).collect::<Result<_, _>>().unwrap();
+        assert_eq!(writes, vec![(0, ALIGN + 4, 9.0f32.to_ne_bytes().to_vec())]);
     }
 }
