@@ -397,13 +397,58 @@ impl Executable {
         Ok(())
     }
 
+    /// Overwrites the elements of loaded input `input` that `part` covers, in place on the
+    /// devices: `part`'s type must lie within the input's (a projection of it: the same rank,
+    /// inside its bounds, at its absolute position) and its dtype be the input's. Every
+    /// device block holding some of those elements gets them (a replicated block on each of
+    /// its devices; [`Prepared::write`]); every other element keeps its value. It costs the
+    /// part, not the input: a key-value cache resident on the devices gets one new row per
+    /// generated token this way, where [`Executable::load`] would move the whole cache. When
+    /// the executable keeps the input's whole value (loaded with [`Executable::load`]), that
+    /// value is overwritten too, so that [`Executable::loaded_inputs`] (and a reference run
+    /// on them) has what the devices hold.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for a tensor that is not an input of the graph, an input not loaded
+    /// yet, or a part that does not lie within the input or has another dtype (naming the
+    /// input); [`Error::Backend`] when the backend fails to write.
+    pub fn write_input(&mut self, input: Tensor, part: HostTensor) -> Result<()> {
+        let slot = self.input_slot(input, "written")?;
+        if matches!(self.loaded[slot], Loaded::No) {
+            return Err(Error::Usage(format!(
+                "input `{}` is not loaded; load its whole value before writing a part of it",
+                self.input_name(slot)
+            )));
+        }
+        let desc = self.graph.desc(input)?;
+        if !part.ty().is_projection_of(&desc.tensor_type()) || part.dtype() != desc.dtype {
+            return Err(Error::Usage(format!(
+                "input `{}` is {desc}, the part is {} {}, which is not a part of it",
+                self.input_name(slot),
+                part.ty(),
+                part.dtype()
+            )));
+        }
+        self.prepared.write(slot, &part)?;
+        if let Loaded::Kept(value) = &mut self.loaded[slot] {
+            value.overwrite(&part)?;
+        }
+        Ok(())
+    }
+
+    /// The slot of input `input`, or [`Error::Usage`] saying it cannot be `verb` (loaded,
+    /// written) when it is not an input of the graph.
+    fn input_slot(&self, input: Tensor, verb: &str) -> Result<usize> {
+        let id = self.graph.own_tensor(input)?;
+        self.inputs
+            .iter()
+            .position(|&t| t == id)
+            .ok_or_else(|| Error::Usage(format!("tensor {id} is not an input of the graph, so it cannot be {verb}")))
+    }
+
     /// Checks `value` against input `input` and hands it to the backend; returns its slot.
     fn load_value(&mut self, input: Tensor, value: &HostTensor) -> Result<usize> {
-        let id = self.graph.own_tensor(input)?;
-        let slot =
-            self.inputs.iter().position(|&t| t == id).ok_or_else(|| {
-                Error::Usage(format!("tensor {id} is not an input of the graph, so it cannot be loaded"))
-            })?;
+        let slot = self.input_slot(input, "loaded")?;
         let desc = self.graph.desc(input)?;
         if *value.ty() != desc.tensor_type() || value.dtype() != desc.dtype {
             return Err(Error::Usage(format!(
