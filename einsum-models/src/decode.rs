@@ -15,6 +15,7 @@ use einsum_core::DType;
 use einsum_graph::{Graph, Tensor};
 use einsum_ops::Packing;
 
+use crate::RopeScaling;
 use crate::config::ModelConfig;
 use crate::llama::{Attend, Builder, ModelError, Weight, check_window};
 
@@ -72,8 +73,8 @@ pub struct Decoder {
 /// The prefill of prompts of `lengths` tokens for a cache of `max_tokens` tokens per sequence
 /// (whose rope frequencies it uses), in `dtype`.
 ///
-/// Errors: no prompt, an empty one, one longer than `max_tokens` or than the model's sliding
-/// window.
+/// Errors: no prompt, an empty one, one longer than `max_tokens`; a cache longer than the
+/// model's sliding window, or than its context under a `dynamic` rope.
 pub fn build_prefill(
     config: &ModelConfig,
     lengths: &[usize],
@@ -86,7 +87,7 @@ pub fn build_prefill(
     if let Some(&n) = lengths.iter().find(|&&n| n > max_tokens) {
         return Err(ModelError::Prompt(format!("a prompt of {n} tokens does not fit a cache of {max_tokens}")));
     }
-    check_window(config, max_tokens)?;
+    check_cache(config, max_tokens)?;
     let mut ends = Vec::with_capacity(lengths.len());
     lengths.iter().fold(0, |end, n| {
         ends.push(end + n);
@@ -112,7 +113,8 @@ pub fn build_prefill(
 /// One decode step of `batch` sequences over a cache of `max_tokens` tokens per sequence, in
 /// `dtype`.
 ///
-/// Errors: no sequence, no cache, a cache longer than the model's sliding window.
+/// Errors: no sequence, no cache, a cache longer than the model's sliding window, or than its
+/// context under a `dynamic` rope.
 pub fn build_decoder(
     config: &ModelConfig,
     batch: usize,
@@ -124,7 +126,7 @@ pub fn build_decoder(
             "a decoder needs at least one sequence and a cache of at least one token".into(),
         ));
     }
-    check_window(config, max_tokens)?;
+    check_cache(config, max_tokens)?;
     let mut b = Builder::new(config, dtype)?;
     let ids = b.g.input("tokens", &[("tokens", batch)], DType::I32)?;
     let positions = b.g.input("positions", &[("tokens", batch)], DType::I32)?;
@@ -137,6 +139,21 @@ pub fn build_decoder(
     let kv = save_kv(&mut b.g, &b.kv)?;
     let caches = b.kv.iter().filter_map(|l| l.cache.map(|(k, v)| KeysValues { k, v })).collect();
     Ok(Decoder { graph: b.g, tokens: ids, positions, logits, caches, kv, weights: b.weights, max_tokens })
+}
+
+/// Refuses a cache the model cannot rotate consistently: longer than its sliding window, or,
+/// with a `dynamic` rope, longer than its context (whose frequencies transformers recomputes
+/// as a sequence grows past it, so keys already cached would have been rotated by others).
+fn check_cache(config: &ModelConfig, max_tokens: usize) -> Result<(), ModelError> {
+    check_window(config, max_tokens)?;
+    if matches!(config.rope.scaling, RopeScaling::Dynamic { .. }) && max_tokens > config.max_position_embeddings {
+        return Err(ModelError::Prompt(format!(
+            "a cache of {max_tokens} tokens is longer than the model's context of {}, past which its dynamic rope \
+             changes its frequencies as the sequence grows; generation there is not supported",
+            config.max_position_embeddings
+        )));
+    }
+    Ok(())
 }
 
 /// Saves every layer's keys and values as `model.layers.N.k` and `...v`.
@@ -195,5 +212,16 @@ mod tests {
         }
         assert!(build_decoder(&c, 0, 16, DType::F32).is_err());
         assert!(build_decoder(&c, 1, 0, DType::F32).is_err());
+    }
+
+    #[test]
+    fn a_dynamic_rope_is_refused_past_the_context() {
+        let mut c = config();
+        c.rope.scaling = RopeScaling::Dynamic { factor: 2.0 };
+        let context = c.max_position_embeddings;
+        assert!(build_decoder(&c, 1, context, DType::F32).is_ok());
+        let err = build_decoder(&c, 1, context + 1, DType::F32).unwrap_err();
+        assert!(err.to_string().contains("dynamic rope"), "{err}");
+        assert!(build_prefill(&c, &[4], context + 1, DType::F32).is_err());
     }
 }
