@@ -18,12 +18,18 @@
 //! a `+∞` score does too; a `−∞` score gets weight 0 unless every seen score is `−∞`, when
 //! the row is NaN; a NaN or infinity in a seen value reaches that column.
 //!
-//! Two shardable indices, in this order:
+//! Three shardable indices, in this order:
 //! 0. `heads_kv` (named after `k`'s head index), anywhere: sharding it shards `heads_q` in
 //!    groups of `g`, as attention does.
 //! 1. `batch`, anywhere: every tensor's batch rows follow the interval (the positions too).
+//! 2. `d_head` (named after the d_head index), anywhere, on the output only: every score
+//!    needs every feature of `q` and `k`, so `q`, `k`, `v` and the caches stay whole along
+//!    it, and each function writes its slice of the output's features, weighting only that
+//!    slice of the values. That lets a decode step of one sequence on few key/value heads
+//!    spread over more devices; the output blocks still tile the output, with no
+//!    aggregation, at the price of every function computing the same scores.
 //!
-//! The cache index and `d_head` stay whole in every block. Roles: the operator is
+//! The cache index stays whole in every block. Roles: the operator is
 //! [`OpRole::Attention`]; `batch` has [`IndexRole::Tokens`], `heads_kv`
 //! [`IndexRole::HeadsKv`], and `q`'s head index [`IndexRole::HeadsQ`] unless it has `k`'s
 //! name.
@@ -252,11 +258,12 @@ impl CachedAttention {
     }
 
     /// Checks that `f` and `inputs` are blocks this kernel can compute on: the generic checks
-    /// of [`check_call`], then `d_head` and the cache rows whole, equal k and v blocks and
-    /// equal cache blocks, the output block the q block, every block on the q block's batch
-    /// rows, and the q block's heads whole groups whose key/value heads the k/v and cache
-    /// blocks hold.
-    fn check_blocks(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<()> {
+    /// of [`check_call`], then `d_head` and the cache rows whole in every input block, equal
+    /// k and v blocks and equal cache blocks, the output block the q block but for its slice
+    /// of `d_head`, every block on the q block's batch rows, and the q block's heads whole
+    /// groups whose key/value heads the k/v and cache blocks hold. Returns the output's slice
+    /// of `d_head`.
+    fn check_blocks(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Interval> {
         check_call(self, f, inputs)?;
         for (n, (block, desc)) in f.inputs.iter().zip(&self.inputs).enumerate().take(POSITIONS) {
             let axis = block.rank() - 1;
@@ -277,9 +284,13 @@ impl CachedAttention {
                 f.inputs[V_CACHE]
             )));
         }
-        if f.outputs[0] != *qb {
-            return Err(Self::kernel_error(format!("output block {} is not the q block {qb}", f.outputs[0])));
+        let ob = &f.outputs[0];
+        if ob.dim(0) != qb.dim(0) || ob.dim(1) != qb.dim(1) {
+            return Err(Self::kernel_error(format!(
+                "output block {ob} is not the q block {qb} (but for its slice of d_head)"
+            )));
         }
+        let slice = ob.dim(2);
         if kcb.dim(2) != Interval::full(self.cache_capacity()) {
             return Err(Self::kernel_error(format!(
                 "k_cache block {kcb}: the cache index `{}` must be whole",
@@ -299,7 +310,7 @@ impl CachedAttention {
         }
         let (heads, g) = (qb.dim(0), self.group());
         if heads.is_empty() || rows.is_empty() {
-            return Ok(());
+            return Ok(slice);
         }
         if !heads.lo.is_multiple_of(g) || !heads.hi.is_multiple_of(g) {
             return Err(Self::kernel_error(format!("query heads {heads} are not whole groups of {g}")));
@@ -311,16 +322,18 @@ impl CachedAttention {
                 kb.dim(0)
             )));
         }
-        Ok(())
+        Ok(slice)
     }
 
     /// The kernel on checked blocks: for every (key/value head, sequence) of the block, on
     /// the helper threads, the scores of its `g` query heads against the cache rows `0..p`
-    /// (each read once) and the new key, their softmax, and the weighted sum of the values
-    /// (each read once). Returns the output block's elements.
-    fn decode(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<f32>> {
+    /// (each read once) and the new key, their softmax, and the weighted sum of the values'
+    /// features in `slice` (each read once, that slice alone). Returns the output block's
+    /// elements.
+    fn decode(&self, f: &FunctionSpec, inputs: &[HostTensor], slice: Interval) -> Result<Vec<f32>> {
         let (qb, kb) = (&f.inputs[Q], &f.inputs[K]);
         let (d, g, cache) = (self.d_head(), self.group(), self.cache_capacity());
+        let m = slice.len();
         let (heads, rows) = (qb.dim(0), qb.dim(1));
         let nb = rows.len();
         let (kv_lo, nkv) = (heads.lo / g, heads.len() / g);
@@ -335,32 +348,35 @@ impl CachedAttention {
             prefix.push(p as usize);
         }
         // The cache rows each (key/value head, sequence) reads, as views: only rows `0..p`
-        // are ever converted or read.
+        // are ever converted or read, and of the values only the output's slice of features.
         let mut seen = Vec::with_capacity(nkv * nb);
         for u in 0..nkv {
             for (i, &p) in prefix.iter().enumerate() {
                 let (h, b) = (kv_lo + u, rows.lo + i);
-                let part = TensorType::from_intervals(vec![
-                    Interval { lo: h, hi: h + 1 },
-                    Interval { lo: b, hi: b + 1 },
-                    Interval { lo: 0, hi: p },
-                    Interval::full(d),
-                ]);
-                seen.push((inputs[K_CACHE].view(&part)?, inputs[V_CACHE].view(&part)?));
+                let part = |features: Interval| {
+                    TensorType::from_intervals(vec![
+                        Interval { lo: h, hi: h + 1 },
+                        Interval { lo: b, hi: b + 1 },
+                        Interval { lo: 0, hi: p },
+                        features,
+                    ])
+                };
+                seen.push((inputs[K_CACHE].view(&part(Interval::full(d)))?, inputs[V_CACHE].view(&part(slice))?));
             }
         }
         let (q, k, v) = (f32s(&inputs[Q]), f32s(&inputs[K]), f32s(&inputs[V]));
         let k_heads_lo = kb.dim(0).lo;
         let scale = self.scale;
-        // The output of unit (u, i) as its g query heads' rows, [kv head, sequence, g, d].
-        let mut grouped = vec![0.0f32; nkv * nb * g * d];
-        parallel::for_chunks_mut(&mut grouped, g * d, |unit, acc| {
+        // The output of unit (u, i) as its g query heads' rows of the slice, [kv head,
+        // sequence, g, m].
+        let mut grouped = vec![0.0f32; nkv * nb * g * m];
+        parallel::for_chunks_mut(&mut grouped, g * m, |unit, acc| {
             let (u, i) = (unit / nb, unit % nb);
             let p = prefix[i];
             let n = p + 1;
             let (k_seen, v_seen) = (f32s(&seen[unit].0), f32s(&seen[unit].1));
             let kv_row = ((kv_lo + u - k_heads_lo) * nb + i) * d;
-            let (k_new, v_new) = (&k[kv_row..][..d], &v[kv_row..][..d]);
+            let (k_new, v_new) = (&k[kv_row..][..d], &v[kv_row + slice.lo..][..m]);
             let q_row = |r: usize| &q[((u * g + r) * nb + i) * d..][..d];
             // Scores: row r holds query head r's scores against keys 0..p, then the new key.
             let mut s = vec![0.0f32; g * n];
@@ -380,22 +396,22 @@ impl CachedAttention {
                 let sum = vexp::exp_shifted_sum(row, shift);
                 inv[r] = if max == f32::NEG_INFINITY { f32::NAN } else { 1.0 / sum };
             }
-            for (j, value) in v_seen.chunks_exact(d).chain([v_new]).enumerate() {
-                for (r, out) in acc.chunks_exact_mut(d).enumerate() {
+            for (j, value) in v_seen.chunks_exact(m).chain([v_new]).enumerate() {
+                for (r, out) in acc.chunks_exact_mut(m).enumerate() {
                     let w = s[r * n + j];
                     out.iter_mut().zip(value).for_each(|(o, &x)| *o += w * x);
                 }
             }
-            for (out, &f) in acc.chunks_exact_mut(d).zip(&inv) {
+            for (out, &f) in acc.chunks_exact_mut(m).zip(&inv) {
                 out.iter_mut().for_each(|x| *x *= f);
             }
         });
-        // [kv head, sequence, g, d] to the output's [query head, sequence, d].
+        // [kv head, sequence, g, m] to the output's [query head, sequence, m].
         let mut out = vec![0.0f32; grouped.len()];
-        for (unit, rows_g) in grouped.chunks_exact(g * d).enumerate() {
+        for (unit, rows_g) in grouped.chunks_exact(g * m).enumerate() {
             let (u, i) = (unit / nb, unit % nb);
-            for (r, row) in rows_g.chunks_exact(d).enumerate() {
-                out[((u * g + r) * nb + i) * d..][..d].copy_from_slice(row);
+            for (r, row) in rows_g.chunks_exact(m).enumerate() {
+                out[((u * g + r) * nb + i) * m..][..m].copy_from_slice(row);
             }
         }
         Ok(out)
@@ -439,10 +455,12 @@ impl AbstractOperator for CachedAttention {
         (input == POSITIONS).then(|| self.cache_capacity() + 1)
     }
 
+    /// `heads_kv`, `batch`, then `d_head` (output only; see the [module docs](self)).
     fn shardable(&self) -> Vec<ShardableIndex> {
         vec![
             ShardableIndex::any(self.inputs[K].dims[0].name.clone(), self.heads_kv()),
             ShardableIndex::any(self.inputs[Q].dims[1].name.clone(), self.batch()),
+            ShardableIndex::any(self.inputs[Q].dims[2].name.clone(), self.d_head()),
         ]
     }
 
@@ -465,38 +483,39 @@ impl AbstractOperator for CachedAttention {
         let functions = combinations(intervals)
             .into_iter()
             .map(|combo| {
-                let (kv_heads, batch) = (combo[0], combo[1]);
+                let (kv_heads, batch, features) = (combo[0], combo[1], combo[2]);
                 let q_heads = Interval { lo: kv_heads.lo * g, hi: kv_heads.hi * g };
                 let q = TensorType::from_intervals(vec![q_heads, batch, d]);
                 let kv = TensorType::from_intervals(vec![kv_heads, batch, d]);
                 let caches = TensorType::from_intervals(vec![kv_heads, batch, cache, d]);
                 let positions = TensorType::from_intervals(vec![batch]);
-                FunctionSpec {
-                    inputs: vec![q.clone(), kv.clone(), kv, caches.clone(), caches, positions],
-                    outputs: vec![q],
-                }
+                let out = TensorType::from_intervals(vec![q_heads, batch, features]);
+                FunctionSpec { inputs: vec![q, kv.clone(), kv, caches.clone(), caches, positions], outputs: vec![out] }
             })
             .collect();
         Ok(JoinAggSpec { functions })
     }
 
-    /// `4 · d_head · heads_q · batch · (cache + 1)` for the block's query heads and
-    /// sequences: `q Kᵀ` and `P V` each take two operations per key and feature. A sequence
-    /// reads `p + 1` keys, but its position is known only at run time, so the plan charges
-    /// the cache's capacity, every step's most.
+    /// `(2 · d_head + 2 · slice) · heads_q · batch · (cache + 1)` for the block's query
+    /// heads and sequences, `slice` the output's features: `q Kᵀ` takes two operations per
+    /// key and feature of the whole `d_head` in every function, `P V` two per key and feature
+    /// of the slice (`4 · d_head` unsplit). A sequence reads `p + 1` keys, but its position
+    /// is known only at run time, so the plan charges the cache's capacity, every step's
+    /// most.
     fn flops(&self, f: &FunctionSpec) -> f64 {
         let Some(qb) = f.inputs.first().filter(|b| b.rank() == 3) else {
             return 0.0;
         };
+        let slice = f.outputs.first().filter(|b| b.rank() == 3).map_or(self.d_head(), |b| b.dim(2).len());
         let keys = (self.cache_capacity() + 1) as f64;
-        4.0 * self.d_head() as f64 * qb.dim(0).len() as f64 * qb.dim(1).len() as f64 * keys
+        (2.0 * self.d_head() as f64 + 2.0 * slice as f64) * qb.dim(0).len() as f64 * qb.dim(1).len() as f64 * keys
     }
 
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
-        self.check_blocks(f, inputs)?;
-        let qb = &f.inputs[Q];
-        let out = if qb.is_empty() { Vec::new() } else { self.decode(f, inputs)? };
-        Ok(vec![HostTensor::from_f32(qb.clone(), self.outputs[0].dtype, out)?])
+        let slice = self.check_blocks(f, inputs)?;
+        let ob = &f.outputs[0];
+        let out = if ob.is_empty() { Vec::new() } else { self.decode(f, inputs, slice)? };
+        Ok(vec![HostTensor::from_f32(ob.clone(), self.outputs[0].dtype, out)?])
     }
 }
 

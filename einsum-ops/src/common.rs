@@ -96,6 +96,31 @@ pub(crate) fn check_rows(op: &str, x: &TensorType, y: &TensorType, axis: usize, 
     Ok(())
 }
 
+/// Checks a call whose output is a slice of whole rows (a norm or rotation split along its
+/// row index on the output only): the input block `x` holds whole rows (`[0, n)` along
+/// `axis`), and the output block `y` agrees with it on every other dimension. Returns the
+/// output's slice of the row index, which the caller writes alone.
+pub(crate) fn check_row_slice(op: &str, x: &TensorType, y: &TensorType, axis: usize, n: usize) -> Result<Interval> {
+    let rank = x.rank();
+    if y.rank() != rank || (0..rank).any(|d| d != axis && x.dim(d) != y.dim(d)) {
+        return Err(kernel_error(op, format!("input block {x} and output block {y} differ beyond dimension {axis}")));
+    }
+    if x.dim(axis) != Interval::full(n) {
+        return Err(kernel_error(
+            op,
+            format!(
+                "input block {x} does not hold whole rows: dimension {axis} must be 0..{n}, only the output is split \
+                 along it"
+            ),
+        ));
+    }
+    let slice = y.dim(axis);
+    if !slice.is_within(&Interval::full(n)) {
+        return Err(kernel_error(op, format!("output block {y} leaves the rows 0..{n} along dimension {axis}")));
+    }
+    Ok(slice)
+}
+
 /// `(outer, n, inner)`: the products of the extents before `axis`, at it, and after it.
 pub(crate) fn split_rows(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())

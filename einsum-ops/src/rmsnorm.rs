@@ -1,15 +1,19 @@
 //! RMSNorm along one named index: `y = x / √(mean_index(x²) + eps) · w`.
 //!
-//! The normalised index stays whole in every block and the weight is read whole by every
-//! function spec; every other index of `x` is shardable anywhere. The parameter checks
-//! here are shared with [`LayerNorm`](crate::layernorm::LayerNorm).
+//! Every index of `x` but the normalised one is shardable anywhere, in `x`'s order, and the
+//! normalised index is shardable last, anywhere, on the output only: every function reads
+//! whole rows of `x` (each row's scale needs all of it), the weight's slice, and writes its
+//! slice of the output rows. That is the tensor-parallel replicated norm; it is what lets a
+//! decode step, whose `x` has one token, spread a norm over devices at all. The output
+//! blocks still tile the output, so nothing is aggregated. The parameter checks here are
+//! shared with [`LayerNorm`](crate::layernorm::LayerNorm).
 
 use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::{
     common::{
-        check_call, check_eps, check_param, check_rows, check_whole_param, f32s, row_axis, row_dims, row_shardable,
+        check_call, check_eps, check_param, check_row_slice, f32s, kernel_error, row_axis, row_dims, row_shardable,
         split_rows,
     },
     parallel,
@@ -66,51 +70,77 @@ impl AbstractOperator for RmsNorm {
         &self.outputs
     }
 
+    /// Every index of `x` but the normalised one, in `x`'s order, then the normalised index
+    /// (output only, see the [module docs](self)), appended last so that the requests of the
+    /// other indices keep their meaning.
     fn shardable(&self) -> Vec<ShardableIndex> {
-        row_shardable(&self.inputs[0], self.axis)
+        let x = &self.inputs[0];
+        let mut indices = row_shardable(x, self.axis);
+        let row = &x.dims[self.axis];
+        indices.push(ShardableIndex::any(row.name.clone(), row.extent));
+        indices
     }
 
+    /// A grid: `x`'s blocks hold whole rows, the weight and the output's normalised
+    /// dimension follow the last shardable index.
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
-        let x = row_dims(self.inputs[0].rank(), self.axis);
-        let dims: DimIndex = vec![x.clone(), vec![None], x];
+        let rank = self.inputs[0].rank();
+        let x = row_dims(rank, self.axis);
+        let mut y = x.clone();
+        y[self.axis] = Some(rank - 1);
+        let dims: DimIndex = vec![x, vec![Some(rank - 1)], y];
         grid_spec(KIND, &self.inputs, &self.outputs, &self.shardable(), &dims, intervals)
     }
 
-    /// Four per element (square, sum, normalise, weight) and three per row (mean, add
-    /// eps, reciprocal square root).
+    /// Per row the function reads, two per element of the whole row (square, sum) and three
+    /// more (mean, add eps, reciprocal square root); per output element, two (normalise,
+    /// weight). Unsplit rows make it four per element and three per row.
     fn flops(&self, f: &FunctionSpec) -> f64 {
-        let volume = f.outputs.first().map_or(0.0, |t| t.volume() as f64);
+        let Some(y) = f.outputs.first().filter(|y| y.rank() == self.inputs[0].rank()) else {
+            return 0.0;
+        };
+        let (volume, slice) = (y.volume() as f64, y.dim(self.axis).len());
+        let rows = y.volume().checked_div(slice).unwrap_or(0) as f64;
         let n = self.inputs[0].dims[self.axis].extent as f64;
-        4.0 * volume + 3.0 * volume / n
+        2.0 * volume + 2.0 * rows * n + 3.0 * rows
     }
 
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         check_call(self, f, inputs)?;
         let n = self.inputs[0].dims[self.axis].extent;
-        check_rows(KIND, &f.inputs[0], &f.outputs[0], self.axis, n)?;
-        check_whole_param(KIND, f, 1, &self.inputs[1])?;
+        let slice = check_row_slice(KIND, &f.inputs[0], &f.outputs[0], self.axis, n)?;
+        if f.inputs[1].dim(0) != slice {
+            return Err(kernel_error(
+                KIND,
+                format!("weight block {} is not the output's slice {slice} of the rows", f.inputs[1]),
+            ));
+        }
         let (x, w) = (f32s(&inputs[0]), f32s(&inputs[1]));
         let (_, n, inner) = split_rows(&f.inputs[0].shape(), self.axis);
-        let mut y = vec![0.0; x.len()];
-        if !x.is_empty() && inner == 1 {
+        // Each row's scale comes from the whole row of `x`; only the slice `lo..lo + m` of
+        // it is normalised and written.
+        let (lo, m) = (slice.lo, slice.len());
+        let mut y = vec![0.0; f.outputs[0].volume()];
+        if !y.is_empty() && inner == 1 {
             // Normalizing over the last dimension: each row is contiguous, and rows are
             // spread over the kernel's helper threads.
-            parallel::for_chunks_mut(&mut y, n, |r, out| {
+            parallel::for_chunks_mut(&mut y, m, |r, out| {
                 let row = &x[r * n..(r + 1) * n];
                 let s = 1.0 / (sum_of_squares(row) / n as f32 + self.eps).sqrt();
-                for ((o, &v), &wk) in out.iter_mut().zip(row).zip(w.iter()) {
+                for ((o, &v), &wk) in out.iter_mut().zip(&row[lo..]).zip(w.iter()) {
                     *o = v * s * wk;
                 }
             });
-        } else if !x.is_empty() {
+        } else if !y.is_empty() {
             let mut scale = vec![0.0f32; inner];
-            for (xs, ys) in x.chunks_exact(n * inner).zip(y.chunks_exact_mut(n * inner)) {
+            for (xs, ys) in x.chunks_exact(n * inner).zip(y.chunks_exact_mut(m * inner)) {
                 scale.fill(0.0);
                 for row in xs.chunks_exact(inner) {
                     scale.iter_mut().zip(row).for_each(|(s, &v)| *s += v * v);
                 }
                 scale.iter_mut().for_each(|s| *s = 1.0 / (*s / n as f32 + self.eps).sqrt());
-                for ((row, out), &wk) in xs.chunks_exact(inner).zip(ys.chunks_exact_mut(inner)).zip(w.iter()) {
+                let rows = xs.chunks_exact(inner).skip(lo);
+                for ((row, out), &wk) in rows.zip(ys.chunks_exact_mut(inner)).zip(w.iter()) {
                     for ((o, &v), &s) in out.iter_mut().zip(row).zip(&scale) {
                         *o = v * s * wk;
                     }
@@ -177,13 +207,19 @@ mod tests {
                 }
             }
         }
-        for p in [2, 3, 4, 6, 12] {
+        let names: Vec<String> = op.shardable().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["a", "b", "h"]);
+        for p in [2, 3, 4, 5, 6, 12] {
             for choice in enumerate_specs(&op, p).unwrap() {
-                assert!(choice.spec.functions.iter().all(|f| f.inputs[1] == w.tensor_type()));
+                for f in &choice.spec.functions {
+                    // x holds whole rows; the weight is the output's slice of them.
+                    assert_eq!(f.inputs[0].dim(1), Interval::full(5));
+                    assert_eq!(f.inputs[1].dim(0), f.outputs[0].dim(1));
+                }
                 assert_eq!(decomposition_error(&op, &choice.spec, 3).unwrap(), 0.0);
             }
         }
-        assert!(matches!(enumerate_specs(&op, 5), Err(Error::NoSpec { .. })));
+        assert!(matches!(enumerate_specs(&op, 7), Err(Error::NoSpec { .. })));
     }
 
     /// Over the last dimension (the row-parallel path, rows of odd length): an f64
@@ -242,6 +278,47 @@ mod tests {
         let f = FunctionSpec { inputs: vec![xb.clone(), w.tensor_type()], outputs: vec![xb.clone()] };
         let ins = [HostTensor::random(xb, DType::F32, 1), HostTensor::random(w.tensor_type(), DType::F32, 2)];
         assert!(matches!(op.compute(&f, &ins), Err(Error::Kernel { .. })));
+    }
+
+    /// A split of the normalised index on the output: each function reads whole rows and the
+    /// weight's slice, writes its slice, and the flops charge every row's scale in full.
+    #[test]
+    fn output_split_of_the_normalised_index() {
+        let x = TensorDesc::of(&[("t", 3), ("d", 8), ("b", 2)], DType::F32).unwrap();
+        let w = TensorDesc::of(&[("d", 8)], DType::F32).unwrap();
+        let op = RmsNorm::new(&x, &w, "d", 1e-5).unwrap();
+        let spec = einsum_joinagg::request_spec(&op, &[1, 1, 4]).unwrap();
+        let f = &spec.functions[1];
+        assert_eq!(f.inputs[0], x.tensor_type());
+        assert_eq!(f.inputs[1], TensorType::new(&[2], &[4]).unwrap());
+        assert_eq!(f.outputs[0], TensorType::new(&[0, 2, 0], &[3, 4, 2]).unwrap());
+        einsum_joinagg::validate_spec(&op, &spec, Some(4)).unwrap();
+        assert_eq!(decomposition_error(&op, &spec, 5).unwrap(), 0.0);
+        // Six rows: each function computes their six scales from 8 elements, and normalises 2.
+        assert_eq!(op.flops(f), 2.0 * 12.0 + 6.0 * (2.0 * 8.0 + 3.0));
+        let whole = op.flops(&einsum_joinagg::whole_spec(&op));
+        assert_eq!(whole, 4.0 * 48.0 + 3.0 * 6.0);
+    }
+
+    #[test]
+    fn output_blocks_that_do_not_follow_x_are_kernel_errors() {
+        let x = TensorDesc::of(&[("t", 2), ("d", 4)], DType::F32).unwrap();
+        let w = TensorDesc::of(&[("d", 4)], DType::F32).unwrap();
+        let op = RmsNorm::new(&x, &w, "d", 1e-5).unwrap();
+        let ins =
+            [HostTensor::random(x.tensor_type(), DType::F32, 1), HostTensor::random(w.tensor_type(), DType::F32, 2)];
+        let half = TensorType::new(&[2], &[4]).unwrap();
+        let w_half = ins[1].slice(&half).unwrap();
+        // Other rows than x's.
+        let y = TensorType::new(&[1, 2], &[2, 4]).unwrap();
+        let f = FunctionSpec { inputs: vec![x.tensor_type(), half.clone()], outputs: vec![y] };
+        let err = op.compute(&f, &[ins[0].clone(), w_half.clone()]).unwrap_err();
+        assert!(matches!(&err, Error::Kernel { .. }) && err.to_string().contains("differ"), "{err}");
+        // A weight slice other than the output's.
+        let y = TensorType::new(&[0, 0], &[2, 2]).unwrap();
+        let f = FunctionSpec { inputs: vec![x.tensor_type(), half], outputs: vec![y] };
+        let err = op.compute(&f, &[ins[0].clone(), w_half]).unwrap_err();
+        assert!(matches!(&err, Error::Kernel { .. }) && err.to_string().contains("weight block"), "{err}");
     }
 
     #[test]

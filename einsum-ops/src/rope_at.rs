@@ -10,15 +10,19 @@
 //! ([`RopeFrequencies::cos_sin`], the one table both share). Given positions `0..n`, it is
 //! `Rope` over one sequence of `n` tokens, to the bit.
 //!
-//! Every index of `x` but `feature` is shardable anywhere, and the positions block follows
-//! the `tokens` interval; `feature` stays whole, because each rotation mixes feature `i` with
-//! feature `i + d/2`. A position outside `0..max_positions` is an error of the kernel naming
-//! its token and value, whatever the split.
+//! Every index of `x` but `feature` is shardable anywhere, in `x`'s order, and the positions
+//! block follows the `tokens` interval. `feature` is shardable last, anywhere, on the output
+//! only: each rotation mixes feature `i` with feature `i + d/2`, so every function reads
+//! whole feature fibers of `x` and writes its slice of the rotated features. That split lets
+//! a decode step, one token on few heads, spread the rotation over more devices than its
+//! other indices allow; the output blocks still tile the output, with no aggregation. A
+//! position outside `0..max_positions` is an error of the kernel naming its token and value,
+//! whatever the split.
 
 use einsum_core::{DType, HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, f32s, kernel_error, row_dims, row_shardable};
+use crate::common::{check_call, check_row_slice, f32s, kernel_error, row_dims, row_shardable};
 use crate::rope::RopeFrequencies;
 
 const KIND: &str = "rope_at";
@@ -155,15 +159,25 @@ impl AbstractOperator for RopeAt {
         (input == 1).then_some(self.max_positions)
     }
 
-    /// Every index of `x` but `feature`, in `x`'s order.
+    /// Every index of `x` but `feature`, in `x`'s order, then `feature` (output only, see the
+    /// [module docs](self)), appended last so that the requests of the others keep their
+    /// meaning.
     fn shardable(&self) -> Vec<ShardableIndex> {
-        row_shardable(&self.inputs[0], self.feature_dim)
+        let x = &self.inputs[0];
+        let mut indices = row_shardable(x, self.feature_dim);
+        let feature = &x.dims[self.feature_dim];
+        indices.push(ShardableIndex::any(feature.name.clone(), feature.extent));
+        indices
     }
 
-    /// A grid over `x`'s indices but `feature`: the positions block follows `tokens`.
+    /// A grid: `x`'s blocks hold whole feature fibers, the positions block follows `tokens`,
+    /// and the output's feature dimension follows the last shardable index.
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
-        let x = row_dims(self.inputs[0].rank(), self.feature_dim);
-        let dims: DimIndex = vec![x.clone(), vec![x[self.tokens_dim]], x];
+        let rank = self.inputs[0].rank();
+        let x = row_dims(rank, self.feature_dim);
+        let mut y = x.clone();
+        y[self.feature_dim] = Some(rank - 1);
+        let dims: DimIndex = vec![x.clone(), vec![x[self.tokens_dim]], y];
         grid_spec(KIND, &self.inputs, &self.outputs, &self.shardable(), &dims, intervals)
     }
 
@@ -176,21 +190,18 @@ impl AbstractOperator for RopeAt {
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         check_call(self, f, inputs)?;
         let x_desc = &self.inputs[0];
-        let (block, pos_block) = (&f.inputs[0], &f.inputs[1]);
-        if f.outputs[0] != *block {
-            return Err(kernel_error(KIND, format!("input block {block} and output block {} differ", f.outputs[0])));
-        }
+        let (block, pos_block, out_block) = (&f.inputs[0], &f.inputs[1], &f.outputs[0]);
         let d = x_desc.dims[self.feature_dim].extent;
-        if block.dim(self.feature_dim) != Interval::full(d) {
-            return Err(kernel_error(
+        let slice = check_row_slice(KIND, block, out_block, self.feature_dim, d).map_err(|_| {
+            kernel_error(
                 KIND,
                 format!(
-                    "the feature index `{}` must be whole, the block has {}",
-                    x_desc.dims[self.feature_dim].name,
-                    block.dim(self.feature_dim)
+                    "the x block {block} must hold the feature index `{}` whole, and the output block {out_block} \
+                     agree with it but for its slice of the features",
+                    x_desc.dims[self.feature_dim].name
                 ),
-            ));
-        }
+            )
+        })?;
         let rows = block.dim(self.tokens_dim);
         if pos_block.dim(0) != rows {
             return Err(kernel_error(
@@ -209,27 +220,31 @@ impl AbstractOperator for RopeAt {
                 ));
             }
         }
-        let mut out = vec![0.0f32; block.volume()];
+        let mut out = vec![0.0f32; out_block.volume()];
         if out.is_empty() {
-            return Ok(vec![HostTensor::from_f32(block.clone(), x_desc.dtype, out)?]);
+            return Ok(vec![HostTensor::from_f32(out_block.clone(), x_desc.dtype, out)?]);
         }
         let half = d / 2;
         let (cos, sin) = self.frequencies.cos_sin(positions.iter().map(|&p| p as usize));
         let data = f32s(&inputs[0]);
         let shape = block.shape();
-        let strides = block.strides();
-        let fs = strides[self.feature_dim];
+        let (strides, out_strides) = (block.strides(), out_block.strides());
+        let (fs, out_fs) = (strides[self.feature_dim], out_strides[self.feature_dim]);
         // Odometer over every dimension but `feature`: one feature fiber per element, each
-        // rotated by its token's row of the table.
+        // rotated by its token's row of the table; only the output's slice of it is written.
         let mut idx = vec![0usize; shape.len()];
         'fibers: loop {
             let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
+            let out_base: usize = idx.iter().zip(&out_strides).map(|(i, s)| i * s).sum();
             let row = idx[self.tokens_dim] * half;
-            for i in 0..half {
+            for (k, e) in (slice.lo..slice.hi).enumerate() {
+                // Feature `e` of the pair (i, i + d/2): the first rotates to x_i·cos − x_j·sin,
+                // the second to x_j·cos + x_i·sin.
+                let i = if e < half { e } else { e - half };
                 let (a, b) = (base + i * fs, base + (i + half) * fs);
                 let (c, s) = (cos[row + i], sin[row + i]);
-                out[a] = data[a] * c - data[b] * s;
-                out[b] = data[b] * c + data[a] * s;
+                out[out_base + k * out_fs] =
+                    if e < half { data[a] * c - data[b] * s } else { data[b] * c + data[a] * s };
             }
             for dim in (0..shape.len()).rev() {
                 if dim == self.feature_dim {
@@ -243,7 +258,7 @@ impl AbstractOperator for RopeAt {
             }
             break;
         }
-        Ok(vec![HostTensor::from_f32(block.clone(), x_desc.dtype, out)?])
+        Ok(vec![HostTensor::from_f32(out_block.clone(), x_desc.dtype, out)?])
     }
 }
 
@@ -317,15 +332,34 @@ mod tests {
         let pos = TensorDesc::of(&[("tokens", 6)], DType::I32).unwrap();
         let op = RopeAt::new(&x, &pos, "tokens", "f", freq(4), 1000).unwrap();
         let names: Vec<String> = op.shardable().into_iter().map(|s| s.name).collect();
-        assert_eq!(names, ["heads", "tokens"]);
+        assert_eq!(names, ["heads", "tokens", "f"]);
         assert_eq!(op.index_bound(1), Some(1000));
         assert_eq!(op.index_bound(0), None);
         for p in 1..=4 {
             for (seed, choice) in enumerate_specs(&op, p).unwrap().iter().enumerate() {
                 assert!(choice.spec.functions.iter().all(|f| f.inputs[1].dim(0) == f.inputs[0].dim(1)));
+                assert!(choice.spec.functions.iter().all(|f| f.inputs[0].dim(2) == Interval::full(4)));
                 let err = decomposition_error(&op, &choice.spec, seed as u64).unwrap();
                 assert_eq!(err, 0.0, "p {p} counts {:?}", choice.counts);
             }
+        }
+    }
+
+    /// A split of the features on the output: each function reads whole feature fibers and
+    /// writes its slice, across the halves' boundary or within one half.
+    #[test]
+    fn output_split_of_the_features() {
+        let x = desc(&[("tokens", 1), ("heads", 3), ("f", 8)]);
+        let pos = TensorDesc::of(&[("tokens", 1)], DType::I32).unwrap();
+        let op = RopeAt::new(&x, &pos, "tokens", "f", freq(8), 64).unwrap();
+        for parts in [2, 3, 5, 8] {
+            let spec = einsum_joinagg::request_spec(&op, &[1, 1, parts]).unwrap();
+            einsum_joinagg::validate_spec(&op, &spec, Some(parts)).unwrap();
+            for f in &spec.functions {
+                assert_eq!(f.inputs[0], x.tensor_type());
+                assert_eq!((f.outputs[0].dim(0), f.outputs[0].dim(1)), (Interval::full(1), Interval::full(3)));
+            }
+            assert_eq!(decomposition_error(&op, &spec, parts as u64).unwrap(), 0.0);
         }
     }
 
@@ -383,7 +417,11 @@ mod tests {
         assert!(matches!(op.compute(&f, &[xs.slice(&half_f).unwrap(), ps.clone()]), Err(Error::Kernel { .. })));
         let rows = TensorType::new(&[0, 0], &[2, 4]).unwrap();
         let f = FunctionSpec { inputs: vec![rows.clone(), pos.tensor_type()], outputs: vec![rows.clone()] };
-        let err = op.compute(&f, &[xs.slice(&rows).unwrap(), ps]).unwrap_err();
+        let err = op.compute(&f, &[xs.slice(&rows).unwrap(), ps.clone()]).unwrap_err();
         assert!(err.to_string().contains("does not follow"), "{err}");
+        // An output block on other rows than the x block's, or beyond the features.
+        let other_rows = TensorType::new(&[2, 0], &[4, 2]).unwrap();
+        let f = FunctionSpec { inputs: vec![rows.clone(), pos.tensor_type()], outputs: vec![other_rows] };
+        assert!(matches!(op.compute(&f, &[xs.slice(&rows).unwrap(), ps]), Err(Error::Kernel { .. })));
     }
 }

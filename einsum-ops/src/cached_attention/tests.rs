@@ -125,7 +125,7 @@ fn half_precision_inputs_give_an_output_of_their_dtype() {
 #[test]
 fn every_spec_on_a_few_devices_decomposes_exactly() {
     let a = op(2, 2, 3, 4, 4);
-    assert_eq!(a.shardable().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["heads_kv", "batch"]);
+    assert_eq!(a.shardable().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["heads_kv", "batch", "d_head"]);
     assert_eq!(a.index_bound(POSITIONS), Some(5));
     assert!((0..POSITIONS).all(|k| a.index_bound(k).is_none()));
     // Two key/value heads times three sequences: 5 devices have no spec.
@@ -141,7 +141,7 @@ fn every_spec_on_a_few_devices_decomposes_exactly() {
 #[test]
 fn a_heads_kv_split_shards_query_heads_in_groups_and_batch_rows_follow() {
     let a = op(4, 2, 6, 10, 8);
-    let spec = request_spec(&a, &[2, 3]).unwrap();
+    let spec = request_spec(&a, &[2, 3, 1]).unwrap();
     assert_eq!(spec.len(), 6);
     let f = &spec.functions[5];
     assert_eq!(f.inputs[Q], TensorType::new(&[4, 4, 0], &[8, 6, 8]).unwrap());
@@ -435,5 +435,36 @@ fn kernel_rejects_blocks_it_cannot_compute_on() {
         f.inputs[n] = TensorType::new(&[1, 0, 0, 0], &[2, 3, 4, 4]).unwrap();
     }
     assert!(run(&f).unwrap_err().to_string().contains("key/value heads"));
+    // An output block on other query heads than the q block's, and one split along d_head
+    // from a q block that is too.
+    let mut f = whole.clone();
+    f.outputs[0] = TensorType::new(&[2, 0, 0], &[4, 3, 4]).unwrap();
+    assert!(run(&f).unwrap_err().to_string().contains("is not the q block"));
+    let mut f = whole.clone();
+    f.inputs[Q] = TensorType::new(&[0, 0, 0], &[4, 3, 2]).unwrap();
+    f.outputs[0] = f.inputs[Q].clone();
+    assert!(run(&f).unwrap_err().to_string().contains("must be whole"));
     assert!(matches!(a.compute(&whole, &ins[..5]), Err(Error::Kernel { .. })));
+}
+
+/// A split of d_head on the output: every function reads q, k, v and the caches whole along
+/// d_head and writes its slice of the features, the same values as the whole kernel's to the
+/// bit; the flops charge the scores in full and the weighted values by the slice.
+#[test]
+fn a_d_head_split_writes_slices_of_the_features_from_whole_operands() {
+    let a = op(2, 2, 1, 6, 8);
+    let spec = request_spec(&a, &[1, 1, 4]).unwrap();
+    einsum_joinagg::validate_spec(&a, &spec, Some(4)).unwrap();
+    let whole = einsum_joinagg::whole_spec(&a);
+    for (n, f) in spec.functions.iter().enumerate() {
+        assert_eq!(f.inputs, whole.inputs, "function {n}");
+        assert_eq!(f.outputs[0], TensorType::new(&[0, 0, 2 * n], &[4, 1, 2 * n + 2]).unwrap());
+        // Scores: 2 · 8 per key, values: 2 · 2 per key, for 4 query heads and 7 keys.
+        assert_eq!(a.flops(f), (2.0 * 8.0 + 2.0 * 2.0) * 4.0 * 7.0);
+    }
+    assert_eq!(a.flops(&whole), 4.0 * 8.0 * 4.0 * 7.0);
+    let ins = inputs(&a, &[4], 3);
+    let want = execute_whole(&a, &ins).unwrap();
+    let got = einsum_joinagg::execute_spec(&a, &spec, &ins).unwrap();
+    assert_eq!(got, want);
 }
