@@ -175,8 +175,15 @@ fn impossible_device_counts_have_no_spec() {
         assert!(matches!(enumerate_specs(op.as_ref(), 13), Err(Error::NoSpec { p: 13, .. })), "{}", op.kind());
         assert!(matches!(enumerate_specs(op.as_ref(), 0), Err(Error::NoSpec { .. })), "{}", op.kind());
     }
-    // The row-wise operators cannot split their normalised index: 3 rows, not 4 devices.
-    for op in &ops[2..] {
+    // Softmax and LayerNorm cannot split their normalised index: 3 rows, not 4 devices.
+    for op in [&ops[2], &ops[4]] {
         assert!(matches!(enumerate_specs(op.as_ref(), 4), Err(Error::NoSpec { .. })), "{}", op.kind());
     }
+    // RMSNorm splits it on its output only (every function reads whole rows of x).
+    let norm = enumerate_specs(ops[3].as_ref(), 4).unwrap();
+    assert!(
+        !norm.is_empty() && norm.iter().all(|c| c.counts[1] > 1),
+        "{:?}",
+        norm.iter().map(|c| &c.counts).collect::<Vec<_>>()
+    );
 }
