@@ -90,6 +90,18 @@ pub enum Error {
         /// What the need is made of.
         what: String,
     },
+    /// A generation whose sequence would hold more tokens than the KV cache has rows.
+    #[error(
+        "prompt {prompt} needs {needed} tokens (its length plus the new tokens), the cache holds {max_tokens} per sequence; compile the generator with a larger max_tokens"
+    )]
+    CacheFull {
+        /// The prompt, by its position in the batch.
+        prompt: usize,
+        /// Its length plus the new tokens asked for.
+        needed: usize,
+        /// The cache's rows per sequence.
+        max_tokens: usize,
+    },
     /// A bad command-line argument.
     #[error("{0}")]
     Usage(String),

@@ -20,6 +20,7 @@ pub mod check;
 pub mod dump;
 mod error;
 mod executable;
+pub mod generate;
 pub mod names;
 pub mod report;
 

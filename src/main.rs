@@ -42,8 +42,12 @@ enum Command {
     /// Prints how a workload would run: its plan, exchange programs and task-graph
     /// statistics.
     Explain(cli::run::ExplainArgs),
-    /// Reproduces an experiment of Section 6 in simulation (transformer, chains, ablation,
-    /// exchange, proxy or all), writing DIR/NAME.csv, .md and .svg.
+    /// Generates tokens after prompts with a Hugging Face model (hf:DIR): the prefill and the
+    /// decode step planned once each, the decode step run token by token over a KV cache.
+    Generate(cli::generate::Args),
+    /// Reproduces an experiment in simulation (Section 6's transformer, chains, ablation,
+    /// exchange and proxy; fit, budget, scale, decode; or all), writing DIR/NAME.csv, .md and
+    /// .svg.
     Experiment(cli::experiment::Args),
     /// Exchange programs: check, simulate or synthesize an ExProg file.
     #[command(subcommand)]
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Specs(args) => cli::specs::run(args),
         Command::Run(args) => cli::run::run(args),
         Command::Explain(args) => cli::run::explain(args),
+        Command::Generate(args) => cli::generate::run(args),
         Command::Experiment(args) => cli::experiment::run(args),
         Command::Exprog(command) => cli::exprog::run(command),
     };

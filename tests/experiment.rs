@@ -52,6 +52,21 @@ fn expected(name: &str) -> (Vec<&'static str>, usize) {
             ],
             2 * 7,
         ),
+        // One machine with --small, two models at three batches.
+        "decode" => (
+            vec![
+                "machine",
+                "model",
+                "dp",
+                "data",
+                "megatron",
+                "ulysses",
+                "mesh2d",
+                "dp / megatron",
+                "dp / best baseline",
+            ],
+            6,
+        ),
         other => panic!("no expectation for {other}"),
     }
 }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use einsum_core::DType;
 use einsum_core::host_memory::available_host_memory;
 use einsum_joinagg::IndexRole;
-use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, unary::UnaryOp};
+use einsum_ops::{Packing, attention::AttentionConfig, binary::BinaryOp, rope::RopeFrequencies, unary::UnaryOp};
 
 use einsum_graph::{Graph, Tensor};
 
@@ -73,6 +73,49 @@ const WORKLOADS: &[(&str, &[(&str, usize)])] = &[
             ("layers", 80),
             ("tokens", 4096),
             ("seqs", 1),
+            ("d_model", 8192),
+            ("heads_q", 64),
+            ("heads_kv", 8),
+            ("d_head", 128),
+            ("d_ff", 28672),
+            ("vocab", 128_256),
+        ],
+    ),
+    // One decode step: a new token for each of `batch` sequences, over a KV cache of `cache`
+    // tokens per sequence (graph inputs, one pair per layer).
+    (
+        "llama-decode",
+        &[
+            ("layers", 1),
+            ("batch", 8),
+            ("cache", 4096),
+            ("d_model", 4096),
+            ("heads_q", 32),
+            ("heads_kv", 8),
+            ("d_head", 128),
+            ("d_ff", 14336),
+        ],
+    ),
+    (
+        "llama3-8b-decode",
+        &[
+            ("layers", 32),
+            ("batch", 1),
+            ("cache", 4096),
+            ("d_model", 4096),
+            ("heads_q", 32),
+            ("heads_kv", 8),
+            ("d_head", 128),
+            ("d_ff", 14336),
+            ("vocab", 128_256),
+        ],
+    ),
+    (
+        "llama3-70b-decode",
+        &[
+            ("layers", 80),
+            ("batch", 1),
+            ("cache", 4096),
             ("d_model", 8192),
             ("heads_q", 64),
             ("heads_kv", 8),
@@ -187,6 +230,12 @@ impl Workload {
                 let head = if self.params.contains_key("vocab") { LM_HEAD } else { Shape::default() };
                 (x.plus(LLAMA_BLOCK.times(layers)).plus(head), p("seqs"))
             }
+            "llama-decode" | "llama3-8b-decode" | "llama3-70b-decode" => {
+                // The new tokens' embeddings and positions, the blocks, the head.
+                let x = Shape { inputs: 2, ops: 0, operands: 0, packed: 0 };
+                let head = if self.params.contains_key("vocab") { LM_HEAD } else { Shape::default() };
+                (x.plus(DECODE_BLOCK.times(p("layers"))).plus(head), 0)
+            }
             chain => {
                 let (_, dims, _) = CHAINS.iter().find(|(n, _, _)| *n == chain).expect("parse accepts known workloads");
                 let mats = dims.len() - 1;
@@ -280,10 +329,38 @@ impl Workload {
                 // Attention declares the token and head indices; the FFN's hidden index is ours.
                 g.role("d_ff", IndexRole::FfnHidden)?;
                 let mut x = g.input("x", &[("tokens", dims.tokens), ("d_model", dims.d_model)], dtype)?;
+                let attend = Attend::Prompt(dims.packing.clone());
                 for layer in 0..layers {
                     // A single block's weights carry the plain names of the block's definition.
                     let prefix = if self.name == "llama-block" { String::new() } else { format!("l{layer}.") };
-                    x = llama_block(&mut g, x, &dims, &prefix, dtype)?;
+                    x = llama_block(&mut g, x, &dims, &prefix, &attend, dtype)?;
+                }
+                let name = match self.params.get("vocab") {
+                    Some(&vocab) => {
+                        x = lm_head(&mut g, x, &dims, vocab, dtype)?;
+                        "logits"
+                    }
+                    None => "hidden",
+                };
+                g.save_as(x, name)?;
+            }
+            "llama-decode" | "llama3-8b-decode" | "llama3-70b-decode" => {
+                let (batch, cache) = (p("batch"), p("cache"));
+                let dims = LlamaDims {
+                    tokens: batch,
+                    d_model: p("d_model"),
+                    heads_q: p("heads_q"),
+                    heads_kv: p("heads_kv"),
+                    d_head: p("d_head"),
+                    d_ff: p("d_ff"),
+                    packing: Packing::single(batch),
+                };
+                g.role("d_ff", IndexRole::FfnHidden)?;
+                let mut x = g.input("x", &[("tokens", batch), ("d_model", dims.d_model)], dtype)?;
+                let positions = g.input("positions", &[("tokens", batch)], DType::I32)?;
+                let attend = Attend::Cached { positions, cache };
+                for layer in 0..p("layers") {
+                    x = llama_block(&mut g, x, &dims, &format!("l{layer}."), &attend, dtype)?;
                 }
                 let name = match self.params.get("vocab") {
                     Some(&vocab) => {
@@ -431,6 +508,10 @@ impl Shape {
 /// the gate's product.
 const LLAMA_BLOCK: Shape = Shape { inputs: 9, ops: 16, operands: 30, packed: 3 };
 
+/// One decode block: [`LLAMA_BLOCK`] with its two key/value cache inputs, each RoPE reading
+/// the positions and the attention reading both caches and the positions.
+const DECODE_BLOCK: Shape = Shape { inputs: 11, ops: 16, operands: 35, packed: 0 };
+
 /// The model's head ([`lm_head`]): the final norm's weight and the projection; RMSNorm and
 /// a matmul.
 const LM_HEAD: Shape = Shape { inputs: 2, ops: 2, operands: 4, packed: 0 };
@@ -469,6 +550,17 @@ fn build_chain(g: &mut Graph, mats: &[Tensor], order: &str) -> Result<Tensor> {
     let spaced = order.replace('(', " ( ").replace(')', " ) ");
     let tokens: Vec<String> = spaced.split_whitespace().map(str::to_string).collect();
     sequence(g, mats, &mut tokens.into_iter().peekable())
+}
+
+/// The RoPE base of the LLaMA 3 blocks.
+const ROPE_THETA: f32 = 500_000.0;
+
+/// How a block's attention sees its keys.
+enum Attend {
+    /// Causal attention over the prompt's packed sequences.
+    Prompt(Packing),
+    /// One new token per sequence at the i32 `positions`, over a cache of `cache` tokens.
+    Cached { positions: Tensor, cache: usize },
 }
 
 /// The dimensions of a LLaMA-style transformer block.
@@ -515,7 +607,11 @@ fn packing(w: &Workload, tokens: usize, seqs: usize) -> Result<Packing> {
 /// positions from the start of each packed sequence) on queries and keys; attention scaled
 /// by 1/√d_head, causal within each packed sequence, query head `g·(heads_q/heads_kv) + i`
 /// reading key/value head `g`.
-fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, dtype: DType) -> Result<Tensor> {
+///
+/// Under [`Attend::Cached`] the block is a decode step instead: the tokens are one new token
+/// per sequence at the i32 `positions`, rotated there, attending over the block's cache
+/// inputs `k_cache` and `v_cache` (`[heads_kv, tokens, cache, d_head]`) and their own keys.
+fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, attend: &Attend, dtype: DType) -> Result<Tensor> {
     let w = |name: &str| format!("{prefix}{name}");
     let norm1 = g.input(&w("attn_norm"), &[("d_model", d.d_model)], dtype)?;
     let wq = g.input(&w("wq"), &[("d_model", d.d_model), ("heads_q", d.heads_q), ("d_head", d.d_head)], dtype)?;
@@ -531,10 +627,23 @@ fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, dtype: DTy
     let q = g.einsum("td,dhe->hte", &[h, wq])?;
     let k = g.einsum("td,dhe->hte", &[h, wk])?;
     let v = g.einsum("td,dhe->hte", &[h, wv])?;
-    let q = g.rope(q, "tokens", "d_head", 500_000.0, d.packing.clone())?;
-    let k = g.rope(k, "tokens", "d_head", 500_000.0, d.packing.clone())?;
-    let config = AttentionConfig { causal: true, packing: d.packing.clone(), scale: None };
-    let a = g.attention(q, k, v, "tokens", "d_head", config)?;
+    let a = match *attend {
+        Attend::Prompt(ref packing) => {
+            let q = g.rope(q, "tokens", "d_head", ROPE_THETA, packing.clone())?;
+            let k = g.rope(k, "tokens", "d_head", ROPE_THETA, packing.clone())?;
+            let config = AttentionConfig { causal: true, packing: packing.clone(), scale: None };
+            g.attention(q, k, v, "tokens", "d_head", config)?
+        }
+        Attend::Cached { positions, cache } => {
+            let freqs = RopeFrequencies::from_theta(f64::from(ROPE_THETA), d.d_head)?;
+            let q = g.rope_at(q, positions, "tokens", "d_head", freqs.clone(), cache)?;
+            let k = g.rope_at(k, positions, "tokens", "d_head", freqs, cache)?;
+            let dims = [("heads_kv", d.heads_kv), ("tokens", d.tokens), ("cache", cache), ("d_head", d.d_head)];
+            let k_cache = g.input(&w("k_cache"), &dims, dtype)?;
+            let v_cache = g.input(&w("v_cache"), &dims, dtype)?;
+            g.cached_attention(q, k, v, k_cache, v_cache, positions, "tokens", "d_head", None)?
+        }
+    };
     let o = g.einsum("hte,hed->td", &[a, wo])?;
     let x = g.binary(x, o, BinaryOp::Add)?;
 
@@ -645,5 +754,28 @@ mod tests {
         assert_eq!(kinds.iter().filter(|k| **k == "rmsnorm").count(), 2);
         assert_eq!(kinds.len(), 16);
         assert!(Workload::parse("llama-block:tokens=15,seqs=2").unwrap().build(DType::F32).is_err());
+    }
+
+    /// A decode step is the block with a cache: its estimate is exact, and the presets carry
+    /// the models' weights plus a cache of `2 · layers · heads_kv · batch · cache · d_head`.
+    #[test]
+    fn decode_workloads_read_a_cache_per_layer() {
+        let w =
+            Workload::parse("llama-decode:layers=2,batch=3,cache=32,d_model=8,heads_q=4,heads_kv=2,d_head=4,d_ff=16")
+                .unwrap();
+        let g = w.build(DType::F32).unwrap();
+        let comp = g.computation();
+        let kinds: Vec<&str> = comp.ops().map(|(_, op, _)| op.kind()).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == "cached_attention").count(), 2);
+        assert_eq!(kinds.iter().filter(|k| **k == "rope_at").count(), 4);
+        let e = w.estimate();
+        assert_eq!((e.ops, e.nodes), (comp.ops().count(), comp.ops().count() + comp.inputs().len()));
+        let operands: usize = comp.ops().map(|(_, op, _)| op.inputs().len()).sum();
+        assert_eq!(e.operands, operands);
+        let cache = comp.inputs().into_iter().find(|t| comp.node(t.op).unwrap().name() == "l1.v_cache").unwrap();
+        assert_eq!(comp.desc(cache).unwrap().shape(), [2, 3, 32, 4]);
+        let w = Workload::parse("llama3-8b-decode:layers=1").unwrap();
+        assert_eq!((w.params["batch"], w.params["cache"], w.params["vocab"]), (1, 4096, 128_256));
+        assert_eq!(w.build(DType::F16).unwrap().computation().ops().count(), 16 + 2);
     }
 }

@@ -13,7 +13,7 @@ use super::Report;
 /// Arguments of `experiment`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// transformer, chains, ablation, exchange, proxy, fit, budget, scale, or all.
+    /// transformer, chains, ablation, exchange, proxy, fit, budget, scale, decode, or all.
     name: String,
     /// The machine: a topology preset or file (`exchange` always uses dgx-v100 and dgx-a100;
     /// `fit`, `budget` and `scale` their own machines).

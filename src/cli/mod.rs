@@ -12,6 +12,7 @@ use serde::Serialize;
 pub mod check;
 pub mod experiment;
 pub mod exprog;
+pub mod generate;
 pub mod plan;
 pub mod run;
 pub mod source;

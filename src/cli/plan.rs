@@ -28,6 +28,10 @@ pub struct Args {
     /// Default: 128.
     #[arg(long, value_name = "N")]
     tokens: Option<Tokens>,
+    /// Plans a model's decode step for this many sequences (one new token each), over a KV
+    /// cache of --tokens tokens per sequence, instead of the forward pass over a prompt.
+    #[arg(long, value_name = "BATCH")]
+    decode: Option<usize>,
     /// Number of devices p.
     #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
     devices: usize,
@@ -108,8 +112,18 @@ pub fn run(a: Args) -> Result<Report> {
     if a.devices <= topology.num_sites() {
         source.check_tasks(a.devices)?;
     }
-    let built = source.build(a.dtype, a.tokens.as_ref().map_or(DEFAULT_MODEL_TOKENS, Tokens::length))?;
-    let graph = built.graph();
+    let tokens = a.tokens.as_ref().map_or(DEFAULT_MODEL_TOKENS, Tokens::length);
+    let (built, decoded);
+    let graph = match a.decode {
+        Some(batch) => {
+            decoded = source.decode_graph(a.dtype, batch, tokens)?;
+            &decoded
+        }
+        None => {
+            built = source.build(a.dtype, tokens)?;
+            built.graph()
+        }
+    };
     let model = cost_model_by_name(&a.cost, a.cost_topology.as_deref().unwrap_or(&topology_name))?;
     let synthesizer = a.synthesizer.synthesizer(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;

@@ -30,15 +30,15 @@ pub struct CompileArgs {
     /// The workload, `name:key=value,...`, or a Hugging Face model directory, `hf:DIR` (its
     /// config.json; to run, its safetensors weights).
     #[arg(default_value = DEFAULT_WORKLOAD)]
-    workload: String,
+    pub(super) workload: String,
     /// A model's prompt: token ids, `1,2,3` (their number is the graph's length; `run`
     /// without it draws seeded random ids), or on `explain` a token count, `2048`. Default
     /// length: 128.
     #[arg(long, value_name = "IDS")]
-    tokens: Option<Tokens>,
+    pub(super) tokens: Option<Tokens>,
     /// Number of (virtual) devices p.
     #[arg(long, default_value_t = einsummable::DEFAULT_DEVICES)]
-    devices: usize,
+    pub(super) devices: usize,
     /// The backend that runs the task graph.
     #[arg(long, default_value = "cpu", value_parser = super::backend_names())]
     backend: String,
@@ -79,10 +79,10 @@ pub struct CompileArgs {
     topology: Option<String>,
     /// Seed of the random data, the random optimizer and the search.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(super) seed: u64,
     /// Storage dtype.
     #[arg(long, default_value = "f32", value_parser = super::dtype_names())]
-    dtype: DType,
+    pub(super) dtype: DType,
     /// Memory per device in GB (10^9 bytes) that the plan's peak must fit; default: the
     /// topology's HBM capacity less a 10% reserve.
     #[arg(long, value_name = "GB")]
@@ -110,7 +110,7 @@ impl CompileArgs {
     }
 
     /// The compile options, and the topology's name with the note on how it was chosen.
-    fn options(&self) -> Result<(CompileOptions, ChosenName)> {
+    pub(super) fn options(&self) -> Result<(CompileOptions, ChosenName)> {
         // Every name through its table, in the order `compile` used to check them.
         let backend = backend_by_name(
             &self.backend,
@@ -138,9 +138,9 @@ impl CompileArgs {
 
 /// The name of the topology a command compiled for, and (when the default was scaled) the
 /// line saying so.
-struct ChosenName {
-    name: String,
-    note: Option<String>,
+pub(super) struct ChosenName {
+    pub(super) name: String,
+    pub(super) note: Option<String>,
 }
 
 /// Arguments of `run`.
@@ -289,12 +289,26 @@ pub struct ExplainArgs {
     /// Also write the task graph in Graphviz format to FILE.
     #[arg(long)]
     dot: Option<PathBuf>,
+    /// Explains a model's decode step for this many sequences (one new token each), over a
+    /// KV cache of --tokens tokens per sequence, instead of the forward pass over a prompt.
+    #[arg(long, value_name = "BATCH")]
+    decode: Option<usize>,
 }
 
 /// Runs `explain`: the plan, the exchange programs and the task-graph statistics.
 pub fn explain(a: ExplainArgs) -> Result<Report> {
-    let built = a.compile.built(a.compile.tokens.as_ref().map_or(DEFAULT_MODEL_TOKENS, Tokens::length))?;
-    let graph = built.graph();
+    let tokens = a.compile.tokens.as_ref().map_or(DEFAULT_MODEL_TOKENS, Tokens::length);
+    let (built, decoded);
+    let graph = match a.decode {
+        Some(batch) => {
+            decoded = Source::parse(&a.compile.workload)?.decode_graph(a.compile.dtype, batch, tokens)?;
+            &decoded
+        }
+        None => {
+            built = a.compile.built(tokens)?;
+            built.graph()
+        }
+    };
     let (options, topology) = a.compile.options()?;
     let exe = compile(graph, &options)?;
     let comp = graph.computation();

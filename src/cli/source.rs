@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use einsum_models::decode::build_decoder;
 use einsum_models::llama::{self, Model};
 use einsum_models::{ModelConfig, checkpoint::Checkpoint};
-use einsummable::{DType, Executable, Graph, HostTensor, Result, Workload};
+use einsummable::{DType, Error, Executable, Graph, HostTensor, Result, Workload};
 
 /// The prompt length a model is planned for when `--tokens` gives none.
 pub const DEFAULT_MODEL_TOKENS: usize = 128;
@@ -95,6 +96,21 @@ impl Source {
                 let model = llama::build(config, tokens, dtype)?;
                 Ok(Built::Model(Box::new(model), dir.clone(), config.vocab_size))
             }
+        }
+    }
+}
+
+impl Source {
+    /// A model's decode step ([`einsum_models::decode`]) for `batch` sequences over a KV
+    /// cache of `max_tokens` tokens each, in `dtype`: the graph `generate` runs per token. A
+    /// workload has none.
+    pub fn decode_graph(&self, dtype: DType, batch: usize, max_tokens: usize) -> Result<Graph> {
+        match self {
+            Source::Model { config, .. } => Ok(build_decoder(config, batch, max_tokens, dtype)?.graph),
+            Source::Workload(w) => Err(Error::Usage(format!(
+                "--decode plans a model's decode step (hf:DIR); `{}` is a workload",
+                w.name()
+            ))),
         }
     }
 }

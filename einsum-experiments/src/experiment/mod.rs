@@ -3,7 +3,7 @@
 //! full-size models work on a laptop) and tabulates each plan's predicted time.
 //!
 //! - [`Experiment`]: the registry, one file per experiment (`transformer`, `chains`,
-//!   `ablation`, `exchange`, `proxy`, `fit` and `budget` in `memory`, and `scale`), each building its list of [`Case`]s, measuring them
+//!   `ablation`, `exchange`, `proxy`, `fit` and `budget` in `memory`, `scale` and `decode`), each building its list of [`Case`]s, measuring them
 //!   through a shared [`Runner`] and turning the results into a [`Table`] and a [`BarChart`].
 //! - [`Strategy`], [`Target`] and [`CostModels`]: the strategies, machines and cost models
 //!   the cases are planned with, as values (this project's by their constructors, a
@@ -35,6 +35,7 @@ use crate::{Error, Result, Workload};
 mod ablation;
 mod chains;
 mod chart;
+mod decode;
 mod exchange;
 mod memory;
 mod progress;
@@ -190,6 +191,10 @@ pub enum Experiment {
     /// up to nvl72 p=72): the default strategy against every baseline, and the `time`
     /// model's fidelity over the grid.
     Scale,
+    /// One decode step of Llama-3.1-8B and 70B over a KV cache at batch 1, 8 and 64 on one
+    /// and two DGX H100s and an NVL72: the default against tensor parallelism and the other
+    /// baselines.
+    Decode,
 }
 
 /// What one experiment produced.
@@ -210,7 +215,7 @@ pub struct Outcome {
 impl Experiment {
     /// Every experiment, in the order `all` runs them (ablation before proxy, which reuses
     /// its random plans).
-    pub const ALL: [Experiment; 8] = [
+    pub const ALL: [Experiment; 9] = [
         Experiment::Transformer,
         Experiment::Chains,
         Experiment::Ablation,
@@ -219,6 +224,7 @@ impl Experiment {
         Experiment::Fit,
         Experiment::Budget,
         Experiment::Scale,
+        Experiment::Decode,
     ];
 
     /// The experiment's name on the command line and in file names.
@@ -232,6 +238,7 @@ impl Experiment {
             Experiment::Fit => "fit",
             Experiment::Budget => "budget",
             Experiment::Scale => "scale",
+            Experiment::Decode => "decode",
         }
     }
 
@@ -258,7 +265,7 @@ impl Experiment {
         match self {
             Experiment::Exchange => exchange::TOPOLOGIES.iter().try_for_each(|t| setup.check(&setup.preset(t)))?,
             // Their machines are fixed: `--topology` and `--devices` do not apply.
-            Experiment::Fit | Experiment::Budget | Experiment::Scale => {}
+            Experiment::Fit | Experiment::Budget | Experiment::Scale | Experiment::Decode => {}
             _ => setup.check(&setup.topology)?,
         }
         let (table, chart) = match self {
@@ -270,6 +277,7 @@ impl Experiment {
             Experiment::Fit => memory::run_fit(setup, runner),
             Experiment::Budget => memory::run_budget(setup, runner),
             Experiment::Scale => scale::run(setup, runner),
+            Experiment::Decode => decode::run(setup, runner),
         };
         let files = write_files(&setup.out_dir, self.name(), &table, &chart)?;
         Ok(Outcome { experiment: self, table, chart, files, wall_s: started.elapsed().as_secs_f64() })
