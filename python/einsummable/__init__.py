@@ -36,7 +36,7 @@ from ._native import (
     workload,
 )
 from . import workloads
-from .models import Model, ModelExecutable, from_pretrained
+from .models import Generator, Model, ModelExecutable, from_pretrained
 
 __all__ = [
     "Candidate",
@@ -56,6 +56,7 @@ __all__ = [
     "compile",
     "experiment",
     "from_pretrained",
+    "Generator",
     "Model",
     "ModelExecutable",
     "optimizers",

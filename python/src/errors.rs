@@ -60,7 +60,9 @@ pub fn to_py(e: Error) -> PyErr {
         Error::Compile(_) | Error::Exprog(_) | Error::Simulate(_) | Error::Synthesis(_) | Error::InFile { .. } => {
             CompileError::new_err(message)
         }
-        Error::Backend(_) | Error::Core(_) | Error::HostMemory { .. } => RunError::new_err(message),
+        Error::Backend(_) | Error::Core(_) | Error::HostMemory { .. } | Error::CacheFull { .. } => {
+            RunError::new_err(message)
+        }
         Error::Topology(_) | Error::File(_) => TopologyError::new_err(message),
         Error::Experiment(_) | Error::ModelConfig(_) | Error::Model(_) => WorkloadError::new_err(message),
         Error::Checkpoint(_) => RunError::new_err(message),

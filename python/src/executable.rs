@@ -315,10 +315,7 @@ pub fn compile(
     schedule: Option<&str>,
 ) -> PyResult<PyExecutable> {
     let progress = callback(py, progress)?;
-    let topology_name = topology.unwrap_or_else(|| {
-        einsum_sim::scaled_preset(DEFAULT_TOPOLOGY, devices).unwrap_or_else(|| DEFAULT_TOPOLOGY.to_string())
-    });
-    let machine = Topology::named(&topology_name).py_err()?;
+    let (topology_name, machine) = topology_for(topology, devices)?;
     let cancel = Cancel::default();
     let (strategy, python_strategy): (Arc<dyn LogicalOptimizer>, Option<Arc<PyStrategy>>) = match optimizer {
         None => (optimizer_by_name(einsummable::names::DEFAULT_OPTIMIZER, seed)?, None),
@@ -337,13 +334,7 @@ pub fn compile(
     } else {
         Arc::new(NaiveSynthesizer)
     };
-    let memory_budget = match memory_budget {
-        None => None,
-        Some(gb) if gb.is_finite() && gb > 0.0 => Some(gb * 1e9),
-        Some(gb) => {
-            return Err(EinsummableError::new_err(format!("memory_budget: {gb} is not a positive number of GB")));
-        }
-    };
+    let memory_budget = memory_budget_bytes(memory_budget)?;
     let options = CompileOptions {
         devices,
         backend: einsummable::backend_by_name(backend, &BackendParams::default()).py_err()?,
@@ -391,7 +382,25 @@ pub fn compile(
     Ok(PyExecutable { jobs, inputs, outputs, workload, topology: topology_name, schedule: schedule_name, summary })
 }
 
-/// The strategy named `name` in the driver's table of names, seeded (`random`).
+/// The machine `topology` names (a preset or a file), or without it the default preset
+/// scaled to the fewest nodes that hold `devices`; with its name.
+pub fn topology_for(topology: Option<String>, devices: usize) -> PyResult<(String, Topology)> {
+    let name = topology.unwrap_or_else(|| {
+        einsum_sim::scaled_preset(DEFAULT_TOPOLOGY, devices).unwrap_or_else(|| DEFAULT_TOPOLOGY.to_string())
+    });
+    let machine = Topology::named(&name).py_err()?;
+    Ok((name, machine))
+}
+
+/// `memory_budget` in GB as bytes; not positive and finite is an error.
+pub fn memory_budget_bytes(memory_budget: Option<f64>) -> PyResult<Option<f64>> {
+    match memory_budget {
+        None => Ok(None),
+        Some(gb) if gb.is_finite() && gb > 0.0 => Ok(Some(gb * 1e9)),
+        Some(gb) => Err(EinsummableError::new_err(format!("memory_budget: {gb} is not a positive number of GB"))),
+    }
+}
+
 /// The exchange synthesizer `compile` names: `synthesizer`, or `schedule`, its other name
 /// (the two may both be given only when they agree), `naive` without either.
 fn synthesizer_name(synthesizer: Option<&str>, schedule: Option<&str>) -> PyResult<&'static str> {
@@ -411,6 +420,7 @@ fn synthesizer_name(synthesizer: Option<&str>, schedule: Option<&str>) -> PyResu
     }
 }
 
-fn optimizer_by_name(name: &str, seed: u64) -> PyResult<Arc<dyn LogicalOptimizer>> {
+/// The strategy named `name` in the driver's table of names, seeded (`random`).
+pub fn optimizer_by_name(name: &str, seed: u64) -> PyResult<Arc<dyn LogicalOptimizer>> {
     Ok(Arc::from(einsummable::names::optimizer_by_name(name, seed).py_err()?))
 }

@@ -14,6 +14,7 @@ mod array;
 mod errors;
 mod executable;
 mod experiment;
+mod generator;
 mod graph;
 mod model;
 mod progress;
@@ -36,5 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(experiment::experiment, m)?)?;
     m.add_function(wrap_pyfunction!(experiment::optimizers, m)?)?;
     m.add_function(wrap_pyfunction!(model::hf_graph, m)?)?;
+    m.add_class::<generator::PyGenerator>()?;
+    m.add_function(wrap_pyfunction!(generator::hf_generator, m)?)?;
     Ok(())
 }

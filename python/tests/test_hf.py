@@ -99,3 +99,32 @@ def test_the_builder_has_the_models_operators():
     rounded = t.astype(ml_dtypes.bfloat16).astype(np.float32)
     want = np.argmax(rounded[[0, 3, 6, 3, 1]] @ t.T, axis=1)
     assert top.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen2"])
+def test_greedy_generation_gives_transformers_tokens(family):
+    r = reference(family)
+    prompt, generated = r["generate_prompt"], r["generated"].tolist()
+    gen = es.from_pretrained(FIXTURES / family).generator(devices=2, max_tokens=len(prompt) + 32)
+    # transformers' tokens were generated past end-of-sequence: no stop token.
+    assert gen.generate(prompt.tolist(), max_new_tokens=32, stop_tokens=[]) == generated
+    # An int64 array, and a batch of one as a list of lists.
+    assert gen.generate(prompt, max_new_tokens=4, stop_tokens=[]) == generated[:4]
+    assert gen.generate([prompt.tolist()], max_new_tokens=4, stop_tokens=[]) == [generated[:4]]
+    assert gen.compiles == 2
+
+
+def test_generation_batches_samples_and_refuses():
+    r = reference("llama2")
+    prompt = r["generate_prompt"].tolist()
+    gen = es.from_pretrained(FIXTURES / "llama2").generator(devices=2, batch=2, max_tokens=32)
+    out = gen.generate([prompt, prompt[:3]], max_new_tokens=6, stop_tokens=[])
+    assert len(out) == 2 and all(len(t) == 6 for t in out)
+    assert out[0] == r["generated"].tolist()[:6]
+    a = gen.generate(prompt, max_new_tokens=8, temperature=1.2, top_k=40, top_p=0.9, seed=5, stop_tokens=[])
+    b = gen.generate(prompt, max_new_tokens=8, temperature=1.2, top_k=40, top_p=0.9, seed=5, stop_tokens=[])
+    assert a == b and all(0 <= t < 128 for t in a)
+    with pytest.raises(es.EinsummableError, match="max_tokens"):
+        gen.generate(prompt, max_new_tokens=64)
+    with pytest.raises(es.EinsummableError, match="1 to 2"):
+        gen.generate([prompt, prompt, prompt], max_new_tokens=2)
