@@ -66,7 +66,9 @@ fn unary_binary(pair: &Pair<'_>) -> Option<FusedOperator> {
     Some(Box::new(op))
 }
 
-/// An aligned binary whose result is the input of an RMSNorm (over whole rows of the block).
+/// An aligned binary whose result is the input of an RMSNorm (over whole rows of the block),
+/// the norm's output block being that block: an RMSNorm writing only a slice of the rows (an
+/// output-only split of its axis) is not fused, and lowers alone to `rmsnorm_slice`.
 fn binary_rmsnorm(pair: &Pair<'_>) -> Option<FusedOperator> {
     let binary = aligned_binary(&pair.first)?;
     let norm = pair.second.operator.value.downcast_ref::<RmsNorm>()?;

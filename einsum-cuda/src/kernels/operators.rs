@@ -112,7 +112,10 @@ impl CudaKernel for Binary {
 }
 
 /// One row-kernel launch over whole rows of `index` (input 0's), with the optional weight
-/// and bias of inputs 1 and 2.
+/// and bias of inputs 1 and 2. An RMSNorm's output block may be a slice of the rows (an
+/// output-only split of `index`: the input block holds whole rows, the weight block and the
+/// output block that slice); it launches `rmsnorm_slice` ([`work::Rows::slice`]). Whole
+/// output rows lower as before.
 fn rows(
     op: &dyn AbstractOperator,
     call: &Call<'_>,
@@ -120,16 +123,28 @@ fn rows(
     index: &str,
     eps: f32,
 ) -> Result<Vec<Op>, String> {
-    let (ins, y) = (call.ins, call.y);
+    let (ins, y, xb) = (call.ins, call.y, &call.inputs[0]);
     let axis = op.inputs()[0].position(index).ok_or_else(|| format!("no index `{index}`"))?;
     let whole = op.inputs()[0].dims[axis].extent;
-    if call.inputs[0] != *y || call.inputs[0].dim(axis).len() != whole {
-        return Err(format!("block {} does not hold whole rows of `{index}`", call.inputs[0]));
+    let others_alike = xb.rank() == y.rank() && (0..y.rank()).all(|d| d == axis || xb.dim(d) == y.dim(d));
+    if !others_alike || xb.dim(axis).len() != whole {
+        return Err(format!("block {xb} does not hold whole rows of `{index}`"));
     }
-    let (outer, n, inner) = split3(&y.shape(), axis);
+    let cols = y.dim(axis);
+    let slice = (cols.len() != whole).then_some((cols.lo, cols.hi));
+    if slice.is_some() {
+        let weight = call.inputs.get(1).map(|w| w.dim(0));
+        if kernel != RowKernel::RmsNorm || weight != Some(cols) || cols.hi > whole {
+            return Err(format!(
+                "output block {y} of `{index}` from input block {xb}: only an RMSNorm whose weight block is the \
+                 output's slice writes part of the rows"
+            ));
+        }
+    }
+    let (outer, n, inner) = split3(&xb.shape(), axis);
     let (w, b) = (ins.get(1).copied(), ins.get(2).copied());
     let (x, y, dtype) = (ins[0], call.outs[0], call.dtype);
-    Ok(vec![Op::Rows(work::Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps })])
+    Ok(vec![Op::Rows(work::Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps, slice })])
 }
 
 impl CudaKernel for Softmax {
@@ -140,7 +155,8 @@ impl CudaKernel for Softmax {
 }
 
 impl CudaKernel for RmsNorm {
-    /// One `rmsnorm` launch over whole rows.
+    /// One `rmsnorm` launch over whole rows, or one `rmsnorm_slice` writing the output
+    /// block's slice of them (see [`rows`]).
     fn lower(&self, call: &Call<'_>, _: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
         rows(self, call, RowKernel::RmsNorm, self.index(), self.eps())
     }

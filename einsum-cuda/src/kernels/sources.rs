@@ -31,11 +31,12 @@ pub const UNARY: Module =
 /// same-shape 16-byte case.
 pub const BINARY: Module =
     Module { name: "binary", kernels: &["binary", "binary32", "binary_vec"], source: include_str!("cuda/binary.cu") };
-/// Softmax, RMSNorm and LayerNorm over one axis, and the RMSNorm of a binary's result
+/// Softmax, RMSNorm and LayerNorm over one axis, RMSNorm writing a slice of each row (an
+/// output-only split of the axis, `rmsnorm_slice`), and the RMSNorm of a binary's result
 /// (`binary_rmsnorm`, made by the fusion pass, [`crate::fusion`]).
 pub const ROWS: Module = Module {
     name: "rows",
-    kernels: &["softmax", "rmsnorm", "layernorm", "binary_rmsnorm"],
+    kernels: &["softmax", "rmsnorm", "rmsnorm_slice", "layernorm", "binary_rmsnorm"],
     source: include_str!("cuda/rows.cu"),
 };
 /// A binary with a unary applied to one operand, in one pass (made by the fusion pass,

@@ -1,5 +1,6 @@
 //! Row kernels (`rows.cu`: one warp per fibre): softmax, RMSNorm and LayerNorm over one axis,
-//! and the RMSNorm of a binary's result fused with the binary (`binary_rmsnorm`).
+//! RMSNorm writing a slice of each row (`rmsnorm_slice`), and the RMSNorm of a binary's
+//! result fused with the binary (`binary_rmsnorm`).
 
 use cudarc::driver::PushKernelArg;
 use einsum_core::DType;
@@ -23,7 +24,8 @@ pub enum RowKernel {
     LayerNorm,
 }
 
-/// Softmax / RMSNorm / LayerNorm over the middle axis of `[outer, n, inner]`.
+/// Softmax / RMSNorm / LayerNorm over the middle axis of `[outer, n, inner]`; an RMSNorm may
+/// write only a slice of each row ([`Rows::slice`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rows {
     /// Which.
@@ -46,10 +48,60 @@ pub struct Rows {
     pub inner: usize,
     /// Epsilon (norms).
     pub eps: f32,
+    /// RMSNorm only: the columns `(lo, hi)` of each row that are written, when not the whole
+    /// row (an output-only split of the axis, launched as `rmsnorm_slice`). Each row's scale
+    /// still comes from all `n` elements of `x`, but the weight holds only those `hi - lo`
+    /// columns and the output is `[outer, hi - lo, inner]`. `None`: whole rows (`rmsnorm`).
+    pub slice: Option<(usize, usize)>,
+}
+
+impl Rows {
+    /// The `rmsnorm_slice` launch of a sliced RMSNorm.
+    fn issue_slice(&self, ctx: &IssueCtx<'_>, (lo, hi): (usize, usize)) -> Result<(), String> {
+        if self.kernel != RowKernel::RmsNorm || lo > hi || hi > self.n {
+            return Err(format!("a {:?} row kernel cannot write columns {lo}..{hi} of {}", self.kernel, self.n));
+        }
+        let Some(cfg) = rows_launch(self.outer * self.inner, hi - lo)? else {
+            return Ok(());
+        };
+        let (xp, yp, dt) = (ctx.addr(self.x), ctx.addr(self.y), self.dtype.code());
+        let wp = self.w.map(|p| ctx.addr(p)).ok_or("a sliced RMSNorm without a weight")?;
+        let (o, nn, i) = (self.outer as i64, self.n as i64, self.inner as i64);
+        let (lo, m) = (lo as i64, (hi - lo) as i64);
+        let f = ctx.function("rmsnorm_slice")?;
+        let mut b = ctx.stream().launch_builder(f);
+        b.arg(&xp).arg(&wp).arg(&yp).arg(&dt).arg(&o).arg(&nn).arg(&i).arg(&self.eps).arg(&lo).arg(&m);
+        // SAFETY: matches `rmsnorm_slice`'s signature (rows.cu).
+        unsafe { b.launch(cfg) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// As rows.cu's `rmsnorm_slice`: each row's scale from its `n` elements of `x`, columns
+    /// `lo..hi` normalised by the weight's `hi - lo` and stored to `hi - lo` wide rows.
+    fn emulate_slice(&self, m: &mut EmulatedMemory, (lo, hi): (usize, usize)) {
+        let Rows { kernel, x, w, y, dtype, outer, n, inner, eps, .. } = self;
+        assert!(*kernel == RowKernel::RmsNorm && lo <= hi && hi <= *n, "{kernel:?} writing columns {lo}..{hi} of {n}");
+        let (wp, width) = (w.expect("a weight"), hi - lo);
+        for o in 0..*outer {
+            for inn in 0..*inner {
+                let at = |j: usize| o * n * inner + j * inner + inn;
+                let xs: Vec<f32> = (0..*n).map(|j| m.ld(*x, at(j), *dtype)).collect();
+                let s: f32 = xs.iter().map(|v| v * v).sum();
+                let scale = 1.0 / (s / *n as f32 + eps).sqrt();
+                for j in 0..width {
+                    let v = xs[lo + j] * scale * m.ld(wp, j, *dtype);
+                    m.st(*y, o * width * inner + j * inner + inn, *dtype, v);
+                }
+            }
+        }
+    }
 }
 
 impl DeviceWork for Rows {
     fn issue(&self, ctx: &IssueCtx<'_>) -> Result<(), String> {
+        if let Some(slice) = self.slice {
+            return self.issue_slice(ctx, slice);
+        }
         let Some(cfg) = rows_launch(self.outer * self.inner, self.n)? else {
             return Ok(());
         };
@@ -83,7 +135,10 @@ impl DeviceWork for Rows {
 
     /// As rows.cu computes it.
     fn emulate(&self, m: &mut EmulatedMemory) {
-        let Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps } = self;
+        if let Some(slice) = self.slice {
+            return self.emulate_slice(m, slice);
+        }
+        let Rows { kernel, x, w, b, y, dtype, outer, n, inner, eps, slice: _ } = self;
         for o in 0..*outer {
             for inn in 0..*inner {
                 let at = |j: usize| o * n * inner + j * inner + inn;

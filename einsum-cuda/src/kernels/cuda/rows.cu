@@ -1,6 +1,7 @@
 // Row-wise normalisations over the middle axis of an [outer, n, inner] block: softmax,
-// RMSNorm and LayerNorm. One warp per (outer, inner) fibre; lanes stride over n and reduce
-// with shuffles, in f32 (as the CPU reference does). The softmax row maximum propagates NaN
+// RMSNorm (also of a slice of each row: rmsnorm_slice) and LayerNorm. One warp per (outer,
+// inner) fibre; lanes stride over n and reduce with shuffles, in f32 (as the CPU reference
+// does). The softmax row maximum propagates NaN
 // (nan_max): a row holding a NaN is NaN, one holding +inf is NaN (inf - inf), as NumPy's
 // exp(x - max) / sum.
 __device__ __forceinline__ float warp_sum(float v) {
@@ -47,6 +48,27 @@ extern "C" __global__ void rmsnorm(const void* x, const void* w, void* y, int dt
     s = warp_sum(s);
     float scale = 1.0f / sqrtf(s / (float)n + eps);
     for (i64 j = lane; j < n; j += 32) st(y, base + j * inner, dt, ld(x, base + j * inner, dt) * scale * ld(w, j, dt));
+}
+
+// RMSNorm of an output-only split of the axis: each row's scale comes from the whole row of
+// x (n wide), but only its columns [lo, lo + m) are normalised and written, with the weight
+// block being those m columns and the output's rows m wide ([outer, m, inner]). `rmsnorm`
+// above is the unsplit case (lo = 0, m = n), launched as before.
+extern "C" __global__ void rmsnorm_slice(const void* x, const void* w, void* y, int dt, i64 outer, i64 n, i64 inner,
+                                         float eps, i64 lo, i64 m) {
+    i64 base;
+    i64 f = fibre(outer, n, inner, &base);
+    if (f < 0) return;
+    int lane = threadIdx.x % 32;
+    float s = 0.0f;
+    for (i64 j = lane; j < n; j += 32) {
+        float v = ld(x, base + j * inner, dt);
+        s += v * v;
+    }
+    s = warp_sum(s);
+    float scale = 1.0f / sqrtf(s / (float)n + eps);
+    i64 out = (f / inner) * m * inner + f % inner;
+    for (i64 j = lane; j < m; j += 32) st(y, out + j * inner, dt, ld(x, base + (lo + j) * inner, dt) * scale * ld(w, j, dt));
 }
 
 extern "C" __global__ void layernorm(const void* x, const void* w, const void* b, void* y, int dt, i64 outer, i64 n,
