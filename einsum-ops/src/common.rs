@@ -60,6 +60,34 @@ pub(crate) fn row_axis(op: &str, x: &TensorDesc, name: &str) -> Result<usize> {
     Ok(axis)
 }
 
+/// Calls `f` with every index of `shape` whose coordinate along `fiber` is 0, in row-major
+/// order: one call per fiber along that dimension (a RoPE's feature pairs, say). Nothing
+/// when the shape is empty.
+pub(crate) fn for_each_fiber(shape: &[usize], fiber: usize, mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        f(&idx);
+        let mut dim = shape.len();
+        loop {
+            if dim == 0 {
+                return;
+            }
+            dim -= 1;
+            if dim == fiber {
+                continue;
+            }
+            idx[dim] += 1;
+            if idx[dim] < shape[dim] {
+                break;
+            }
+            idx[dim] = 0;
+        }
+    }
+}
+
 /// Every index of `x`, shardable anywhere under its own name (an elementwise operator's, say).
 pub(crate) fn every_index(x: &TensorDesc) -> Vec<ShardableIndex> {
     x.dims.iter().map(|d| ShardableIndex::any(d.name.clone(), d.extent)).collect()

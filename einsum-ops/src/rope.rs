@@ -12,7 +12,7 @@ use einsum_core::{HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
 use crate::Packing;
-use crate::common::{kernel_error, row_dims, row_shardable};
+use crate::common::{for_each_fiber, kernel_error, row_dims, row_shardable};
 
 const KIND: &str = "rope";
 
@@ -276,9 +276,8 @@ impl AbstractOperator for Rope {
         let shape = block.shape();
         let strides = block.strides();
         let fs = strides[self.feature_dim];
-        // Odometer over every dimension but `feature`: one feature fiber per position.
-        let mut idx = vec![0usize; shape.len()];
-        'fibers: loop {
+        // One feature fiber per position.
+        for_each_fiber(&shape, self.feature_dim, |idx| {
             let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
             let row = idx[self.seq_dim] * half;
             for i in 0..half {
@@ -287,18 +286,7 @@ impl AbstractOperator for Rope {
                 out[a] = data[a] * c - data[b] * s;
                 out[b] = data[b] * c + data[a] * s;
             }
-            for dim in (0..shape.len()).rev() {
-                if dim == self.feature_dim {
-                    continue;
-                }
-                idx[dim] += 1;
-                if idx[dim] < shape[dim] {
-                    continue 'fibers;
-                }
-                idx[dim] = 0;
-            }
-            break;
-        }
+        });
         Ok(vec![HostTensor::from_f32(block.clone(), x_desc.dtype, out)?])
     }
 }

@@ -22,7 +22,7 @@
 use einsum_core::{DType, HostTensor, Interval, KernelClass, TensorDesc};
 use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpec, Result, ShardableIndex, grid_spec};
 
-use crate::common::{check_call, check_row_slice, f32s, kernel_error, row_dims, row_shardable};
+use crate::common::{check_call, check_row_slice, f32s, for_each_fiber, kernel_error, row_dims, row_shardable};
 use crate::rope::RopeFrequencies;
 
 const KIND: &str = "rope_at";
@@ -230,10 +230,9 @@ impl AbstractOperator for RopeAt {
         let shape = block.shape();
         let (strides, out_strides) = (block.strides(), out_block.strides());
         let (fs, out_fs) = (strides[self.feature_dim], out_strides[self.feature_dim]);
-        // Odometer over every dimension but `feature`: one feature fiber per element, each
-        // rotated by its token's row of the table; only the output's slice of it is written.
-        let mut idx = vec![0usize; shape.len()];
-        'fibers: loop {
+        // One feature fiber per element, each rotated by its token's row of the table; only
+        // the output's slice of it is written.
+        for_each_fiber(&shape, self.feature_dim, |idx| {
             let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
             let out_base: usize = idx.iter().zip(&out_strides).map(|(i, s)| i * s).sum();
             let row = idx[self.tokens_dim] * half;
@@ -246,18 +245,7 @@ impl AbstractOperator for RopeAt {
                 out[out_base + k * out_fs] =
                     if e < half { data[a] * c - data[b] * s } else { data[b] * c + data[a] * s };
             }
-            for dim in (0..shape.len()).rev() {
-                if dim == self.feature_dim {
-                    continue;
-                }
-                idx[dim] += 1;
-                if idx[dim] < shape[dim] {
-                    continue 'fibers;
-                }
-                idx[dim] = 0;
-            }
-            break;
-        }
+        });
         Ok(vec![HostTensor::from_f32(out_block.clone(), x_desc.dtype, out)?])
     }
 }
