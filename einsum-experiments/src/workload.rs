@@ -325,36 +325,21 @@ impl Workload {
             }
             "llama-block" | "llama" | "llama3-8b" | "llama3-70b" => {
                 let layers = if self.name == "llama-block" { 1 } else { p("layers") };
-                let dims = LlamaDims::from_params(self)?;
+                let dims = LlamaDims::from_params(self, p("tokens"));
+                let attend = Attend::Prompt(packing(self, dims.tokens, p("seqs"))?);
                 // Attention declares the token and head indices; the FFN's hidden index is ours.
                 g.role("d_ff", IndexRole::FfnHidden)?;
                 let mut x = g.input("x", &[("tokens", dims.tokens), ("d_model", dims.d_model)], dtype)?;
-                let attend = Attend::Prompt(dims.packing.clone());
                 for layer in 0..layers {
                     // A single block's weights carry the plain names of the block's definition.
                     let prefix = if self.name == "llama-block" { String::new() } else { format!("l{layer}.") };
                     x = llama_block(&mut g, x, &dims, &prefix, &attend, dtype)?;
                 }
-                let name = match self.params.get("vocab") {
-                    Some(&vocab) => {
-                        x = lm_head(&mut g, x, &dims, vocab, dtype)?;
-                        "logits"
-                    }
-                    None => "hidden",
-                };
-                g.save_as(x, name)?;
+                save_output(&mut g, x, &dims, self.params.get("vocab").copied(), dtype)?;
             }
             "llama-decode" | "llama3-8b-decode" | "llama3-70b-decode" => {
                 let (batch, cache) = (p("batch"), p("cache"));
-                let dims = LlamaDims {
-                    tokens: batch,
-                    d_model: p("d_model"),
-                    heads_q: p("heads_q"),
-                    heads_kv: p("heads_kv"),
-                    d_head: p("d_head"),
-                    d_ff: p("d_ff"),
-                    packing: Packing::single(batch),
-                };
+                let dims = LlamaDims::from_params(self, batch);
                 g.role("d_ff", IndexRole::FfnHidden)?;
                 let mut x = g.input("x", &[("tokens", batch), ("d_model", dims.d_model)], dtype)?;
                 let positions = g.input("positions", &[("tokens", batch)], DType::I32)?;
@@ -362,14 +347,7 @@ impl Workload {
                 for layer in 0..p("layers") {
                     x = llama_block(&mut g, x, &dims, &format!("l{layer}."), &attend, dtype)?;
                 }
-                let name = match self.params.get("vocab") {
-                    Some(&vocab) => {
-                        x = lm_head(&mut g, x, &dims, vocab, dtype)?;
-                        "logits"
-                    }
-                    None => "hidden",
-                };
-                g.save_as(x, name)?;
+                save_output(&mut g, x, &dims, self.params.get("vocab").copied(), dtype)?;
             }
             chain if chain.starts_with("chain-") => {
                 let (_, dims, order) = CHAINS.iter().find(|(n, _, _)| *n == chain).expect("parse accepts known chains");
@@ -571,22 +549,20 @@ struct LlamaDims {
     heads_kv: usize,
     d_head: usize,
     d_ff: usize,
-    packing: Packing,
 }
 
 impl LlamaDims {
-    fn from_params(w: &Workload) -> Result<Self> {
+    /// The block dimensions of `w`'s keys over `tokens` tokens.
+    fn from_params(w: &Workload, tokens: usize) -> Self {
         let p = |k: &str| w.params[k];
-        let (tokens, seqs) = (p("tokens"), p("seqs"));
-        Ok(Self {
+        Self {
             tokens,
             d_model: p("d_model"),
             heads_q: p("heads_q"),
             heads_kv: p("heads_kv"),
             d_head: p("d_head"),
             d_ff: p("d_ff"),
-            packing: packing(w, tokens, seqs)?,
-        })
+        }
     }
 }
 
@@ -654,6 +630,19 @@ fn llama_block(g: &mut Graph, x: Tensor, d: &LlamaDims, prefix: &str, attend: &A
     let act = g.binary(gate, up, BinaryOp::Mul)?;
     let down = g.matmul(act, w_down)?;
     Ok(g.binary(x, down, BinaryOp::Add)?)
+}
+
+/// Saves the blocks' output `x`: through the model's head as `logits` where the workload has
+/// a vocabulary, as `hidden` otherwise.
+fn save_output(g: &mut Graph, x: Tensor, d: &LlamaDims, vocab: Option<usize>, dtype: DType) -> Result<()> {
+    match vocab {
+        Some(vocab) => {
+            let logits = lm_head(g, x, d, vocab, dtype)?;
+            g.save_as(logits, "logits")?;
+        }
+        None => g.save_as(x, "hidden")?,
+    }
+    Ok(())
 }
 
 /// The model's head after the last block: the final RMSNorm (eps 1e-5, with a weight) and
