@@ -206,7 +206,7 @@ fn a_strategy_without_a_plan_is_a_missing_cell_with_its_reason() {
 #[test]
 fn bad_arguments_are_typed_errors() {
     assert!(Experiment::by_name("figure9").unwrap_err().to_string().contains("transformer, chains"));
-    assert_eq!(Experiment::by_name("all").unwrap().len(), 8);
+    assert_eq!(Experiment::by_name("all").unwrap().len(), 9);
     let setup = Setup::named("dgx-a100", vec![16], temp_dir("bad"), true).unwrap();
     let err = Experiment::Transformer.run(&setup, &mut Runner::quiet()).unwrap_err().to_string();
     assert!(err.contains("16") && err.contains("8 sites"), "{err}");

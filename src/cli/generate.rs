@@ -9,7 +9,7 @@ use einsummable::{Error, Result};
 use serde::Serialize;
 
 use super::Report;
-use super::run::CompileArgs;
+use super::run::{CompileArgs, median};
 use super::source::{Source, Tokens};
 
 /// Arguments of `generate`.
@@ -93,8 +93,7 @@ pub fn run(a: Args) -> Result<Report> {
     let out = g.generate(&prompts, &options)?;
 
     let mut steps = out.decode_ms.clone();
-    steps.sort_by(f64::total_cmp);
-    let per_token = steps.get(steps.len() / 2).copied();
+    let per_token = (!steps.is_empty()).then(|| median(&mut steps));
     let total_s: f64 = out.decode_ms.iter().sum::<f64>() / 1e3;
     let decoded: usize = out.tokens.iter().map(|t| t.len().saturating_sub(1)).sum();
     let tokens_per_s = (total_s > 0.0).then(|| decoded as f64 / total_s);

@@ -276,7 +276,7 @@ fn top_tokens(logits: &einsum_core::HostTensor, k: usize) -> Vec<(usize, f32)> {
 }
 
 /// The median of `times` (not empty; sorts them).
-fn median(times: &mut [f64]) -> f64 {
+pub(super) fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
 }
