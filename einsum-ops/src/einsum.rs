@@ -19,6 +19,7 @@ use einsum_joinagg::{AbstractOperator, DimIndex, Error, FunctionSpec, JoinAggSpe
 
 use crate::{
     common::{check_call, kernel_error},
+    few_rows,
     panels::{self, Strided},
     parallel,
 };
@@ -599,7 +600,12 @@ fn batched_gemm<'a>(op: &str, a: Dense<'a>, b: Dense<'a>, s: &Step, ext: &[usize
     }
     let mut c = vec![0.0f32; nb * m * n];
     if let (Data::F32(a_data), Data::F32(b_data)) = (&a.data, &b.data) {
-        f32_gemm(nb, (m, k, n), (a_data, rsa, csa), (b_data, rsb, csb), &mut c);
+        // One product of few rows (a decode step's tokens times a weight) streams B once;
+        // `few_rows::gemm` declines other layouts without writing C.
+        let streamed = nb == 1 && few_rows::gemm((m, k, n), (a_data, rsa, csa), (b_data, rsb, csb), &mut c);
+        if !streamed {
+            f32_gemm(nb, (m, k, n), (a_data, rsa, csa), (b_data, rsb, csb), &mut c);
+        }
     } else {
         half_gemm(op, nb, (m, k, n), (a.data.elements(), rsa, csa), (b.data.elements(), rsb, csb), &mut c)?;
     }

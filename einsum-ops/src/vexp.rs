@@ -44,7 +44,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 }
 
 /// Lanes of the partial sums: as many as an AVX-512 register holds, the same on every path.
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// `xs[i] ← e^(xs[i] − shift)` for every element; returns their sum (added in 16 lanes,
 /// then the lanes in order).
