@@ -9,10 +9,15 @@
 //! recompiled), and writes the step's keys and values into the cache rows at those positions
 //! ([`Executable::write_input`]): a step costs time linear in the prefix, not quadratic.
 //!
+//! The two plans lay the cache out differently in general; moving it from the prefill's
+//! blocks to the decode step's is an exchange, planned and predicted on the machine
+//! ([`handoff::handoff`], reported as [`Generation::handoff`]).
+//!
 //! The cache's memory is the decode plan's: its inputs are counted by the compile's memory
 //! check like any other resident input, and a request that would need more than
 //! `max_tokens` tokens in a sequence is refused before anything runs ([`Error::CacheFull`]).
 
+pub mod handoff;
 mod sampling;
 
 use std::time::Instant;
@@ -23,6 +28,7 @@ use einsum_models::checkpoint::Checkpoint;
 use einsum_models::decode::{Decoder, KeysValues, Prefill, build_decoder, build_prefill};
 use einsum_models::llama::load_weights;
 
+pub use handoff::Handoff;
 pub use sampling::{Sampling, argmax};
 
 use crate::{CompileOptions, DType, Error, Executable, Result, compile};
@@ -47,6 +53,9 @@ pub struct Generation {
     pub prefill_ms: f64,
     /// Wall time of each decode step (the run, the cache writes and the picks), in ms.
     pub decode_ms: Vec<f64>,
+    /// The cache's move from the prefill plan's layout to the decode plan's, as planned and
+    /// predicted on the machine (`None` when nothing was generated, so nothing moved).
+    pub handoff: Option<Handoff>,
 }
 
 /// A model's prefill and decode plans, compiled for its checkpoint (see the
@@ -58,8 +67,8 @@ pub struct Generator {
     dtype: DType,
     decoder: Decoder,
     decode: Executable,
-    /// The prefill last compiled, and the prompt lengths it takes.
-    prefill: Option<(Vec<usize>, Prefill, Executable)>,
+    /// The prefill last compiled, the prompt lengths it takes, and its cache hand-off.
+    prefill: Option<(Vec<usize>, Prefill, Executable, Handoff)>,
     compiles: usize,
 }
 
@@ -125,7 +134,7 @@ impl Generator {
         let mut rng = SeededRng::new(options.sampling.seed);
         let mut out: Vec<Vec<i32>> = vec![Vec::new(); prompts.len()];
         if options.max_new_tokens == 0 {
-            return Ok(Generation { tokens: out, prefill_ms: 0.0, decode_ms: Vec::new() });
+            return Ok(Generation { tokens: out, prefill_ms: 0.0, decode_ms: Vec::new(), handoff: None });
         }
         // A batch not full is padded with one-token prompts whose tokens are discarded.
         let mut seqs: Vec<Vec<i32>> = prompts.to_vec();
@@ -153,7 +162,8 @@ impl Generator {
             last = self.pick(&logits, &options.sampling, &mut rng)?;
             decode_ms.push(started.elapsed().as_secs_f64() * 1e3);
         }
-        Ok(Generation { tokens: out, prefill_ms, decode_ms })
+        let handoff = self.prefill.as_ref().map(|(.., handoff)| handoff.clone());
+        Ok(Generation { tokens: out, prefill_ms, decode_ms, handoff })
     }
 
     /// The refusals of [`Generator::generate`].
@@ -186,14 +196,15 @@ impl Generator {
     /// sequence's next-token logits.
     fn prefill(&mut self, seqs: &[Vec<i32>]) -> Result<Vec<f32>> {
         let lengths: Vec<usize> = seqs.iter().map(Vec::len).collect();
-        let (prefill, mut exe) = match self.prefill.take() {
-            Some((l, prefill, exe)) if l == lengths => (prefill, exe),
+        let (prefill, mut exe, handoff) = match self.prefill.take() {
+            Some((l, prefill, exe, handoff)) if l == lengths => (prefill, exe, handoff),
             _ => {
                 let prefill = build_prefill(&self.config, &lengths, self.max_tokens(), self.dtype)?;
                 let mut exe = compile(&prefill.graph, &self.options)?;
                 self.compiles += 1;
                 load_weights(&prefill.weights, &self.checkpoint, |input, value| exe.load_resident(input, value))?;
-                (prefill, exe)
+                let handoff = handoff::handoff(&prefill, &exe, &self.decoder, &self.decode, &self.options.topology)?;
+                (prefill, exe, handoff)
             }
         };
         let ids: Vec<i32> = seqs.concat();
@@ -210,7 +221,7 @@ impl Generator {
             }
         }
         let logits = exe.offload(prefill.logits)?.to_f32();
-        self.prefill = Some((lengths, prefill, exe));
+        self.prefill = Some((lengths, prefill, exe, handoff));
         Ok(logits)
     }
 
