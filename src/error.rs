@@ -102,6 +102,16 @@ pub enum Error {
         /// The cache's rows per sequence.
         max_tokens: usize,
     },
+    /// A tokenizer that cannot be loaded (a `tokenizer.json` the `tokenizers` crate does not
+    /// read: malformed JSON, an unknown model), that fails on a text or ids, or whose ids do not
+    /// fit the model: the file, then what is wrong.
+    #[error("tokenizer {}: {message}", path.display())]
+    Tokenizer {
+        /// The tokenizer's file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// A bad command-line argument.
     #[error("{0}")]
     Usage(String),

@@ -19,6 +19,7 @@
 
 pub mod handoff;
 mod sampling;
+pub mod tokenizer;
 
 use std::time::Instant;
 
@@ -30,6 +31,7 @@ use einsum_models::llama::load_weights;
 
 pub use handoff::Handoff;
 pub use sampling::{Sampling, argmax};
+pub use tokenizer::Tokenizer;
 
 use crate::{CompileOptions, DType, Error, Executable, Result, compile};
 

@@ -1,10 +1,15 @@
 //! `einsummable generate`: a Hugging Face model's new tokens after one or more prompts, with
 //! the decode step planned once and run token by token over a KV cache.
+//!
+//! Prompts are token ids (`--prompt-tokens`) or text (`--prompt`), which the model's
+//! tokenizer (`--tokenizer`, or the directory's `tokenizer.json`) encodes; with a tokenizer,
+//! the new tokens are also decoded into text.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use einsum_models::checkpoint::Checkpoint;
-use einsummable::generate::{GenerateOptions, Generator, Sampling};
+use einsummable::generate::{GenerateOptions, Generator, Sampling, Tokenizer};
 use einsummable::{Error, Result};
 use serde::Serialize;
 
@@ -14,12 +19,21 @@ use super::source::{Source, Tokens};
 
 /// Arguments of `generate`.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("prompts").required(true).args(["prompt_tokens", "prompt"])))]
 pub struct Args {
     #[command(flatten)]
     compile: CompileArgs,
     /// A prompt's token ids, `1,2,3`; repeat the flag for a batch of prompts.
-    #[arg(long, value_name = "IDS", required = true)]
+    #[arg(long, value_name = "IDS")]
     prompt_tokens: Vec<Tokens>,
+    /// A prompt's text, encoded by the tokenizer (with its beginning-of-sequence token where
+    /// it adds one); repeat the flag for a batch of prompts.
+    #[arg(long, value_name = "TEXT")]
+    prompt: Vec<String>,
+    /// The tokenizer that encodes --prompt and decodes the new tokens, a Hugging Face
+    /// `tokenizer.json` [default: the model directory's tokenizer.json, where it exists].
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
     /// New tokens per prompt, at most.
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
@@ -55,6 +69,12 @@ struct GenerateJson<'a> {
     topology: &'a str,
     /// Each prompt's new tokens.
     tokens: &'a [Vec<i32>],
+    /// The tokenizer's file, where one is in use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokenizer: Option<&'a Path>,
+    /// Each prompt's new tokens decoded (special tokens skipped), where a tokenizer is in use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a [String]>,
     prefill_ms: f64,
     /// The median wall time of a decode step.
     decode_ms_per_token: Option<f64>,
@@ -69,12 +89,22 @@ struct GenerateJson<'a> {
 pub fn run(a: Args) -> Result<Report> {
     let c = &a.compile;
     if c.tokens.is_some() {
-        return Err(Error::Usage("generate takes its prompts as --prompt-tokens, not --tokens".into()));
+        return Err(Error::Usage("generate takes its prompts as --prompt-tokens or --prompt, not --tokens".into()));
     }
     let Source::Model { dir, config } = Source::parse(&c.workload)? else {
         return Err(Error::Usage(format!("generate needs a model directory, hf:DIR, not `{}`", c.workload)));
     };
-    let prompts: Vec<Vec<i32>> = a.prompt_tokens.iter().map(|t| t.0.clone()).collect();
+    let tokenizer = tokenizer(a.tokenizer.as_deref(), &dir, !a.prompt.is_empty())?;
+    let prompts: Vec<Vec<i32>> = match &tokenizer {
+        Some(t) if !a.prompt.is_empty() => {
+            let prompts = a.prompt.iter().map(|text| t.encode(text)).collect::<Result<Vec<_>>>()?;
+            for (n, ids) in prompts.iter().enumerate() {
+                t.check_ids(n, ids, config.vocab_size)?;
+            }
+            prompts
+        }
+        _ => a.prompt_tokens.iter().map(|t| t.0.clone()).collect(),
+    };
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let max_tokens = a.max_tokens.unwrap_or(longest + a.max_new_tokens);
     let batch = a.batch.unwrap_or(prompts.len());
@@ -91,17 +121,24 @@ pub fn run(a: Args) -> Result<Report> {
     let checkpoint = Checkpoint::open(&dir)?;
     let mut g = Generator::new(*config, checkpoint, batch, max_tokens, c.dtype, compile)?;
     let out = g.generate(&prompts, &options)?;
+    let decoded = match &tokenizer {
+        Some(t) => Some(out.tokens.iter().map(|ids| t.decode(ids)).collect::<Result<Vec<_>>>()?),
+        None => None,
+    };
 
     let mut steps = out.decode_ms.clone();
     let per_token = (!steps.is_empty()).then(|| median(&mut steps));
     let total_s: f64 = out.decode_ms.iter().sum::<f64>() / 1e3;
-    let decoded: usize = out.tokens.iter().map(|t| t.len().saturating_sub(1)).sum();
-    let tokens_per_s = (total_s > 0.0).then(|| decoded as f64 / total_s);
+    let stepped: usize = out.tokens.iter().map(|t| t.len().saturating_sub(1)).sum();
+    let tokens_per_s = (total_s > 0.0).then(|| stepped as f64 / total_s);
     let predicted = g.decoder().predicted_ms();
     let mut text = topology.note.as_ref().map_or_else(String::new, |n| format!("{n}\n"));
     for (n, tokens) in out.tokens.iter().enumerate() {
         let ids: Vec<String> = tokens.iter().map(ToString::to_string).collect();
         let _ = writeln!(text, "prompt {n}: {} new tokens: {}", tokens.len(), ids.join(","));
+        if let Some(decoded) = &decoded {
+            let _ = writeln!(text, "prompt {n}: new text: {:?}", decoded[n]);
+        }
     }
     let _ = write!(text, "prefill {:.3} ms", out.prefill_ms);
     if let (Some(ms), Some(rate)) = (per_token, tokens_per_s) {
@@ -119,6 +156,8 @@ pub fn run(a: Args) -> Result<Report> {
         devices: c.devices,
         topology: &topology.name,
         tokens: &out.tokens,
+        tokenizer: tokenizer.as_ref().map(Tokenizer::path),
+        text: decoded.as_deref(),
         prefill_ms: out.prefill_ms,
         decode_ms_per_token: per_token,
         decode_tokens_per_s: tokens_per_s,
@@ -126,4 +165,19 @@ pub fn run(a: Args) -> Result<Report> {
         compiles: g.compiles(),
     };
     Ok(Report::new(&json, text, true))
+}
+
+/// The tokenizer in use: `--tokenizer`'s file, else the model directory's `tokenizer.json`
+/// where it exists, else none, which is a usage error when prompts are text (`needed`).
+fn tokenizer(file: Option<&Path>, dir: &Path, needed: bool) -> Result<Option<Tokenizer>> {
+    let default = dir.join("tokenizer.json");
+    match file {
+        Some(file) => Ok(Some(Tokenizer::from_file(file)?)),
+        None if default.is_file() => Ok(Some(Tokenizer::from_file(&default)?)),
+        None if needed => Err(Error::Usage(format!(
+            "--prompt needs a tokenizer: no --tokenizer FILE given, and no tokenizer at {}",
+            default.display()
+        ))),
+        None => Ok(None),
+    }
 }
