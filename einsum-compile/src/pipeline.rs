@@ -170,6 +170,13 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     fits("planning", footprint::planning_bytes(req.comp, req.devices))?;
     let started = Instant::now();
     let problem = Problem::new(req.comp, req.devices, req.cost)?;
+    // The same problem priced by each of the model's variants, whose optima the refinement
+    // scores beside the strategy's plan.
+    let variants: Vec<Problem> = if req.refine == 0 {
+        Vec::new()
+    } else {
+        req.cost.variants().iter().map(|v| Problem::new(req.comp, req.devices, v.as_ref())).collect::<Result<_, _>>()?
+    };
     let mut optimize_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut compile_ms = 0.0;
     let options = crate::PhysicalOptions {
@@ -195,6 +202,13 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
             }
             Err(e) => return Err(e.into()),
         };
+        // A variant's problem without a plan within the room offers nothing.
+        let mut variant_choices = Vec::new();
+        for v in &variants {
+            if let Ok(choice) = req.strategy.solve(&v.clone().with_memory_budget(Some(room))?) {
+                variant_choices.push(choice);
+            }
+        }
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
         let compile_fits =
             |p: &LogicalPlan| fits("compiling", footprint::compile_bytes(req.comp, &p.specs(), req.devices));
@@ -202,7 +216,7 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
         let started = Instant::now();
         let admissible = |p: &LogicalPlan| compile_fits(p).is_ok();
         let (plan, result, refinement) =
-            refined(req.comp, req.strategy, &budgeted, plan, &options, req.refine, &admissible)?;
+            refined(req.comp, req.strategy, &budgeted, plan, &variant_choices, &options, req.refine, &admissible)?;
         compile_ms += started.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(compiled) => {

@@ -6,7 +6,9 @@
 //! (past one server they do by tens of percent), the model's optimum is not the machine's.
 //! A strategy offers a few alternatives to its plan
 //! ([`LogicalOptimizer::alternatives`]; the DP's
-//! take the other side of its decisions); each is compiled with naive exchange
+//! take the other side of its decisions), and the strategy's optima under the cost model's
+//! variants ([`CostModel::variants`](einsum_logical::CostModel::variants)), which price
+//! what the model is unsure of the other way, join them; each is compiled with naive exchange
 //! programs (cheap and deterministic) and predicted. When the schedule searches exchange
 //! programs, the [`FINALISTS`] fastest of them and the cost model's cheapest of the others
 //! are compiled that way too, beside the
@@ -67,15 +69,20 @@ pub struct Refinement {
 /// faster, and offers [`PER_STEP`] alternatives of its own) gives the plan; under a searched schedule the
 /// [`FINALISTS`] fastest alternatives it scored and the model's cheapest of the others are
 /// compiled as asked beside `plan`, and the fastest of those is the plan.
+/// `variants` (the strategy's optima under the cost model's variants, see the module docs)
+/// are scored first, each one prediction beyond `limit`, when the strategy offers
+/// alternatives at all (a strategy without any, such as a baseline, is not refined).
 /// `admissible` refuses a plan before it is compiled (the host-memory estimate). The
 /// refinement is `None` when nothing was scored (`limit` 0, no alternatives, or the plan
 /// itself does not compile with naive programs: its error then comes from the requested
 /// compile).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn refined(
     comp: &Computation,
     strategy: &dyn LogicalOptimizer,
     problem: &Problem,
     plan: LogicalPlan,
+    variants: &[Vec<usize>],
     options: &PhysicalOptions,
     limit: usize,
     admissible: &dyn Fn(&LogicalPlan) -> bool,
@@ -90,7 +97,15 @@ pub(crate) fn refined(
     // The first step scores up to the whole budget on a graph of a few layers, where a
     // prediction takes milliseconds; on a deep stack, [`PER_STEP`] like the later steps.
     let width = if problem.ops.len() <= WIDE_FIRST_STEP_OPS { limit } else { PER_STEP };
-    let first = if limit == 0 { Vec::new() } else { strategy.alternatives(problem, &plan.choice(), width)? };
+    let mut first = if limit == 0 { Vec::new() } else { strategy.alternatives(problem, &plan.choice(), width)? };
+    let mut extra: Vec<Vec<usize>> = Vec::new();
+    for v in variants.iter().filter(|v| !first.is_empty() && **v != plan.choice() && !first.contains(v)) {
+        if !extra.contains(v) {
+            extra.push(v.clone());
+        }
+    }
+    let (limit, width) = (limit + extra.len(), width + extra.len());
+    first.splice(0..0, extra);
     let own = if first.is_empty() { None } else { compile(&plan, &naive, None).ok() };
     let Some(own) = own else {
         let result = compile(&plan, options, None);

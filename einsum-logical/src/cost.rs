@@ -2,6 +2,7 @@
 //! depends on how the inputs arrive (repartition) from the part that does not.
 
 use std::fmt;
+use std::sync::Arc;
 
 use einsum_core::{DType, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, FunctionSpec, JoinAggSpec};
@@ -129,6 +130,15 @@ pub trait CostModel: fmt::Debug + Send + Sync {
     /// that are equal and read equally resident inputs cost the same, and
     /// [`Problem::new`](crate::Problem::new) prices such operators once.
     fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> SpecCost;
+
+    /// Other pricings of the same machine, for what the model cannot decide by itself: a
+    /// strategy's optimum under each is scored by whole-plan prediction beside its own plan
+    /// and its alternatives (`einsum_compile`'s refinement), so that where the machine
+    /// behaves as a variant says, the variant's plan wins there. None by default; the
+    /// [`Time`] model offers one ([`Time::one_round_gathers`]).
+    fn variants(&self) -> Vec<Arc<dyn CostModel>> {
+        Vec::new()
+    }
 }
 
 /// Σ over function specs of the elements of their input blocks, per input.
@@ -343,18 +353,29 @@ impl Machine {
 /// over all the node's NICs (`(n - 1)/n·|box| / g` per NIC, `g` devices per node), and each
 /// device's sum reads the partial slices and writes its own through HBM. The consumer's
 /// tiling is the repartition's business, as everywhere.
+///
+/// **Gathers into copies: one setup or two.** A consumer that reads copies of blocks the
+/// producer left in other pieces (an all-gather: each device reads the whole tensor) pays
+/// the repartition's setup and its join's. One exchange program moves both, and how many
+/// setups the run pays depends on how its transfers queue on the links, which the model
+/// does not see: on one DGX H100 a decode step's gathers cost about one setup each, on two
+/// they cost more. So the default charges two, and [`CostModel::variants`] offers the model
+/// that charges one ([`Time::one_round_gathers`]), whose optimum the refinement scores.
 #[derive(Clone, Debug)]
 pub struct Time {
     /// The machine whose figures are used.
     pub machine: Machine,
     /// How close each class of kernel gets to the machine's peaks.
     pub roofline: Roofline,
+    /// Whether a repartition into blocks the consumer reads as copies rides in its join's
+    /// exchange, paying no setup of its own (see the type's docs).
+    pub one_round_gathers: bool,
 }
 
 impl Time {
     /// The model for a machine, with the default [`Roofline`] efficiencies.
     pub fn on(machine: Machine) -> Self {
-        Self { machine, roofline: Roofline::default() }
+        Self { machine, roofline: Roofline::default(), one_round_gathers: false }
     }
 
     /// One exchange phase moving `node` bytes over the devices' links inside their nodes and
@@ -468,11 +489,25 @@ impl CostModel for Time {
             }
         }
         let whole = desc.shape().iter().product::<usize>();
-        if to.iter().map(TensorType::volume).sum::<usize>() > whole {
+        let seconds = if to.iter().map(TensorType::volume).sum::<usize>() > whole {
             self.exchange(node, network / g as f64, busiest, p)
         } else {
             self.exchange(node, network, 0.0, p)
+        };
+        // Every spec has one function per device, so fewer target blocks than devices means
+        // the consumer reads copies, and its join pays a setup.
+        if self.one_round_gathers && to.len() < p && seconds > 0.0 {
+            seconds - self.machine.node_latency
+        } else {
+            seconds
         }
+    }
+
+    fn variants(&self) -> Vec<Arc<dyn CostModel>> {
+        if self.one_round_gathers {
+            return Vec::new();
+        }
+        vec![Arc::new(Time { one_round_gathers: true, ..self.clone() })]
     }
 
     fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, p: usize, resident: &[bool]) -> SpecCost {
@@ -531,6 +566,28 @@ mod tests {
         assert!((fluid_compute / (roofline * waves) - 1.0).abs() < 1e-12, "{fluid_compute}");
         let compute = time.spec(&mm, &whole, 1, &[true, true]).compute;
         assert!((compute - (2e-6 + roofline * waves)).abs() < 1e-15, "{compute}");
+    }
+
+    /// Under [`Time::one_round_gathers`], gathering eight slices into the whole tensor that
+    /// all eight function specs read pays no setup of its own (the join pays one), while
+    /// gathering them into two halves read once each does; the default pays it in both.
+    #[test]
+    fn one_round_gathers_drop_the_setup_where_the_join_pays_one() {
+        use einsum_core::Tiling;
+        let time = Time::on(Machine::by_name("dgx-a100").unwrap());
+        let [variant] = &time.variants()[..] else { panic!("one variant") };
+        assert!(variant.variants().is_empty(), "the variant offers none of its own");
+        let desc = TensorDesc::of(&[("i", 64)], DType::F16).unwrap();
+        let whole = desc.tensor_type();
+        let slices = Tiling::grid(&whole, &[vec![8, 16, 24, 32, 40, 48, 56]]).unwrap().blocks().to_vec();
+        let halves = Tiling::grid(&whole, &[vec![32]]).unwrap().blocks().to_vec();
+        let (into_copies, into_halves) = (56.0 * 2.0 / (8.0 * 300e9), 3e-6 + 48.0 * 2.0 / (2.0 * 300e9));
+        let copies = |m: &dyn CostModel| m.repartition_between(&desc, &slices, std::slice::from_ref(&whole), 8);
+        assert!((copies(variant.as_ref()) - into_copies).abs() < 1e-18);
+        assert!((copies(&time) - (3e-6 + into_copies)).abs() < 1e-18);
+        for m in [variant.as_ref(), &time as &dyn CostModel] {
+            assert!((m.repartition_between(&desc, &slices, &halves, 2) - into_halves).abs() < 1e-18);
+        }
     }
 
     #[test]
