@@ -69,9 +69,9 @@ struct GenerateJson<'a> {
     topology: &'a str,
     /// Each prompt's new tokens.
     tokens: &'a [Vec<i32>],
-    /// The tokenizer's file, where one is in use.
+    /// The tokenizer's file, where one is in use (lossily, should its name not be UTF-8).
     #[serde(skip_serializing_if = "Option::is_none")]
-    tokenizer: Option<&'a Path>,
+    tokenizer: Option<String>,
     /// Each prompt's new tokens decoded (special tokens skipped), where a tokenizer is in use.
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a [String]>,
@@ -156,7 +156,7 @@ pub fn run(a: Args) -> Result<Report> {
         devices: c.devices,
         topology: &topology.name,
         tokens: &out.tokens,
-        tokenizer: tokenizer.as_ref().map(Tokenizer::path),
+        tokenizer: tokenizer.as_ref().map(|t| t.path().display().to_string()),
         text: decoded.as_deref(),
         prefill_ms: out.prefill_ms,
         decode_ms_per_token: per_token,
