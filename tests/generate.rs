@@ -178,6 +178,8 @@ fn the_command_line_generates_and_plans_a_decode_step() {
     assert_eq!(tokens, generated);
     assert_eq!(v["compiles"], 2);
     assert!(v["predicted_decode_ms"].as_f64().unwrap() > 0.0, "{v}");
+    let (moved, handoff_ms) = (v["handoff_bytes"].as_f64().unwrap(), v["predicted_handoff_ms"].as_f64().unwrap());
+    assert_eq!(moved > 0.0, handoff_ms > 0.0, "{v}");
 
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("einsum-models/tests/data/Llama-3.1-8B");
     let spec = format!("hf:{}", data.display());

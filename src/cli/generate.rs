@@ -82,6 +82,10 @@ struct GenerateJson<'a> {
     decode_tokens_per_s: Option<f64>,
     /// The decode plan's predicted time per step on the topology.
     predicted_decode_ms: f64,
+    /// The bytes the KV cache's hand-off from the prefill plan to the decode plan moves
+    /// between devices, and its predicted time (absent when nothing was generated).
+    handoff_bytes: Option<f64>,
+    predicted_handoff_ms: Option<f64>,
     compiles: usize,
 }
 
@@ -151,6 +155,13 @@ pub fn run(a: Args) -> Result<Report> {
         g.decoder().plan().optimizer,
         topology.name
     );
+    if let Some(h) = &out.handoff {
+        let _ = writeln!(
+            text,
+            "the cache's hand-off from the prefill plan moves {} bytes between devices, predicted {:.4} ms",
+            h.bytes, h.predicted_ms
+        );
+    }
     let json = GenerateJson {
         model: &c.workload,
         devices: c.devices,
@@ -162,6 +173,8 @@ pub fn run(a: Args) -> Result<Report> {
         decode_ms_per_token: per_token,
         decode_tokens_per_s: tokens_per_s,
         predicted_decode_ms: predicted,
+        handoff_bytes: out.handoff.as_ref().map(|h| h.bytes),
+        predicted_handoff_ms: out.handoff.as_ref().map(|h| h.predicted_ms),
         compiles: g.compiles(),
     };
     Ok(Report::new(&json, text, true))
