@@ -149,6 +149,7 @@ impl<'a> Builder<'a> {
                 producer: from.spec,
                 output: from.output,
                 producer_placement: &from.placement,
+                aggregation: from.aggregation,
                 consumer: spec,
                 input: k,
                 dtype: comp.desc(*t)?.dtype,
@@ -178,7 +179,9 @@ impl<'a> Builder<'a> {
     }
 
     /// One kernel per function spec of operator `id` on its device, reading `blocks` (or
-    /// loading the computation inputs); returns the buffers written, per output.
+    /// loading the computation inputs); returns the buffers written, per output. A buffer
+    /// has the type of the function spec's partial ([`einsum_joinagg::partial_types`]):
+    /// its output box, one column wider under a row-wise ⊕ where the box is shared.
     fn kernels_of(
         &mut self,
         id: OpId,
@@ -191,6 +194,7 @@ impl<'a> Builder<'a> {
         let name = op_name(self.comp, id);
         let out_descs = op.outputs();
         let mut outs: Vec<Vec<BufferId>> = vec![Vec::with_capacity(self.p); out_descs.len()];
+        let partials = einsum_joinagg::partial_types(op, spec);
         for (i, f) in spec.functions.iter().enumerate() {
             let dev = placement[i];
             let mut ins = Vec::with_capacity(args.len());
@@ -204,8 +208,11 @@ impl<'a> Builder<'a> {
                     }
                 }
             }
-            let written: Vec<BufferId> =
-                f.outputs.iter().zip(out_descs).map(|(b, d)| self.graph.add_buffer(dev, b.clone(), d.dtype)).collect();
+            let written: Vec<BufferId> = partials[i]
+                .iter()
+                .zip(out_descs)
+                .map(|(b, d)| self.graph.add_buffer(dev, b.clone(), d.dtype))
+                .collect();
             let kernel = self.kernels.len();
             self.kernels.push(KernelCall { op: id, function: f.clone() });
             self.graph.push(
@@ -222,7 +229,7 @@ impl<'a> Builder<'a> {
 
     /// Stores every saved tensor: a saved computation input loaded whole on device 0, an
     /// operator output's copies of each distinct box gathered at the device of the first,
-    /// aggregated and stored.
+    /// aggregated and stored (a row-wise ⊕'s statistics column sliced off first).
     pub fn store_saved(&mut self) -> Result<(), CompileError> {
         let comp = self.comp;
         for (o, t) in comp.saved().iter().enumerate() {
@@ -254,16 +261,19 @@ impl<'a> Builder<'a> {
         for (block, holders) in boxes {
             let dev = from.placement[holders[0]];
             let mut pieces = vec![from.buffers[holders[0]]];
+            // The partials' type (the box, or the box with a statistics column).
+            let partial = graph.buffer(pieces[0]).ty.clone();
             for &h in &holders[1..] {
                 let src = from.buffers[h];
-                let dst = graph.add_buffer(dev, block.clone(), graph.buffer(src).dtype);
+                let dst = graph.add_buffer(dev, partial.clone(), graph.buffer(src).dtype);
                 graph.push(Task::Transfer { src, dst }, &[], format!("gather {t} {block} f{h} -> {dev}"))?;
                 pieces.push(dst);
             }
-            let src = if pieces.len() == 1 {
+            let dtype = graph.buffer(pieces[0]).dtype;
+            let mut src = if pieces.len() == 1 {
                 pieces[0]
             } else {
-                let dst = graph.add_buffer(dev, block.clone(), graph.buffer(pieces[0]).dtype);
+                let dst = graph.add_buffer(dev, partial.clone(), dtype);
                 graph.push(
                     Task::Aggregate { srcs: pieces, dst, agg: from.aggregation },
                     &[],
@@ -271,6 +281,11 @@ impl<'a> Builder<'a> {
                 )?;
                 dst
             };
+            if partial != block {
+                let dst = graph.add_buffer(dev, block.clone(), dtype);
+                graph.push(Task::Slice { src, dst }, &[], format!("drop the statistics of {t} {block}"))?;
+                src = dst;
+            }
             graph.push(Task::Store { output: o, src }, &[], format!("store {t} {block}"))?;
         }
         Ok(())

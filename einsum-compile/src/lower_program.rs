@@ -122,8 +122,12 @@ impl GraphLowering<'_, '_> {
         if holder.0 as usize >= self.graph.buffers().len() {
             return Err(self.internal(format!("the holder of atom {id} is buffer {}, not in the graph", holder.0)));
         }
-        let block =
-            &preamble.atoms.get(copy.atom).ok_or_else(|| self.internal(format!("atom {id} has no cell")))?.block;
+        // A widened atom's copy is its cell with the statistics column.
+        let block = &preamble
+            .atoms
+            .get(copy.atom)
+            .ok_or_else(|| self.internal(format!("atom {id} has no cell")))?
+            .buffer_type();
         let b = if self.graph.buffer(holder).ty == *block {
             holder
         } else {
@@ -145,8 +149,7 @@ impl GraphLowering<'_, '_> {
             .atoms
             .get(atom)
             .ok_or_else(|| self.internal(format!("atom {atom} has no cell")))?
-            .block
-            .clone();
+            .buffer_type();
         let pieces = firing.pieces.iter().map(|&m| self.resident(m)).collect::<Result<Vec<BufferId>, _>>()?;
         let present = firing.pieces.len() == 1 && &self.mats[firing.pieces[0]].aggregate == agg;
         let here = if present { pieces[0] } else { self.aggregate(firing, pieces, &block)? };
@@ -201,7 +204,9 @@ impl GraphLowering<'_, '_> {
     }
 
     /// The buffer holding consumer function spec `i`'s whole input block on its device:
-    /// its atoms' buffers stitched (a block of one atom is that atom's buffer).
+    /// its atoms' buffers stitched (a block of one atom is that atom's buffer), each sliced
+    /// to the block first where it reaches outside it (a row-wise ⊕'s whole rows, with their
+    /// statistics column).
     fn consumer_block(&mut self, i: usize) -> Result<BufferId, CompileError> {
         let (preamble, label) = (self.preamble, self.sources.label);
         let consumer = &preamble.consumers[i];
@@ -214,7 +219,22 @@ impl GraphLowering<'_, '_> {
             let m = self
                 .index_of(&agg, site)
                 .ok_or_else(|| self.internal(format!("{agg} never reaches site {site}: the program is not valid")))?;
-            parts.push(self.resident(m)?);
+            let b = self.resident(m)?;
+            let cell = &preamble.atoms[a].block;
+            let part = cell
+                .intersect(&consumer.block)
+                .ok_or_else(|| self.internal(format!("atom {a} {cell} misses the block {}", consumer.block)))?;
+            if self.graph.buffer(b).ty == part {
+                parts.push(b);
+            } else {
+                let dst = self.graph.add_buffer(dev, part, self.dtype);
+                self.graph.push(
+                    Task::Slice { src: b, dst },
+                    &[],
+                    format!("{label}: slice atom {} for function spec {i}", a + 1),
+                )?;
+                parts.push(dst);
+            }
         }
         Ok(match parts.as_slice() {
             [one] if self.graph.buffer(*one).ty == consumer.block => *one,

@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use einsum_core::DType;
 use einsum_core::taskgraph::DeviceId;
+use einsum_core::{Aggregation, DType};
 use einsum_joinagg::JoinAggSpec;
 use einsum_sim::Topology;
 
@@ -14,7 +14,7 @@ use einsum_exprog::Membership;
 use einsum_exprog::PartitionSpec;
 use einsum_exprog::Program;
 use einsum_exprog::SiteId;
-use einsum_exprog::{Preamble, Upstream, preamble};
+use einsum_exprog::{Preamble, Upstream, preamble_with};
 
 use super::{CompileError, ExchangeSynthesizer, Synthesized};
 use crate::reuse::{Reused, SynthesisCache};
@@ -35,6 +35,8 @@ pub(crate) struct Request<'a> {
     pub producer: &'a JoinAggSpec,
     pub output: usize,
     pub producer_placement: &'a [DeviceId],
+    /// The producer's ⊕ (a row-wise one keeps the rows of its shared blocks whole).
+    pub aggregation: Aggregation,
     pub consumer: &'a JoinAggSpec,
     pub input: usize,
     pub dtype: DType,
@@ -62,6 +64,7 @@ pub(crate) fn synthesize(
         producer: req.producer.clone(),
         output: req.output,
         producer_placement: req.producer_placement.to_vec(),
+        aggregation: req.aggregation,
         consumer: req.consumer.clone(),
         input: req.input,
         dtype: req.dtype,
@@ -82,6 +85,7 @@ pub(crate) struct RequestKey {
     producer: JoinAggSpec,
     output: usize,
     producer_placement: Vec<DeviceId>,
+    aggregation: Aggregation,
     consumer: JoinAggSpec,
     input: usize,
     dtype: DType,
@@ -99,7 +103,7 @@ fn synthesize_afresh(
     let devices: Vec<SiteId> = (0..req.devices).map(SiteId).collect();
     let sites: Vec<SiteId> = req.producer_placement.iter().map(|d| SiteId(d.0 as usize)).collect();
     let upstream = Upstream::Spec { spec: req.producer, output: req.output, placement: &sites };
-    let mut pre = preamble(&upstream, req.consumer, req.input, req.dtype, &devices)
+    let mut pre = preamble_with(&upstream, req.consumer, req.input, req.dtype, &devices, req.aggregation)
         .map_err(|source| CompileError::Preamble { label: label(), source })?;
     if let Some(fixed) = req.fixed {
         for (c, d) in pre.consumers.iter().zip(fixed) {

@@ -8,7 +8,7 @@
 //! |-------------|-------------------------------------------------------------------------|
 //! | `Kernel`    | [`TaskKind::Compute`]: the [`Roofline`] time of its operator on its function spec ([`einsum_logical::kernel_work`]: [`AbstractOperator::flops`], [`AbstractOperator::bytes`], its output elements, class from [`AbstractOperator::kind`], precision from its first output's dtype); the simulator adds the topology's kernel launch latency |
 //! | `Transfer`  | [`TaskKind::Transfer`] of the buffer's bytes                            |
-//! | `Aggregate` | [`TaskKind::Aggregate`] reading every piece and writing the result      |
+//! | `Aggregate` | [`TaskKind::Aggregate`] reading every piece and writing the result; a row-wise ⊕ ([`einsum_core::Aggregation::Softmax`], whose partials carry their statistics column) a [`TaskKind::Compute`] of its [`Roofline`] time as an elementwise kernel of [`einsum_core::Aggregation::flops`] and those bytes |
 //! | `Slice`, `Stitch` | [`TaskKind::Aggregate`] (an HBM copy) reading and writing the block |
 //! | `Load`, `Store` | a zero-second [`TaskKind::Compute`] marker                         |
 //!
@@ -25,8 +25,9 @@
 //! devices overlap, kernels on one device share its compute, and transfers overlap kernels.
 
 use einsum_core::taskgraph::{BufferId, Task, TaskGraph};
+use einsum_core::{DType, KernelClass};
 use einsum_joinagg::{AbstractOperator, Computation, Node};
-use einsum_sim::{Roofline, SimError, SimTask, SimTaskId, SiteId, TaskKind, Topology, Trace};
+use einsum_sim::{KernelWork, Precision, Roofline, SimError, SimTask, SimTaskId, SiteId, TaskKind, Topology, Trace};
 
 use super::KernelCall;
 
@@ -94,6 +95,25 @@ fn tasks_of(
             Task::Slice { dst, .. } => copy(site(*dst), bytes(*dst), bytes(*dst)),
             Task::Transfer { src, dst } if site(*src) == site(*dst) => copy(site(*dst), bytes(*src), bytes(*dst)),
             Task::Transfer { src, dst } => TaskKind::Transfer { src: site(*src), dst: site(*dst), bytes: bytes(*src) },
+            Task::Aggregate { srcs, dst, agg } if !agg.is_elementwise() => {
+                let at = site(*dst);
+                let seconds = topology.site(at).map_or(0.0, |s| {
+                    let (ty, dtype) = (&graph.buffer(*dst).ty, graph.buffer(*dst).dtype);
+                    let work = KernelWork {
+                        class: KernelClass::Elementwise,
+                        flops: agg.flops(srcs.len(), ty),
+                        bytes: srcs.iter().map(|&b| bytes(b)).sum::<f64>() + bytes(*dst),
+                        output_elements: ty.volume() as f64,
+                        precision: match dtype {
+                            DType::F16 => Precision::F16,
+                            DType::BF16 => Precision::BF16,
+                            DType::F32 | DType::I32 => Precision::F32,
+                        },
+                    };
+                    roofline.kernel_seconds(s, &work)
+                });
+                TaskKind::Compute { site: at, seconds }
+            }
             Task::Aggregate { srcs, dst, .. } | Task::Stitch { srcs, dst } => {
                 copy(site(*dst), srcs.iter().map(|&b| bytes(b)).sum(), bytes(*dst))
             }

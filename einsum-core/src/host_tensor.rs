@@ -550,6 +550,9 @@ impl HostTensor {
         }
         let (ty, dtype) = (&first.ty, first.dtype());
         let srcs: Vec<&HostTensor> = std::iter::once(first).chain(rest).collect();
+        if !agg.is_elementwise() {
+            return Self::aggregate_rows(&srcs, agg, lease);
+        }
         let mut out = Storage::place(lease, ty, dtype, ty.volume())?;
         let strided = srcs.iter().any(|s| !s.is_contiguous());
         match out.elems_mut() {
@@ -596,6 +599,47 @@ impl HostTensor {
                     }
                 }
             }
+        }
+        Ok(Self::owned(ty.clone(), out))
+    }
+
+    /// The row-wise aggregations ([`Aggregation::Softmax`]): every row along the last index
+    /// (the values, then the statistics column) of `srcs[0]` merged with the same row of
+    /// each next source ([`merge_softmax_rows`](crate::merge_softmax_rows)), in f32, rounded
+    /// to the dtype after every step as the elementwise fold is. A rank-0 block has no row
+    /// and is refused with [`CoreError::RankMismatch`].
+    fn aggregate_rows(srcs: &[&HostTensor], agg: Aggregation, lease: Option<Lease>) -> Result<HostTensor> {
+        let (ty, dtype) = (&srcs[0].ty, srcs[0].dtype());
+        let Some(last) = ty.rank().checked_sub(1) else {
+            return Err(CoreError::RankMismatch {
+                what: format!("a block aggregated by rows with {agg}"),
+                expected: 1,
+                got: 0,
+            });
+        };
+        let width = ty.dim(last).len();
+        let mut acc = srcs[0].to_f32();
+        let round = |v: &mut [f32]| match dtype {
+            DType::F32 => {}
+            DType::F16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
+            DType::BF16 => v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
+            DType::I32 => v.iter_mut().for_each(|x| *x = *x as i32 as f32),
+        };
+        for s in &srcs[1..] {
+            let v = s.to_f32();
+            if width > 0 {
+                for (a, b) in acc.chunks_exact_mut(width).zip(v.chunks_exact(width)) {
+                    crate::merge_softmax_rows(a, b);
+                    round(a);
+                }
+            }
+        }
+        let mut out = Storage::place(lease, ty, dtype, ty.volume())?;
+        match out.elems_mut() {
+            ElemsMut::F32(o) => o.copy_from_slice(&acc),
+            ElemsMut::F16(o) => o.convert_from_f32_slice(&acc),
+            ElemsMut::BF16(o) => o.convert_from_f32_slice(&acc),
+            ElemsMut::I32(o) => o.iter_mut().zip(&acc).for_each(|(o, &a)| *o = a as i32),
         }
         Ok(Self::owned(ty.clone(), out))
     }
@@ -688,6 +732,7 @@ fn combine(out: &mut [f32], a: &[f32], b: &[f32], agg: Aggregation, dtype: DType
         (Aggregation::Max, DType::F32) => each(out, a, b, |x, y| Aggregation::Max.apply(x, y)),
         (Aggregation::Min, DType::F32) => each(out, a, b, |x, y| Aggregation::Min.apply(x, y)),
         (Aggregation::Product, DType::F32) => each(out, a, b, |x, y| x * y),
+        (Aggregation::Softmax, _) => unreachable!("row-wise aggregations take aggregate_rows"),
         (agg, DType::F16) => each(out, a, b, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::BF16) => each(out, a, b, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::I32) => each(out, a, b, |x, y| agg.apply(x, y) as i32 as f32),
@@ -707,6 +752,7 @@ fn combine_into(acc: &mut [f32], v: &[f32], agg: Aggregation, dtype: DType) {
         (Aggregation::Max, DType::F32) => each(acc, v, |x, y| Aggregation::Max.apply(x, y)),
         (Aggregation::Min, DType::F32) => each(acc, v, |x, y| Aggregation::Min.apply(x, y)),
         (Aggregation::Product, DType::F32) => each(acc, v, |x, y| x * y),
+        (Aggregation::Softmax, _) => unreachable!("row-wise aggregations take aggregate_rows"),
         (agg, DType::F16) => each(acc, v, |x, y| f16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::BF16) => each(acc, v, |x, y| bf16::from_f32(agg.apply(x, y)).to_f32()),
         (agg, DType::I32) => each(acc, v, |x, y| agg.apply(x, y) as i32 as f32),

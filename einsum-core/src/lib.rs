@@ -36,7 +36,7 @@ pub mod temporary;
 mod tensor_type;
 mod tiling;
 
-pub use aggregation::Aggregation;
+pub use aggregation::{Aggregation, SOFTMAX_ROW_FLOPS, merge_softmax_rows};
 pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef, Prepared};
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;

@@ -13,7 +13,7 @@ use crate::kernels::attention::AttentionModule;
 use crate::kernels::gemm_plan::Permute;
 use crate::kernels::registry::{KernelArgs, KernelRegistry};
 use crate::kernels::sources::{FIXED, Module};
-use crate::work::{Aggregate, BoxCopy, Memcpy, Op};
+use crate::work::{Aggregate, BoxCopy, Memcpy, Op, SoftmaxAggregate};
 
 /// Largest rank a strided kernel iterates (`MAX_RANK` of `common.cuh`).
 pub const MAX_RANK: usize = 8;
@@ -205,9 +205,34 @@ pub(crate) fn permute_op(src: Ptr, dst: Ptr, p: &Permute, dtype: DType) -> Resul
 /// The launches of an aggregation of `srcs` into `out`: one pass per group of at most
 /// [`MAX_AGG_SOURCES`] sources, the first writing `out` and each later one folding its
 /// sources into it, so the sources are folded left to right in order.
-fn aggregate_ops(srcs: &[Ptr], out: Ptr, dtype: DType, agg: Aggregation, n: usize) -> Result<Vec<Op>, String> {
+///
+/// A row-wise ⊕ ([`Aggregation::Softmax`]) chains [`SoftmaxAggregate`] launches alike over
+/// the rows of `ty`'s last index (its statistics column last).
+fn aggregate_ops(srcs: &[Ptr], out: Ptr, dtype: DType, agg: Aggregation, ty: &TensorType) -> Result<Vec<Op>, String> {
     if srcs.is_empty() {
         return Err("an aggregation of no sources".into());
+    }
+    let n = ty.volume();
+    if !agg.is_elementwise() {
+        let Some(last) = ty.rank().checked_sub(1) else {
+            return Err(format!("the {agg} aggregation merges rows, and {ty} has no index"));
+        };
+        let width = ty.dim(last).len();
+        let rows = if width == 0 { 0 } else { n / width };
+        return Ok(srcs
+            .chunks(MAX_AGG_SOURCES)
+            .enumerate()
+            .map(|(g, group)| {
+                Op::SoftmaxAggregate(SoftmaxAggregate {
+                    srcs: group.to_vec(),
+                    accumulate: g > 0,
+                    out,
+                    dtype,
+                    rows,
+                    width,
+                })
+            })
+            .collect());
     }
     Ok(srcs
         .chunks(MAX_AGG_SOURCES)
@@ -295,7 +320,7 @@ pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary, registry: &KernelRe
             Task::Aggregate { srcs, dst, agg } => {
                 let d = buf(*dst);
                 let srcs: Vec<Ptr> = srcs.iter().map(|s| at(*s)).collect();
-                aggregate_ops(&srcs, at(*dst), d.dtype, *agg, d.ty.volume()).map_err(task_error)?
+                aggregate_ops(&srcs, at(*dst), d.dtype, *agg, &d.ty).map_err(task_error)?
             }
             Task::Kernel { kernel, inputs, outputs } => {
                 let info = kernels.info(*kernel).ok_or_else(|| {
@@ -448,6 +473,85 @@ mod tests {
                 acc += v[i];
             }
             assert_eq!(y.to_bits(), bf16(acc).to_bits(), "element {i}");
+        }
+    }
+
+    /// `y = x₀ ⊕ … ⊕ xₖ₋₁` under the softmax aggregation on one device, rows of `width`.
+    fn softmax_aggregation(k: usize, rows: usize, width: usize, dtype: DType) -> TaskGraph {
+        let ty = TensorType::zero_bounded(&[rows, width]);
+        let io = |name: String| Boundary { name, ty: ty.clone(), dtype };
+        let mut g = TaskGraph::new(1, (0..k).map(|i| io(format!("x{i}"))).collect(), vec![io("y".into())]);
+        let srcs: Vec<_> = (0..k)
+            .map(|i| {
+                let b = g.add_buffer(DeviceId(0), ty.clone(), dtype);
+                g.push(Task::Load { input: i, dst: b }, &[], format!("load {i}")).unwrap();
+                b
+            })
+            .collect();
+        let dst = g.add_buffer(DeviceId(0), ty.clone(), dtype);
+        g.push(Task::Aggregate { srcs, dst, agg: Aggregation::Softmax }, &[], "aggregate").unwrap();
+        g.push(Task::Store { output: 0, src: dst }, &[], "store").unwrap();
+        g
+    }
+
+    /// The softmax aggregation lowers to `aggregate_softmax` launches (chained over groups of
+    /// eight sources), and the emulated kernel merges the partial rows as einsum-core's
+    /// reference does, the non-finite cases (an empty partial, every score −∞ in one part,
+    /// a NaN statistic) included, in f32 and bf16.
+    #[test]
+    fn softmax_partials_merge_row_by_row_on_the_emulator() {
+        let (rows, width) = (7, 5);
+        for (k, dtype) in [(2, DType::F32), (3, DType::F32), (11, DType::F32), (4, DType::BF16)] {
+            let g = softmax_aggregation(k, rows, width, dtype);
+            let lowered = lower(&g, &NoKernels, &KernelRegistry::default()).unwrap();
+            let ops: Vec<&SoftmaxAggregate> = lowered
+                .ops
+                .iter()
+                .flatten()
+                .filter_map(|op| if let Op::SoftmaxAggregate(a) = op { Some(a) } else { None })
+                .collect();
+            assert_eq!(ops.len(), k.div_ceil(MAX_AGG_SOURCES));
+            assert!(
+                ops.iter().all(|a| a.rows == rows && a.width == width && a.accumulate == !std::ptr::eq(*a, ops[0]))
+            );
+            assert_eq!(lowered.ops.iter().flatten().find_map(|o| o.kernel_name()), Some("aggregate_softmax"));
+            let ty = TensorType::zero_bounded(&[rows, width]);
+            let inputs: Vec<HostTensor> = (0..k)
+                .map(|i| {
+                    let mut v = HostTensor::random(ty.clone(), DType::F32, 40 + i as u64).to_f32();
+                    for (r, row) in v.chunks_exact_mut(width).enumerate() {
+                        // Statistics: finite, with −∞ (an empty partial, or all scores −∞
+                        // and NaN values) and NaN in some rows of some sources.
+                        row[width - 1] *= 3.0;
+                        match (r, i % 3) {
+                            (1, 0) => row.fill(0.0),
+                            (2, 1) => row[..width - 1].fill(f32::NAN),
+                            (3, _) => row[..width - 1].fill(f32::NAN),
+                            (4, 2) => row[width - 1] = f32::NAN,
+                            _ => {}
+                        }
+                        if matches!((r, i % 3), (1, 0) | (2, 1) | (3, _)) {
+                            row[width - 1] = f32::NEG_INFINITY;
+                        }
+                    }
+                    HostTensor::from_f32(ty.clone(), dtype, v).unwrap()
+                })
+                .collect();
+            let got = emulate::run(&g, &lowered, 1, &inputs)[0].to_f32();
+            let want = HostTensor::aggregate_in(&inputs[0], &inputs[1..], Aggregation::Softmax, None).unwrap().to_f32();
+            let tol = if dtype == DType::F32 { 1e-5 } else { 3e-2 };
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1.0);
+                assert!(ok, "k {k} {dtype}: element {i} is {g}, the reference {w}");
+            }
+            // Row 3 saw only −∞ scores everywhere: NaN values, −∞ statistic; row 4 has a NaN
+            // statistic where k > 2.
+            assert!(
+                got[3 * width..4 * width - 1].iter().all(|x| x.is_nan()) && got[4 * width - 1] == f32::NEG_INFINITY
+            );
+            if k > 2 {
+                assert!(got[4 * width..5 * width].iter().all(|x| x.is_nan()));
+            }
         }
     }
 

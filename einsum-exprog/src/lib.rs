@@ -104,7 +104,7 @@ pub use membership::Membership;
 pub use membership_search::{MAX_EVALUATIONS, MAX_NODES};
 pub use parser::{ParseError, parse, parse_with_spans};
 pub use partition::PartitionSpec;
-pub use preamble::{Atom, AtomCopy, ConsumerInput, Preamble, PreambleError, Side, Upstream, preamble};
+pub use preamble::{Atom, AtomCopy, ConsumerInput, Preamble, PreambleError, Side, Upstream, preamble, preamble_with};
 pub use program::{DEFAULT_SIZE_GB, Input, MAX_SIZE_GB, Program, Requirement};
 pub use refine::{RefineError, chunk_name, refine, refinement_of};
 pub use relabel::Relabelling;

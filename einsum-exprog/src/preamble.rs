@@ -11,6 +11,13 @@
 //! - **`IN`** lists one ExProg atom per (atom, existing copy): a producer block listed by `m`
 //!   function specs exists as `m` unaggregated copies, each on its function spec's site.
 //!   Sizes are the atom's volume times the dtype width, in GB (1e9 bytes).
+//! - **Row-wise aggregations** ([`Aggregation::Softmax`], given to [`preamble_with`]): the
+//!   copies of a producer block shared by several function specs are partials one column
+//!   wider along the last index (the statistics column of their rows), and they combine by
+//!   whole rows. So no atom cuts such a block's last index: the consumer's split points
+//!   inside it are dropped from the grid, a consumer block then takes the atoms it meets
+//!   (not only those it contains) and slices its part after the aggregation, and the
+//!   atom's size counts its statistics column ([`Atom::widened`]).
 //! - **`PARTITIONS`** declares `S1`, ..., `Sp` of size 1, one per consumer function spec, so
 //!   that synthesis chooses where each consumer instance runs.
 //! - **`OUT`** requires, for every atom, the ⊕-aggregate of its `m` copies at the partition of
@@ -45,7 +52,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use einsum_core::{CoreError, DType, Interval, TensorType, Tiling, check_tiling};
+use einsum_core::{Aggregation, CoreError, DType, Interval, TensorType, Tiling, check_tiling};
 use einsum_joinagg::JoinAggSpec;
 
 use crate::aggregate::Aggregate;
@@ -174,6 +181,15 @@ pub enum PreambleError {
     /// The producer's distinct output blocks do not tile the tensor they span.
     #[error("the producer's output blocks do not tile the tensor: {0}")]
     NotATiling(CoreError),
+    /// Under a row-wise aggregation, a producer block's bound cuts the last index of a
+    /// shared block, whose rows must stay whole.
+    #[error(
+        "producer block {block} is aggregated by whole rows, but another producer block's bound cuts its last index"
+    )]
+    RowCut {
+        /// The shared block.
+        block: TensorType,
+    },
     /// A consumer block outside the tensor.
     #[error("consumer function spec {function} reads {block}, which is not inside the tensor {whole}")]
     OutsideTensor {
@@ -196,6 +212,23 @@ pub struct Atom {
     pub producer_block: TensorType,
     /// The ExProg atom of each copy, in copy order (`X`, `Y`, ...).
     pub copies: Vec<AtomId>,
+    /// Its copies are partials of a row-wise aggregation ([`Aggregation::Softmax`]): each
+    /// is [`Atom::buffer_type`], the cell one column wider along its last index (the
+    /// statistics column), and the cell holds its producer block's rows whole.
+    pub widened: bool,
+}
+
+impl Atom {
+    /// The type of a copy's buffer: the cell, one column wider along its last index where
+    /// [`Atom::widened`].
+    pub fn buffer_type(&self) -> TensorType {
+        Aggregation::Softmax.partial_type(&self.block, self.widened)
+    }
+
+    /// Elements per copy, the statistics column included.
+    pub fn elements(&self) -> f64 {
+        self.buffer_type().dims().iter().map(|iv| iv.len() as f64).product()
+    }
 }
 
 /// One ExProg atom of `IN`: a copy of an [`Atom`] on a site.
@@ -220,7 +253,8 @@ pub struct ConsumerInput {
     /// Its input block.
     pub block: TensorType,
     /// The atoms that make up the block (indices into [`Preamble::atoms`], row-major); a
-    /// recompose kernel concatenates their aggregates.
+    /// recompose kernel concatenates their aggregates (each sliced to the block first where
+    /// it reaches outside, as a row-wise aggregation's whole rows may).
     pub atoms: Vec<usize>,
 }
 
@@ -406,14 +440,14 @@ impl Grid {
         out
     }
 
-    /// The row-major numbers (0-based) of the cells inside `block`, whose bounds are split
-    /// points of the grid.
+    /// The row-major numbers (0-based) of the cells that meet `block` (those inside it
+    /// when its bounds are split points of the grid).
     fn cells_within(&self, block: &TensorType) -> Vec<usize> {
         let ranges: Vec<(usize, usize)> = self
             .points
             .iter()
             .zip(block.dims())
-            .map(|(p, iv)| (p.partition_point(|&x| x < iv.lo), p.partition_point(|&x| x < iv.hi)))
+            .map(|(p, iv)| (p.partition_point(|&x| x <= iv.lo).saturating_sub(1), p.partition_point(|&x| x < iv.hi)))
             .collect();
         let extents = self.extents();
         self.indices(&ranges).iter().map(|idx| idx.iter().zip(&extents).fold(0, |acc, (&i, &n)| acc * n + i)).collect()
@@ -463,13 +497,28 @@ fn required_blocks<'c>(
 /// `devices` are the sites (`GPUS`); the consumer must have one function spec per distinct
 /// device. Every producer site must be a device. Fails, saying what is inconsistent, when
 /// the producer's blocks do not tile a tensor, a consumer block lies outside it, or an index
-/// or length does not match.
+/// or length does not match. The producer's copies combine elementwise (see
+/// [`preamble_with`] for a row-wise aggregation).
 pub fn preamble(
     producer: &Upstream<'_>,
     consumer: &JoinAggSpec,
     input: usize,
     dtype: DType,
     devices: &[SiteId],
+) -> Result<Preamble, PreambleError> {
+    preamble_with(producer, consumer, input, dtype, devices, Aggregation::Sum)
+}
+
+/// [`preamble`] for a producer whose copies combine with `aggregation`: under a row-wise
+/// one ([`Aggregation::Softmax`]) the rows of a shared producer block stay whole (module
+/// docs); any other gives [`preamble`]'s preamble.
+pub fn preamble_with(
+    producer: &Upstream<'_>,
+    consumer: &JoinAggSpec,
+    input: usize,
+    dtype: DType,
+    devices: &[SiteId],
+    aggregation: Aggregation,
 ) -> Result<Preamble, PreambleError> {
     let devices: BTreeSet<SiteId> = devices.iter().copied().collect();
     if devices.is_empty() {
@@ -492,16 +541,35 @@ pub fn preamble(
 
     let required = required_blocks(consumer, input, &whole, devices.len())?;
 
-    let grid = Grid::new(whole.rank(), existing.iter().map(|b| &b.block).chain(required.iter().copied()));
+    let mut grid = Grid::new(whole.rank(), existing.iter().map(|b| &b.block).chain(required.iter().copied()));
+    // Under a row-wise aggregation, the shared blocks' rows stay whole.
+    let whole_rows = |b: &ExistingBlock| {
+        matches!(producer, Upstream::Spec { .. }) && aggregation.widens(&b.block, b.copies.len() > 1)
+    };
+    if let Some(last) = whole.rank().checked_sub(1)
+        && existing.iter().any(whole_rows)
+    {
+        let producer_points: BTreeSet<usize> =
+            existing.iter().flat_map(|b| [b.block.dim(last).lo, b.block.dim(last).hi]).collect();
+        for b in existing.iter().filter(|b| whole_rows(b)) {
+            let Interval { lo, hi } = b.block.dim(last);
+            if producer_points.range(lo + 1..hi).next().is_some() {
+                return Err(PreambleError::RowCut { block: b.block.clone() });
+            }
+            grid.points[last].retain(|&x| x <= lo || x >= hi);
+        }
+    }
     let mut atoms: Vec<Atom> = grid
         .cells()
         .into_iter()
-        .map(|block| Atom { producer_block: block.clone(), block, copies: Vec::new() })
+        .map(|block| Atom { producer_block: block.clone(), block, copies: Vec::new(), widened: false })
         .collect();
     let mut copies: BTreeMap<AtomId, AtomCopy> = BTreeMap::new();
     for b in &existing {
+        let widened = whole_rows(b);
         for a in grid.cells_within(&b.block) {
             atoms[a].producer_block = b.block.clone();
+            atoms[a].widened = widened;
             for (copy, &(site, holder)) in b.copies.iter().enumerate() {
                 let id = copy_name(copy, a + 1);
                 atoms[a].copies.push(id.clone());
@@ -513,10 +581,7 @@ pub fn preamble(
     let width = dtype.size_bytes() as f64;
     let inputs: BTreeMap<AtomId, Input> = copies
         .iter()
-        .map(|(id, c)| {
-            let volume: f64 = atoms[c.atom].block.dims().iter().map(|iv| iv.len() as f64).product();
-            (id.clone(), Input { site: c.site, size_gb: volume * width / BYTES_PER_GB })
-        })
+        .map(|(id, c)| (id.clone(), Input { site: c.site, size_gb: atoms[c.atom].elements() * width / BYTES_PER_GB }))
         .collect();
 
     let mut consumers = Vec::with_capacity(required.len());
@@ -637,5 +702,52 @@ mod tests {
         let tiling = Tiling::grid(&TensorType::zero_bounded(&[8]), &[vec![4]]).unwrap();
         let input = Upstream::Input { tiling: &tiling, sites: &two[..1] };
         assert!(run(&input, &consumer, 0, &two).contains("2 blocks but 1 sites"));
+    }
+
+    /// A row-wise aggregation keeps the rows of shared producer blocks whole: a consumer
+    /// that splits the last index gets the atoms its block meets, each counting its
+    /// statistics column, while an elementwise one cuts them.
+    #[test]
+    fn row_wise_aggregations_keep_the_rows_of_shared_blocks_whole() {
+        // Producer: 4 function specs, two per box of 2 rows × 8 columns (a key split of 2).
+        let rows = [tt(&[0, 0], &[2, 8]), tt(&[2, 0], &[4, 8])];
+        let f = |b: &TensorType| FunctionSpec { inputs: vec![], outputs: vec![b.clone()] };
+        let producer = JoinAggSpec { functions: vec![f(&rows[0]), f(&rows[0]), f(&rows[1]), f(&rows[1])] };
+        // Consumer: the columns in quarters.
+        let g = |b: TensorType| FunctionSpec { inputs: vec![b], outputs: vec![] };
+        let consumer = JoinAggSpec { functions: (0..4).map(|c| g(tt(&[0, 2 * c], &[4, 2 * c + 2]))).collect() };
+        let four = sites(&[0, 1, 2, 3]);
+        let up = Upstream::Spec { spec: &producer, output: 0, placement: &four };
+        let sum = preamble_with(&up, &consumer, 0, DType::F32, &four, Aggregation::Sum).unwrap();
+        assert_eq!(sum, preamble(&up, &consumer, 0, DType::F32, &four).unwrap());
+        assert_eq!(sum.atoms.len(), 8);
+        assert!(sum.atoms.iter().all(|a| !a.widened));
+        let soft = preamble_with(&up, &consumer, 0, DType::F32, &four, Aggregation::Softmax).unwrap();
+        assert_eq!(soft.atoms.iter().map(|a| a.block.clone()).collect::<Vec<_>>(), rows);
+        assert!(soft.atoms.iter().all(|a| a.widened && a.buffer_type().dim(1) == Interval { lo: 0, hi: 9 }));
+        assert!(soft.consumers.iter().all(|c| c.atoms == vec![0, 1]));
+        // Sizes: 2 rows of 8 values and the statistics column, f32, per copy.
+        assert!(soft.program.inputs.values().all(|i| (i.size_gb - 2.0 * 9.0 * 4.0 / 1e9).abs() < 1e-18));
+        assert_eq!(soft.max_chunks(), 2);
+        let halves = soft.refined(2).unwrap();
+        assert!(halves.atoms.iter().all(|a| a.block.dim(1) == Interval { lo: 0, hi: 8 } && a.block.dim(0).len() == 1));
+        // A box one function spec produces alone is final: cut as under a sum.
+        let single = JoinAggSpec { functions: vec![f(&rows[0]), f(&rows[1])] };
+        let two = sites(&[0, 1]);
+        let cons2 = JoinAggSpec { functions: (0..2).map(|c| g(tt(&[0, 4 * c], &[4, 4 * c + 4]))).collect() };
+        let up1 = Upstream::Spec { spec: &single, output: 0, placement: &two };
+        assert_eq!(
+            preamble_with(&up1, &cons2, 0, DType::F32, &two, Aggregation::Softmax).unwrap(),
+            preamble(&up1, &cons2, 0, DType::F32, &two).unwrap()
+        );
+        // A producer bound inside a shared block's row is refused.
+        let cut = JoinAggSpec {
+            functions: vec![f(&rows[0]), f(&rows[0]), f(&tt(&[2, 0], &[4, 3])), f(&tt(&[2, 3], &[4, 8]))],
+        };
+        let up = Upstream::Spec { spec: &cut, output: 0, placement: &four };
+        assert!(matches!(
+            preamble_with(&up, &consumer, 0, DType::F32, &four, Aggregation::Softmax),
+            Err(PreambleError::RowCut { .. })
+        ));
     }
 }

@@ -172,11 +172,12 @@ impl Preamble {
     /// The largest chunk count [`Preamble::refined`] accepts: the smallest, over the cells, of
     /// their longest extent (1 for a preamble without cells).
     pub fn max_chunks(&self) -> usize {
-        self.atoms.iter().map(|a| longest(&a.block).1).min().unwrap_or(1).max(1)
+        self.atoms.iter().map(|a| longest(a).1).min().unwrap_or(1).max(1)
     }
 
     /// The preamble with every cell cut into `chunks` slices along its longest dimension (the
-    /// first, on a tie), as even as the extent allows: cell `i`'s slice `c` is atom
+    /// first, on a tie; never the last index of a [widened](Atom::widened) cell, whose rows
+    /// stay whole), as even as the extent allows: cell `i`'s slice `c` is atom
     /// `i * chunks + c`, its copies are the chunks ([`chunk_name`]) of the cell's copies,
     /// held by the same producers, and each consumer reads the slices of its cells. The
     /// program is [`refine`] of this one's with each chunk's exact size. The lowering then
@@ -190,7 +191,7 @@ impl Preamble {
         let mut atoms = Vec::with_capacity(self.atoms.len() * chunks);
         let mut copies = BTreeMap::new();
         for (i, cell) in self.atoms.iter().enumerate() {
-            let (dim, extent) = longest(&cell.block);
+            let (dim, extent) = longest(cell);
             if extent < chunks {
                 return Err(RefineError::CellTooSmall { block: cell.block.clone(), extent, chunks });
             }
@@ -199,15 +200,17 @@ impl Preamble {
                 let mut dims = cell.block.dims().to_vec();
                 dims[dim] = Interval { lo: lo + extent * c / chunks, hi: lo + extent * (c + 1) / chunks };
                 let block = TensorType::from_intervals(dims);
-                let volume: f64 = block.dims().iter().map(|iv| iv.len() as f64).product();
                 let names: Vec<AtomId> = cell.copies.iter().map(|a| chunk_name(a, c, chunks)).collect();
-                for (name, original) in names.iter().zip(&cell.copies) {
+                let atom =
+                    Atom { block, producer_block: cell.producer_block.clone(), copies: names, widened: cell.widened };
+                let volume = atom.elements();
+                for (name, original) in atom.copies.iter().zip(&cell.copies) {
                     if let (Some(copy), Some(input)) = (self.copies.get(original), program.inputs.get_mut(name)) {
                         copies.insert(name.clone(), AtomCopy { atom: i * chunks + c, ..*copy });
                         input.size_gb = volume * width / 1e9;
                     }
                 }
-                atoms.push(Atom { block, producer_block: cell.producer_block.clone(), copies: names });
+                atoms.push(atom);
             }
         }
         let consumers = self
@@ -232,8 +235,17 @@ impl Preamble {
 }
 
 /// The longest dimension of `block` (the first, on a tie) and its extent.
-fn longest(block: &TensorType) -> (usize, usize) {
-    block.dims().iter().enumerate().fold((0, 0), |best, (d, iv)| if iv.len() > best.1 { (d, iv.len()) } else { best })
+/// The dimension a cell is cut along and its extent: the longest (the first, on a tie),
+/// but never the last index of a widened cell (whose rows stay whole; `(0, 1)` when it has no
+/// other dimension, so that it is never cut).
+fn longest(cell: &Atom) -> (usize, usize) {
+    let dims = cell.block.dims();
+    let cuttable = if cell.widened { dims.len().saturating_sub(1) } else { dims.len() };
+    let (d, n) = dims[..cuttable]
+        .iter()
+        .enumerate()
+        .fold((0, 0), |best, (d, iv)| if iv.len() > best.1 { (d, iv.len()) } else { best });
+    if cell.widened && n == 0 { (0, 1) } else { (d, n) }
 }
 
 #[cfg(test)]

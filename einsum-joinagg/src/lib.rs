@@ -32,7 +32,7 @@ pub use error::{Error, Result};
 pub use grid::{DimIndex, check_request, combinations, grid_spec};
 pub use operator::AbstractOperator;
 pub use roles::{IndexRole, OpRole, Roles};
-pub use semantics::{decomposition_error, execute_spec, execute_whole, whole_and_split, whole_spec};
+pub use semantics::{decomposition_error, execute_spec, execute_whole, partial_types, whole_and_split, whole_spec};
 pub use shardable::{ShardableIndex, SplitPoints};
 pub use spec::{FunctionSpec, JoinAggSpec};
 pub use validate::validate_spec;

@@ -93,7 +93,11 @@ pub trait AbstractOperator: std::any::Any + fmt::Debug + Send + Sync {
     /// The zero-bounded output types, with named indices.
     fn outputs(&self) -> &[TensorDesc];
 
-    /// The ⊕ that combines partial outputs sharing an output box.
+    /// The ⊕ that combines partial outputs sharing an output box. With a row-wise one
+    /// ([`Aggregation::Softmax`]), `compute` returns for a box shared by several function
+    /// specs of the spec the widened partial ([`crate::partial_types`]): the box one
+    /// column wider along its last index, the statistics column last. The function spec's
+    /// output box itself stays in output coordinates.
     fn aggregation(&self) -> Aggregation {
         Aggregation::Sum
     }

@@ -17,23 +17,52 @@ pub fn execute_whole(op: &dyn AbstractOperator, inputs: &[HostTensor]) -> Result
     check_inputs(op, inputs)?;
     let f = whole_spec(op);
     let outs = op.compute(&f, inputs)?;
-    check_outputs(op, &f, &outs)?;
+    check_outputs(op, &f.outputs, &outs)?;
     Ok(outs)
+}
+
+/// The type of the partial block each function spec of `spec` leaves for each output:
+/// the output box, one column wider along its last index where the operator's aggregation
+/// is row-wise ([`Aggregation::Softmax`](einsum_core::Aggregation::Softmax)) and the box is
+/// shared by more than one function spec ([`Aggregation::partial_type`]). `[i][j]` is
+/// function spec `i`'s output `j`.
+///
+/// [`Aggregation::partial_type`]: einsum_core::Aggregation::partial_type
+pub fn partial_types(op: &dyn AbstractOperator, spec: &JoinAggSpec) -> Vec<Vec<TensorType>> {
+    let agg = op.aggregation();
+    let shared: Vec<Vec<(TensorType, usize)>> =
+        (0..op.outputs().len()).map(|j| spec.output_multiplicities(j)).collect();
+    spec.functions
+        .iter()
+        .map(|f| {
+            f.outputs
+                .iter()
+                .enumerate()
+                .map(|(j, b)| {
+                    let m = shared.get(j).and_then(|s| s.iter().find(|(x, _)| x == b)).map_or(1, |(_, m)| *m);
+                    agg.partial_type(b, m > 1)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Executes `spec` by Definition 3.7: (1) for each function spec, project every input onto
 /// its block and run the kernel; (2) combine with ⊕ the outputs that share a box;
-/// (3) stitch the aggregated boxes into each whole output.
+/// (3) stitch the aggregated boxes into each whole output. Under a row-wise aggregation a
+/// shared box's partials are one column wider ([`partial_types`]); the column is dropped
+/// after (2).
 pub fn execute_spec(op: &dyn AbstractOperator, spec: &JoinAggSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
     check_inputs(op, inputs)?;
     validate_spec(op, spec, None)?;
     let agg = op.aggregation();
+    let types = partial_types(op, spec);
     let mut partials: Vec<Vec<(TensorType, HostTensor)>> = vec![Vec::new(); op.outputs().len()];
-    for f in &spec.functions {
+    for (f, want) in spec.functions.iter().zip(&types) {
         // (1) Join.
         let blocks = f.inputs.iter().zip(inputs).map(|(b, t)| t.slice(b)).collect::<Result<Vec<_>, _>>()?;
         let outs = op.compute(f, &blocks)?;
-        check_outputs(op, f, &outs)?;
+        check_outputs(op, want, &outs)?;
         // (2) Aggregate.
         for (j, (out, want)) in outs.into_iter().zip(&f.outputs).enumerate() {
             match partials[j].iter_mut().find(|(b, _)| b == want) {
@@ -47,7 +76,11 @@ pub fn execute_spec(op: &dyn AbstractOperator, spec: &JoinAggSpec, inputs: &[Hos
         .iter()
         .zip(partials)
         .map(|(desc, parts)| {
-            let parts: Vec<HostTensor> = parts.into_iter().map(|(_, t)| t).collect();
+            // A statistics column, where there is one, is dropped.
+            let parts = parts
+                .into_iter()
+                .map(|(b, t)| if *t.ty() == b { Ok(t) } else { t.slice(&b) })
+                .collect::<Result<Vec<HostTensor>, _>>()?;
             Ok(HostTensor::stitch(&desc.tensor_type(), &parts)?)
         })
         .collect()
@@ -73,13 +106,13 @@ fn check_inputs(op: &dyn AbstractOperator, inputs: &[HostTensor]) -> Result<()> 
     Ok(())
 }
 
-/// Checks that a kernel returned one block per output box of `f`, each of that box's type
-/// and its output's dtype.
-fn check_outputs(op: &dyn AbstractOperator, f: &FunctionSpec, outs: &[HostTensor]) -> Result<()> {
-    if outs.len() != f.outputs.len() {
-        return Err(kernel_error(op, format!("returned {} outputs for {} output blocks", outs.len(), f.outputs.len())));
+/// Checks that a kernel returned one block per output of the function spec, each of the
+/// type `want` says (the output box, or its widened partial) and its output's dtype.
+fn check_outputs(op: &dyn AbstractOperator, want: &[TensorType], outs: &[HostTensor]) -> Result<()> {
+    if outs.len() != want.len() {
+        return Err(kernel_error(op, format!("returned {} outputs for {} output blocks", outs.len(), want.len())));
     }
-    for (j, ((out, want), desc)) in outs.iter().zip(&f.outputs).zip(op.outputs()).enumerate() {
+    for (j, ((out, want), desc)) in outs.iter().zip(want).zip(op.outputs()).enumerate() {
         if out.ty() != want || out.dtype() != desc.dtype {
             return Err(kernel_error(
                 op,

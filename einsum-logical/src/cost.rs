@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use einsum_core::{DType, TensorDesc, TensorType};
+use einsum_core::{Aggregation, DType, TensorDesc, TensorType};
 use einsum_joinagg::{AbstractOperator, FunctionSpec, JoinAggSpec};
 use einsum_sim::{ComputeRates, KernelWork, Precision, Roofline, Site, SiteId, Topology};
 
@@ -152,10 +152,15 @@ pub(crate) fn multiplicities(spec: &JoinAggSpec, outputs: usize) -> Vec<Vec<(Ten
     (0..outputs).map(|j| spec.output_multiplicities(j)).collect()
 }
 
-/// Σ over distinct output boxes appearing `m` times of `(m - 1)·|box|`, per output, from
-/// the [`multiplicities`].
-pub(crate) fn aggregation_elements(multiplicities: &[Vec<(TensorType, usize)>]) -> Vec<f64> {
-    multiplicities.iter().map(|boxes| boxes.iter().map(|(b, m)| ((m - 1) * b.volume()) as f64).sum()).collect()
+/// Σ over distinct output boxes appearing `m` times of `(m - 1)·|partial|`, per output, from
+/// the [`multiplicities`]: `|partial|` is the box's volume, or under a row-wise `agg`
+/// ([`Aggregation::Softmax`]) that of the partial the box's copies are, its statistics column
+/// included ([`Aggregation::partial_type`]).
+pub(crate) fn aggregation_elements(multiplicities: &[Vec<(TensorType, usize)>], agg: Aggregation) -> Vec<f64> {
+    multiplicities
+        .iter()
+        .map(|boxes| boxes.iter().map(|(b, m)| ((m - 1) * agg.partial_type(b, *m > 1).volume()) as f64).sum())
+        .collect()
 }
 
 /// One function spec of `op` as the roofline times it ([`Roofline::kernel_seconds`]): its
@@ -207,7 +212,7 @@ impl CostModel for PaperProxy {
     fn spec(&self, op: &dyn AbstractOperator, spec: &JoinAggSpec, _p: usize, _resident: &[bool]) -> SpecCost {
         SpecCost {
             join: join_elements(spec, op.inputs().len()).iter().sum(),
-            aggregation: aggregation_elements(&multiplicities(spec, op.outputs().len())).iter().sum(),
+            aggregation: aggregation_elements(&multiplicities(spec, op.outputs().len()), op.aggregation()).iter().sum(),
             compute: 0.0,
         }
     }
@@ -443,7 +448,8 @@ impl Time {
         let (mut volume, mut slowest, mut summed, mut crosses) = (0.0, 0.0_f64, 0.0_f64, false);
         for (j, d) in op.outputs().iter().enumerate() {
             for (b, m) in spec.output_multiplicities(j).into_iter().filter(|&(_, m)| m > 1) {
-                let bytes = (b.volume() * d.dtype.size_bytes()) as f64;
+                // The partials' bytes: a row-wise ⊕'s carry their statistics column.
+                let bytes = (op.aggregation().partial_type(&b, true).volume() * d.dtype.size_bytes()) as f64;
                 let (inside, n) = ((m as f64).min(g), self.nodes(m));
                 volume += (m - 1) as f64 * bytes;
                 crosses |= n > 1.0;

@@ -581,7 +581,8 @@ fn resident_bytes_of(op: &dyn AbstractOperator, spec: &JoinAggSpec, resident: &[
 
 fn bytes_of(op: &dyn einsum_joinagg::AbstractOperator, spec: &JoinAggSpec) -> f64 {
     let join = crate::cost::join_elements(spec, op.inputs().len());
-    let agg = crate::cost::aggregation_elements(&crate::cost::multiplicities(spec, op.outputs().len()));
+    let agg =
+        crate::cost::aggregation_elements(&crate::cost::multiplicities(spec, op.outputs().len()), op.aggregation());
     let w = |d: &einsum_core::TensorDesc| d.dtype.size_bytes() as f64;
     join.iter().zip(op.inputs()).map(|(e, d)| e * w(d)).sum::<f64>()
         + agg.iter().zip(op.outputs()).map(|(e, d)| e * w(d)).sum::<f64>()

@@ -18,7 +18,7 @@
 //! a `+∞` score does too; a `−∞` score gets weight 0 unless every seen score is `−∞`, when
 //! the row is NaN; a NaN or infinity in a seen value reaches that column.
 //!
-//! Three shardable indices, in this order:
+//! Four shardable indices, in this order:
 //! 0. `heads_kv` (named after `k`'s head index), anywhere: sharding it shards `heads_q` in
 //!    groups of `g`, as attention does.
 //! 1. `batch`, anywhere: every tensor's batch rows follow the interval (the positions too).
@@ -28,16 +28,28 @@
 //!    slice of the values. That lets a decode step of one sequence on few key/value heads
 //!    spread over more devices; the output blocks still tile the output, with no
 //!    aggregation, at the price of every function computing the same scores.
+//! 3. `cache` (named after the caches' row index), anywhere: the key split of
+//!    flash-decoding. A function with cache interval `lo..hi` reads rows `lo..hi` of its
+//!    sequences' caches and sees the rows `j < p` among them; the new token's own key and
+//!    value belong to exactly one function, the one whose interval holds `p` (the last one,
+//!    `hi == cache`, when `p == cache`). Its functions share their output box, and their
+//!    partials combine with the operator's aggregation, [`Aggregation::Softmax`]: a function
+//!    of a split cache returns the partial one column wider along `d_head` (its slice of the
+//!    normalized weighted values over the keys it saw, then their scores' log-sum-exp;
+//!    `o = 0`, `lse = −∞` when it saw no key), which the aggregation merges as the softmax
+//!    of the union of the keys. A function over the whole cache (no key split) returns the
+//!    plain output block: its box is not shared, so it is final.
 //!
-//! The cache index stays whole in every block. Roles: the operator is
-//! [`OpRole::Attention`]; `batch` has [`IndexRole::Tokens`], `heads_kv`
-//! [`IndexRole::HeadsKv`], and `q`'s head index [`IndexRole::HeadsQ`] unless it has `k`'s
-//! name.
+//! Roles: the operator is [`OpRole::Attention`]; `batch` has [`IndexRole::Tokens`],
+//! `heads_kv` [`IndexRole::HeadsKv`], and `q`'s head index [`IndexRole::HeadsQ`] unless it
+//! has `k`'s name. The cache index has no role: no baseline splits keys (their rules take
+//! the roles they know, then the output's indices, and a cache split comes last, so a
+//! baseline's plan never picks it).
 //!
 //! The CPU kernel takes one key/value head and one sequence at a time, with its `g` query
 //! heads together, so each cache row it reads is read once; its work is linear in `p`.
 
-use einsum_core::{DType, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
+use einsum_core::{Aggregation, DType, HostTensor, Interval, KernelClass, TensorDesc, TensorType};
 use einsum_joinagg::{
     AbstractOperator, Error, FunctionSpec, IndexRole, JoinAggSpec, OpRole, Result, ShardableIndex, check_request,
     combinations,
@@ -258,12 +270,12 @@ impl CachedAttention {
     }
 
     /// Checks that `f` and `inputs` are blocks this kernel can compute on: the generic checks
-    /// of [`check_call`], then `d_head` and the cache rows whole in every input block, equal
-    /// k and v blocks and equal cache blocks, the output block the q block but for its slice
-    /// of `d_head`, every block on the q block's batch rows, and the q block's heads whole
-    /// groups whose key/value heads the k/v and cache blocks hold. Returns the output's slice
-    /// of `d_head`.
-    fn check_blocks(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Interval> {
+    /// of [`check_call`], then `d_head` whole in every input block, equal k and v blocks and
+    /// equal cache blocks, the output block the q block but for its slice of `d_head`, every
+    /// block on the q block's batch rows, and the q block's heads whole groups whose
+    /// key/value heads the k/v and cache blocks hold. Returns the output's slice of `d_head`
+    /// and the cache block's rows (the keys of the function).
+    fn check_blocks(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<(Interval, Interval)> {
         check_call(self, f, inputs)?;
         for (n, (block, desc)) in f.inputs.iter().zip(&self.inputs).enumerate().take(POSITIONS) {
             let axis = block.rank() - 1;
@@ -290,10 +302,10 @@ impl CachedAttention {
                 "output block {ob} is not the q block {qb} (but for its slice of d_head)"
             )));
         }
-        let slice = ob.dim(2);
-        if kcb.dim(2) != Interval::full(self.cache_capacity()) {
+        let (slice, keys) = (ob.dim(2), kcb.dim(2));
+        if keys.is_empty() {
             return Err(Self::kernel_error(format!(
-                "k_cache block {kcb}: the cache index `{}` must be whole",
+                "k_cache block {kcb}: the cache index `{}` holds no row",
                 self.inputs[K_CACHE].dims[2].name
             )));
         }
@@ -310,7 +322,7 @@ impl CachedAttention {
         }
         let (heads, g) = (qb.dim(0), self.group());
         if heads.is_empty() || rows.is_empty() {
-            return Ok(slice);
+            return Ok((slice, keys));
         }
         if !heads.lo.is_multiple_of(g) || !heads.hi.is_multiple_of(g) {
             return Err(Self::kernel_error(format!("query heads {heads} are not whole groups of {g}")));
@@ -322,18 +334,31 @@ impl CachedAttention {
                 kb.dim(0)
             )));
         }
-        Ok(slice)
+        Ok((slice, keys))
     }
 
     /// The kernel on checked blocks: for every (key/value head, sequence) of the block, on
-    /// the helper threads, the scores of its `g` query heads against the cache rows `0..p`
-    /// (each read once) and the new key, their softmax, and the weighted sum of the values'
+    /// the helper threads, the scores of its `g` query heads against the cache rows it sees
+    /// among `keys` (those below `p`, each read once) and, where the new token's key is its
+    /// own (module docs), the new key, their softmax, and the weighted sum of the values'
     /// features in `slice` (each read once, that slice alone). Returns the output block's
-    /// elements.
-    fn decode(&self, f: &FunctionSpec, inputs: &[HostTensor], slice: Interval) -> Result<Vec<f32>> {
+    /// elements; with `partial`, each output row is followed by the log-sum-exp of its
+    /// scores (the [`Aggregation::Softmax`] partial: `o = 0` and `lse = −∞` for a row that
+    /// saw no key, `o` NaN and `lse = −∞` for one whose scores were all `−∞`, both NaN for a
+    /// NaN or `+∞` score).
+    fn decode(
+        &self,
+        f: &FunctionSpec,
+        inputs: &[HostTensor],
+        slice: Interval,
+        keys: Interval,
+        partial: bool,
+    ) -> Result<Vec<f32>> {
         let (qb, kb) = (&f.inputs[Q], &f.inputs[K]);
         let (d, g, cache) = (self.d_head(), self.group(), self.cache_capacity());
         let m = slice.len();
+        // The width of an output row: the slice, and the statistics column of a partial.
+        let w = m + usize::from(partial);
         let (heads, rows) = (qb.dim(0), qb.dim(1));
         let nb = rows.len();
         let (kv_lo, nkv) = (heads.lo / g, heads.len() / g);
@@ -347,8 +372,9 @@ impl CachedAttention {
             }
             prefix.push(p as usize);
         }
-        // The cache rows each (key/value head, sequence) reads, as views: only rows `0..p`
-        // are ever converted or read, and of the values only the output's slice of features.
+        // The cache rows each (key/value head, sequence) reads, as views: only rows
+        // `keys.lo..min(keys.hi, p)` are ever converted or read, and of the values only the
+        // output's slice of features.
         let mut seen = Vec::with_capacity(nkv * nb);
         for u in 0..nkv {
             for (i, &p) in prefix.iter().enumerate() {
@@ -357,7 +383,7 @@ impl CachedAttention {
                     TensorType::from_intervals(vec![
                         Interval { lo: h, hi: h + 1 },
                         Interval { lo: b, hi: b + 1 },
-                        Interval { lo: 0, hi: p },
+                        Interval { lo: keys.lo, hi: p.clamp(keys.lo, keys.hi) },
                         features,
                     ])
                 };
@@ -367,25 +393,39 @@ impl CachedAttention {
         let (q, k, v) = (f32s(&inputs[Q]), f32s(&inputs[K]), f32s(&inputs[V]));
         let k_heads_lo = kb.dim(0).lo;
         let scale = self.scale;
-        // The output of unit (u, i) as its g query heads' rows of the slice, [kv head,
-        // sequence, g, m].
-        let mut grouped = vec![0.0f32; nkv * nb * g * m];
-        parallel::for_chunks_mut(&mut grouped, g * m, |unit, acc| {
+        // The output of unit (u, i) as its g query heads' rows of the slice (and their
+        // statistics), [kv head, sequence, g, w].
+        let mut grouped = vec![0.0f32; nkv * nb * g * w];
+        parallel::for_chunks_mut(&mut grouped, g * w, |unit, acc| {
             let (u, i) = (unit / nb, unit % nb);
             let p = prefix[i];
-            let n = p + 1;
+            // The new token's key is this function's when its rows hold p (the last
+            // function's when p is the cache's end).
+            let own = keys.contains(p) || (p == cache && keys.hi == cache);
             let (k_seen, v_seen) = (f32s(&seen[unit].0), f32s(&seen[unit].1));
+            let n = k_seen.len() / d + usize::from(own);
+            if n == 0 {
+                // No key seen: the empty partial, o = 0 and lse = −∞.
+                for out in acc.chunks_exact_mut(w) {
+                    out[m..].fill(f32::NEG_INFINITY);
+                }
+                return;
+            }
             let kv_row = ((kv_lo + u - k_heads_lo) * nb + i) * d;
             let (k_new, v_new) = (&k[kv_row..][..d], &v[kv_row + slice.lo..][..m]);
+            let new_key = own.then_some(k_new);
+            let new_value = own.then_some(v_new);
             let q_row = |r: usize| &q[((u * g + r) * nb + i) * d..][..d];
-            // Scores: row r holds query head r's scores against keys 0..p, then the new key.
+            // Scores: row r holds query head r's scores against the seen cache rows, then the
+            // new key where it is this function's.
             let mut s = vec![0.0f32; g * n];
-            for (j, key) in k_seen.chunks_exact(d).chain([k_new]).enumerate() {
+            for (j, key) in k_seen.chunks_exact(d).chain(new_key).enumerate() {
                 for r in 0..g {
                     s[r * n + j] = scale * dot(q_row(r), key);
                 }
             }
             let mut inv = vec![0.0f32; g];
+            let mut lse = vec![0.0f32; g];
             for (r, row) in s.chunks_exact_mut(n).enumerate() {
                 // A NaN score makes the maximum NaN, and every weight with it; a +∞ one makes
                 // the weights e^(∞ − ∞) = NaN. While every score is −∞, shift by 0 rather
@@ -395,23 +435,27 @@ impl CachedAttention {
                 let shift = if max == f32::NEG_INFINITY { 0.0 } else { max };
                 let sum = vexp::exp_shifted_sum(row, shift);
                 inv[r] = if max == f32::NEG_INFINITY { f32::NAN } else { 1.0 / sum };
+                lse[r] = if max == f32::NEG_INFINITY { f32::NEG_INFINITY } else { max + sum.ln() };
             }
-            for (j, value) in v_seen.chunks_exact(m).chain([v_new]).enumerate() {
-                for (r, out) in acc.chunks_exact_mut(m).enumerate() {
-                    let w = s[r * n + j];
-                    out.iter_mut().zip(value).for_each(|(o, &x)| *o += w * x);
+            for (j, value) in v_seen.chunks_exact(m).chain(new_value).enumerate() {
+                for (r, out) in acc.chunks_exact_mut(w).enumerate() {
+                    let wt = s[r * n + j];
+                    out[..m].iter_mut().zip(value).for_each(|(o, &x)| *o += wt * x);
                 }
             }
-            for (out, &f) in acc.chunks_exact_mut(m).zip(&inv) {
-                out.iter_mut().for_each(|x| *x *= f);
+            for ((out, &f), &l) in acc.chunks_exact_mut(w).zip(&inv).zip(&lse) {
+                out[..m].iter_mut().for_each(|x| *x *= f);
+                if partial {
+                    out[m] = l;
+                }
             }
         });
-        // [kv head, sequence, g, m] to the output's [query head, sequence, m].
+        // [kv head, sequence, g, w] to the output's [query head, sequence, w].
         let mut out = vec![0.0f32; grouped.len()];
-        for (unit, rows_g) in grouped.chunks_exact(g * m).enumerate() {
+        for (unit, rows_g) in grouped.chunks_exact(g * w).enumerate() {
             let (u, i) = (unit / nb, unit % nb);
-            for (r, row) in rows_g.chunks_exact(m).enumerate() {
-                out[((u * g + r) * nb + i) * m..][..m].copy_from_slice(row);
+            for (r, row) in rows_g.chunks_exact(w).enumerate() {
+                out[((u * g + r) * nb + i) * w..][..w].copy_from_slice(row);
             }
         }
         Ok(out)
@@ -455,13 +499,21 @@ impl AbstractOperator for CachedAttention {
         (input == POSITIONS).then(|| self.cache_capacity() + 1)
     }
 
-    /// `heads_kv`, `batch`, then `d_head` (output only; see the [module docs](self)).
+    /// `heads_kv`, `batch`, `d_head` (output only), then the cache's rows (the key split;
+    /// see the [module docs](self)).
     fn shardable(&self) -> Vec<ShardableIndex> {
         vec![
             ShardableIndex::any(self.inputs[K].dims[0].name.clone(), self.heads_kv()),
             ShardableIndex::any(self.inputs[Q].dims[1].name.clone(), self.batch()),
             ShardableIndex::any(self.inputs[Q].dims[2].name.clone(), self.d_head()),
+            ShardableIndex::any(self.inputs[K_CACHE].dims[2].name.clone(), self.cache_capacity()),
         ]
+    }
+
+    /// [`Aggregation::Softmax`]: the partials of a key split are softmax-weighted averages
+    /// over disjoint keys.
+    fn aggregation(&self) -> Aggregation {
+        Aggregation::Softmax
     }
 
     fn index_roles(&self) -> Vec<(String, IndexRole)> {
@@ -479,11 +531,11 @@ impl AbstractOperator for CachedAttention {
 
     fn join_agg_spec(&self, intervals: &[Vec<Interval>]) -> Result<JoinAggSpec> {
         check_request(KIND, &self.shardable(), intervals)?;
-        let (g, d, cache) = (self.group(), Interval::full(self.d_head()), Interval::full(self.cache_capacity()));
+        let (g, d) = (self.group(), Interval::full(self.d_head()));
         let functions = combinations(intervals)
             .into_iter()
             .map(|combo| {
-                let (kv_heads, batch, features) = (combo[0], combo[1], combo[2]);
+                let (kv_heads, batch, features, cache) = (combo[0], combo[1], combo[2], combo[3]);
                 let q_heads = Interval { lo: kv_heads.lo * g, hi: kv_heads.hi * g };
                 let q = TensorType::from_intervals(vec![q_heads, batch, d]);
                 let kv = TensorType::from_intervals(vec![kv_heads, batch, d]);
@@ -496,26 +548,32 @@ impl AbstractOperator for CachedAttention {
         Ok(JoinAggSpec { functions })
     }
 
-    /// `(2 · d_head + 2 · slice) · heads_q · batch · (cache + 1)` for the block's query
-    /// heads and sequences, `slice` the output's features: `q Kᵀ` takes two operations per
-    /// key and feature of the whole `d_head` in every function, `P V` two per key and feature
-    /// of the slice (`4 · d_head` unsplit). A sequence reads `p + 1` keys, but its position
-    /// is known only at run time, so the plan charges the cache's capacity, every step's
-    /// most.
+    /// `(2 · d_head + 2 · slice) · heads_q · batch · keys` for the block's query heads and
+    /// sequences, `slice` the output's features: `q Kᵀ` takes two operations per key and
+    /// feature of the whole `d_head` in every function, `P V` two per key and feature of the
+    /// slice (`4 · d_head` unsplit). A sequence reads `p + 1` keys, but its position is
+    /// known only at run time, so the plan charges the cache block's rows, every step's most
+    /// (`keys` is the block's row count, plus the new key for the last block, the whole
+    /// cache's `cache + 1` without a key split).
     fn flops(&self, f: &FunctionSpec) -> f64 {
         let Some(qb) = f.inputs.first().filter(|b| b.rank() == 3) else {
             return 0.0;
         };
         let slice = f.outputs.first().filter(|b| b.rank() == 3).map_or(self.d_head(), |b| b.dim(2).len());
-        let keys = (self.cache_capacity() + 1) as f64;
+        let cache = self.cache_capacity();
+        let rows = f.inputs.get(K_CACHE).filter(|b| b.rank() == 4).map_or(Interval::full(cache), |b| b.dim(2));
+        let keys = (rows.len() + usize::from(rows.hi == cache)) as f64;
         (2.0 * self.d_head() as f64 + 2.0 * slice as f64) * qb.dim(0).len() as f64 * qb.dim(1).len() as f64 * keys
     }
 
+    /// The output block, or (for a function of a key split, whose box is shared) its
+    /// [`Aggregation::Softmax`] partial, one column wider along `d_head`.
     fn compute(&self, f: &FunctionSpec, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
-        let slice = self.check_blocks(f, inputs)?;
-        let ob = &f.outputs[0];
-        let out = if ob.is_empty() { Vec::new() } else { self.decode(f, inputs, slice)? };
-        Ok(vec![HostTensor::from_f32(ob.clone(), self.outputs[0].dtype, out)?])
+        let (slice, keys) = self.check_blocks(f, inputs)?;
+        let partial = keys != Interval::full(self.cache_capacity());
+        let ob = self.aggregation().partial_type(&f.outputs[0], partial);
+        let out = if ob.is_empty() { Vec::new() } else { self.decode(f, inputs, slice, keys, partial)? };
+        Ok(vec![HostTensor::from_f32(ob, self.outputs[0].dtype, out)?])
     }
 }
 

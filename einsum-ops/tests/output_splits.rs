@@ -60,7 +60,15 @@ fn every_spec_is_exact(op: &dyn AbstractOperator, whole: (usize, usize)) {
             validate_spec(op, &choice.spec, Some(p)).unwrap();
             assert!(choice.spec.functions.iter().all(|f| f.inputs[input].dim(axis) == Interval::full(extent)));
             let err = decomposition_error(op, &choice.spec, (p * 100 + seed) as u64).unwrap();
-            assert_eq!(err, 0.0, "{} on {p}, counts {:?}", op.kind(), choice.counts);
+            // Exact but for an aggregation (cached attention's key split merges softmax
+            // partials, to rounding).
+            let aggregated =
+                (0..op.outputs().len()).any(|j| choice.spec.output_multiplicities(j).iter().any(|(_, m)| *m > 1));
+            if aggregated {
+                assert!(err <= 1e-6, "{} on {p}, counts {:?}: {err}", op.kind(), choice.counts);
+            } else {
+                assert_eq!(err, 0.0, "{} on {p}, counts {:?}", op.kind(), choice.counts);
+            }
         }
     }
 }
@@ -102,9 +110,12 @@ fn a_decode_step_has_specs_on_eight_devices() {
     let rope = rope_at(&[("heads", 2), ("tokens", 1), ("d_head", 16)]);
     let specs = enumerate_specs(&rope, 8).unwrap();
     assert!(specs.iter().all(|c| c.counts[2] >= 4), "{:?}", specs.iter().map(|c| &c.counts).collect::<Vec<_>>());
+    // Without a key split (the cache's index, last), cached attention needs the output split.
     let attention = cached_attention(4, 2, 1, 32, 16);
     let specs = enumerate_specs(&attention, 8).unwrap();
-    assert!(specs.iter().all(|c| c.counts[2] >= 4), "{:?}", specs.iter().map(|c| &c.counts).collect::<Vec<_>>());
+    let unsplit: Vec<_> = specs.iter().filter(|c| c.counts[3] == 1).collect();
+    assert!(!unsplit.is_empty() && specs.len() > unsplit.len());
+    assert!(unsplit.iter().all(|c| c.counts[2] >= 4), "{:?}", specs.iter().map(|c| &c.counts).collect::<Vec<_>>());
 }
 
 /// The indices the operators had keep their positions: a request without the new index's
@@ -120,7 +131,7 @@ fn earlier_requests_keep_their_meaning() {
         assert_eq!(f.inputs[1], norm.inputs()[1].tensor_type());
     }
     let attention = cached_attention(4, 2, 2, 4, 8);
-    let spec = request_spec(&attention, &[2, 2, 1]).unwrap();
+    let spec = request_spec(&attention, &[2, 2, 1, 1]).unwrap();
     assert!(spec.functions.iter().all(|f| f.inputs[0] == f.outputs[0]));
     let x = rope_at(&[("heads", 2), ("tokens", 3), ("d_head", 4)]);
     let spec = request_spec(&x, &[2, 3, 1]).unwrap();

@@ -322,3 +322,43 @@ fn a_reshape_keeps_the_row_major_elements() {
     assert_eq!(ids.reshaped(tt(&[0, 0], &[2, 2])).unwrap().to_i32(), [1, 2, 3, 4]);
     assert!(flat.reshaped(tt(&[0], &[5])).is_err());
 }
+
+/// The softmax aggregation merges rows along the last index (values, then the statistics
+/// column), in every dtype, on views as on compact blocks, and a rank-0 block is refused.
+#[test]
+fn softmax_aggregation_merges_rows() {
+    let ty = TensorType::new(&[0, 4], &[2, 7]).unwrap();
+    let ninf = f32::NEG_INFINITY;
+    // Row 0: lse 0 and ln 3 → weights 1/4 and 3/4. Row 1: the second part saw no key.
+    let a = vec![1.0, 2.0, 0.0, 5.0, 6.0, 0.5];
+    let b = vec![3.0, 6.0, 3f32.ln(), 0.0, 0.0, ninf];
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let (x, y) = (
+            HostTensor::from_f32(ty.clone(), dtype, a.clone()).unwrap(),
+            HostTensor::from_f32(ty.clone(), dtype, b.clone()).unwrap(),
+        );
+        for (l, r) in [(&x, &y), (&y, &x)] {
+            let out = l.aggregate(r, Aggregation::Softmax).unwrap().to_f32();
+            let tol = if dtype == DType::F32 { 1e-6 } else { 2e-2 };
+            for (g, w) in out.iter().zip([2.5, 5.0, 4f32.ln(), 5.0, 6.0, 0.5]) {
+                assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{dtype}: {out:?}");
+            }
+        }
+    }
+    // Views are read in place: the rows of a wider block.
+    let wide = HostTensor::from_f32(
+        TensorType::new(&[0, 3], &[2, 7]).unwrap(),
+        DType::F32,
+        vec![9.0, 1.0, 2.0, 0.0, 9.0, 5.0, 6.0, 0.5],
+    )
+    .unwrap();
+    let view = wide.view(&ty).unwrap();
+    let compact = HostTensor::from_f32(ty.clone(), DType::F32, a.clone()).unwrap();
+    let other = HostTensor::from_f32(ty.clone(), DType::F32, b.clone()).unwrap();
+    assert_eq!(
+        HostTensor::aggregate_in(&view, std::slice::from_ref(&other), Aggregation::Softmax, None).unwrap(),
+        compact.aggregate(&other, Aggregation::Softmax).unwrap()
+    );
+    let scalar = HostTensor::from_f32(TensorType::zero_bounded(&[]), DType::F32, vec![1.0]).unwrap();
+    assert!(scalar.aggregate(&scalar, Aggregation::Softmax).is_err());
+}

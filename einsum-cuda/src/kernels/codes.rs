@@ -82,6 +82,8 @@ op_codes!(Aggregation, "AGG", Some("agg_apply(int op, float a, float b)"), {
     Aggregation::Max => 1, "MAX", "(a >= b || a != a) ? a : b";
     Aggregation::Min => 2, "MIN", "(a <= b || a != a) ? a : b";
     Aggregation::Product => 3, "PRODUCT", "a * b";
+    // Row-wise: aggregate.cu's aggregate_softmax merges its rows; agg_apply never sees it.
+    Aggregation::Softmax => 4, "SOFTMAX", "__int_as_float(0x7fc00000)";
 });
 
 op_codes!(UnaryOp, "UNARY", Some("unary_apply(int op, float v, float s)"), {
@@ -180,7 +182,7 @@ mod tests {
     #[test]
     fn every_rust_variant_has_its_code_in_the_generated_header() {
         check(&[DType::F32, DType::F16, DType::BF16, DType::I32]);
-        check(&[Aggregation::Sum, Aggregation::Max, Aggregation::Min, Aggregation::Product]);
+        check(&[Aggregation::Sum, Aggregation::Max, Aggregation::Min, Aggregation::Product, Aggregation::Softmax]);
         let unary = [
             UnaryOp::Relu,
             UnaryOp::Gelu,

@@ -21,9 +21,13 @@ pub struct Module {
 /// indexing, and the 16-byte contiguous copy.
 pub const COPY: Module =
     Module { name: "copy", kernels: &["box_copy", "box_copy32", "copy_vec"], source: include_str!("cuda/copy.cu") };
-/// The k-way ⊕ of aggregation tasks, scalar and 16-byte.
-pub const AGGREGATE: Module =
-    Module { name: "aggregate", kernels: &["aggregate", "aggregate_vec"], source: include_str!("cuda/aggregate.cu") };
+/// The k-way ⊕ of aggregation tasks, scalar and 16-byte, and the row-wise merge of
+/// softmax partials (`aggregate_softmax`).
+pub const AGGREGATE: Module = Module {
+    name: "aggregate",
+    kernels: &["aggregate", "aggregate_vec", "aggregate_softmax"],
+    source: include_str!("cuda/aggregate.cu"),
+};
 /// Unary elementwise operations, scalar and 16-byte.
 pub const UNARY: Module =
     Module { name: "unary", kernels: &["unary", "unary_vec"], source: include_str!("cuda/unary.cu") };

@@ -1,11 +1,11 @@
 //! The k-way ⊕ of an aggregation task's blocks (`aggregate`, `aggregate_vec` of
-//! `aggregate.cu`).
+//! `aggregate.cu`), and the row-wise merge of softmax partials (`aggregate_softmax`).
 
 use cudarc::driver::{DeviceRepr, PushKernelArg};
 use einsum_core::{Aggregation, DType};
 
 use super::DeviceWork;
-use super::grid::{elementwise, launch_err};
+use super::grid::{elementwise, launch_err, linear};
 use crate::addressing::aligned;
 use crate::emulate::{EmulatedMemory, check_vector};
 use crate::executor::IssueCtx;
@@ -107,9 +107,132 @@ impl DeviceWork for Aggregate {
     }
 }
 
+/// The row-wise merge of softmax partials ([`Aggregation::Softmax`]) of `k ≤`
+/// [`MAX_AGG_SOURCES`] sources into `out` (or of `out` and the sources, when `accumulate`):
+/// `rows` rows of `width` elements, the values then the log-sum-exp column
+/// (`aggregate_softmax` of `aggregate.cu`: one thread per row).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SoftmaxAggregate {
+    /// The sources, in order (at least one, at most [`MAX_AGG_SOURCES`]).
+    pub srcs: Vec<Ptr>,
+    /// Whether `out` already holds a partial result to merge the sources into (the first
+    /// row merged).
+    pub accumulate: bool,
+    /// Result (no source).
+    pub out: Ptr,
+    /// Element type.
+    pub dtype: DType,
+    /// Rows.
+    pub rows: usize,
+    /// Elements per row, the statistics column included (at least 1).
+    pub width: usize,
+}
+
+/// The coefficient of each row merged and the merged log-sum-exp, from the rows' `lse`s in
+/// merge order, as `aggregate_softmax` computes them: pairwise as
+/// [`einsum_core::merge_softmax_rows`], each earlier coefficient scaled by the accumulated
+/// row's weight, a coefficient whose weight is exactly 0 set to 0 (the row dropped).
+pub fn softmax_coefficients(lses: &[f32]) -> (Vec<f32>, f32) {
+    let nan_max = |a: f32, b: f32| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) };
+    let mut c = vec![0.0f32; lses.len()];
+    let Some((&first, rest)) = lses.split_first() else { return (c, f32::NEG_INFINITY) };
+    let mut lse = first;
+    c[0] = 1.0;
+    for (j, &lb) in rest.iter().enumerate() {
+        let mx = nan_max(lse, lb);
+        if mx == f32::NEG_INFINITY {
+            c[j + 1] = 1.0;
+            continue;
+        }
+        let l = mx + ((lse - mx).exp() + (lb - mx).exp()).ln();
+        let (wa, wb) = ((lse - l).exp(), (lb - l).exp());
+        for ci in &mut c[..=j] {
+            *ci = if wa == 0.0 || *ci == 0.0 { 0.0 } else { *ci * wa };
+        }
+        c[j + 1] = wb;
+        lse = l;
+    }
+    (c, lse)
+}
+
+impl DeviceWork for SoftmaxAggregate {
+    fn issue(&self, ctx: &IssueCtx<'_>) -> Result<(), String> {
+        if self.rows == 0 || self.width == 0 {
+            return Ok(());
+        }
+        let sources = AggSources::new(self.srcs.iter().map(|p| ctx.addr(*p)))?;
+        let (k, acc) = (self.srcs.len() as i32, i32::from(self.accumulate));
+        let (outp, dt, rows, width) = (ctx.addr(self.out), self.dtype.code(), self.rows as i64, self.width as i64);
+        let f = ctx.library_kernel(self)?;
+        let mut b = ctx.stream().launch_builder(f);
+        b.arg(&sources).arg(&k).arg(&acc).arg(&outp).arg(&dt).arg(&rows).arg(&width);
+        // SAFETY: matches `aggregate_softmax`'s signature (`Sources` by value, as
+        // `AggSources`); k sources and `out` of rows · width elements each.
+        unsafe { b.launch(linear(self.rows)) }.map_err(launch_err)?;
+        Ok(())
+    }
+
+    /// The merge of aggregate.cu's `aggregate_softmax`: per row, the coefficients from the
+    /// `lse`s in order ([`softmax_coefficients`]), then each value the sum over the rows
+    /// kept of coefficient · value, in f32, rounded to the element type once.
+    fn emulate(&self, m: &mut EmulatedMemory) {
+        let SoftmaxAggregate { srcs, accumulate, out, dtype, rows, width } = self;
+        assert!(!srcs.is_empty() && srcs.len() <= MAX_AGG_SOURCES, "{} aggregation sources", srcs.len());
+        if *width == 0 {
+            return;
+        }
+        let order: Vec<Ptr> =
+            if *accumulate { std::iter::once(*out).chain(srcs.iter().copied()).collect() } else { srcs.clone() };
+        let v = width - 1;
+        for r in 0..*rows {
+            let base = r * width;
+            let lses: Vec<f32> = order.iter().map(|p| m.ld(*p, base + v, *dtype)).collect();
+            let (c, lse) = softmax_coefficients(&lses);
+            for e in 0..v {
+                let mut acc = 0.0f32;
+                for (p, &ci) in order.iter().zip(&c) {
+                    if ci != 0.0 {
+                        acc += ci * m.ld(*p, base + e, *dtype);
+                    }
+                }
+                m.st(*out, base + e, *dtype, acc);
+            }
+            m.st(*out, base + v, *dtype, lse);
+        }
+    }
+
+    fn kernel_name(&self) -> Option<&'static str> {
+        Some("aggregate_softmax")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The coefficients reproduce the pairwise merge of einsum-core on rows of one value,
+    /// the non-finite cases included.
+    #[test]
+    fn softmax_coefficients_follow_the_pairwise_merge() {
+        let (ninf, nan) = (f32::NEG_INFINITY, f32::NAN);
+        let cases: [&[(f32, f32)]; 5] = [
+            &[(1.0, 0.0), (2.0, 1.0), (-1.0, -0.5)],
+            &[(nan, ninf), (2.0, 1.0), (0.0, ninf)],
+            &[(0.0, ninf), (nan, ninf)],
+            &[(3.0, 0.5), (nan, f32::NAN)],
+            &[(0.0, ninf), (1.5, 0.25), (nan, ninf), (0.0, ninf)],
+        ];
+        for rows in cases {
+            let mut want = vec![rows[0].0, rows[0].1];
+            for &(o, l) in &rows[1..] {
+                einsum_core::merge_softmax_rows(&mut want, &[o, l]);
+            }
+            let (c, lse) = softmax_coefficients(&rows.iter().map(|r| r.1).collect::<Vec<_>>());
+            let o: f32 = rows.iter().zip(&c).filter(|(_, c)| **c != 0.0).map(|(r, c)| c * r.0).sum();
+            let same = |a: f32, b: f32| (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() < 1e-6;
+            assert!(same(o, want[0]) && same(lse, want[1]), "{rows:?}: {o} {lse} vs {want:?}");
+        }
+    }
 
     #[test]
     fn aggregate_sources_fill_the_struct_in_order_and_refuse_too_many() {

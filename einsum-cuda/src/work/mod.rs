@@ -19,7 +19,7 @@ mod reduce;
 mod rope;
 mod rows;
 
-pub use aggregate::{AggSources, Aggregate};
+pub use aggregate::{AggSources, Aggregate, SoftmaxAggregate, softmax_coefficients};
 pub use attention::Attention;
 pub use copy::{BoxCopy, Memcpy};
 pub use elementwise::{Binary, Unary, UnaryBinary};
@@ -68,6 +68,8 @@ pub enum Op {
     Memcpy(Memcpy),
     /// The ⊕ of up to [`crate::lower::MAX_AGG_SOURCES`] blocks.
     Aggregate(Aggregate),
+    /// The row-wise merge of up to [`crate::lower::MAX_AGG_SOURCES`] softmax partials.
+    SoftmaxAggregate(SoftmaxAggregate),
     /// Elementwise unary.
     Unary(Unary),
     /// Elementwise binary with broadcasting.
@@ -97,6 +99,7 @@ macro_rules! with_work {
             Op::Copy($w) => $body,
             Op::Memcpy($w) => $body,
             Op::Aggregate($w) => $body,
+            Op::SoftmaxAggregate($w) => $body,
             Op::Unary($w) => $body,
             Op::Binary($w) => $body,
             Op::UnaryBinary($w) => $body,

@@ -125,7 +125,10 @@ fn half_precision_inputs_give_an_output_of_their_dtype() {
 #[test]
 fn every_spec_on_a_few_devices_decomposes_exactly() {
     let a = op(2, 2, 3, 4, 4);
-    assert_eq!(a.shardable().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["heads_kv", "batch", "d_head"]);
+    assert_eq!(
+        a.shardable().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["heads_kv", "batch", "d_head", "cache"]
+    );
     assert_eq!(a.index_bound(POSITIONS), Some(5));
     assert!((0..POSITIONS).all(|k| a.index_bound(k).is_none()));
     // Two key/value heads times three sequences: 5 devices have no spec.
@@ -141,7 +144,7 @@ fn every_spec_on_a_few_devices_decomposes_exactly() {
 #[test]
 fn a_heads_kv_split_shards_query_heads_in_groups_and_batch_rows_follow() {
     let a = op(4, 2, 6, 10, 8);
-    let spec = request_spec(&a, &[2, 3, 1]).unwrap();
+    let spec = request_spec(&a, &[2, 3, 1, 1]).unwrap();
     assert_eq!(spec.len(), 6);
     let f = &spec.functions[5];
     assert_eq!(f.inputs[Q], TensorType::new(&[4, 4, 0], &[8, 6, 8]).unwrap());
@@ -416,12 +419,18 @@ fn kernel_rejects_blocks_it_cannot_compute_on() {
     f.inputs[Q] = TensorType::new(&[1, 0, 0], &[3, 3, 4]).unwrap();
     f.outputs[0] = f.inputs[Q].clone();
     assert!(run(&f).unwrap_err().to_string().contains("whole groups"));
-    // A cache block missing rows.
+    // A cache block missing rows is a function of a key split: its partial is one column
+    // wider. One with no row is refused.
     let mut f = whole.clone();
     let short = TensorType::new(&[0, 0, 0, 0], &[2, 3, 3, 4]).unwrap();
     f.inputs[K_CACHE] = short.clone();
     f.inputs[V_CACHE] = short;
-    assert!(run(&f).unwrap_err().to_string().contains("must be whole"));
+    assert_eq!(*run(&f).unwrap()[0].ty(), TensorType::new(&[0, 0, 0], &[4, 3, 5]).unwrap());
+    let mut f = whole.clone();
+    let none = TensorType::new(&[0, 0, 2, 0], &[2, 3, 2, 4]).unwrap();
+    f.inputs[K_CACHE] = none.clone();
+    f.inputs[V_CACHE] = none;
+    assert!(run(&f).is_err());
     // Positions of other sequences.
     let mut f = whole.clone();
     f.inputs[POSITIONS] = TensorType::new(&[1], &[3]).unwrap();
@@ -453,7 +462,7 @@ fn kernel_rejects_blocks_it_cannot_compute_on() {
 #[test]
 fn a_d_head_split_writes_slices_of_the_features_from_whole_operands() {
     let a = op(2, 2, 1, 6, 8);
-    let spec = request_spec(&a, &[1, 1, 4]).unwrap();
+    let spec = request_spec(&a, &[1, 1, 4, 1]).unwrap();
     einsum_joinagg::validate_spec(&a, &spec, Some(4)).unwrap();
     let whole = einsum_joinagg::whole_spec(&a);
     for (n, f) in spec.functions.iter().enumerate() {
@@ -467,4 +476,90 @@ fn a_d_head_split_writes_slices_of_the_features_from_whole_operands() {
     let want = execute_whole(&a, &ins).unwrap();
     let got = einsum_joinagg::execute_spec(&a, &spec, &ins).unwrap();
     assert_eq!(got, want);
+}
+
+/// `got` and `want` agree: both NaN, equal, or within `tol` (relative above 1).
+fn assert_nan_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * w.abs().max(1.0);
+        assert!(ok, "{what}: element {i} is {g}, the whole kernel's {w}");
+    }
+}
+
+/// The key split: every combination of a cache split (2 and 4 blocks) with heads, batch and
+/// d_head splits equals the whole kernel, with positions at 0, inside a block, at block
+/// boundaries and at the cache's end; each function's partial is the widened box.
+#[test]
+fn key_splits_combine_partials_into_the_whole_softmax() {
+    let a = op(2, 2, 6, 8, 4);
+    let positions = [0, 3, 4, 8, 6, 2];
+    let ins = inputs(&a, &positions, 7);
+    let want = execute_whole(&a, &ins).unwrap();
+    for counts in
+        [[1, 1, 1, 2], [1, 1, 1, 4], [1, 1, 1, 8], [2, 1, 1, 2], [1, 2, 1, 4], [1, 1, 2, 2], [2, 3, 2, 2], [1, 6, 1, 4]]
+    {
+        let spec = request_spec(&a, &counts).unwrap();
+        einsum_joinagg::validate_spec(&a, &spec, None).unwrap();
+        let types = einsum_joinagg::partial_types(&a, &spec);
+        for (f, t) in spec.functions.iter().zip(&types) {
+            let ob = &f.outputs[0];
+            assert_eq!(t[0].dim(2).hi, ob.dim(2).hi + 1, "{counts:?}: {ob} widens to {}", t[0]);
+        }
+        let got = einsum_joinagg::execute_spec(&a, &spec, &ins).unwrap();
+        assert_eq!(got[0].ty(), want[0].ty());
+        assert_nan_close(&got[0].to_f32(), &want[0].to_f32(), 1e-5, &format!("{counts:?}"));
+    }
+    // Flops: the blocks' rows, the new key charged to the last block.
+    let spec = request_spec(&a, &[1, 1, 1, 2]).unwrap();
+    let whole = a.flops(&einsum_joinagg::whole_spec(&a));
+    let parts: f64 = spec.functions.iter().map(|f| a.flops(f)).sum();
+    assert_eq!(parts, whole);
+    assert_eq!(a.aggregation(), Aggregation::Softmax);
+}
+
+/// Non-finite scores under a key split behave as in the whole kernel: a NaN or `+∞` score
+/// makes the row NaN, `−∞` scores in one block get weight 0 when another block saw a finite
+/// score, and a row whose every seen score is `−∞` is NaN.
+#[test]
+fn key_splits_keep_the_non_finite_semantics() {
+    let a = op(1, 2, 1, 8, 4);
+    let ninf = f32::NEG_INFINITY;
+    let key = |v: f32| [v, 0.0, 0.0, 0.0];
+    // q = 1 everywhere, so a key [x, 0, 0, 0] scores exactly scale · x.
+    let case = |p: i32, rows: &[(usize, [f32; 4])], new_key: Option<[f32; 4]>| {
+        let mut ins = inputs(&a, &[p], 11);
+        ins[Q] = HostTensor::from_f32(ins[Q].ty().clone(), DType::F32, vec![1.0; 8]).unwrap();
+        let mut cache = ins[K_CACHE].to_f32();
+        for &(j, k) in rows {
+            cache[j * 4..][..4].copy_from_slice(&k);
+        }
+        ins[K_CACHE] = HostTensor::from_f32(ins[K_CACHE].ty().clone(), DType::F32, cache).unwrap();
+        if let Some(k) = new_key {
+            ins[K] = HostTensor::from_f32(ins[K].ty().clone(), DType::F32, k.to_vec()).unwrap();
+        }
+        ins
+    };
+    let all_ninf: Vec<(usize, [f32; 4])> = (0..8).map(|j| (j, key(ninf))).collect();
+    let cases = [
+        ("NaN score", case(6, &[(1, key(f32::NAN))], None), Some(true)),
+        ("+inf score", case(6, &[(5, key(f32::INFINITY))], None), Some(true)),
+        ("-inf in the first block, finite in the second", case(6, &all_ninf[..4], None), Some(false)),
+        ("-inf in the second block, finite in the first", case(8, &all_ninf[4..], Some(key(ninf))), Some(false)),
+        ("every score -inf", case(6, &all_ninf, Some(key(ninf))), Some(true)),
+        ("every score -inf at the cache's end", case(8, &all_ninf, Some(key(ninf))), Some(true)),
+        ("position 0, the new key alone", case(0, &all_ninf, None), Some(false)),
+    ];
+    for (what, ins, nan) in cases {
+        let want = execute_whole(&a, &ins).unwrap()[0].to_f32();
+        if let Some(nan) = nan {
+            assert_eq!(want.iter().all(|x| x.is_nan()), nan, "{what}: the whole kernel gives {want:?}");
+            assert!(nan || want.iter().all(|x| x.is_finite()), "{what}: {want:?}");
+        }
+        for counts in [[1, 1, 1, 2], [1, 1, 1, 4], [1, 1, 2, 8]] {
+            let spec = request_spec(&a, &counts).unwrap();
+            let got = einsum_joinagg::execute_spec(&a, &spec, &ins).unwrap()[0].to_f32();
+            assert_nan_close(&got, &want, 1e-5, &format!("{what} {counts:?}"));
+        }
+    }
 }

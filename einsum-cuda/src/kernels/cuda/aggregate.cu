@@ -55,3 +55,59 @@ extern "C" __global__ void aggregate_vec(Sources s, int k, int accumulate, void*
         aggregate_at(s, k, accumulate, out, dt, op, nv * per + i);
     }
 }
+
+// The row-wise merge of softmax partials (einsum_core::Aggregation::Softmax): every row of
+// `width` elements holds the normalized values o (width - 1 of them) and then the log-sum-exp
+// lse of its scores. A thread merges one row: first the lse of the sources in order, as
+// einsum_core::merge_softmax_rows does pairwise (m = max NaN-propagating; both -inf: the
+// values add; else lse = m + log(e^(lse_a - m) + e^(lse_b - m)) and the accumulated row and
+// the new one are weighted by e^(lse_x - lse)), keeping each source's coefficient, a term
+// whose weight is exactly 0 dropped; then every value o = sum of coefficient * o over the
+// sources kept, in f32, rounded to dt once. The emulator (work/aggregate.rs) computes the
+// same coefficients in the same order. With `accumulate`, `out` is the first source.
+__device__ __forceinline__ float lse_max(float a, float b) {
+    return (a != a || b != b) ? NAN_F32 : fmaxf(a, b);
+}
+
+extern "C" __global__ void aggregate_softmax(Sources s, int k, int accumulate, void* out, int dt, i64 rows,
+                                             i64 width) {
+    const i64 m = width - 1;
+    const int first = accumulate ? 0 : 1;
+    const void* start = accumulate ? (const void*)out : s.p[0];
+    GRID_STRIDE(r, rows) {
+        const i64 base = r * width;
+        // c[0] weighs the first row (out or s.p[0]); c[j + 1] weighs s.p[j].
+        float c[MAX_AGG_SOURCES + 1];
+        float lse = ld(start, base + m, dt);
+        c[0] = 1.0f;
+#pragma unroll
+        for (int j = 0; j < MAX_AGG_SOURCES; ++j) {
+            c[j + 1] = 0.0f;
+            if (j >= first && j < k) {
+                const float lb = ld(s.p[j], base + m, dt);
+                const float mx = lse_max(lse, lb);
+                if (mx == NEG_INF) {
+                    c[j + 1] = 1.0f;
+                } else {
+                    const float l = mx + logf(expf(lse - mx) + expf(lb - mx));
+                    const float wa = expf(lse - l), wb = expf(lb - l);
+#pragma unroll
+                    for (int i = 0; i <= MAX_AGG_SOURCES; ++i) {
+                        if (i <= j) c[i] = (wa == 0.0f || c[i] == 0.0f) ? 0.0f : c[i] * wa;
+                    }
+                    c[j + 1] = wb;
+                    lse = l;
+                }
+            }
+        }
+        for (i64 e = 0; e < m; ++e) {
+            float acc = c[0] != 0.0f ? c[0] * ld(start, base + e, dt) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < MAX_AGG_SOURCES; ++j) {
+                if (j >= first && j < k && c[j + 1] != 0.0f) acc += c[j + 1] * ld(s.p[j], base + e, dt);
+            }
+            st(out, base + e, dt, acc);
+        }
+        st(out, base + m, dt, lse);
+    }
+}
