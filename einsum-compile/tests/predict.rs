@@ -245,3 +245,40 @@ fn graphs_with_boundaries_predict_loads_and_stores_as_free() {
     let boundary = Boundary { name: "a".into(), ty: ty.clone(), dtype: F16 };
     assert_eq!(compiled.graph.inputs(), [boundary]);
 }
+
+/// A softmax aggregation (the key split's ⊕, row-wise over partials that carry their
+/// statistics column) is charged as an elementwise kernel of its FLOPs (exponentials and a
+/// logarithm per row) and its bytes, never less than the same bytes merged as a sum.
+#[test]
+fn a_softmax_aggregation_is_charged_its_flops_and_bytes() {
+    use einsum_core::Aggregation;
+    use einsum_sim::{KernelClass, KernelWork, Precision, SiteId, TaskKind};
+    let ty = tt(&[0, 0], &[1 << 20, 2]);
+    let io = |name: &str| Boundary { name: name.into(), ty: ty.clone(), dtype: F16 };
+    let mut g = TaskGraph::new(1, vec![io("a"), io("b")], vec![io("y")]);
+    let srcs: Vec<_> = (0..2)
+        .map(|i| {
+            let b = g.add_buffer(DeviceId(0), ty.clone(), F16);
+            g.push(Task::Load { input: i, dst: b }, &[], "load").unwrap();
+            b
+        })
+        .collect();
+    let dst = g.add_buffer(DeviceId(0), ty.clone(), F16);
+    g.push(Task::Aggregate { srcs, dst, agg: Aggregation::Softmax }, &[], "merge").unwrap();
+    g.push(Task::Store { output: 0, src: dst }, &[], "store").unwrap();
+    let (topology, roofline) = (a100(), Roofline::default());
+    let tasks = einsum_compile::simulator_tasks(&Computation::new(), &g, &[], &topology, &roofline).unwrap();
+    let TaskKind::Compute { site, seconds } = tasks[2].kind else { panic!("{:?}", tasks[2].kind) };
+    assert_eq!(site, SiteId(0));
+    let work = |flops: f64| KernelWork {
+        class: KernelClass::Elementwise,
+        flops,
+        bytes: 3.0 * 2.0 * ty.volume() as f64,
+        output_elements: ty.volume() as f64,
+        precision: Precision::F16,
+    };
+    let s = topology.site(SiteId(0)).unwrap();
+    assert_eq!(seconds, roofline.kernel_seconds(s, &work(Aggregation::Softmax.flops(2, &ty))));
+    assert!(seconds >= roofline.kernel_seconds(s, &work(Aggregation::Sum.flops(2, &ty))));
+    assert!(Aggregation::Softmax.flops(2, &ty) > 10.0 * Aggregation::Sum.flops(2, &ty));
+}

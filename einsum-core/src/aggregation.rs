@@ -105,7 +105,7 @@ impl Aggregation {
         let steps = pieces.saturating_sub(1) as f64;
         let elements = ty.volume() as f64;
         match (self, ty.rank().checked_sub(1)) {
-            (Aggregation::Softmax, Some(last)) if ty.dim(last).len() > 0 => {
+            (Aggregation::Softmax, Some(last)) if !ty.dim(last).is_empty() => {
                 let rows = elements / ty.dim(last).len() as f64;
                 steps * (3.0 * (elements - rows) + SOFTMAX_ROW_FLOPS * rows)
             }
