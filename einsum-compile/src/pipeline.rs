@@ -170,13 +170,6 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
     fits("planning", footprint::planning_bytes(req.comp, req.devices))?;
     let started = Instant::now();
     let problem = Problem::new(req.comp, req.devices, req.cost)?;
-    // The same problem priced by each of the model's variants, whose optima the refinement
-    // scores beside the strategy's plan.
-    let variants: Vec<Problem> = if req.refine == 0 {
-        Vec::new()
-    } else {
-        req.cost.variants().iter().map(|v| Problem::new(req.comp, req.devices, v.as_ref())).collect::<Result<_, _>>()?
-    };
     let mut optimize_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut compile_ms = 0.0;
     let options = crate::PhysicalOptions {
@@ -202,21 +195,22 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
             }
             Err(e) => return Err(e.into()),
         };
-        // A variant's problem without a plan within the room offers nothing.
-        let mut variant_choices = Vec::new();
-        for v in &variants {
-            if let Ok(choice) = req.strategy.solve(&v.clone().with_memory_budget(Some(room))?) {
-                variant_choices.push(choice);
-            }
-        }
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
         let compile_fits =
             |p: &LogicalPlan| fits("compiling", footprint::compile_bytes(req.comp, &p.specs(), req.devices));
         compile_fits(&plan)?;
         let started = Instant::now();
         let admissible = |p: &LogicalPlan| compile_fits(p).is_ok();
+        // The strategy's optima under the cost model's variants, asked only of a strategy
+        // that offers alternatives; a variant's problem without a plan in the room offers none.
+        let variants = || -> Vec<Vec<usize>> {
+            let solve = |v: &Arc<dyn einsum_logical::CostModel>| -> einsum_logical::Result<Vec<usize>> {
+                req.strategy.solve(&Problem::new(req.comp, req.devices, v.as_ref())?.with_memory_budget(Some(room))?)
+            };
+            req.cost.variants().iter().filter_map(|v| solve(v).ok()).collect()
+        };
         let (plan, result, refinement) =
-            refined(req.comp, req.strategy, &budgeted, plan, &variant_choices, &options, req.refine, &admissible)?;
+            refined(req.comp, req.strategy, &budgeted, plan, &variants, &options, req.refine, &admissible)?;
         compile_ms += started.elapsed().as_secs_f64() * 1e3;
         match result {
             Ok(compiled) => {

@@ -69,8 +69,8 @@ pub struct Refinement {
 /// faster, and offers [`PER_STEP`] alternatives of its own) gives the plan; under a searched schedule the
 /// [`FINALISTS`] fastest alternatives it scored and the model's cheapest of the others are
 /// compiled as asked beside `plan`, and the fastest of those is the plan.
-/// `variants` (the strategy's optima under the cost model's variants, see the module docs)
-/// are scored first, each one prediction beyond `limit`, when the strategy offers
+/// `variants` gives the strategy's optima under the cost model's variants (see the module
+/// docs), called only when the strategy offers alternatives; they are scored first, each one prediction beyond `limit`, when the strategy offers
 /// alternatives at all (a strategy without any, such as a baseline, is not refined).
 /// `admissible` refuses a plan before it is compiled (the host-memory estimate). The
 /// refinement is `None` when nothing was scored (`limit` 0, no alternatives, or the plan
@@ -82,7 +82,7 @@ pub(crate) fn refined(
     strategy: &dyn LogicalOptimizer,
     problem: &Problem,
     plan: LogicalPlan,
-    variants: &[Vec<usize>],
+    variants: &dyn Fn() -> Vec<Vec<usize>>,
     options: &PhysicalOptions,
     limit: usize,
     admissible: &dyn Fn(&LogicalPlan) -> bool,
@@ -99,9 +99,9 @@ pub(crate) fn refined(
     let width = if problem.ops.len() <= WIDE_FIRST_STEP_OPS { limit } else { PER_STEP };
     let mut first = if limit == 0 { Vec::new() } else { strategy.alternatives(problem, &plan.choice(), width)? };
     let mut extra: Vec<Vec<usize>> = Vec::new();
-    for v in variants.iter().filter(|v| !first.is_empty() && **v != plan.choice() && !first.contains(v)) {
-        if !extra.contains(v) {
-            extra.push(v.clone());
+    for v in if first.is_empty() { Vec::new() } else { variants() } {
+        if v != plan.choice() && !first.contains(&v) && !extra.contains(&v) {
+            extra.push(v);
         }
     }
     let (limit, width) = (limit + extra.len(), width + extra.len());

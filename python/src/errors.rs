@@ -64,7 +64,9 @@ pub fn to_py(e: Error) -> PyErr {
             RunError::new_err(message)
         }
         Error::Topology(_) | Error::File(_) => TopologyError::new_err(message),
-        Error::Experiment(_) | Error::ModelConfig(_) | Error::Model(_) => WorkloadError::new_err(message),
+        Error::Experiment(_) | Error::ModelConfig(_) | Error::Model(_) | Error::Tokenizer { .. } => {
+            WorkloadError::new_err(message)
+        }
         Error::Checkpoint(_) => RunError::new_err(message),
         Error::Io { .. } | Error::Usage(_) => EinsummableError::new_err(message),
     }
