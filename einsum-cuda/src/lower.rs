@@ -410,9 +410,10 @@ mod tests {
         }
     }
 
-    /// `y = x₀ ⊕ … ⊕ xₖ₋₁` on one device: k loads, one aggregate, one store.
-    fn aggregation(k: usize, n: usize, dtype: DType, agg: Aggregation) -> TaskGraph {
-        let ty = TensorType::zero_bounded(&[n]);
+    /// `y = x₀ ⊕ … ⊕ xₖ₋₁` of tensors of `shape` on one device: k loads, one aggregate, one
+    /// store.
+    fn aggregation(k: usize, shape: &[usize], dtype: DType, agg: Aggregation) -> TaskGraph {
+        let ty = TensorType::zero_bounded(shape);
         let io = |name: String| Boundary { name, ty: ty.clone(), dtype };
         let mut g = TaskGraph::new(1, (0..k).map(|i| io(format!("x{i}"))).collect(), vec![io("y".into())]);
         let srcs: Vec<_> = (0..k)
@@ -434,7 +435,7 @@ mod tests {
 
     #[test]
     fn a_three_source_aggregate_is_one_vector_launch() {
-        let g = aggregation(3, 40, DType::F32, Aggregation::Sum);
+        let g = aggregation(3, &[40], DType::F32, Aggregation::Sum);
         let lowered = lower(&g, &NoKernels, &KernelRegistry::default()).unwrap();
         let aggs = aggregate_ops_of(&lowered);
         assert_eq!(aggs.len(), 1, "{aggs:?}");
@@ -449,7 +450,7 @@ mod tests {
     #[test]
     fn many_sources_chain_in_groups_folded_in_order() {
         let (k, n) = (18, 37);
-        let g = aggregation(k, n, DType::BF16, Aggregation::Sum);
+        let g = aggregation(k, &[n], DType::BF16, Aggregation::Sum);
         let lowered = lower(&g, &NoKernels, &KernelRegistry::default()).unwrap();
         let groups: Vec<(usize, bool)> = aggregate_ops_of(&lowered)
             .into_iter()
@@ -476,24 +477,6 @@ mod tests {
         }
     }
 
-    /// `y = x₀ ⊕ … ⊕ xₖ₋₁` under the softmax aggregation on one device, rows of `width`.
-    fn softmax_aggregation(k: usize, rows: usize, width: usize, dtype: DType) -> TaskGraph {
-        let ty = TensorType::zero_bounded(&[rows, width]);
-        let io = |name: String| Boundary { name, ty: ty.clone(), dtype };
-        let mut g = TaskGraph::new(1, (0..k).map(|i| io(format!("x{i}"))).collect(), vec![io("y".into())]);
-        let srcs: Vec<_> = (0..k)
-            .map(|i| {
-                let b = g.add_buffer(DeviceId(0), ty.clone(), dtype);
-                g.push(Task::Load { input: i, dst: b }, &[], format!("load {i}")).unwrap();
-                b
-            })
-            .collect();
-        let dst = g.add_buffer(DeviceId(0), ty.clone(), dtype);
-        g.push(Task::Aggregate { srcs, dst, agg: Aggregation::Softmax }, &[], "aggregate").unwrap();
-        g.push(Task::Store { output: 0, src: dst }, &[], "store").unwrap();
-        g
-    }
-
     /// The softmax aggregation lowers to `aggregate_softmax` launches (chained over groups of
     /// eight sources), and the emulated kernel merges the partial rows as einsum-core's
     /// reference does, the non-finite cases (an empty partial, every score −∞ in one part,
@@ -502,7 +485,7 @@ mod tests {
     fn softmax_partials_merge_row_by_row_on_the_emulator() {
         let (rows, width) = (7, 5);
         for (k, dtype) in [(2, DType::F32), (3, DType::F32), (11, DType::F32), (4, DType::BF16)] {
-            let g = softmax_aggregation(k, rows, width, dtype);
+            let g = aggregation(k, &[rows, width], dtype, Aggregation::Softmax);
             let lowered = lower(&g, &NoKernels, &KernelRegistry::default()).unwrap();
             let ops: Vec<&SoftmaxAggregate> = lowered
                 .ops
