@@ -16,6 +16,10 @@
 //! a plan slower than the strategy's under the requested schedule. All these compiles share
 //! their exchange programs ([`SynthesisMemo`]), since the plans differ in a few operators.
 //!
+//! A strategy's plan past the compiler's limits (`CompileError::TooLarge`: the model does not
+//! see them) is replaced by its cheapest alternative that compiles, from which the
+//! refinement goes on as from the strategy's own plan.
+//!
 //! The budget is counted in whole-plan predictions, never in seconds, so the plan a machine
 //! gets does not depend on its speed: at most [`Request::refine`](crate::pipeline::Request::refine)
 //! alternatives with naive programs, then, under a searched schedule, at most [`FINALISTS`]
@@ -106,7 +110,33 @@ pub(crate) fn refined(
     }
     let (limit, width) = (limit + extra.len(), width + extra.len());
     first.splice(0..0, extra);
-    let own = if first.is_empty() { None } else { compile(&plan, &naive, None).ok() };
+    let (mut plan, mut stood_in) = (plan, false);
+    let own = if first.is_empty() { None } else { Some(compile(&plan, &naive, None)) };
+    let own = match own {
+        None => None,
+        // The strategy's plan is past the compiler's limits: the model's cheapest alternative
+        // that compiles stands in for it.
+        Some(Err(CompileError::TooLarge { .. })) => {
+            let mut stand_in = None;
+            for (i, choice) in first.iter().enumerate() {
+                let mut alternative = problem.plan(choice, strategy.name())?;
+                alternative.search = plan.search.clone();
+                if !admissible(&alternative) {
+                    continue;
+                }
+                if let Ok(compiled) = compile(&alternative, &naive, None) {
+                    stand_in = Some((i, alternative, compiled));
+                    break;
+                }
+            }
+            stand_in.map(|(i, alternative, compiled)| {
+                first.remove(i);
+                (plan, stood_in) = (alternative, true);
+                compiled
+            })
+        }
+        Some(result) => result.ok(),
+    };
     let Some(own) = own else {
         let result = compile(&plan, options, None);
         return Ok((plan, result, None));
@@ -152,7 +182,7 @@ pub(crate) fn refined(
         scored,
         own_naive_ms: own.predicted_ms,
         best_naive_ms: best.as_ref().map(|(_, c)| c.predicted_ms),
-        replaced: false,
+        replaced: stood_in,
     };
     let (plan, result) = if options.synthesizer.is_naive() {
         match best {
@@ -164,7 +194,7 @@ pub(crate) fn refined(
         }
     } else {
         let (plan, result, replaced) = fastest_as_asked(&mut compile, options, plan, own.predicted_ms, seen);
-        refinement.replaced = replaced;
+        refinement.replaced |= replaced;
         (plan, result)
     };
     tracing::info!(

@@ -106,3 +106,49 @@ fn a_plan_whose_alternatives_predict_slower_is_kept() {
         assert_eq!((r.scored, r.replaced, r.best_naive_ms), (1, false, None));
     }
 }
+
+/// Two elementwise operators over a `[512, 512]` tensor on 512 devices.
+fn relu_chain() -> Computation {
+    use einsum_ops::unary::{Unary, UnaryOp};
+    let mut comp = Computation::new();
+    let d = TensorDesc::of(&[("i", 512), ("j", 512)], DType::F32).unwrap();
+    let x = comp.add_input("x", d.clone());
+    let a = comp.add_op("a", Box::new(Unary::new(&d, UnaryOp::Relu).unwrap()), &[x]).unwrap()[0];
+    let b = comp.add_op("b", Box::new(Unary::new(&d, UnaryOp::Relu).unwrap()), &[a]).unwrap()[0];
+    comp.save(b).unwrap();
+    comp
+}
+
+/// A strategy's plan past the compiler's limits (rows split, then columns: every block of the
+/// first meets every block of the second, 512² pieces in one exchange) is replaced by its
+/// alternative that compiles (rows split in both).
+#[test]
+fn an_alternative_stands_in_for_a_plan_past_the_compilers_limits() {
+    let comp = relu_chain();
+    let topology = Topology::preset("dgx-a100x64").unwrap();
+    let problem = Problem::new(&comp, 512, &PaperProxy).unwrap();
+    let split =
+        |op: usize, counts: &[usize]| problem.ops[op].candidates.iter().position(|c| c.counts == counts).unwrap();
+    let (rows, cols) = ([512, 1], [1, 512]);
+    let too_large = vec![split(0, &rows), split(1, &cols)];
+    let fits = vec![split(0, &rows), split(1, &rows)];
+    let plan = |strategy: &dyn LogicalOptimizer, refine: usize| {
+        plan_and_compile(&Request {
+            comp: &comp,
+            devices: 512,
+            strategy,
+            cost: &PaperProxy,
+            topology: &topology,
+            synthesizer: Arc::new(NaiveSynthesizer),
+            memory_budget: None,
+            host_memory: None,
+            refine,
+        })
+    };
+    let strategy = Offers { fast: too_large, slow: fits.clone() };
+    let err = plan(&strategy, 0).map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("pieces"), "without refinement the plan is refused: {err}");
+    let planned = plan(&strategy, DEFAULT_REFINE).unwrap();
+    assert_eq!(planned.plan.choice(), fits);
+    assert!(planned.refinement.is_some_and(|r| r.replaced));
+}
