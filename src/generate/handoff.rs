@@ -127,8 +127,9 @@ fn placement(exe: &Executable, op: einsum_joinagg::OpId) -> Result<&[DeviceId]> 
         .ok_or_else(|| internal(format!("operator {op:?} is not placed")))
 }
 
+/// Elements two intervals share.
 fn overlap(a: einsum_core::Interval, b: einsum_core::Interval) -> usize {
-    a.hi.min(b.hi).saturating_sub(a.lo.max(b.lo))
+    a.intersect(&b).map_or(0, |i| i.len())
 }
 
 /// A plan that lacks what its compile always records: a bug, reported as the lowering's.
