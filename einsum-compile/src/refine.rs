@@ -144,13 +144,17 @@ pub(crate) fn refined(
     // A descent: of the current plan's cheapest alternatives (up to `limit` of the plan's
     // own, then [`PER_STEP`] of each replacement's), the fastest replaces it while it
     // predicts faster and offers alternatives of its own, until `limit` predictions are spent.
-    let mut current_ms = own.predicted_ms;
-    let mut best: Option<(LogicalPlan, Compiled)> = None;
+    // One graph at most is held beside the one being compiled: the fastest so far, and only
+    // under a naive schedule, which returns it as it is (a searched one compiles its
+    // finalists again); a plan of millions of tasks takes gigabytes.
+    let keep = options.synthesizer.is_naive();
+    let own_ms = own.predicted_ms;
+    let mut fastest: (Option<LogicalPlan>, f64, Option<Compiled>) = (None, own_ms, Some(own).filter(|_| keep));
     // Every scored alternative with its naive prediction, for the finalists.
     let mut seen: Vec<(LogicalPlan, f64)> = Vec::new();
     let (mut scored, mut alternatives, mut width) = (0, first, width);
     while scored < limit && !alternatives.is_empty() {
-        let mut step: Option<(LogicalPlan, Compiled)> = None;
+        let mut improved = false;
         for choice in alternatives.iter().take(width.min(limit - scored)) {
             let mut alternative = problem.plan(choice, strategy.name())?;
             alternative.search = plan.search.clone();
@@ -159,43 +163,38 @@ pub(crate) fn refined(
             }
             let Ok(compiled) = compile(&alternative, &naive, None) else { continue };
             scored += 1;
-            seen.push((alternative.clone(), compiled.predicted_ms));
-            if step.as_ref().is_none_or(|(_, s)| compiled.predicted_ms < s.predicted_ms) {
-                step = Some((alternative, compiled));
+            let ms = compiled.predicted_ms;
+            seen.push((alternative.clone(), ms));
+            // The step's fastest replaces the plan when it is faster: ties go to the earlier.
+            if ms < fastest.1 {
+                fastest = (Some(alternative), ms, Some(compiled).filter(|_| keep));
+                improved = true;
             }
         }
-        match step {
-            Some((alternative, compiled)) if compiled.predicted_ms < current_ms => {
-                current_ms = compiled.predicted_ms;
-                alternatives = strategy
-                    .alternatives(problem, &alternative.choice(), PER_STEP)?
-                    .into_iter()
-                    .filter(|c| *c != plan.choice())
-                    .collect();
-                best = Some((alternative, compiled));
-                width = PER_STEP;
-            }
-            _ => break,
-        }
+        let Some(replacement) = fastest.0.as_ref().filter(|_| improved) else { break };
+        alternatives = strategy
+            .alternatives(problem, &replacement.choice(), PER_STEP)?
+            .into_iter()
+            .filter(|c| *c != plan.choice())
+            .collect();
+        width = PER_STEP;
     }
     let mut refinement = Refinement {
         scored,
-        own_naive_ms: own.predicted_ms,
-        best_naive_ms: best.as_ref().map(|(_, c)| c.predicted_ms),
+        own_naive_ms: own_ms,
+        best_naive_ms: fastest.0.as_ref().map(|_| fastest.1),
         replaced: stood_in,
     };
-    let (plan, result) = if options.synthesizer.is_naive() {
-        match best {
-            Some((alternative, compiled)) => {
-                refinement.replaced = true;
-                (alternative, Ok(compiled))
-            }
-            None => (plan, Ok(own)),
+    let (plan, result) = match fastest {
+        (best, _, Some(compiled)) => {
+            refinement.replaced |= best.is_some();
+            (best.unwrap_or(plan), Ok(compiled))
         }
-    } else {
-        let (plan, result, replaced) = fastest_as_asked(&mut compile, options, plan, own.predicted_ms, seen);
-        refinement.replaced |= replaced;
-        (plan, result)
+        (_, _, None) => {
+            let (plan, result, replaced) = fastest_as_asked(&mut compile, options, plan, own_ms, seen);
+            refinement.replaced |= replaced;
+            (plan, result)
+        }
     };
     tracing::info!(
         scored = refinement.scored,
