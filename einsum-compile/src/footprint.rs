@@ -37,6 +37,12 @@ use crate::{CompileError, ExchangeSynthesizer};
 /// program; 1.45 kB before), rounded up for margin.
 pub const BYTES_PER_TASK: f64 = 1024.0;
 
+/// How many times [`compile_bytes`] compiling takes when the plan is refined
+/// ([`crate::refine`]): the refinement holds two compiled plans at once (the fastest so far
+/// and the one being compiled). Measured: 1.33 kB of peak RSS per estimated task for the
+/// decode step of LLaMA-3.1-70B at batch 1 on `nvl72` (4.19 M tasks, 5.6 GB).
+pub const REFINING_FACTOR: f64 = 1.5;
+
 /// Bytes one interval of one box costs in an enumerated spec (two `usize` bounds), and the
 /// fixed cost of a box (its `Vec` header and allocation).
 const BYTES_PER_INTERVAL: f64 = 16.0;
@@ -133,10 +139,13 @@ pub const BUDGETED_SEARCH_SIMULATIONS: usize = 50;
 
 /// The limits [`crate::compile`] checks.
 ///
-/// - Tasks: physical compilation and the whole-plan prediction cost 3–5 µs of CPU per task
-///   at p ≤ 72 on this 2-core machine (the 80-layer LLaMA-3-70B stack on `nvl72`: 1.67 M
-///   tasks in 7.8 s), so 4 M tasks bound a compile of that kind near half a minute and its
-///   host memory near [`BYTES_PER_TASK`] × 4 M = 4 GB.
+/// - Tasks: physical compilation and the whole-plan prediction cost 3–8 µs of CPU per
+///   estimated task at p ≤ 72 on a 2-core x86-64 machine (the decode step of the 80-layer
+///   LLaMA-3.1-70B on `nvl72` at batch 1, with exchange programs searched for 100 iterations:
+///   `megatron`'s plan, 4.01 M tasks estimated, in 17 s and 2.8 GB of peak RSS; `data`'s,
+///   5.38 M, in 34 s and 3.6 GB), so 6 M tasks bound one compile of that kind near 40 s
+///   and its host memory near [`BYTES_PER_TASK`] × 6 M = 6 GB. The refinement compiles up
+///   to a dozen plans one after the other ([`crate::refine`]), and holds two at once.
 /// - Pieces of one exchange: the simulator refills the max-min rates of a connected group of
 ///   transfers at every event, and the transfers of one all-to-all exchange are one group
 ///   finishing one by one, so simulating an exchange of `k` pieces costs up to `k²`: the
@@ -148,7 +157,7 @@ pub const BUDGETED_SEARCH_SIMULATIONS: usize = 50;
 ///   simulates each program many times, so its limit is lower
 ///   ([`CompileLimits::exchange_pieces_for`]: 9 176 pieces for a search with a wall-time
 ///   budget, as the CLI's, which admits every all-to-all up to p = 95).
-pub const LIMITS: CompileLimits = CompileLimits { tasks: 4_000_000, exchange_pieces: 65_536 };
+pub const LIMITS: CompileLimits = CompileLimits { tasks: 6_000_000, exchange_pieces: 65_536 };
 
 /// Estimated bytes of compiling `comp` with `specs` on `p` devices (module docs):
 /// [`CompileEstimate::tasks`] times [`BYTES_PER_TASK`].

@@ -196,8 +196,10 @@ pub fn plan_and_compile(req: &Request<'_>) -> Result<Planned> {
             Err(e) => return Err(e.into()),
         };
         optimize_ms += started.elapsed().as_secs_f64() * 1e3;
+        // A refined plan's compile holds two graphs at once.
+        let held = if req.refine > 0 { footprint::REFINING_FACTOR } else { 1.0 };
         let compile_fits =
-            |p: &LogicalPlan| fits("compiling", footprint::compile_bytes(req.comp, &p.specs(), req.devices));
+            |p: &LogicalPlan| fits("compiling", held * footprint::compile_bytes(req.comp, &p.specs(), req.devices));
         compile_fits(&plan)?;
         let started = Instant::now();
         let admissible = |p: &LogicalPlan| compile_fits(p).is_ok();

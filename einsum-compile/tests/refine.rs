@@ -152,3 +152,46 @@ fn an_alternative_stands_in_for_a_plan_past_the_compilers_limits() {
     assert_eq!(planned.plan.choice(), fits);
     assert!(planned.refinement.is_some_and(|r| r.replaced));
 }
+
+/// A refined compile holds two graphs, so the host-memory check charges it
+/// `REFINING_FACTOR` times one compile: a limit between the two is enough for the plan alone
+/// and refused, before anything is compiled, when the plan is to be refined.
+#[test]
+fn the_host_memory_check_charges_a_refinement_two_graphs() {
+    use einsum_compile::footprint::{REFINING_FACTOR, compile_bytes, planning_bytes};
+    use einsum_compile::pipeline::PipelineError;
+    // Forty equal matmuls: planned once (their candidates are shared), compiled forty times.
+    let mut comp = Computation::new();
+    let d = TensorDesc::of(&[("m", 64), ("k", 64)], DType::F32).unwrap();
+    let mut x = comp.add_input("x", d.clone());
+    for i in 0..40 {
+        let w = comp.add_input(&format!("w{i}"), d.clone());
+        x = comp.add_op("mm", Box::new(Einsum::new("ab,bc->ac", &[d.clone(), d.clone()]).unwrap()), &[x, w]).unwrap()
+            [0];
+    }
+    comp.save(x).unwrap();
+    let own = planned(&comp, &Dp, 0, Arc::new(NaiveSynthesizer));
+    let one = compile_bytes(&comp, &own.plan.specs(), 8);
+    let limit = one * (1.0 + REFINING_FACTOR) / 2.0;
+    assert!(planning_bytes(&comp, 8) < limit, "planning {} over {limit}", planning_bytes(&comp, 8));
+    let topology = Topology::preset("dgx-a100").unwrap();
+    let request = |refine| Request {
+        comp: &comp,
+        devices: 8,
+        strategy: &Dp,
+        cost: &PaperProxy,
+        topology: &topology,
+        synthesizer: Arc::new(NaiveSynthesizer),
+        memory_budget: None,
+        host_memory: Some(limit),
+        refine,
+    };
+    assert!(plan_and_compile(&request(0)).is_ok());
+    match plan_and_compile(&request(DEFAULT_REFINE)) {
+        Err(PipelineError::HostMemory { stage, estimate, .. }) => {
+            assert_eq!(stage, "compiling");
+            assert_eq!(estimate, REFINING_FACTOR * one);
+        }
+        other => panic!("expected the compile refused for host memory, got {:?}", other.map(|p| p.rounds)),
+    }
+}
