@@ -170,7 +170,8 @@ pub struct RunArgs {
     /// Write the compiled plan's simulated schedule and, on the cpu backend, the last timed
     /// run's measured one (when each task ran, on which device and worker thread) as Chrome
     /// trace JSON to FILE, the two timelines as two processes (open it in
-    /// https://ui.perfetto.dev or chrome://tracing).
+    /// https://ui.perfetto.dev or chrome://tracing). Recording reads the clock twice per
+    /// task, which the measured times include.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
 }
