@@ -200,6 +200,9 @@ pub struct RunReport {
     /// The backend's own measure of the run's device time, in ms, where it has one (the
     /// CUDA backend's events around the launch; see [`einsum_core::Prepared::last_run_device_seconds`]).
     pub device_ms: Option<f64>,
+    /// When each task of the run ran, where the backend was asked to record it
+    /// ([`Executable::record_task_timings`]) and does (the CPU backend); `None` otherwise.
+    pub task_timings: Option<Vec<einsum_core::TaskTiming>>,
 }
 
 /// A compiled graph: its logical plan, exchange programs and task graph, ready to run
@@ -503,7 +506,16 @@ impl Executable {
         let wall_ms = started.elapsed().as_secs_f64() * 1e3;
         self.outputs = comp.saved().iter().copied().zip(outs).collect();
         let device_ms = self.prepared.last_run_device_seconds().map(|s| s * 1e3);
-        Ok(RunReport { wall_ms, device_ms })
+        let task_timings = self.prepared.take_task_timings();
+        Ok(RunReport { wall_ms, device_ms, task_timings })
+    }
+
+    /// Asks the backend to record when each task of every later [`Executable::execute`]
+    /// ran ([`RunReport::task_timings`]), or (`on` false) to stop; returns whether it does
+    /// (the CPU backend does, the CUDA backend does not). Off by default, so that a run pays
+    /// for no per-task clock unless asked (`run --trace`).
+    pub fn record_task_timings(&mut self, on: bool) -> bool {
+        self.prepared.record_task_timings(on)
     }
 
     /// The value of a saved output after `execute`.

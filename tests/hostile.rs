@@ -254,6 +254,11 @@ fn output_paths() {
         (strings(&["run", "matmul:n=8", "--devices", "2", "--dump", &path("precious.txt")]), Expect::Error),
         (strings(&["run", "matmul:n=8", "--devices", "2", "--dump", &path("a-fifo")]), Expect::Error),
         (strings(&["experiment", "proxy", "--small", "--out", &path("precious.txt")]), Expect::Error),
+        // `--trace` goes through the same writer on every command.
+        (strings(&["plan", "matmul:n=8", "--devices", "2", "--trace", &path("a-fifo")]), Expect::Error),
+        (strings(&["plan", "matmul:n=8", "--devices", "2", "--trace", "/dev/null"]), Expect::Ok),
+        (strings(&["explain", "matmul:n=8", "--devices", "2", "--trace", &path("dangling")]), Expect::Error),
+        (strings(&["run", "matmul:n=8", "--devices", "2", "--trace", &path("a-dir")]), Expect::Error),
     ];
     for (args, expect) in cases {
         if let Some(what) = run_case(&args, expect) {

@@ -154,6 +154,19 @@ pub struct Compiled {
     pub exchanges: Exchanges,
 }
 
+impl Compiled {
+    /// The simulation behind [`Compiled::predicted_ms`], with its full [`einsum_sim::Trace`]:
+    /// when every task ran and which resources it crossed (for a timeline of the plan, such
+    /// as `--trace`). The same tasks simulated on `topology` (the one compiled for) with the
+    /// same default [`Roofline`], so its [`einsum_sim::Trace::completion_ms`] is
+    /// `predicted_ms` bit for bit; `comp` is the computation compiled. Only the labels and
+    /// the per-task record cost extra, which is why compiling keeps the completion alone
+    /// ([`predict_ms`]).
+    pub fn predicted_trace(&self, comp: &Computation, topology: &Topology) -> Result<einsum_sim::Trace, PredictError> {
+        predict(comp, &self.graph, &self.kernels, topology, &Roofline::default())
+    }
+}
+
 /// Why a computation could not be compiled.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CompileError {

@@ -4,8 +4,33 @@ use std::{any::Any, fmt, sync::Arc};
 
 use crate::{
     DType, HostTensor, TensorType,
-    taskgraph::{TaskGraph, TaskId, check_inputs},
+    taskgraph::{DeviceId, TaskGraph, TaskId, check_inputs},
 };
+
+/// When one task of a run ran, as measured by a backend that records task timings
+/// ([`Prepared::record_task_timings`]): for a timeline of the run beside the simulator's
+/// prediction (`--trace` on `einsummable run`).
+///
+/// Times are seconds from one origin taken when the run began, so the tasks of one run can
+/// be laid side by side; they measure the host's wall clock around the task's work.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskTiming {
+    /// The task, in the graph the backend prepared (which may differ from the compiled one
+    /// where the backend fused tasks).
+    pub task: TaskId,
+    /// The task's label in that graph (it names the operator or exchange it belongs to).
+    pub label: String,
+    /// The task's kind ([`Task::kind`](crate::taskgraph::Task::kind): `kernel`, `transfer`, ...).
+    pub kind: &'static str,
+    /// The device it ran on: that of the first buffer it writes (a store's: the one it reads).
+    pub device: DeviceId,
+    /// The backend's worker thread that ran it (0-based).
+    pub worker: usize,
+    /// When it started, in seconds from the run's origin.
+    pub start: f64,
+    /// When it ended, in seconds from the run's origin (at least `start`).
+    pub end: f64,
+}
 
 /// The concrete kernels a task graph's `Kernel` tasks name, by index.
 ///
@@ -222,6 +247,22 @@ pub trait Prepared: Send {
     /// measures one apart from the host's wall time (the CUDA backend: events around the
     /// launch); `None` (the default) where it does not, or before the first run.
     fn last_run_device_seconds(&self) -> Option<f64> {
+        None
+    }
+
+    /// Asks the backend to record, on every later run, when each task ran
+    /// ([`TaskTiming`]), or (`on` false) to stop. Returns whether it records them: the
+    /// default records nothing and returns false. Off by default, so that a run pays for the
+    /// clock reads only when asked.
+    fn record_task_timings(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+
+    /// The task timings of the last successful [`Prepared::run`], taken (a second call
+    /// returns `None`); `None` where the backend does not record them or was not asked to
+    /// ([`Prepared::record_task_timings`]).
+    fn take_task_timings(&mut self) -> Option<Vec<TaskTiming>> {
         None
     }
 }

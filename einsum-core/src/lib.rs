@@ -37,7 +37,7 @@ mod tensor_type;
 mod tiling;
 
 pub use aggregation::{Aggregation, SOFTMAX_ROW_FLOPS, merge_softmax_rows};
-pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef, Prepared};
+pub use backend::{Backend, BackendError, KernelInfo, KernelLibrary, OperatorRef, Prepared, TaskTiming};
 pub use desc::{Dim, TensorDesc};
 pub use dtype::DType;
 pub use error::{CoreError, Result};

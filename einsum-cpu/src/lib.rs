@@ -83,11 +83,13 @@ use std::sync::{
     Arc, Mutex,
     atomic::{AtomicUsize, Ordering},
 };
+use std::time::Instant;
 
 use einsum_core::{
-    Backend, BackendError, DType, HostTensor, KernelLibrary, Prepared, TensorType,
+    Backend, BackendError, DType, HostTensor, KernelLibrary, Prepared, TaskTiming, TensorType,
     taskgraph::{
-        Boundary, BufferId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, fuse::Rule, stitch_outputs,
+        Boundary, BufferId, DeviceId, Task, TaskGraph, TaskId, check_inputs, check_kernel_outputs, fuse::Rule,
+        stitch_outputs,
     },
 };
 
@@ -123,6 +125,8 @@ pub struct CpuBackend {
     fusion: &'static [Rule],
     /// Whether prepared executables build the backend's own blocks in planned arenas.
     arena: bool,
+    /// Whether prepared executables record when each task ran (off by default).
+    timing: bool,
     /// The fault to inject, in tests of the checks only.
     #[cfg(any(test, feature = "fault-injection"))]
     fault: Option<Fault>,
@@ -162,6 +166,10 @@ pub struct RunStats {
     /// read a slot sharing bytes with it: 0 unless a kernel returned (a view of) its
     /// argument, or another run of the same executable ran at the same time.
     pub arena_fallbacks: usize,
+    /// When each task ran, in the order the tasks ended, where the executable records task
+    /// timings ([`CpuBackend::with_task_timing`], [`CpuExecutable::set_task_timing`]);
+    /// `None` otherwise (the default).
+    pub task_timings: Option<Vec<TaskTiming>>,
 }
 
 impl Default for CpuBackend {
@@ -182,6 +190,7 @@ impl CpuBackend {
             threads: threads.max(1),
             fusion: &[],
             arena: true,
+            timing: false,
             #[cfg(any(test, feature = "fault-injection"))]
             fault: None,
         }
@@ -202,6 +211,15 @@ impl CpuBackend {
     #[must_use]
     pub fn with_arena(mut self, arena: bool) -> Self {
         self.arena = arena;
+        self
+    }
+
+    /// The same backend, its executables recording when every task of a run ran
+    /// ([`RunStats::task_timings`]: device, worker thread, start and end from one origin) when
+    /// `timing` holds. Off by default: a run that records nothing reads no clock per task.
+    #[must_use]
+    pub fn with_task_timing(mut self, timing: bool) -> Self {
+        self.timing = timing;
         self
     }
 
@@ -254,6 +272,8 @@ impl CpuBackend {
             graph,
             kernels,
             threads: self.threads,
+            timing: self.timing,
+            timings: None,
         })
     }
 
@@ -297,6 +317,10 @@ pub struct CpuExecutable<'k> {
     /// The `Aggregate` task that leaves out its last source: always `None` outside tests
     /// of the checks (see `Fault`).
     dropped_source: Option<TaskId>,
+    /// Whether runs record when each task ran.
+    timing: bool,
+    /// The task timings of the last [`Prepared::run`], until taken.
+    timings: Option<Vec<TaskTiming>>,
 }
 
 impl fmt::Debug for CpuExecutable<'_> {
@@ -313,6 +337,12 @@ impl CpuExecutable<'_> {
     /// The prepared graph (after kernel fusion, when the backend fuses).
     pub fn graph(&self) -> &TaskGraph {
         &self.graph
+    }
+
+    /// Makes every later run record when each task ran ([`RunStats::task_timings`]), or
+    /// (`on` false) stop recording.
+    pub fn set_task_timing(&mut self, on: bool) {
+        self.timing = on;
     }
 
     /// Where the blocks the backend writes itself live: each device's arena and each placed
@@ -407,7 +437,11 @@ impl CpuExecutable<'_> {
         let moved = AtomicUsize::new(0);
         let busy = AtomicUsize::new(0);
         let threads = self.threads.min(graph.nodes().len()).max(1);
-        schedule::run_all(graph, threads, |id| {
+        // Only when asked: the origin of every task's times, and the times.
+        let origin = self.timing.then(Instant::now);
+        let timings: Mutex<Vec<TaskTiming>> = Mutex::new(Vec::new());
+        schedule::run_all(graph, threads, |id, worker| {
+            let started = origin.map(|o| o.elapsed().as_secs_f64());
             let node = &graph.nodes()[id.0 as usize];
             let fail = |reason: String| BackendError::Task { task: id, label: node.label.clone(), reason };
             let ctx =
@@ -433,6 +467,19 @@ impl CpuExecutable<'_> {
                 }
             }
             memory.release(node.task.reads());
+            if let (Some(origin), Some(start)) = (origin, started) {
+                let end = origin.elapsed().as_secs_f64();
+                let timing = TaskTiming {
+                    task: id,
+                    label: node.label.clone(),
+                    kind: node.task.kind(),
+                    device: task_device(graph, &node.task),
+                    worker,
+                    start,
+                    end,
+                };
+                timings.lock().unwrap_or_else(|e| e.into_inner()).push(timing);
+            }
             Ok(())
         })?;
         let mut stored = stored.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -451,9 +498,16 @@ impl CpuExecutable<'_> {
             resident_bytes: memory.resident_bytes(),
             arena_bytes: self.arena_plan().device_bytes.clone(),
             arena_fallbacks: busy.into_inner(),
+            task_timings: origin.map(|_| timings.into_inner().unwrap_or_else(|e| e.into_inner())),
         };
         Ok((outputs, stats))
     }
+}
+
+/// The device a task runs on: that of the first buffer it writes, or for a store the one it
+/// reads (device 0 for a task with neither, which a graph built by `TaskGraph::push` has not).
+fn task_device(graph: &TaskGraph, task: &Task) -> DeviceId {
+    task.written_buffers().first().or(task.read_buffers().first()).map_or(DeviceId(0), |&b| graph.buffer(b).device)
 }
 
 /// Computation input `input` of `graph`, or [`BackendError::Input`] saying how many there are.
@@ -475,7 +529,18 @@ impl Prepared for CpuExecutable<'_> {
     }
 
     fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
-        self.run_with_stats().map(|(outputs, _)| outputs)
+        let (outputs, stats) = self.run_with_stats()?;
+        self.timings = stats.task_timings;
+        Ok(outputs)
+    }
+
+    fn record_task_timings(&mut self, on: bool) -> bool {
+        self.set_task_timing(on);
+        true
+    }
+
+    fn take_task_timings(&mut self) -> Option<Vec<TaskTiming>> {
+        self.timings.take()
     }
 }
 
@@ -589,7 +654,7 @@ impl Context<'_> {
 
 #[cfg(test)]
 mod tests {
-    use einsum_core::{Aggregation, taskgraph::Boundary, taskgraph::DeviceId};
+    use einsum_core::{Aggregation, taskgraph::Boundary};
 
     use super::*;
 
@@ -689,6 +754,48 @@ mod tests {
         assert_eq!(x, snapshot);
         assert_eq!(first[0], snapshot);
         assert_eq!(clone.run_with_stats().unwrap().0, first);
+    }
+
+    /// Task timings are recorded only when asked: then one per task of the prepared graph,
+    /// each on its task's device and a worker of the pool, its start no later than its end
+    /// and after every dependency's end; through the core contract too.
+    #[test]
+    fn task_timings_only_when_asked() {
+        let g = split_and_replicated();
+        let x = HostTensor::random(TensorType::new(&[0, 0], &[4, 6]).unwrap(), DType::F32, 1);
+        let mut quiet = CpuBackend::with_threads(2).executable(&g, Arc::new(NoKernels)).unwrap();
+        quiet.load(0, &x).unwrap();
+        assert_eq!(quiet.run_with_stats().unwrap().1.task_timings, None);
+        let mut exe = CpuBackend::with_threads(2).with_task_timing(true).executable(&g, Arc::new(NoKernels)).unwrap();
+        exe.load(0, &x).unwrap();
+        let timings = exe.run_with_stats().unwrap().1.task_timings.expect("timings were asked for");
+        assert_eq!(timings.len(), g.nodes().len());
+        let mut by_task: Vec<Option<&TaskTiming>> = vec![None; g.nodes().len()];
+        for t in &timings {
+            assert!(by_task[t.task.0 as usize].replace(t).is_none(), "task {} timed twice", t.task);
+        }
+        for (i, node) in g.nodes().iter().enumerate() {
+            let t = by_task[i].expect("every task is timed");
+            assert_eq!(t.label, node.label);
+            assert_eq!(t.kind, node.task.kind());
+            assert_eq!(t.device, task_device(&g, &node.task));
+            assert!(t.worker < 2, "worker {}", t.worker);
+            assert!(t.start.is_finite() && 0.0 <= t.start && t.start <= t.end, "{t:?}");
+            for d in &node.deps {
+                assert!(by_task[d.0 as usize].expect("timed").end <= t.start, "task {i} before its dependency {d}");
+            }
+        }
+        // The stored `y` is on device 0, the replica `r` on device 1.
+        assert_eq!(by_task[g.nodes().len() - 1].map(|t| t.device), Some(DeviceId(1)));
+        let mut prepared: Box<dyn Prepared> = Box::new(quiet);
+        assert!(prepared.record_task_timings(true));
+        assert_eq!(prepared.take_task_timings(), None, "nothing before a run");
+        prepared.run().unwrap();
+        assert_eq!(prepared.take_task_timings().map(|t| t.len()), Some(g.nodes().len()));
+        assert_eq!(prepared.take_task_timings(), None, "taken once");
+        assert!(prepared.record_task_timings(false));
+        prepared.run().unwrap();
+        assert_eq!(prepared.take_task_timings(), None);
     }
 
     /// An unknown input, a part outside the input or of another dtype, and an input not

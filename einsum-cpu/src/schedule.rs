@@ -66,13 +66,14 @@ impl Drop for StopOnUnwind<'_> {
 }
 
 /// Runs every task of `graph` through `run` on up to `threads` worker threads, each task
-/// once all its dependencies have finished. Returns the first failure: an error `run`
+/// once all its dependencies have finished; `run` gets the task and the index of the worker
+/// running it (`0..threads`). Returns the first failure: an error `run`
 /// returned, or a panic inside `run` (caught, and reported as [`BackendError::Panic`]
 /// naming the task). After a failure no task starts; running ones finish and every worker
 /// is joined before this returns.
 pub(crate) fn run_all<F>(graph: &TaskGraph, threads: usize, run: F) -> Result<(), BackendError>
 where
-    F: Fn(TaskId) -> Result<(), BackendError> + Sync,
+    F: Fn(TaskId, usize) -> Result<(), BackendError> + Sync,
 {
     let n = graph.nodes().len();
     let mut dependents: Vec<Vec<u32>> = vec![Vec::new(); n];
@@ -93,8 +94,9 @@ where
     };
     let workers = threads.clamp(1, n.max(1));
     thread::scope(|scope| {
+        let (shared, dependents, run) = (&shared, &dependents, &run);
         let handles: Vec<_> =
-            (0..workers).map(|_| scope.spawn(|| worker(graph, &shared, &dependents, workers, &run))).collect();
+            (0..workers).map(|w| scope.spawn(move || worker(graph, shared, dependents, (w, workers), run))).collect();
         for h in handles {
             // A worker that unwound has already stopped the run (StopOnUnwind).
             let _ = h.join();
@@ -107,13 +109,13 @@ where
     }
 }
 
-/// One worker of `workers`: takes ready tasks until the run is over. A task it takes while
+/// Worker `me` of `workers`: takes ready tasks until the run is over. A task it takes while
 /// other workers are idle gets their number as [`intra_op::helpers`]: its kernel may spread
 /// over their cores (if a task becomes ready meanwhile, an idle worker takes it and the
 /// machine is briefly oversubscribed, never idle).
-fn worker<F>(graph: &TaskGraph, shared: &Shared, dependents: &[Vec<u32>], workers: usize, run: &F)
+fn worker<F>(graph: &TaskGraph, shared: &Shared, dependents: &[Vec<u32>], (me, workers): (usize, usize), run: &F)
 where
-    F: Fn(TaskId) -> Result<(), BackendError> + Sync,
+    F: Fn(TaskId, usize) -> Result<(), BackendError> + Sync,
 {
     let n = graph.nodes().len();
     let _guard = StopOnUnwind(shared, n);
@@ -145,7 +147,7 @@ where
                 s = shared.wake.wait(s).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| intra_op::with_helpers(helpers, || run(id))));
+        let outcome = catch_unwind(AssertUnwindSafe(|| intra_op::with_helpers(helpers, || run(id, me))));
         let label = || graph.nodes()[id.0 as usize].label.clone();
         let mut s = shared.lock();
         s.running -= 1;
@@ -225,7 +227,7 @@ mod tests {
             let clock = AtomicUsize::new(1);
             let finished: Vec<AtomicUsize> = (0..g.nodes().len()).map(|_| AtomicUsize::new(0)).collect();
             let started: Vec<AtomicUsize> = (0..g.nodes().len()).map(|_| AtomicUsize::new(0)).collect();
-            run_all(&g, threads, |id| {
+            run_all(&g, threads, |id, _| {
                 started[id.0 as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
                 finished[id.0 as usize].store(clock.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
                 Ok(())
@@ -249,7 +251,7 @@ mod tests {
     fn no_task_starts_after_a_failure_on_one_thread() {
         let g = layered(5);
         let ran = AtomicUsize::new(0);
-        let err = run_all(&g, 1, |id| {
+        let err = run_all(&g, 1, |id, _| {
             ran.fetch_add(1, Ordering::SeqCst);
             if id.0 == 7 { Err(BackendError::Unavailable("seven".into())) } else { Ok(()) }
         })
@@ -262,7 +264,7 @@ mod tests {
     fn panics_with_any_payload_are_caught() {
         let g = layered(2);
         for threads in [1, 4] {
-            let err = run_all(&g, threads, |id| {
+            let err = run_all(&g, threads, |id, _| {
                 if id.0 == 5 {
                     std::panic::panic_any(5u8);
                 }
@@ -296,7 +298,7 @@ mod tests {
         }
         for threads in [1, 3] {
             let seen = Mutex::new(Vec::new());
-            run_all(&chain, threads, |_| {
+            run_all(&chain, threads, |_, _| {
                 seen.lock().unwrap().push(intra_op::helpers());
                 Ok(())
             })
@@ -306,7 +308,7 @@ mod tests {
         // 4 loads ready at once on 2 workers: the first task taken leaves 3 ready.
         let wide = layered(0);
         let first = Mutex::new(None);
-        run_all(&wide, 2, |_| {
+        run_all(&wide, 2, |_, _| {
             first.lock().unwrap().get_or_insert(intra_op::helpers());
             Ok(())
         })
@@ -317,6 +319,6 @@ mod tests {
     #[test]
     fn an_empty_graph_runs_at_once() {
         let g = TaskGraph::new(2, Vec::new(), Vec::new());
-        run_all(&g, 4, |_| unreachable!("no tasks")).unwrap();
+        run_all(&g, 4, |_, _| unreachable!("no tasks")).unwrap();
     }
 }

@@ -22,6 +22,8 @@
 //!   setup per kind of path (link or switch, shared bus, network). Zero unless a topology
 //!   sets it; the presets carry public figures (`latency.rs`).
 //! - Lower bounds for collectives ([`all_reduce_bound`] and friends).
+//! - [`chrome_trace`]: a [`Trace`] (and a backend's measured task timings) as Chrome trace
+//!   JSON, for Perfetto.
 //!
 //! Units: sizes in bytes with [`GB`] = 1e9 bytes, bandwidths in bytes/s, times in seconds
 //! (constructors such as [`Link::gbps`] take GB/s).
@@ -126,6 +128,7 @@
 #![warn(missing_docs)]
 
 mod bounds;
+pub mod chrome_trace;
 mod efficiency;
 mod error;
 mod json;

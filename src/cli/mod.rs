@@ -19,6 +19,7 @@ pub mod source;
 pub mod specs;
 #[cfg(test)]
 mod tests;
+pub mod trace;
 
 /// What a command produced: its JSON object, its text, and whether it succeeded.
 pub struct Report {

@@ -1,8 +1,10 @@
 //! `einsummable plan`: the logical plan of a workload, compiled physically (exchange
 //! programs and task graph, nothing executed) for its predicted time and bytes moved.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
+use einsum_compile::Compiled;
 use einsum_joinagg::Computation;
 use einsum_logical::{CostModel, LogicalOptimizer, LogicalPlan, Problem};
 use einsum_sim::Topology;
@@ -11,7 +13,7 @@ use einsummable::names::{self, cost_model_by_name};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::refine::{DEFAULT_REFINE, Refinement};
 use einsummable::report::{PlanReport, PlannedOpReport, SearchJson, search_line};
-use einsummable::{Exchanges, Result};
+use einsummable::{Error, Exchanges, Result};
 
 use einsummable::DType;
 
@@ -83,6 +85,8 @@ pub struct Args {
     /// keeps the strategy's plan as the cost model chose it.
     #[arg(long, value_name = "PREDICTIONS", default_value_t = DEFAULT_REFINE)]
     refine: usize,
+    #[arg(long, value_name = "FILE", help = super::trace::HELP)]
+    trace: Option<PathBuf>,
 }
 
 /// What physical compilation of the plan gave: a prediction, or why the plan cannot be
@@ -128,6 +132,14 @@ pub fn run(a: Args) -> Result<Report> {
     let synthesizer = a.synthesizer.synthesizer(a.seed, a.iterations, a.synthesis_budget)?;
     let budget = parse_budget(a.memory_budget)?;
     let comp = graph.computation();
+    if a.trace.is_some() && a.devices > topology.num_sites() {
+        return Err(Error::Usage(format!(
+            "--trace: topology `{topology_name}` has {} sites, fewer than the {} devices, so the plan is not compiled \
+             and has no schedule to trace",
+            topology.num_sites(),
+            a.devices
+        )));
+    }
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
         plan_only(comp, a.devices, strategy.as_ref(), model.as_ref(), (&topology_name, &topology), budget)?
     } else {
@@ -141,9 +153,20 @@ pub fn run(a: Args) -> Result<Report> {
             memory_budget: budget,
             host_memory: None,
             refine: a.refine,
+        })
+        .and_then(|(plan, physical, optimize_ms, compiled)| {
+            if let (Some(path), Physical::Predicted { predicted_ms, .. }) = (&a.trace, &physical) {
+                let simulated = super::trace::simulated(comp, &compiled, &topology)?;
+                let about = super::trace::about("plan", &a.workload, a.devices, &topology_name, *predicted_ms);
+                super::trace::write(path, &[simulated], about)?;
+            }
+            Ok((plan, physical, optimize_ms))
         })?
     };
-    let text = plan_text(&a, note, &topology_name, &plan, optimize_ms, &physical);
+    let mut text = plan_text(&a, note, &topology_name, &plan, optimize_ms, &physical);
+    if let Some(path) = &a.trace {
+        text += &format!("trace written to {}\n", path.display());
+    }
     let json = plan_json(&a, &topology_name, &plan, optimize_ms, physical);
     Ok(Report::new(&json, text, true))
 }
@@ -168,9 +191,9 @@ fn plan_only(
     Ok((plan, Physical::Refused(why), started.elapsed().as_secs_f64() * 1e3))
 }
 
-/// The plan of `request`, compiled: the plan, its prediction and the planning's wall time
-/// in ms.
-fn plan_and_predict(request: &Request<'_>) -> Result<(LogicalPlan, Physical, f64)> {
+/// The plan of `request`, compiled: the plan, its prediction, the planning's wall time in
+/// ms and the compiled plan (for its trace).
+fn plan_and_predict(request: &Request<'_>) -> Result<(LogicalPlan, Physical, f64, Compiled)> {
     let planned = plan_and_compile(request)?;
     let stats = &planned.compiled.stats;
     let capacity = capacity(request.topology, request.devices);
@@ -185,7 +208,7 @@ fn plan_and_predict(request: &Request<'_>) -> Result<(LogicalPlan, Physical, f64
         ),
         refinement: planned.refinement.clone(),
     };
-    Ok((planned.plan, physical, planned.optimize_ms))
+    Ok((planned.plan, physical, planned.optimize_ms, planned.compiled))
 }
 
 /// `plan`'s text: how the topology was chosen, every operator's split and cost, the total,

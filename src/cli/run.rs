@@ -4,6 +4,7 @@
 use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
 
 use einsum_core::taskgraph::Task;
+use einsum_sim::chrome_trace::Process;
 use einsummable::memory_report::MemoryReport;
 use einsummable::names::{self, cost_model_entry};
 use einsummable::refine::DEFAULT_REFINE;
@@ -166,6 +167,13 @@ pub struct RunArgs {
     /// Timed runs (1 to 10 000); the reported time is their median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Write the compiled plan's simulated schedule and, on the cpu backend, the last timed
+    /// run's measured one (when each task ran, on which device and worker thread) as Chrome
+    /// trace JSON to FILE, the two timelines as two processes (open it in
+    /// https://ui.perfetto.dev or chrome://tracing). Recording reads the clock twice per
+    /// task, which the measured times include.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 /// The most runs `--warmup` and `--repeat` each ask for: far more than a median needs, and a
@@ -189,16 +197,20 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let (options, topology) = a.compile.options()?;
     let mut exe = compile(graph, &options)?;
     exe.check_host_memory(a.check)?;
+    // Task timings cost a clock read per task: only for a trace.
+    let timed = a.trace.is_some() && exe.record_task_timings(true);
     built.load(&mut exe, a.compile.ids(), a.compile.seed, a.check)?;
     for _ in 0..a.warmup {
         exe.execute()?;
     }
     let mut times = Vec::new();
     let mut device_times = Vec::new();
+    let mut task_timings = None;
     for _ in 0..a.repeat {
         let report = exe.execute()?;
         times.push(report.wall_ms);
         device_times.extend(report.device_ms);
+        task_timings = report.task_timings.or(task_timings);
     }
     let wall_ms = median(&mut times);
     // The device time only where the backend measured every timed run.
@@ -219,6 +231,18 @@ pub fn run(a: RunArgs) -> Result<Report> {
         dump(dir, &dumped)?;
     }
     let mut text = summary(&a.compile, &topology, &exe);
+    if let Some(path) = &a.trace {
+        let mut processes = vec![super::trace::simulated(comp, exe.compiled(), &options.topology)?];
+        if let Some(timings) = task_timings.as_deref() {
+            processes.push(Process::measured(&format!("measured on the {} backend", a.compile.backend), timings));
+        }
+        let mut about =
+            super::trace::about("run", &a.compile.workload, a.compile.devices, &topology.name, exe.predicted_ms());
+        about.insert("wall_ms".into(), wall_ms.into());
+        super::trace::write(path, &processes, about)?;
+        let measured = if timed { " and the measured run's" } else { " (the backend records no task timings)" };
+        let _ = writeln!(text, "trace of the simulated schedule{measured} written to {}", path.display());
+    }
     let top = match &built {
         Built::Model(model, _, _) => Some(top_tokens(&exe.outputs()[&model.logits.id()], TOP_TOKENS)),
         Built::Workload(_) => None,
@@ -289,6 +313,8 @@ pub struct ExplainArgs {
     /// Also write the task graph in Graphviz format to FILE.
     #[arg(long)]
     dot: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", help = super::trace::HELP)]
+    trace: Option<PathBuf>,
     /// Explains a model's decode step for this many sequences (one new token each), over a
     /// KV cache of --tokens tokens per sequence, instead of the forward pass over a prompt.
     #[arg(long, value_name = "BATCH")]
@@ -317,6 +343,13 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
     if let Some(path) = &a.dot {
         einsum_core::fsio::write_atomic(path, dot(&exe).as_bytes())?;
         let _ = writeln!(text, "task graph written to {}", path.display());
+    }
+    if let Some(path) = &a.trace {
+        let simulated = super::trace::simulated(comp, exe.compiled(), &options.topology)?;
+        let about =
+            super::trace::about("explain", &a.compile.workload, a.compile.devices, &topology.name, exe.predicted_ms());
+        super::trace::write(path, &[simulated], about)?;
+        let _ = writeln!(text, "trace written to {}", path.display());
     }
     let names: HashMap<_, _> = exe.plan().ops.iter().map(|o| (o.id, o.name.clone())).collect();
     let stats = exe.stats();
