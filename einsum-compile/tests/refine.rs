@@ -165,7 +165,7 @@ fn the_host_memory_check_charges_a_refinement_two_graphs() {
     let d = TensorDesc::of(&[("m", 64), ("k", 64)], DType::F32).unwrap();
     let mut x = comp.add_input("x", d.clone());
     for i in 0..40 {
-        let w = comp.add_input(&format!("w{i}"), d.clone());
+        let w = comp.add_input(format!("w{i}"), d.clone());
         x = comp.add_op("mm", Box::new(Einsum::new("ab,bc->ac", &[d.clone(), d.clone()]).unwrap()), &[x, w]).unwrap()
             [0];
     }
