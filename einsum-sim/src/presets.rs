@@ -2,13 +2,13 @@
 //! GB200 NVL72 rack. Rates are vendor peak figures (dense, in decimal GB and TFLOP).
 //!
 //! - `dgx-h100`, `dgx-a100`: a non-blocking NVSwitch, so the only contention is at the
-//!   endpoints: every GPU has an egress and an ingress cap and no links (vendor figures:
-//!   A100 SXM 40 GB, 1555 GB/s HBM, 312 TFLOP/s f16/bf16 and 19.5 f32, 300 GB/s
+//!   endpoints: every GPU has an egress and an ingress cap and no links (NVIDIA's A100 and
+//!   H100 SXM datasheets: A100 SXM 40 GB, 1555 GB/s HBM, 312 TFLOP/s f16/bf16 and 19.5 f32, 300 GB/s
 //!   NVLink per direction; H100 SXM 80 GB, 3350 GB/s HBM, 989 TFLOP/s f16/bf16 and 67 f32,
 //!   450 GB/s NVLink per direction).
 //! - `dgx-v100`: the real DGX-1V hybrid cube-mesh as `nvidia-smi topo -m` reports it, with
 //!   no endpoint caps: each NVLink direction is its own resource, and the 12 unlinked pairs
-//!   share one PCIe bridge of 15.75 GB/s. The V100 has no bf16 tensor cores, so its bf16 rate
+//!   share one PCIe bridge of 15.75 GB/s (PCIe 3.0 x16). The V100 has no bf16 tensor cores, so its bf16 rate
 //!   is its f32 rate.
 //! - `dgx-a100xN`, `dgx-h100xN` (any `N` ≥ 1, at most [`MAX_SITES`] sites): `N` such
 //!   nodes, sites `8k..8k+8` in node `k`, each node's NVSwitch as in the single-node preset.
