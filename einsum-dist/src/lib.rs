@@ -1,0 +1,14 @@
+//! A plan's devices split over the ranks of a multi-process job (the MPI backend's first,
+//! MPI-free piece).
+//!
+//! Each rank of an `mpirun` job owns a contiguous set of the plan's devices and runs their
+//! tasks; a transfer between devices of different ranks becomes a point-to-point message.
+//! [`RankLayout`] says which rank owns which device; [`cross_rank`] lists the transfers that
+//! become messages (a message's tag is its position in that list) and [`inter_rank_bytes`]
+//! sums their bytes per pair of ranks.
+
+mod layout;
+mod traffic;
+
+pub use layout::{LayoutError, RankLayout};
+pub use traffic::{TrafficError, cross_rank, inter_rank_bytes};
