@@ -125,8 +125,6 @@ pub struct CpuBackend {
     fusion: &'static [Rule],
     /// Whether prepared executables build the backend's own blocks in planned arenas.
     arena: bool,
-    /// Whether prepared executables record when each task ran (off by default).
-    timing: bool,
     /// The fault to inject, in tests of the checks only.
     #[cfg(any(test, feature = "fault-injection"))]
     fault: Option<Fault>,
@@ -167,7 +165,7 @@ pub struct RunStats {
     /// argument, or another run of the same executable ran at the same time.
     pub arena_fallbacks: usize,
     /// When each task ran, in the order the tasks ended, where the executable records task
-    /// timings ([`CpuBackend::with_task_timing`], [`CpuExecutable::set_task_timing`]);
+    /// timings ([`CpuExecutable::set_task_timing`]);
     /// `None` otherwise (the default).
     pub task_timings: Option<Vec<TaskTiming>>,
 }
@@ -190,7 +188,6 @@ impl CpuBackend {
             threads: threads.max(1),
             fusion: &[],
             arena: true,
-            timing: false,
             #[cfg(any(test, feature = "fault-injection"))]
             fault: None,
         }
@@ -211,15 +208,6 @@ impl CpuBackend {
     #[must_use]
     pub fn with_arena(mut self, arena: bool) -> Self {
         self.arena = arena;
-        self
-    }
-
-    /// The same backend, its executables recording when every task of a run ran
-    /// ([`RunStats::task_timings`]: device, worker thread, start and end from one origin) when
-    /// `timing` holds. Off by default: a run that records nothing reads no clock per task.
-    #[must_use]
-    pub fn with_task_timing(mut self, timing: bool) -> Self {
-        self.timing = timing;
         self
     }
 
@@ -272,7 +260,7 @@ impl CpuBackend {
             graph,
             kernels,
             threads: self.threads,
-            timing: self.timing,
+            timing: false,
             timings: None,
         })
     }
@@ -339,8 +327,9 @@ impl CpuExecutable<'_> {
         &self.graph
     }
 
-    /// Makes every later run record when each task ran ([`RunStats::task_timings`]), or
-    /// (`on` false) stop recording.
+    /// Makes every later run record when each task ran ([`RunStats::task_timings`]: device,
+    /// worker thread, start and end from one origin), or (`on` false) stop recording. Off by
+    /// default: a run that records nothing reads no clock per task.
     pub fn set_task_timing(&mut self, on: bool) {
         self.timing = on;
     }
@@ -766,7 +755,8 @@ mod tests {
         let mut quiet = CpuBackend::with_threads(2).executable(&g, Arc::new(NoKernels)).unwrap();
         quiet.load(0, &x).unwrap();
         assert_eq!(quiet.run_with_stats().unwrap().1.task_timings, None);
-        let mut exe = CpuBackend::with_threads(2).with_task_timing(true).executable(&g, Arc::new(NoKernels)).unwrap();
+        let mut exe = CpuBackend::with_threads(2).executable(&g, Arc::new(NoKernels)).unwrap();
+        exe.set_task_timing(true);
         exe.load(0, &x).unwrap();
         let timings = exe.run_with_stats().unwrap().1.task_timings.expect("timings were asked for");
         assert_eq!(timings.len(), g.nodes().len());
