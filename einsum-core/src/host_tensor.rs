@@ -45,7 +45,7 @@ enum ElemsMut<'a> {
     I32(&'a mut [i32]),
 }
 
-impl Elements<'_> {
+impl<'a> Elements<'a> {
     /// Number of elements.
     pub fn len(&self) -> usize {
         match self {
@@ -67,6 +67,21 @@ impl Elements<'_> {
             Elements::F16(v) => Elements::F16(&v[r]),
             Elements::BF16(v) => Elements::BF16(&v[r]),
             Elements::I32(v) => Elements::I32(&v[r]),
+        }
+    }
+
+    /// The elements' bytes, native-endian (f16 and bf16 as their bit patterns).
+    fn as_ne_bytes(self) -> &'a [u8] {
+        // SAFETY: every element type here is plain old data (f32, i32, and f16/bf16, which
+        // are `repr(transparent)` over u16) with no padding; u8 has alignment 1, and the
+        // byte slice covers exactly the elements' memory for the elements' lifetime.
+        unsafe {
+            match self {
+                Elements::F32(v) => std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)),
+                Elements::F16(v) => std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)),
+                Elements::BF16(v) => std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)),
+                Elements::I32(v) => std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)),
+            }
         }
     }
 
@@ -100,6 +115,22 @@ where
     let mut out = vec![T::default(); v.len()];
     out.convert_from_f32_slice(v);
     out
+}
+
+impl<'a> ElemsMut<'a> {
+    /// The elements' bytes, writable, native-endian.
+    fn into_ne_bytes(self) -> &'a mut [u8] {
+        // SAFETY: as in `Elements::as_ne_bytes`; moreover every bit pattern is a valid
+        // value of each element type, so any bytes written leave valid elements.
+        unsafe {
+            match self {
+                ElemsMut::F32(v) => std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)),
+                ElemsMut::F16(v) => std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)),
+                ElemsMut::BF16(v) => std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)),
+                ElemsMut::I32(v) => std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)),
+            }
+        }
+    }
 }
 
 impl Storage {
@@ -371,6 +402,28 @@ impl HostTensor {
             Elements::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
             Elements::I32(v) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
         })
+    }
+
+    /// The storage bytes borrowed without a copy (row-major, native-endian, as
+    /// [`to_ne_bytes`](Self::to_ne_bytes) gives them) when the elements are one contiguous
+    /// run ([`HostTensor::is_contiguous`]); `None` for a strided view. What a transport sends
+    /// straight from the block's memory.
+    pub fn contiguous_ne_bytes(&self) -> Option<&[u8]> {
+        self.elements().map(Elements::as_ne_bytes)
+    }
+
+    /// The tensor of type `ty` and dtype `dtype` whose storage bytes `fill` writes, in place,
+    /// into a new zeroed block (as many bytes as the type's volume of elements takes): what a
+    /// transport receives straight into a block's memory, with no copy after. `fill`'s error
+    /// is returned as it is, and the block dropped.
+    pub fn from_ne_bytes_with<E>(
+        ty: TensorType,
+        dtype: DType,
+        fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Self, E> {
+        let mut storage = Storage::zeros(dtype, ty.volume());
+        fill(storage.elems_mut().into_ne_bytes())?;
+        Ok(Self::owned(ty, storage))
     }
 
     /// The tensor of type `ty` and dtype `dtype` whose storage bytes are `bytes` (the inverse

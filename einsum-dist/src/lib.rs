@@ -9,6 +9,8 @@
 
 mod layout;
 mod traffic;
+mod transport;
 
 pub use layout::{LayoutError, RankLayout};
 pub use traffic::{TrafficError, cross_rank, inter_rank_bytes};
+pub use transport::{Envelope, Local, Shape, Transport, TransportError};

@@ -215,6 +215,29 @@ fn storage_bytes_round_trip_bit_exactly() {
     assert_eq!(x.to_ne_bytes(), bytes);
 }
 
+/// The borrowed bytes of a contiguous tensor (whole, or a view of rows) are its storage
+/// bytes; a strided view has none. A block filled in place from bytes equals the one
+/// decoded from them, and a fill's error comes back as it is.
+#[test]
+fn bytes_are_borrowed_and_filled_in_place() {
+    let whole = tt(&[0, 0], &[4, 3]);
+    for dtype in DType::ALL {
+        let x = HostTensor::random(whole.clone(), dtype, 3);
+        assert_eq!(x.contiguous_ne_bytes(), Some(x.to_ne_bytes().as_slice()));
+        let rows = x.view(&tt(&[1, 0], &[3, 3])).unwrap();
+        assert_eq!(rows.contiguous_ne_bytes(), Some(rows.to_ne_bytes().as_slice()));
+        assert_eq!(x.view(&tt(&[0, 1], &[4, 2])).unwrap().contiguous_ne_bytes(), None);
+        let bytes = rows.to_ne_bytes();
+        let filled = HostTensor::from_ne_bytes_with(rows.ty().clone(), dtype, |b: &mut [u8]| {
+            assert_eq!(b.len(), bytes.len());
+            b.copy_from_slice(&bytes);
+            Ok::<(), ()>(())
+        });
+        assert_eq!(filled, Ok(rows.clone()));
+        assert_eq!(HostTensor::from_ne_bytes_with(whole.clone(), dtype, |_| Err("lost")), Err("lost"));
+    }
+}
+
 #[test]
 fn aggregate_applies_the_operation() {
     let ty = TensorType::zero_bounded(&[2]);
