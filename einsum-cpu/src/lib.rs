@@ -75,6 +75,7 @@ mod arena_plan;
 mod fuse;
 mod heap;
 mod memory;
+mod peers;
 mod schedule;
 mod views;
 
@@ -96,6 +97,8 @@ use einsum_core::{
 use arena::{Arenas, Place};
 pub use arena_plan::{ArenaPlan, MAX_REACH_BYTES, Slot};
 use memory::Memory;
+pub use peers::Peers;
+use schedule::{Arrivals, Role};
 use views::Views;
 
 /// Runs task graphs on the CPU: one memory per virtual device, tasks spread over a pool of
@@ -262,6 +265,7 @@ impl CpuBackend {
             threads: self.threads,
             timing: false,
             timings: None,
+            peers: None,
         })
     }
 
@@ -309,6 +313,19 @@ pub struct CpuExecutable<'k> {
     timing: bool,
     /// The task timings of the last [`Prepared::run`], until taken.
     timings: Option<Vec<TaskTiming>>,
+    /// The processes that run the devices this one does not (`None`: it runs them all).
+    peers: Option<Arc<dyn Peers>>,
+}
+
+/// A block of a saved output that a run handed back ([`CpuExecutable::run_blocks`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredBlock {
+    /// The `Store` task that handed it back.
+    pub task: TaskId,
+    /// The output it is a block of (its index in the graph's outputs).
+    pub output: usize,
+    /// The block, at its absolute position in the output.
+    pub block: HostTensor,
 }
 
 impl fmt::Debug for CpuExecutable<'_> {
@@ -334,6 +351,46 @@ impl CpuExecutable<'_> {
         self.timing = on;
     }
 
+    /// The same executable, running only the tasks of the devices `peers` calls local: it
+    /// loads only their blocks, sends the blocks of transfers to other processes' devices
+    /// through `peers`, and waits for those of transfers from them (see [`Peers`]). Its runs
+    /// hand back the output blocks of its own devices ([`CpuExecutable::run_blocks`]);
+    /// stitching whole outputs ([`CpuExecutable::run_with_stats`]) is for an executable that
+    /// runs every device. Set before loading any input.
+    #[must_use]
+    pub fn with_peers(mut self, peers: Arc<dyn Peers>) -> Self {
+        self.peers = Some(peers);
+        self
+    }
+
+    /// Whether this process holds buffer `b` (its device is local).
+    fn holds(&self, b: BufferId) -> bool {
+        self.holds_device(self.graph.buffer(b).device)
+    }
+
+    /// Who finishes each task in this process ([`Role`]).
+    fn roles(&self) -> Vec<Role> {
+        let graph = &self.graph;
+        graph
+            .nodes()
+            .iter()
+            .map(|node| match node.task {
+                Task::Transfer { src, dst } => match (self.holds(src), self.holds(dst)) {
+                    (true, _) => Role::Run,
+                    (false, true) => Role::Arrives,
+                    (false, false) => Role::Elsewhere,
+                },
+                ref task if self.holds_device(task_device(graph, task)) => Role::Run,
+                _ => Role::Elsewhere,
+            })
+            .collect()
+    }
+
+    /// Whether this process runs `device`'s tasks.
+    fn holds_device(&self, device: DeviceId) -> bool {
+        self.peers.as_ref().is_none_or(|p| p.is_local(device))
+    }
+
     /// Where the blocks the backend writes itself live: each device's arena and each placed
     /// buffer's slot.
     pub fn arena_plan(&self) -> &ArenaPlan {
@@ -356,6 +413,7 @@ impl CpuExecutable<'_> {
         for (t, node) in graph.nodes().iter().enumerate() {
             if let Task::Load { input: i, dst } = node.task
                 && i == input
+                && self.holds(dst)
             {
                 let block = value.slice(&graph.buffer(dst).ty).map_err(|e| BackendError::Task {
                     task: TaskId(t as u32),
@@ -395,7 +453,7 @@ impl CpuExecutable<'_> {
         }
         for (t, node) in graph.nodes().iter().enumerate() {
             let Task::Load { input: i, dst } = node.task else { continue };
-            if i != input {
+            if i != input || !self.holds(dst) {
                 continue;
             }
             let (Some(region), Some(block)) =
@@ -413,28 +471,63 @@ impl CpuExecutable<'_> {
     /// Runs every task but the loads (done by [`CpuExecutable::load`]) on the resident
     /// blocks and returns the saved outputs (whole tensors, in the graph's output order) and
     /// what the run did. Fails with [`BackendError::NotLoaded`] if an input was never
-    /// loaded. The resident blocks are untouched, so runs may be repeated.
+    /// loaded, and with [`BackendError::Unavailable`] for an executable that runs part of the
+    /// graph ([`CpuExecutable::with_peers`]), which has blocks of the outputs, not all of
+    /// them. The resident blocks are untouched, so runs may be repeated.
     pub fn run_with_stats(&self) -> Result<(Vec<HostTensor>, RunStats), BackendError> {
+        if self.peers.is_some() {
+            return Err(BackendError::Unavailable(
+                "this executable runs some of the graph's devices: its runs give their output blocks (run_blocks)"
+                    .into(),
+            ));
+        }
+        let (blocks, stats) = self.run_blocks()?;
+        let mut outputs: Vec<Vec<HostTensor>> = vec![Vec::new(); self.graph.outputs().len()];
+        for b in blocks {
+            outputs[b.output].push(b.block);
+        }
+        Ok((stitch_outputs(&self.graph, outputs)?, stats))
+    }
+
+    /// Runs the tasks of this process's devices (every device but where the executable runs
+    /// part of the graph, [`CpuExecutable::with_peers`]) but the loads, and returns the
+    /// output blocks they handed back, in task order (the order `interpret` stitches them
+    /// in), with what the run did. Fails as [`CpuExecutable::run_with_stats`] does, and
+    /// when a block from another process does not arrive within the peers' patience (naming
+    /// the transfer waited for and who should have sent it).
+    pub fn run_blocks(&self) -> Result<(Vec<StoredBlock>, RunStats), BackendError> {
         let graph = &self.graph;
         let kernels: &dyn KernelLibrary = &*self.kernels;
         if let Some(index) = self.loaded.iter().position(|l| !l) {
             return Err(BackendError::NotLoaded { index, name: graph.inputs()[index].name.clone() });
         }
         let memory = Memory::new(graph, &self.resident);
-        // Blocks handed to the host: (task, output, block).
-        let stored: Mutex<Vec<(TaskId, usize, HostTensor)>> = Mutex::new(Vec::new());
+        let roles = self.roles();
+        // Blocks handed to the host.
+        let stored: Mutex<Vec<StoredBlock>> = Mutex::new(Vec::new());
         let moved = AtomicUsize::new(0);
         let busy = AtomicUsize::new(0);
         let threads = self.threads.min(graph.nodes().len()).max(1);
         // Only when asked: the origin of every task's times, and the times.
         let origin = self.timing.then(Instant::now);
         let timings: Mutex<Vec<TaskTiming>> = Mutex::new(Vec::new());
-        schedule::run_all(graph, threads, |id, worker| {
+        let peers = self.peers.as_deref();
+        let mut arrivals = peers.map(|peers| Arriving::new(graph, &memory, &roles, peers));
+        let arrivals = arrivals.as_mut().map(|a| a as &mut dyn Arrivals);
+        let run = |id: TaskId, worker: usize| {
             let started = origin.map(|o| o.elapsed().as_secs_f64());
             let node = &graph.nodes()[id.0 as usize];
             let fail = |reason: String| BackendError::Task { task: id, label: node.label.clone(), reason };
-            let ctx =
-                Context { graph, kernels, memory: &memory, views: &self.views, arenas: &self.arenas, busy: &busy };
+            let ctx = Context {
+                graph,
+                kernels,
+                memory: &memory,
+                views: &self.views,
+                arenas: &self.arenas,
+                busy: &busy,
+                peers,
+                id,
+            };
             let task = match &node.task {
                 Task::Aggregate { srcs, dst, agg } if self.dropped_source == Some(id) => {
                     &Task::Aggregate { srcs: srcs[..srcs.len() - 1].to_vec(), dst: *dst, agg: *agg }
@@ -443,6 +536,11 @@ impl CpuExecutable<'_> {
             };
             match ctx.run(task).map_err(fail)? {
                 Done::Resident => {}
+                Done::Sent => {
+                    if let Task::Transfer { src, .. } = node.task {
+                        moved.fetch_add(graph.buffer(src).bytes(), Ordering::Relaxed);
+                    }
+                }
                 Done::Wrote(blocks) => {
                     if let Task::Transfer { src, .. } = node.task {
                         moved.fetch_add(graph.buffer(src).bytes(), Ordering::Relaxed);
@@ -452,7 +550,7 @@ impl CpuExecutable<'_> {
                     }
                 }
                 Done::Stored(output, block) => {
-                    stored.lock().unwrap_or_else(|e| e.into_inner()).push((id, output, block));
+                    stored.lock().unwrap_or_else(|e| e.into_inner()).push(StoredBlock { task: id, output, block });
                 }
             }
             memory.release(node.task.reads());
@@ -470,18 +568,17 @@ impl CpuExecutable<'_> {
                 timings.lock().unwrap_or_else(|e| e.into_inner()).push(timing);
             }
             Ok(())
-        })?;
+        };
+        schedule::run_part(graph, threads, &roles, run, arrivals)?;
         let mut stored = stored.into_inner().unwrap_or_else(|e| e.into_inner());
         // The host receives each output's blocks in schedule order, as `interpret` does.
-        stored.sort_by_key(|(id, ..)| *id);
-        let mut outputs: Vec<Vec<HostTensor>> = vec![Vec::new(); graph.outputs().len()];
-        for (_, o, block) in stored {
-            outputs[o].push(block);
-        }
-        let outputs = stitch_outputs(graph, outputs)?;
+        stored.sort_by_key(|b| b.task);
+        let own = |(n, r): (&einsum_core::taskgraph::Node, &Role)| {
+            *r != Role::Elsewhere && !matches!(n.task, Task::Load { .. })
+        };
         let stats = RunStats {
             threads,
-            tasks: graph.nodes().iter().filter(|n| !matches!(n.task, Task::Load { .. })).count(),
+            tasks: graph.nodes().iter().zip(&roles).filter(|&t| own(t)).count(),
             bytes_moved: moved.into_inner(),
             peak_bytes: memory.peak_bytes(),
             resident_bytes: memory.resident_bytes(),
@@ -489,7 +586,7 @@ impl CpuExecutable<'_> {
             arena_fallbacks: busy.into_inner(),
             task_timings: origin.map(|_| timings.into_inner().unwrap_or_else(|e| e.into_inner())),
         };
-        Ok((outputs, stats))
+        Ok((stored, stats))
     }
 }
 
@@ -564,6 +661,8 @@ enum Done {
     Wrote(Vec<HostTensor>),
     /// A block of saved output `.0`, for the host.
     Stored(usize, HostTensor),
+    /// Nothing here: a transfer's block handed to the process of its destination.
+    Sent,
 }
 
 /// Everything a task can touch.
@@ -575,6 +674,10 @@ struct Context<'a> {
     arenas: &'a Arenas,
     /// Blocks built on the heap because their slot was busy.
     busy: &'a AtomicUsize,
+    /// The other processes, where this one runs part of the graph.
+    peers: Option<&'a dyn Peers>,
+    /// The task being run.
+    id: TaskId,
 }
 
 impl Context<'_> {
@@ -609,7 +712,16 @@ impl Context<'_> {
             }
             // Blocks are immutable and every device is host memory: the destination shares
             // the source's elements (`bytes_moved` still counts what an interconnect moves).
-            Task::Transfer { src, .. } => one(HostTensor::clone(&*self.get(*src)?)),
+            Task::Transfer { src, dst } => {
+                let block = HostTensor::clone(&*self.get(*src)?);
+                match self.peers {
+                    Some(peers) if !peers.is_local(self.graph.buffer(*dst).device) => {
+                        peers.send(self.id, block)?;
+                        Done::Sent
+                    }
+                    _ => one(block),
+                }
+            }
             Task::Aggregate { srcs, agg, dst } => {
                 let parts =
                     srcs.iter().map(|s| self.get(*s).map(|t| HostTensor::clone(&*t))).collect::<Result<Vec<_>, _>>()?;
@@ -638,6 +750,78 @@ impl Context<'_> {
                 Done::Stored(*output, if block.is_lent() { block.compact() } else { HostTensor::clone(&*block) })
             }
         })
+    }
+}
+
+/// The blocks this process waits for, as they arrive from the others ([`Peers::receive`]):
+/// each checked against the transfer it completes and put into memory.
+struct Arriving<'a> {
+    graph: &'a TaskGraph,
+    memory: &'a Memory<'a>,
+    peers: &'a dyn Peers,
+    /// Per task, whether it is a transfer whose block has yet to arrive.
+    awaited: Vec<bool>,
+    /// When a block last arrived (or the run began).
+    progress: Instant,
+}
+
+impl<'a> Arriving<'a> {
+    fn new(graph: &'a TaskGraph, memory: &'a Memory<'a>, roles: &[Role], peers: &'a dyn Peers) -> Self {
+        let awaited = roles.iter().map(|r| *r == Role::Arrives).collect();
+        Arriving { graph, memory, peers, awaited, progress: Instant::now() }
+    }
+
+    /// The error for a block `task` delivered that does not fit it.
+    fn misfit(&self, task: TaskId, why: String) -> BackendError {
+        let label =
+            self.graph.nodes().get(task.0 as usize).map_or_else(|| "(no such task)".into(), |n| n.label.clone());
+        BackendError::Task { task, label, reason: why }
+    }
+}
+
+impl Arrivals for Arriving<'_> {
+    fn next(&mut self) -> Result<Option<TaskId>, BackendError> {
+        let first_awaited = || self.awaited.iter().position(|&a| a).map(|t| TaskId(t as u32));
+        let got = self.peers.receive(schedule::POLL).map_err(|reason| {
+            let task = first_awaited().unwrap_or(TaskId(0));
+            self.misfit(task, format!("receiving a block: {reason}"))
+        })?;
+        let Some((task, block)) = got else {
+            let waited = self.progress.elapsed();
+            if waited > self.peers.patience() {
+                let task = first_awaited().unwrap_or(TaskId(0));
+                let from = match self.graph.nodes()[task.0 as usize].task {
+                    Task::Transfer { src, .. } => self.graph.buffer(src).device,
+                    _ => DeviceId(0),
+                };
+                let who = self.peers.owner(from);
+                return Err(self.misfit(
+                    task,
+                    format!(
+                        "no block arrived in {:.1} s; this transfer waits for {who} (device {}), which may have failed",
+                        waited.as_secs_f64(),
+                        from.0
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        if !self.awaited.get(task.0 as usize).copied().unwrap_or(false) {
+            return Err(self.misfit(task, "a block arrived for a task that awaits none (or already has it)".into()));
+        }
+        let Task::Transfer { dst, .. } = self.graph.nodes()[task.0 as usize].task else {
+            unreachable!("only transfers arrive")
+        };
+        let want = self.graph.buffer(dst);
+        if *block.ty() != want.ty || block.dtype() != want.dtype {
+            let why =
+                format!("expected {} {}, a block of {} {} arrived", want.ty, want.dtype, block.ty(), block.dtype());
+            return Err(self.misfit(task, why));
+        }
+        self.memory.write(dst, block);
+        self.awaited[task.0 as usize] = false;
+        self.progress = Instant::now();
+        Ok(Some(task))
     }
 }
 
@@ -786,6 +970,132 @@ mod tests {
         assert!(prepared.record_task_timings(false));
         prepared.run().unwrap();
         assert_eq!(prepared.take_task_timings(), None);
+    }
+
+    /// Processes over channels: process `p` runs the devices `owner` gives it.
+    struct Channels {
+        me: usize,
+        owner: Vec<usize>,
+        /// Per transfer task, its destination device.
+        dst: Vec<Option<DeviceId>>,
+        to: Vec<std::sync::mpsc::Sender<(TaskId, HostTensor)>>,
+        inbox: Mutex<std::sync::mpsc::Receiver<(TaskId, HostTensor)>>,
+        patience: std::time::Duration,
+    }
+
+    impl Peers for Channels {
+        fn is_local(&self, device: DeviceId) -> bool {
+            self.owner[device.0 as usize] == self.me
+        }
+        fn send(&self, task: TaskId, block: HostTensor) -> Result<(), String> {
+            let dst = self.dst[task.0 as usize].ok_or("not a transfer")?;
+            self.to[self.owner[dst.0 as usize]].send((task, block)).map_err(|e| e.to_string())
+        }
+        fn receive(&self, wait: std::time::Duration) -> Result<Option<(TaskId, HostTensor)>, String> {
+            Ok(self.inbox.lock().unwrap().recv_timeout(wait).ok())
+        }
+        fn owner(&self, device: DeviceId) -> String {
+            format!("process {}", self.owner[device.0 as usize])
+        }
+        fn patience(&self) -> std::time::Duration {
+            self.patience
+        }
+    }
+
+    /// One `Channels` per process of `owner`.
+    fn processes(g: &TaskGraph, owner: &[usize], patience_ms: u64) -> Vec<Channels> {
+        let n = owner.iter().max().map_or(0, |m| m + 1);
+        let (to, inboxes): (Vec<_>, Vec<_>) = (0..n).map(|_| std::sync::mpsc::channel()).unzip();
+        let dst: Vec<Option<DeviceId>> = g
+            .nodes()
+            .iter()
+            .map(|node| match node.task {
+                Task::Transfer { dst, .. } => Some(g.buffer(dst).device),
+                _ => None,
+            })
+            .collect();
+        inboxes
+            .into_iter()
+            .enumerate()
+            .map(|(me, inbox)| Channels {
+                me,
+                owner: owner.to_vec(),
+                dst: dst.clone(),
+                to: to.clone(),
+                inbox: Mutex::new(inbox),
+                patience: std::time::Duration::from_millis(patience_ms),
+            })
+            .collect()
+    }
+
+    /// Devices {0} and {1, 2} in two processes (each on its own thread) hand back the blocks
+    /// the whole graph's run stitches, bit for bit: device 1's bottom rows travel to device
+    /// 0 as a message; each process loads and stores only its own devices' blocks.
+    #[test]
+    fn two_processes_give_the_whole_runs_blocks() {
+        let g = split_and_replicated();
+        let x = HostTensor::random(TensorType::new(&[0, 0], &[4, 6]).unwrap(), DType::F32, 5);
+        let whole = CpuBackend::with_threads(2).execute(&g, &NoKernels, std::slice::from_ref(&x)).unwrap();
+        let procs = processes(&g, &[0, 1, 1], 10_000);
+        let runs: Vec<(Vec<StoredBlock>, RunStats)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = procs
+                .into_iter()
+                .map(|p| {
+                    let (g, x) = (&g, &x);
+                    scope.spawn(move || {
+                        let mut exe = CpuBackend::with_threads(2)
+                            .executable(g, Arc::new(NoKernels))
+                            .unwrap()
+                            .with_peers(Arc::new(p));
+                        exe.load(0, x).unwrap();
+                        assert!(matches!(exe.run_with_stats(), Err(BackendError::Unavailable(_))));
+                        exe.run_blocks().unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // Process 0 stores y; process 1 stores z (device 2) and r (device 1).
+        let outputs: Vec<Vec<usize>> = runs.iter().map(|(b, _)| b.iter().map(|b| b.output).collect()).collect();
+        assert_eq!(outputs, [vec![0], vec![1, 2]]);
+        assert_eq!(runs[0].0[0].block, whole[0]);
+        assert_eq!(runs[1].0[0].block, whole[1]);
+        assert_eq!(runs[1].0[1].block, whole[2]);
+        // Process 0 holds its rows of x; process 1 the bottom rows and the top replica on
+        // device 1 and all of x on device 2 (4 * 6 * 4 bytes).
+        assert_eq!(runs[0].1.resident_bytes, vec![48, 0, 0]);
+        assert_eq!(runs[1].1.resident_bytes, vec![0, 96, 96]);
+        // The message counts as moved by its sender.
+        assert_eq!((runs[0].1.bytes_moved, runs[1].1.bytes_moved), (0, 48));
+    }
+
+    /// A process whose peer never sends gives up after its patience, naming the transfer it
+    /// waited for and who should have sent it; a block of the wrong type is refused.
+    #[test]
+    fn a_missing_or_misfit_block_is_an_error() {
+        let g = split_and_replicated();
+        let x = HostTensor::random(TensorType::new(&[0, 0], &[4, 6]).unwrap(), DType::F32, 5);
+        let mut procs = processes(&g, &[0, 1, 1], 100);
+        let sender = procs.pop().unwrap();
+        let p0 = Arc::new(procs.pop().unwrap());
+        let mut exe = CpuBackend::with_threads(1).executable(&g, Arc::new(NoKernels)).unwrap().with_peers(p0.clone());
+        exe.load(0, &x).unwrap();
+        let e = exe.run_blocks().unwrap_err();
+        let BackendError::Task { task, label, reason } = &e else { panic!("{e}") };
+        assert_eq!((task.0, label.as_str()), (4, "send bottom"));
+        assert!(reason.contains("waits for process 1 (device 1)"), "{e}");
+        // The right transfer, a block of the wrong rows.
+        let top = x.slice(&TensorType::new(&[0, 0], &[2, 6]).unwrap()).unwrap();
+        sender.send(TaskId(4), top).unwrap();
+        let e = exe.run_blocks().unwrap_err();
+        assert!(e.to_string().contains("expected [2..4, 0..6] f32, a block of [0..2, 0..6] f32 arrived"), "{e}");
+        // A block for a task that awaits none (the stitch), then the right one.
+        sender.to[0].send((TaskId(5), x.clone())).unwrap();
+        let e = exe.run_blocks().unwrap_err();
+        assert!(e.to_string().contains("awaits none"), "{e}");
+        sender.send(TaskId(4), x.slice(&TensorType::new(&[2, 0], &[4, 6]).unwrap()).unwrap()).unwrap();
+        let (blocks, _) = exe.run_blocks().unwrap();
+        assert_eq!(blocks[0].block, x);
     }
 
     /// An unknown input, a part outside the input or of another dtype, and an input not

@@ -2,6 +2,11 @@
 //! every task has run or one has failed. A task started while workers would otherwise sit
 //! idle (fewer tasks ready than workers) is lent their cores for its kernel
 //! ([`einsum_core::intra_op`]).
+//!
+//! A process running part of a graph ([`crate::Peers`]) gives every task a [`Role`]: the
+//! workers run its own tasks, another process runs the rest, and the transfers that bring
+//! blocks from another process finish when the block arrives, which one more thread waits
+//! for, so that no worker ever blocks on a message.
 
 use std::{
     any::Any,
@@ -10,6 +15,7 @@ use std::{
     panic::{AssertUnwindSafe, catch_unwind},
     sync::{Condvar, Mutex, MutexGuard},
     thread,
+    time::Duration,
 };
 
 use einsum_core::{
@@ -29,7 +35,32 @@ struct State {
     finished: usize,
     /// The first failure; once set, workers take no more tasks.
     failure: Option<BackendError>,
+    /// Tasks to finish by an arrival that have not arrived yet.
+    arrivals_left: usize,
 }
+
+/// Who finishes a task, in a process that runs part of a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A worker of this process runs it.
+    Run,
+    /// Another process runs it: it counts as finished from the start.
+    Elsewhere,
+    /// It finishes when its block arrives from another process ([`Arrivals`]).
+    Arrives,
+}
+
+/// What one thread waits on for the tasks of [`Role::Arrives`]: called again and again until
+/// every such task has arrived or the run has failed, each call returns the task whose block
+/// arrived (and is in memory), `None` when nothing arrived within about [`POLL`], or
+/// the failure that ends the run.
+pub(crate) trait Arrivals: Send {
+    fn next(&mut self) -> Result<Option<TaskId>, BackendError>;
+}
+
+/// How long one wait for an arrival may take before the waiting thread looks whether the run
+/// has failed meanwhile.
+pub(crate) const POLL: Duration = Duration::from_millis(20);
 
 struct Shared {
     state: Mutex<State>,
@@ -46,6 +77,18 @@ impl Shared {
         let mut s = self.lock();
         s.failure.get_or_insert(error);
         self.wake.notify_all();
+    }
+
+    /// Records that `id` finished: its dependents whose dependencies are all finished become
+    /// ready (but those that finish by arriving, which never enter the queue).
+    fn finish(&self, s: &mut State, id: usize, dependents: &[Vec<u32>], roles: &[Role]) {
+        s.finished += 1;
+        for &d in &dependents[id] {
+            s.waiting[d as usize] -= 1;
+            if s.waiting[d as usize] == 0 && roles[d as usize] == Role::Run {
+                s.ready.push(Reverse(d));
+            }
+        }
     }
 }
 
@@ -71,11 +114,32 @@ impl Drop for StopOnUnwind<'_> {
 /// returned, or a panic inside `run` (caught, and reported as [`BackendError::Panic`]
 /// naming the task). After a failure no task starts; running ones finish and every worker
 /// is joined before this returns.
+#[cfg(test)]
 pub(crate) fn run_all<F>(graph: &TaskGraph, threads: usize, run: F) -> Result<(), BackendError>
 where
     F: Fn(TaskId, usize) -> Result<(), BackendError> + Sync,
 {
+    let roles = vec![Role::Run; graph.nodes().len()];
+    run_part(graph, threads, &roles, run, None)
+}
+
+/// [`run_all`] for a process that runs part of `graph`: the workers run the tasks whose
+/// role is [`Role::Run`]; those of [`Role::Elsewhere`] count as finished from the start; one
+/// more thread calls `arrivals` until every task of [`Role::Arrives`] has arrived (`None`
+/// only when there is none), each arrival finishing its task. A failure of `arrivals` ends
+/// the run like a task's; a failed run stops waiting for arrivals.
+pub(crate) fn run_part<F>(
+    graph: &TaskGraph,
+    threads: usize,
+    roles: &[Role],
+    run: F,
+    arrivals: Option<&mut dyn Arrivals>,
+) -> Result<(), BackendError>
+where
+    F: Fn(TaskId, usize) -> Result<(), BackendError> + Sync,
+{
     let n = graph.nodes().len();
+    assert_eq!(roles.len(), n, "one role per task");
     let mut dependents: Vec<Vec<u32>> = vec![Vec::new(); n];
     let mut waiting = vec![0usize; n];
     for (i, node) in graph.nodes().iter().enumerate() {
@@ -87,16 +151,37 @@ where
             dependents[d.0 as usize].push(i as u32);
         }
     }
-    let ready = (0..n as u32).filter(|&i| waiting[i as usize] == 0).map(Reverse).collect();
-    let shared = Shared {
-        state: Mutex::new(State { ready, waiting, running: 0, finished: 0, failure: None }),
-        wake: Condvar::new(),
+    let mut state = State {
+        ready: BinaryHeap::new(),
+        waiting,
+        running: 0,
+        finished: 0,
+        failure: None,
+        arrivals_left: roles.iter().filter(|&&r| r == Role::Arrives).count(),
     };
-    let workers = threads.clamp(1, n.max(1));
+    // Another process's tasks are done as far as this one is concerned.
+    for (i, deps) in dependents.iter().enumerate() {
+        if roles[i] == Role::Elsewhere {
+            for &d in deps {
+                state.waiting[d as usize] -= 1;
+            }
+        }
+    }
+    state.ready = (0..n as u32)
+        .filter(|&i| state.waiting[i as usize] == 0 && roles[i as usize] == Role::Run)
+        .map(Reverse)
+        .collect();
+    let own = roles.iter().filter(|&&r| r != Role::Elsewhere).count();
+    assert!(state.arrivals_left == 0 || arrivals.is_some(), "tasks arrive, but nothing waits for them");
+    let shared = Shared { state: Mutex::new(state), wake: Condvar::new() };
+    let workers = threads.clamp(1, own.max(1));
+    let job = Job { graph, shared: &shared, dependents: &dependents, roles, own };
     thread::scope(|scope| {
-        let (shared, dependents, run) = (&shared, &dependents, &run);
-        let handles: Vec<_> =
-            (0..workers).map(|w| scope.spawn(move || worker(graph, shared, dependents, (w, workers), run))).collect();
+        let (job, run) = (&job, &run);
+        let handles: Vec<_> = (0..workers).map(|w| scope.spawn(move || worker(job, (w, workers), run))).collect();
+        if let Some(arrivals) = arrivals {
+            await_arrivals(job, arrivals);
+        }
         for h in handles {
             // A worker that unwound has already stopped the run (StopOnUnwind).
             let _ = h.join();
@@ -109,21 +194,60 @@ where
     }
 }
 
+/// What every thread of one run reads.
+struct Job<'a> {
+    graph: &'a TaskGraph,
+    shared: &'a Shared,
+    dependents: &'a [Vec<u32>],
+    roles: &'a [Role],
+    /// The tasks this process finishes (runs, or sees arrive).
+    own: usize,
+}
+
+/// Takes arrivals until every awaited task has arrived or the run has failed.
+fn await_arrivals(job: &Job<'_>, arrivals: &mut dyn Arrivals) {
+    loop {
+        {
+            let s = job.shared.lock();
+            if s.failure.is_some() || s.arrivals_left == 0 {
+                return;
+            }
+        }
+        match catch_unwind(AssertUnwindSafe(|| arrivals.next())) {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(id))) => {
+                let mut s = job.shared.lock();
+                s.arrivals_left -= 1;
+                job.shared.finish(&mut s, id.0 as usize, job.dependents, job.roles);
+                job.shared.wake.notify_all();
+            }
+            Ok(Err(e)) => return job.shared.fail(e),
+            Err(payload) => {
+                return job.shared.fail(BackendError::Panic {
+                    task: TaskId(job.graph.nodes().len() as u32),
+                    label: "cpu scheduler: arrivals".into(),
+                    message: message(&*payload),
+                });
+            }
+        }
+    }
+}
+
 /// Worker `me` of `workers`: takes ready tasks until the run is over. A task it takes while
 /// other workers are idle gets their number as [`intra_op::helpers`]: its kernel may spread
 /// over their cores (if a task becomes ready meanwhile, an idle worker takes it and the
 /// machine is briefly oversubscribed, never idle).
-fn worker<F>(graph: &TaskGraph, shared: &Shared, dependents: &[Vec<u32>], (me, workers): (usize, usize), run: &F)
+fn worker<F>(job: &Job<'_>, (me, workers): (usize, usize), run: &F)
 where
     F: Fn(TaskId, usize) -> Result<(), BackendError> + Sync,
 {
-    let n = graph.nodes().len();
-    let _guard = StopOnUnwind(shared, n);
+    let (graph, shared) = (job.graph, job.shared);
+    let _guard = StopOnUnwind(shared, graph.nodes().len());
     loop {
         let (id, helpers) = {
             let mut s = shared.lock();
             loop {
-                if s.failure.is_some() || s.finished == n {
+                if s.failure.is_some() || s.finished == job.own {
                     return;
                 }
                 if let Some(Reverse(id)) = s.ready.pop() {
@@ -132,10 +256,11 @@ where
                     let idle = workers.saturating_sub(s.running + s.ready.len());
                     break (TaskId(id), idle);
                 }
-                if s.running == 0 {
+                if s.running == 0 && s.arrivals_left == 0 {
                     // Unreachable for a graph built by `TaskGraph::push` (dependencies point
                     // backwards), but never wait for nothing.
-                    let first = s.waiting.iter().position(|&w| w > 0).unwrap_or(0);
+                    let first =
+                        (0..s.waiting.len()).position(|t| s.waiting[t] > 0 && job.roles[t] == Role::Run).unwrap_or(0);
                     s.failure = Some(BackendError::Task {
                         task: TaskId(first as u32),
                         label: graph.nodes().get(first).map_or_else(String::new, |node| node.label.clone()),
@@ -152,15 +277,7 @@ where
         let mut s = shared.lock();
         s.running -= 1;
         match outcome {
-            Ok(Ok(())) => {
-                s.finished += 1;
-                for &d in &dependents[id.0 as usize] {
-                    s.waiting[d as usize] -= 1;
-                    if s.waiting[d as usize] == 0 {
-                        s.ready.push(Reverse(d));
-                    }
-                }
-            }
+            Ok(Ok(())) => shared.finish(&mut s, id.0 as usize, job.dependents, job.roles),
             Ok(Err(e)) => {
                 s.failure.get_or_insert(e);
             }
