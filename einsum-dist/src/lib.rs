@@ -7,10 +7,16 @@
 //! become messages (a message's tag is its position in that list) and [`inter_rank_bytes`]
 //! sums their bytes per pair of ranks.
 
+mod backend;
+mod executable;
 mod layout;
+mod messages;
+mod peers;
 mod traffic;
 mod transport;
 
+pub use backend::{DEFAULT_PATIENCE, RankBackend};
+pub use executable::RankExecutable;
 pub use layout::{LayoutError, RankLayout};
 pub use traffic::{TrafficError, cross_rank, inter_rank_bytes};
 pub use transport::{Envelope, Local, Shape, Transport, TransportError};

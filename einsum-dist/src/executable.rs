@@ -1,0 +1,198 @@
+//! One rank's prepared executable: the CPU backend's, running the tasks of the rank's
+//! devices, with the outputs gathered to rank 0.
+
+use std::{
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::Arc,
+};
+
+use einsum_core::{
+    BackendError, HostTensor, Prepared, TaskTiming, TensorType,
+    taskgraph::{TaskGraph, TaskId, stitch_outputs},
+};
+use einsum_cpu::{CpuExecutable, RunStats, StoredBlock};
+
+use crate::{
+    Transport,
+    messages::{FINGERPRINT, Kind},
+    peers::RankPeers,
+};
+
+/// A task graph prepared on one rank of a job ([`RankBackend`](crate::RankBackend)): it
+/// holds the blocks of its own devices' inputs, runs their tasks, exchanges the crossing
+/// transfers' blocks with the other ranks, and sends its output blocks to rank 0, whose
+/// [`Prepared::run`] returns the whole outputs. On the other ranks a run returns no output
+/// (they are rank 0's); [`RankExecutable::run_sharded`] keeps every rank's blocks where
+/// they are instead.
+pub struct RankExecutable<'k> {
+    inner: CpuExecutable<'k>,
+    peers: Arc<RankPeers>,
+    /// What the last run did on this rank.
+    stats: Option<RunStats>,
+}
+
+impl<'k> RankExecutable<'k> {
+    pub(crate) fn new(inner: CpuExecutable<'k>, peers: Arc<RankPeers>) -> Self {
+        RankExecutable { inner, peers, stats: None }
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.peers.rank()
+    }
+
+    /// The prepared graph (after kernel fusion), the same on every rank.
+    pub fn graph(&self) -> &TaskGraph {
+        self.inner.graph()
+    }
+
+    /// What the last run did on this rank (its devices only), if one ran.
+    pub fn last_stats(&self) -> Option<&RunStats> {
+        self.stats.as_ref()
+    }
+
+    /// Runs this rank's part and returns the output blocks of its own devices, in task
+    /// order, without gathering them: the outputs kept sharded over the ranks.
+    pub fn run_sharded(&mut self) -> Result<Vec<StoredBlock>, BackendError> {
+        let (blocks, stats) = self.inner.run_blocks()?;
+        self.stats = Some(stats);
+        self.flush()?;
+        Ok(blocks)
+    }
+
+    /// Waits until every block this rank sent has been delivered.
+    fn flush(&self) -> Result<(), BackendError> {
+        self.peers.transport.flush(self.peers.patience).map_err(|e| BackendError::Device {
+            operation: format!("rank {}: delivering its messages", self.rank()),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Rank 0's whole outputs: its own blocks and those every other rank sent, stitched.
+    fn gather(&self, mut blocks: Vec<StoredBlock>) -> Result<Vec<HostTensor>, BackendError> {
+        let graph = self.inner.graph();
+        let mut missing: Vec<(u32, TaskId, usize)> = self
+            .peers
+            .messages
+            .gathered()
+            .map(|(tag, m)| {
+                let Kind::Output(output) = m.kind else { unreachable!("gathered messages are outputs") };
+                (tag, m.task, output)
+            })
+            .collect();
+        while let Some(&(first_tag, first, _)) = missing.first() {
+            let fail = |reason: String| BackendError::Task {
+                task: first,
+                label: graph.nodes()[first.0 as usize].label.clone(),
+                reason,
+            };
+            let wanted = |tag: u32| missing.iter().any(|m| m.0 == tag);
+            let got = self.peers.take(self.peers.patience, wanted).map_err(|e| fail(format!("gathering: {e}")))?;
+            let Some((tag, block)) = got else {
+                let from = self.peers.messages.incoming(first_tag).map_or(0, |m| m.from);
+                return Err(fail(format!(
+                    "rank 0 waited {:.1} s for this output block from rank {from}, which may have failed",
+                    self.peers.patience.as_secs_f64()
+                )));
+            };
+            let at = missing.iter().position(|m| m.0 == tag).expect("wanted");
+            let (_, task, output) = missing.swap_remove(at);
+            blocks.push(StoredBlock { task, output, block });
+        }
+        // The host receives each output's blocks in schedule order, as `interpret` does.
+        blocks.sort_by_key(|b| b.task);
+        let mut outputs: Vec<Vec<HostTensor>> = vec![Vec::new(); graph.outputs().len()];
+        for b in blocks {
+            outputs[b.output].push(b.block);
+        }
+        stitch_outputs(graph, outputs)
+    }
+}
+
+impl Prepared for RankExecutable<'_> {
+    /// Loads the blocks of this rank's devices only.
+    fn load(&mut self, input: usize, value: &HostTensor) -> Result<(), BackendError> {
+        self.inner.load(input, value)
+    }
+
+    fn write(&mut self, input: usize, part: &HostTensor) -> Result<(), BackendError> {
+        self.inner.write(input, part)
+    }
+
+    /// On rank 0 the whole outputs; on every other rank, none (its blocks went to rank 0).
+    fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
+        let blocks = self.run_sharded()?;
+        if self.rank() == 0 {
+            return self.gather(blocks);
+        }
+        for b in blocks {
+            self.peers.send_for(b.task, b.block).map_err(|e| BackendError::Task {
+                task: b.task,
+                label: self.inner.graph().nodes()[b.task.0 as usize].label.clone(),
+                reason: format!("sending the output block to rank 0: {e}"),
+            })?;
+        }
+        self.flush()?;
+        Ok(Vec::new())
+    }
+
+    fn record_task_timings(&mut self, on: bool) -> bool {
+        self.inner.set_task_timing(on);
+        true
+    }
+
+    fn take_task_timings(&mut self) -> Option<Vec<TaskTiming>> {
+        self.stats.as_mut().and_then(|s| s.task_timings.take())
+    }
+}
+
+/// A fingerprint of `graph`: every device, buffer and task with its dependencies and label.
+/// Equal graphs give equal fingerprints in every process of one build.
+pub(crate) fn fingerprint(graph: &TaskGraph) -> u64 {
+    let mut h = DefaultHasher::new();
+    graph.devices().hash(&mut h);
+    for b in graph.buffers() {
+        (b.device.0, b.ty.lower(), b.ty.upper(), b.dtype.to_string()).hash(&mut h);
+    }
+    for node in graph.nodes() {
+        format!("{:?}", node.task).hash(&mut h);
+        node.deps.iter().map(|d| d.0).collect::<Vec<_>>().hash(&mut h);
+        node.label.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Checks that every rank prepared the same graph: rank 0 sends its fingerprint to every
+/// other rank, which compares it with its own. A rank that differs fails naming itself.
+pub(crate) fn agree_on(graph: &TaskGraph, peers: &RankPeers) -> Result<(), BackendError> {
+    let mine = fingerprint(graph);
+    let as_block = |f: u64| {
+        let halves = vec![(f >> 32) as u32 as i32, f as u32 as i32];
+        HostTensor::from_i32(TensorType::zero_bounded(&[2]), halves).expect("two elements")
+    };
+    let transport: &dyn Transport = &*peers.transport;
+    let fail = |reason: String| BackendError::Device { operation: format!("rank {}: preparing", peers.rank()), reason };
+    if peers.rank() == 0 {
+        for to in 1..transport.ranks() {
+            transport.send(to, FINGERPRINT, as_block(mine)).map_err(|e| fail(e.to_string()))?;
+        }
+        return Ok(());
+    }
+    let got = peers.take(peers.patience, |tag| tag == FINGERPRINT).map_err(|e| fail(e.to_string()))?;
+    let Some((_, block)) = got else {
+        return Err(fail(format!(
+            "rank 0 sent no graph fingerprint in {:.1} s (it may have failed before preparing)",
+            peers.patience.as_secs_f64()
+        )));
+    };
+    let v = block.to_i32();
+    let theirs = (u64::from(v[0] as u32) << 32) | u64::from(v[1] as u32);
+    if theirs != mine {
+        return Err(fail(format!(
+            "rank {} compiled another task graph than rank 0 (fingerprint {mine:016x}, rank 0's {theirs:016x}): \
+             every rank must compile the same plan (a search cut short by wall time can differ between ranks)",
+            peers.rank()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! One rank's view of the others: the CPU backend's [`Peers`] over a [`Transport`], with
+//! the tags of [`Messages`], and the messages that arrived before their turn kept aside.
+//!
+//! A rank takes messages in two phases of a run (the crossing transfers, then, on rank 0,
+//! the gathered outputs) and, once, the graph's fingerprint. Ranks are not in step: a rank
+//! that finished its part of run `k` may already send its gathered blocks, or its first
+//! transfers of run `k + 1`, while rank 0 still waits for the transfers of run `k`. Every
+//! tag's block type is known from the graph, so such a message is received all the same
+//! and kept aside, by tag, until the phase that wants it asks; messages of one tag stay in
+//! the order they were sent.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use einsum_core::{
+    DType, HostTensor, TensorType,
+    taskgraph::{DeviceId, TaskId},
+};
+use einsum_cpu::Peers;
+
+use crate::{
+    Envelope, RankLayout, Transport, TransportError,
+    messages::{FINGERPRINT, Kind, Messages},
+};
+
+/// One rank's side of a job running one task graph (see the module docs).
+pub(crate) struct RankPeers {
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) layout: RankLayout,
+    pub(crate) messages: Messages,
+    /// Messages received before their phase asked for them, by tag.
+    early: Mutex<HashMap<u32, VecDeque<HostTensor>>>,
+    /// Bytes sent to each rank (crossing transfers only), shared with the backend.
+    sent: Arc<[AtomicU64]>,
+    pub(crate) patience: Duration,
+}
+
+impl RankPeers {
+    pub(crate) fn new(
+        transport: Arc<dyn Transport>,
+        layout: RankLayout,
+        messages: Messages,
+        patience: Duration,
+        sent: Arc<[AtomicU64]>,
+    ) -> Self {
+        RankPeers { transport, layout, messages, early: Mutex::new(HashMap::new()), sent, patience }
+    }
+
+    /// This rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.transport.rank()
+    }
+
+    /// The type and dtype of `envelope`'s block, from its tag, or why it is not expected.
+    fn shape(&self, envelope: &Envelope) -> Result<(TensorType, DType), TransportError> {
+        let unexpected = |why: String| TransportError::Unexpected { envelope: *envelope, why };
+        if envelope.tag == FINGERPRINT {
+            return if envelope.from == 0 {
+                Ok((TensorType::zero_bounded(&[2]), DType::I32))
+            } else {
+                Err(unexpected("only rank 0 sends the graph's fingerprint".into()))
+            };
+        }
+        let m = self.messages.incoming(envelope.tag).ok_or_else(|| {
+            unexpected(format!("the graph's messages have tags {FINGERPRINT} to {}", self.messages.max_tag()))
+        })?;
+        if (m.from, m.to) != (envelope.from, self.rank()) {
+            return Err(unexpected(format!(
+                "tag {} goes from rank {} to rank {} (task {})",
+                envelope.tag, m.from, m.to, m.task
+            )));
+        }
+        Ok((m.ty.clone(), m.dtype))
+    }
+
+    /// Waits at most `wait` for a message whose tag `wanted` accepts: one kept aside, or the
+    /// next to arrive (those `wanted` refuses are kept aside meanwhile). `None` when none
+    /// came in time.
+    pub(crate) fn take(
+        &self,
+        wait: Duration,
+        wanted: impl Fn(u32) -> bool,
+    ) -> Result<Option<(u32, HostTensor)>, TransportError> {
+        let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((&tag, queue)) = early.iter_mut().find(|(t, q)| wanted(**t) && !q.is_empty()) {
+            let block = queue.pop_front().expect("not empty");
+            return Ok(Some((tag, block)));
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some((envelope, block)) = self.transport.receive(left, &|e| self.shape(e))? else {
+                return Ok(None);
+            };
+            if wanted(envelope.tag) {
+                return Ok(Some((envelope.tag, block)));
+            }
+            early.entry(envelope.tag).or_default().push_back(block);
+            if left.is_zero() {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Sends `block` for `task` (a crossing transfer or a `Store`) to the rank its tag goes to.
+    pub(crate) fn send_for(&self, task: TaskId, block: HostTensor) -> Result<(), TransportError> {
+        let tag = self.messages.tag_of(task).expect("a crossing transfer or a store");
+        let m = self.messages.incoming(tag).expect("a tag of the graph");
+        if m.kind == Kind::Transfer {
+            self.sent[m.to].fetch_add(block.size_bytes() as u64, Ordering::Relaxed);
+        }
+        self.transport.send(m.to, tag, block)
+    }
+}
+
+impl Peers for RankPeers {
+    fn is_local(&self, device: DeviceId) -> bool {
+        self.layout.rank_of(device.0 as usize) == self.rank()
+    }
+
+    fn send(&self, task: TaskId, block: HostTensor) -> Result<(), String> {
+        self.send_for(task, block).map_err(|e| e.to_string())
+    }
+
+    fn receive(&self, wait: Duration) -> Result<Option<(TaskId, HostTensor)>, String> {
+        let transfer = |tag: u32| self.messages.incoming(tag).is_some_and(|m| m.kind == Kind::Transfer);
+        let got = self.take(wait, transfer).map_err(|e| e.to_string())?;
+        Ok(got.map(|(tag, block)| (self.messages.incoming(tag).expect("wanted").task, block)))
+    }
+
+    fn owner(&self, device: DeviceId) -> String {
+        format!("rank {}", self.layout.rank_of(device.0 as usize))
+    }
+
+    fn patience(&self) -> Duration {
+        self.patience
+    }
+}
