@@ -478,6 +478,20 @@ impl Executable {
         Ok(())
     }
 
+    /// [`Executable::load_random`] without keeping the values on the host beside the
+    /// backend's blocks ([`Executable::load_resident`]): for a process that needs none of
+    /// them whole (a rank of an MPI job other than 0, which holds its own devices' blocks).
+    pub fn load_random_resident(&mut self, seed: u64) -> Result<()> {
+        let mut values = self.graph.computation().random_inputs(seed);
+        for (slot, t) in self.inputs.iter().enumerate() {
+            if let Some(v) = values.remove(t) {
+                self.prepared.load(slot, &v)?;
+                self.loaded[slot] = Loaded::Resident;
+            }
+        }
+        Ok(())
+    }
+
     /// The computation compiled (the graph's).
     pub fn computation(&self) -> &Computation {
         self.graph.computation()

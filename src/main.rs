@@ -91,7 +91,9 @@ fn main() -> ExitCode {
     match report {
         Ok(report) => {
             if cli.json {
-                println!("{}", report.json);
+                if !report.json.is_empty() {
+                    println!("{}", report.json);
+                }
             } else {
                 print!("{}", report.text);
             }

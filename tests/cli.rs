@@ -723,3 +723,17 @@ fn a_second_dump_clears_the_first() {
     assert!(first.iter().any(|f| !second.contains(f)), "the workloads dump different tensors");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--backend mpi` in a build without the `mpi` feature says how to build and launch it;
+/// other commands say that only `run` runs on an MPI job.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn the_mpi_backend_without_its_feature_says_how_to_get_it() {
+    let out = einsummable(&["run", "matmul:n=8", "--backend", "mpi"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features mpi") && err.contains("mpirun"), "{err}");
+    let out = einsummable(&["explain", "matmul:n=8", "--backend", "mpi"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only `run`"));
+}

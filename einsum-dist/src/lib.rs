@@ -11,6 +11,8 @@ mod backend;
 mod executable;
 mod layout;
 mod messages;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod peers;
 mod traffic;
 mod transport;
@@ -18,5 +20,7 @@ mod transport;
 pub use backend::{DEFAULT_PATIENCE, RankBackend};
 pub use executable::RankExecutable;
 pub use layout::{LayoutError, RankLayout};
+#[cfg(feature = "mpi")]
+pub use mpi::{CHUNK_BYTES, MpiTransport};
 pub use traffic::{TrafficError, cross_rank, inter_rank_bytes};
 pub use transport::{Envelope, Local, Shape, Transport, TransportError};

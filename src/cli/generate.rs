@@ -121,7 +121,7 @@ pub fn run(a: Args) -> Result<Report> {
     let options = GenerateOptions { max_new_tokens: a.max_new_tokens, stop_tokens, sampling };
     // Bad sampling options before any compile.
     options.sampling.check()?;
-    let (compile, topology) = c.options()?;
+    let (compile, topology) = c.options(None)?;
     let checkpoint = Checkpoint::open(&dir)?;
     let mut g = Generator::new(*config, checkpoint, batch, max_tokens, c.dtype, compile)?;
     let out = g.generate(&prompts, &options)?;

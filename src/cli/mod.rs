@@ -13,6 +13,7 @@ pub mod check;
 pub mod experiment;
 pub mod exprog;
 pub mod generate;
+pub mod job;
 pub mod plan;
 pub mod run;
 pub mod source;
@@ -24,7 +25,8 @@ pub mod trace;
 /// What a command produced: its JSON object, its text, and whether it succeeded.
 pub struct Report {
     /// The object printed with `--json`, serialised from the command's JSON struct (its
-    /// keys in the struct's declaration order).
+    /// keys in the struct's declaration order); empty, like `text`, for a command that
+    /// prints nothing (a rank of an MPI job other than 0).
     pub json: String,
     /// The text printed otherwise.
     pub text: String,
@@ -36,6 +38,11 @@ impl Report {
     /// A report whose `--json` object is `json` serialised.
     pub fn new(json: &impl Serialize, text: String, ok: bool) -> Self {
         Report { json: to_json(json), text, ok }
+    }
+
+    /// The report of a command that succeeded and prints nothing.
+    pub fn silent() -> Self {
+        Report { json: String::new(), text: String::new(), ok: true }
     }
 }
 
@@ -82,7 +89,7 @@ pub fn cost_names() -> PossibleValuesParser {
 
 /// `--backend`: a name of the [`einsummable::backends`] table.
 pub fn backend_names() -> PossibleValuesParser {
-    table(einsummable::backends().iter().map(|e| (e.name, e.about)))
+    table(einsummable::backends().iter().map(|e| (e.name, e.about)).chain([(job::NAME, job::ABOUT)]))
 }
 
 /// The help of `--topology`, from the [`einsum_sim::PRESETS`] and [`einsum_sim::NODE_PRESETS`]

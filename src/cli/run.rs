@@ -1,7 +1,7 @@
 //! `einsummable run` and `einsummable explain`: compile a workload and run it, or show how
 //! it would run.
 
-use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc};
+use std::{collections::HashMap, fmt::Write as _, path::PathBuf, sync::Arc, time::Duration};
 
 use einsum_core::taskgraph::Task;
 use einsum_sim::chrome_trace::Process;
@@ -17,6 +17,7 @@ use einsummable::{
 };
 use serde::Serialize;
 
+use super::job::{self, Job};
 use super::source::{Built, DEFAULT_MODEL_TOKENS, Source, Tokens};
 use super::{ChosenTopology, Report, SynthesizerName, choose_topology, parse_budget};
 
@@ -93,6 +94,10 @@ pub struct CompileArgs {
     /// keeps the strategy's plan as the cost model chose it.
     #[arg(long, value_name = "PREDICTIONS", default_value_t = DEFAULT_REFINE)]
     refine: usize,
+    /// On the mpi backend: seconds a rank waits without any block arriving from the others
+    /// before it gives up on the rank it waits for (and ends the job, naming it).
+    #[arg(long, value_name = "SECONDS", default_value_t = einsum_dist::DEFAULT_PATIENCE.as_secs_f64())]
+    rank_timeout: f64,
 }
 
 impl CompileArgs {
@@ -110,17 +115,40 @@ impl CompileArgs {
         self.tokens.as_ref().map(|t| t.0.as_slice())
     }
 
-    /// The compile options, and the topology's name with the note on how it was chosen.
-    pub(super) fn options(&self) -> Result<(CompileOptions, ChosenName)> {
+    /// The compile options, and the topology's name with the note on how it was chosen; on
+    /// the mpi backend, for the ranks of `job` (which must be given).
+    pub(super) fn options(&self, job: Option<&Job>) -> Result<(CompileOptions, ChosenName)> {
         // Every name through its table, in the order `compile` used to check them.
-        let backend = backend_by_name(
-            &self.backend,
-            &BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) },
-        )?;
+        let backend = match job {
+            Some(_) if self.backend == job::NAME => None,
+            None if self.backend == job::NAME => {
+                return Err(Error::Usage(format!(
+                    "--backend {}: only `run` runs on the ranks of an MPI job; this command plans the same on --backend cpu",
+                    job::NAME
+                )));
+            }
+            _ => Some(backend_by_name(
+                &self.backend,
+                &BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) },
+            )?),
+        };
         let optimizer =
             Arc::from(super::optimizer(&self.optimizer, self.seed, self.ilp_time_limit, self.ilp_node_limit)?);
         // The topology before the cost model, which is built from it.
         let ChosenTopology { name, topology, note } = choose_topology(self.topology.as_deref(), self.devices)?;
+        let backend = match (backend, job) {
+            (Some(b), _) => b,
+            (None, Some(job)) => {
+                if !(self.rank_timeout.is_finite() && self.rank_timeout > 0.0) {
+                    return Err(Error::Usage(format!(
+                        "--rank-timeout {}: a positive number of seconds",
+                        self.rank_timeout
+                    )));
+                }
+                job.backend(&topology, self.devices, Duration::from_secs_f64(self.rank_timeout))?
+            }
+            (None, None) => unreachable!("no backend without a job"),
+        };
         let cost = Some(Arc::from((cost_model_entry(&self.cost)?.build)(&topology)));
         let synthesizer = self.synthesizer.synthesizer(self.seed, self.iterations, self.synthesis_budget)?;
         let options = CompileOptions {
@@ -180,8 +208,21 @@ pub struct RunArgs {
 /// bound on how long a mistyped count keeps the command busy.
 const MAX_RUNS: usize = 10_000;
 
-/// Runs `run`.
+/// Runs `run`; on the mpi backend, as one rank of the MPI job this process was launched in
+/// (a rank that fails ends the job).
 pub fn run(a: RunArgs) -> Result<Report> {
+    if a.compile.backend != job::NAME {
+        return run_in(a, None);
+    }
+    let job = Job::start()?;
+    match run_in(a, Some(&job)) {
+        Err(e) if job.ranks() > 1 => job.abort(&e),
+        other => other,
+    }
+}
+
+/// Runs `run` in `job` (on the mpi backend) or in this process alone.
+fn run_in(a: RunArgs, job: Option<&Job>) -> Result<Report> {
     if a.repeat == 0 || a.repeat > MAX_RUNS {
         return Err(Error::Usage(format!("--repeat {}: the number of timed runs is 1 to {MAX_RUNS}", a.repeat)));
     }
@@ -194,12 +235,20 @@ pub fn run(a: RunArgs) -> Result<Report> {
     }
     let built = a.compile.built(a.compile.ids().map_or(DEFAULT_MODEL_TOKENS, <[i32]>::len))?;
     let graph = built.graph();
-    let (options, topology) = a.compile.options()?;
+    let (options, topology) = a.compile.options(job)?;
     let mut exe = compile(graph, &options)?;
-    exe.check_host_memory(a.check)?;
+    // Rank 0 alone reports: it alone runs the reference and keeps whole inputs.
+    let reporting = job.is_none_or(|j| j.rank() == 0);
+    let reference = a.check && reporting;
+    exe.check_host_memory(reference)?;
+    // A model's weights are kept for a reference run; a workload's inputs for a dump too.
+    let keep = match &built {
+        Built::Model(..) => reference,
+        Built::Workload(_) => reporting,
+    };
     // Task timings cost a clock read per task: only for a trace.
     let timed = a.trace.is_some() && exe.record_task_timings(true);
-    built.load(&mut exe, a.compile.ids(), a.compile.seed, a.check)?;
+    built.load(&mut exe, a.compile.ids(), a.compile.seed, keep)?;
     for _ in 0..a.warmup {
         exe.execute()?;
     }
@@ -211,6 +260,9 @@ pub fn run(a: RunArgs) -> Result<Report> {
         times.push(report.wall_ms);
         device_times.extend(report.device_ms);
         task_timings = report.task_timings.or(task_timings);
+    }
+    if !reporting {
+        return Ok(Report::silent());
     }
     let wall_ms = median(&mut times);
     // The device time only where the backend measured every timed run.
@@ -254,6 +306,14 @@ pub fn run(a: RunArgs) -> Result<Report> {
     let runs = if times.len() > 1 { format!(" (median of {} runs)", times.len()) } else { String::new() };
     let device = device_ms.map_or_else(String::new, |d| format!(" ({d:.3} ms on the device)"));
     let _ = writeln!(text, "ran in {wall_ms:.3} ms{device}{runs} on the {} backend", a.compile.backend);
+    if let Some(job) = job {
+        let _ = writeln!(
+            text,
+            "over {} ranks of an MPI job, {} devices each; outputs gathered to rank 0",
+            job.ranks(),
+            a.compile.devices / job.ranks()
+        );
+    }
     if let Some(c) = &check {
         let _ = writeln!(
             text,
@@ -335,7 +395,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
             built.graph()
         }
     };
-    let (options, topology) = a.compile.options()?;
+    let (options, topology) = a.compile.options(None)?;
     let exe = compile(graph, &options)?;
     let comp = graph.computation();
     let mut text = summary(&a.compile, &topology, &exe);

@@ -125,12 +125,12 @@ impl Built {
     }
 
     /// Loads a model's weights from its checkpoint (each tensor read once, converted to the
-    /// model's dtype) and the prompt `ids` (seeded random ids without), keeping host copies
-    /// of the weights only where `keep` asks (a reference run needs them); a workload gets
-    /// seeded random inputs.
+    /// model's dtype) and the prompt `ids` (seeded random ids without), or a workload's
+    /// seeded random inputs, keeping host copies of the weights or inputs only where `keep`
+    /// asks (a reference run or a dump needs them).
     pub fn load(&self, exe: &mut Executable, ids: Option<&[i32]>, seed: u64, keep: bool) -> Result<()> {
         let Built::Model(model, dir, vocab) = self else {
-            return exe.load_random(seed);
+            return if keep { exe.load_random(seed) } else { exe.load_random_resident(seed) };
         };
         let checkpoint = Checkpoint::open(dir)?;
         model.load_weights(&checkpoint, |input, value| -> Result<()> {
