@@ -143,3 +143,33 @@ fn a_rank_that_never_runs_is_named() {
     let Error::Backend(BackendError::Task { reason, .. }) = &errors.1 else { panic!("{}", errors.1) };
     assert!(reason.contains("rank 1"), "{reason}");
 }
+
+/// Prepares the two-node plan over 4 ranks on the given hosts; rank 0's outcome.
+fn prepared_on(hosts: [&str; 4]) -> Result<(), String> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = Local::job(4)
+            .into_iter()
+            .zip(hosts)
+            .map(|(transport, host)| {
+                scope.spawn(move || {
+                    let transport: Arc<dyn Transport> = Arc::new(transport.on_host(host));
+                    let t = Topology::preset("dgx-a100x2").expect("a preset");
+                    let backend = RankBackend::new("ranks", transport, cpu()).for_topology(t);
+                    let graph = Workload::parse(WORKLOAD).unwrap().build(DType::F32).unwrap();
+                    compile(&graph, &options(16, "dgx-a100x2").backend(Arc::new(backend))).map(drop)
+                })
+            })
+            .collect();
+        let mut outcomes = handles.into_iter().map(|h| h.join().expect("a rank panicked"));
+        outcomes.next().expect("rank 0").map_err(|e| e.to_string())
+    })
+}
+
+/// Ranks of one simulated node on one host pass; a node whose ranks the job put on two hosts
+/// is refused by rank 0, naming the ranks, the node and the hosts.
+#[test]
+fn the_ranks_of_a_node_must_share_a_host() {
+    prepared_on(["a", "a", "b", "b"]).expect("node 0 on host a, node 1 on host b");
+    let e = prepared_on(["a", "b", "a", "b"]).expect_err("node 0 over hosts a and b");
+    assert!(e.contains("ranks 0 and 1 own devices of simulated node 0 but run on hosts `a` and `b`"), "{e}");
+}

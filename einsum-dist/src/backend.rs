@@ -13,7 +13,7 @@ use einsum_core::{Backend, BackendError, KernelLibrary, Prepared, taskgraph::Tas
 use einsum_cpu::CpuBackend;
 use einsum_sim::Topology;
 
-use crate::{RankExecutable, RankLayout, Transport, executable::agree_on, messages::Messages, peers::RankPeers};
+use crate::{RankExecutable, RankLayout, Transport, handshake::handshake, messages::Messages, peers::RankPeers};
 
 /// How long a rank waits, by default, without any message arriving before it gives up on
 /// the rank it waits for.
@@ -24,8 +24,8 @@ pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(60);
 /// backend's kernels and carries the transfers between ranks as messages of `transport`;
 /// rank 0 gathers the outputs ([`RankExecutable`]).
 ///
-/// Every rank must build the same graph (the same command, the same plan): preparing checks
-/// it, rank 0 sending its graph's fingerprint to the others.
+/// Every rank must build the same graph (the same command, the same plan), and the ranks of
+/// one simulated node must run on one host: preparing checks both (`handshake.rs`).
 #[derive(Clone)]
 pub struct RankBackend {
     name: String,
@@ -94,7 +94,9 @@ impl RankBackend {
         let messages = Messages::of(inner.graph(), &layout).map_err(|e| BackendError::Unavailable(e.to_string()))?;
         let peers =
             Arc::new(RankPeers::new(self.transport.clone(), layout, messages, self.patience, self.sent.clone()));
-        agree_on(inner.graph(), &peers)?;
+        let node_of = |d: usize| self.topology.as_ref().and_then(|t| t.node(einsum_sim::SiteId(d))).unwrap_or(0);
+        let nodes = self.topology.as_ref().is_some_and(|t| t.nodes().is_some());
+        handshake(inner.graph(), &peers, nodes.then_some(&node_of as &dyn Fn(usize) -> usize))?;
         Ok(RankExecutable::new(inner.with_peers(peers.clone()), peers))
     }
 }

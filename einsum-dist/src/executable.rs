@@ -1,22 +1,15 @@
 //! One rank's prepared executable: the CPU backend's, running the tasks of the rank's
 //! devices, with the outputs gathered to rank 0.
 
-use std::{
-    hash::{DefaultHasher, Hash, Hasher},
-    sync::Arc,
-};
+use std::sync::Arc;
 
 use einsum_core::{
-    BackendError, HostTensor, Prepared, TaskTiming, TensorType,
+    BackendError, HostTensor, Prepared, TaskTiming,
     taskgraph::{TaskGraph, TaskId, stitch_outputs},
 };
 use einsum_cpu::{CpuExecutable, RunStats, StoredBlock};
 
-use crate::{
-    Transport,
-    messages::{FINGERPRINT, Kind},
-    peers::RankPeers,
-};
+use crate::{messages::Kind, peers::RankPeers};
 
 /// A task graph prepared on one rank of a job ([`RankBackend`](crate::RankBackend)): it
 /// holds the blocks of its own devices' inputs, runs their tasks, exchanges the crossing
@@ -88,7 +81,7 @@ impl<'k> RankExecutable<'k> {
             };
             let wanted = |tag: u32| missing.iter().any(|m| m.0 == tag);
             let got = self.peers.take(self.peers.patience, wanted).map_err(|e| fail(format!("gathering: {e}")))?;
-            let Some((tag, block)) = got else {
+            let Some((_, tag, block)) = got else {
                 let from = self.peers.messages.incoming(first_tag).map_or(0, |m| m.from);
                 return Err(fail(format!(
                     "rank 0 waited {:.1} s for this output block from rank {from}, which may have failed",
@@ -144,55 +137,4 @@ impl Prepared for RankExecutable<'_> {
     fn take_task_timings(&mut self) -> Option<Vec<TaskTiming>> {
         self.stats.as_mut().and_then(|s| s.task_timings.take())
     }
-}
-
-/// A fingerprint of `graph`: every device, buffer and task with its dependencies and label.
-/// Equal graphs give equal fingerprints in every process of one build.
-pub(crate) fn fingerprint(graph: &TaskGraph) -> u64 {
-    let mut h = DefaultHasher::new();
-    graph.devices().hash(&mut h);
-    for b in graph.buffers() {
-        (b.device.0, b.ty.lower(), b.ty.upper(), b.dtype.to_string()).hash(&mut h);
-    }
-    for node in graph.nodes() {
-        format!("{:?}", node.task).hash(&mut h);
-        node.deps.iter().map(|d| d.0).collect::<Vec<_>>().hash(&mut h);
-        node.label.hash(&mut h);
-    }
-    h.finish()
-}
-
-/// Checks that every rank prepared the same graph: rank 0 sends its fingerprint to every
-/// other rank, which compares it with its own. A rank that differs fails naming itself.
-pub(crate) fn agree_on(graph: &TaskGraph, peers: &RankPeers) -> Result<(), BackendError> {
-    let mine = fingerprint(graph);
-    let as_block = |f: u64| {
-        let halves = vec![(f >> 32) as u32 as i32, f as u32 as i32];
-        HostTensor::from_i32(TensorType::zero_bounded(&[2]), halves).expect("two elements")
-    };
-    let transport: &dyn Transport = &*peers.transport;
-    let fail = |reason: String| BackendError::Device { operation: format!("rank {}: preparing", peers.rank()), reason };
-    if peers.rank() == 0 {
-        for to in 1..transport.ranks() {
-            transport.send(to, FINGERPRINT, as_block(mine)).map_err(|e| fail(e.to_string()))?;
-        }
-        return Ok(());
-    }
-    let got = peers.take(peers.patience, |tag| tag == FINGERPRINT).map_err(|e| fail(e.to_string()))?;
-    let Some((_, block)) = got else {
-        return Err(fail(format!(
-            "rank 0 sent no graph fingerprint in {:.1} s (it may have failed before preparing)",
-            peers.patience.as_secs_f64()
-        )));
-    };
-    let v = block.to_i32();
-    let theirs = (u64::from(v[0] as u32) << 32) | u64::from(v[1] as u32);
-    if theirs != mine {
-        return Err(fail(format!(
-            "rank {} compiled another task graph than rank 0 (fingerprint {mine:016x}, rank 0's {theirs:016x}): \
-             every rank must compile the same plan (a search cut short by wall time can differ between ranks)",
-            peers.rank()
-        )));
-    }
-    Ok(())
 }

@@ -9,6 +9,7 @@
 
 mod backend;
 mod executable;
+mod handshake;
 mod layout;
 mod messages;
 #[cfg(feature = "mpi")]

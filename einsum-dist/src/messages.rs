@@ -2,8 +2,7 @@
 //! rank sends, and what each tag it receives carries.
 //!
 //! Tags are derived from the graph alone, so every rank agrees on them without talking:
-//! tag [`FINGERPRINT`] carries rank 0's fingerprint of the graph when the job starts;
-//! tags `1..=c` the `c` crossing transfers in task order ([`cross_rank`]); the tags after
+//! tag 0 is the handshake's before the first run (`handshake.rs`); tags `1..=c` the `c` crossing transfers in task order ([`cross_rank`]); the tags after
 //! them the output blocks gathered to rank 0, one per `Store` task in task order.
 
 use std::collections::HashMap;
@@ -14,10 +13,6 @@ use einsum_core::{
 };
 
 use crate::{RankLayout, TrafficError, cross_rank};
-
-/// The tag of the graph's fingerprint, which rank 0 sends every other rank before the
-/// first run.
-pub(crate) const FINGERPRINT: u32 = 0;
 
 /// What a tag's message carries, for its receiver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +74,7 @@ impl Messages {
         Ok(Messages { by_tag, tag_of })
     }
 
-    /// What `tag` carries (`None` for the fingerprint's tag and unknown tags).
+    /// What `tag` carries (`None` for the handshake's tag and unknown tags).
     pub(crate) fn incoming(&self, tag: u32) -> Option<&Incoming> {
         tag.checked_sub(1).and_then(|i| self.by_tag.get(i as usize))
     }
@@ -120,6 +115,6 @@ mod tests {
         assert_eq!(m.tag_of(store.task), Some(2));
         // Rank 0 stores the output itself: nothing to gather.
         assert_eq!(m.gathered().count(), 0);
-        assert_eq!((m.incoming(FINGERPRINT), m.incoming(3)), (None, None));
+        assert_eq!((m.incoming(0), m.incoming(3)), (None, None));
     }
 }

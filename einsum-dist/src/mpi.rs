@@ -286,6 +286,21 @@ impl Transport for MpiTransport {
         self.ranks
     }
 
+    fn host(&self) -> String {
+        let _lock = self.lock();
+        // SAFETY: a constant of the library.
+        let max = unsafe { ffi::RSMPI_MAX_PROCESSOR_NAME } as usize;
+        let mut buf = vec![0u8; max + 1];
+        let mut len = 0;
+        // SAFETY: the buffer holds MPI_MAX_PROCESSOR_NAME characters, as the call requires.
+        let code = unsafe { ffi::MPI_Get_processor_name(buf.as_mut_ptr().cast(), &mut len) };
+        if code != ffi::MPI_SUCCESS as i32 {
+            return format!("(unknown host of rank {})", self.rank);
+        }
+        buf.truncate(len.max(0) as usize);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
     fn send(&self, to: usize, tag: u32, block: HostTensor) -> Result<(), TransportError> {
         if to >= self.ranks {
             return Err(TransportError::NoSuchRank { rank: to, ranks: self.ranks });

@@ -2,7 +2,7 @@
 //! the tags of [`Messages`], and the messages that arrived before their turn kept aside.
 //!
 //! A rank takes messages in two phases of a run (the crossing transfers, then, on rank 0,
-//! the gathered outputs) and, once, the graph's fingerprint. Ranks are not in step: a rank
+//! the gathered outputs) and, once, those of the handshake (`handshake.rs`). Ranks are not in step: a rank
 //! that finished its part of run `k` may already send its gathered blocks, or its first
 //! transfers of run `k + 1`, while rank 0 still waits for the transfers of run `k`. Every
 //! tag's block type is known from the graph, so such a message is received all the same
@@ -26,7 +26,8 @@ use einsum_cpu::Peers;
 
 use crate::{
     Envelope, RankLayout, Transport, TransportError,
-    messages::{FINGERPRINT, Kind, Messages},
+    handshake::{self, HANDSHAKE},
+    messages::{Kind, Messages},
 };
 
 /// One rank's side of a job running one task graph (see the module docs).
@@ -35,7 +36,7 @@ pub(crate) struct RankPeers {
     pub(crate) layout: RankLayout,
     pub(crate) messages: Messages,
     /// Messages received before their phase asked for them, by tag.
-    early: Mutex<HashMap<u32, VecDeque<HostTensor>>>,
+    early: Mutex<HashMap<u32, VecDeque<(usize, HostTensor)>>>,
     /// Bytes sent to each rank (crossing transfers only), shared with the backend.
     sent: Arc<[AtomicU64]>,
     pub(crate) patience: Duration,
@@ -60,15 +61,15 @@ impl RankPeers {
     /// The type and dtype of `envelope`'s block, from its tag, or why it is not expected.
     fn shape(&self, envelope: &Envelope) -> Result<(TensorType, DType), TransportError> {
         let unexpected = |why: String| TransportError::Unexpected { envelope: *envelope, why };
-        if envelope.tag == FINGERPRINT {
-            return if envelope.from == 0 {
-                Ok((TensorType::zero_bounded(&[2]), DType::I32))
+        if envelope.tag == HANDSHAKE {
+            return if (envelope.from == 0) != (self.rank() == 0) {
+                handshake::shape(envelope)
             } else {
-                Err(unexpected("only rank 0 sends the graph's fingerprint".into()))
+                Err(unexpected("the handshake goes between rank 0 and each other rank".into()))
             };
         }
         let m = self.messages.incoming(envelope.tag).ok_or_else(|| {
-            unexpected(format!("the graph's messages have tags {FINGERPRINT} to {}", self.messages.max_tag()))
+            unexpected(format!("the graph's messages have tags {HANDSHAKE} to {}", self.messages.max_tag()))
         })?;
         if (m.from, m.to) != (envelope.from, self.rank()) {
             return Err(unexpected(format!(
@@ -80,17 +81,17 @@ impl RankPeers {
     }
 
     /// Waits at most `wait` for a message whose tag `wanted` accepts: one kept aside, or the
-    /// next to arrive (those `wanted` refuses are kept aside meanwhile). `None` when none
-    /// came in time.
+    /// next to arrive (those `wanted` refuses are kept aside meanwhile): its sender, tag
+    /// and block. `None` when none came in time.
     pub(crate) fn take(
         &self,
         wait: Duration,
         wanted: impl Fn(u32) -> bool,
-    ) -> Result<Option<(u32, HostTensor)>, TransportError> {
+    ) -> Result<Option<(usize, u32, HostTensor)>, TransportError> {
         let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((&tag, queue)) = early.iter_mut().find(|(t, q)| wanted(**t) && !q.is_empty()) {
-            let block = queue.pop_front().expect("not empty");
-            return Ok(Some((tag, block)));
+            let (from, block) = queue.pop_front().expect("not empty");
+            return Ok(Some((from, tag, block)));
         }
         let deadline = Instant::now() + wait;
         loop {
@@ -99,9 +100,9 @@ impl RankPeers {
                 return Ok(None);
             };
             if wanted(envelope.tag) {
-                return Ok(Some((envelope.tag, block)));
+                return Ok(Some((envelope.from, envelope.tag, block)));
             }
-            early.entry(envelope.tag).or_default().push_back(block);
+            early.entry(envelope.tag).or_default().push_back((envelope.from, block));
             if left.is_zero() {
                 return Ok(None);
             }
@@ -131,7 +132,7 @@ impl Peers for RankPeers {
     fn receive(&self, wait: Duration) -> Result<Option<(TaskId, HostTensor)>, String> {
         let transfer = |tag: u32| self.messages.incoming(tag).is_some_and(|m| m.kind == Kind::Transfer);
         let got = self.take(wait, transfer).map_err(|e| e.to_string())?;
-        Ok(got.map(|(tag, block)| (self.messages.incoming(tag).expect("wanted").task, block)))
+        Ok(got.map(|(_, tag, block)| (self.messages.incoming(tag).expect("wanted").task, block)))
     }
 
     fn owner(&self, device: DeviceId) -> String {

@@ -90,6 +90,10 @@ pub trait Transport: Send + Sync {
     /// The number of ranks in the job.
     fn ranks(&self) -> usize;
 
+    /// The name of the host this rank runs on (`MPI_Get_processor_name`): ranks with equal
+    /// names share a machine.
+    fn host(&self) -> String;
+
     /// Starts sending `block` to rank `to` with tag `tag` and returns without waiting for the
     /// receiver; the transport keeps `block` until it is delivered. A contiguous block is
     /// sent from its own memory ([`HostTensor::contiguous_ne_bytes`]).
@@ -143,6 +147,7 @@ type Message = (Envelope, HostTensor);
 /// once every sender to a rank is gone, its receives too.
 pub struct Local {
     rank: usize,
+    host: String,
     to: Vec<Sender<Message>>,
     inbox: Mutex<Receiver<Message>>,
 }
@@ -154,8 +159,21 @@ impl Local {
         receivers
             .into_iter()
             .enumerate()
-            .map(|(rank, inbox)| Local { rank, to: senders.clone(), inbox: Mutex::new(inbox) })
+            .map(|(rank, inbox)| Local {
+                rank,
+                host: "localhost".into(),
+                to: senders.clone(),
+                inbox: Mutex::new(inbox),
+            })
             .collect()
+    }
+
+    /// The same rank, saying it runs on `host` ([`Transport::host`]; `localhost` by
+    /// default): a job of threads standing for ranks on several machines.
+    #[must_use]
+    pub fn on_host(mut self, host: &str) -> Self {
+        self.host = host.into();
+        self
     }
 }
 
@@ -166,6 +184,10 @@ impl Transport for Local {
 
     fn ranks(&self) -> usize {
         self.to.len()
+    }
+
+    fn host(&self) -> String {
+        self.host.clone()
     }
 
     fn send(&self, to: usize, tag: u32, block: HostTensor) -> Result<(), TransportError> {
