@@ -492,6 +492,24 @@ impl Executable {
         Ok(())
     }
 
+    /// The parts of input `input` the backend keeps, where it keeps less than the whole
+    /// value ([`Prepared::needed_parts`]: a rank of an MPI job keeps its own devices'
+    /// blocks); `None` where it needs the whole. [`Executable::load_resident_parts`] takes
+    /// them, read alone (a checkpoint's rows of a weight).
+    pub fn needed_parts(&self, input: Tensor) -> Result<Option<Vec<TensorType>>> {
+        let slot = self.input_slot(input, "loaded")?;
+        Ok(self.prepared.needed_parts(slot))
+    }
+
+    /// Loads input `input` from `parts` that cover every part [`Executable::needed_parts`]
+    /// lists, without keeping a host copy (as [`Executable::load_resident`]).
+    pub fn load_resident_parts(&mut self, input: Tensor, parts: &[HostTensor]) -> Result<()> {
+        let slot = self.input_slot(input, "loaded")?;
+        self.prepared.load_parts(slot, parts)?;
+        self.loaded[slot] = Loaded::Resident;
+        Ok(())
+    }
+
     /// The computation compiled (the graph's).
     pub fn computation(&self) -> &Computation {
         self.graph.computation()

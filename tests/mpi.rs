@@ -117,6 +117,30 @@ fn two_nodes_over_two_and_four_ranks_equal_one_process_bit_for_bit() {
     }
 }
 
+/// A Hugging Face checkpoint over 2 ranks: rank 1 reads only its devices' parts of each
+/// weight from the file; the logits rank 0 dumps equal the single-process run's bit for bit,
+/// and the check against the single-device reference passes.
+#[test]
+fn a_checkpoint_over_two_ranks_equals_one_process_bit_for_bit() {
+    let model = concat!("hf:", env!("CARGO_MANIFEST_DIR"), "/einsum-models/tests/fixtures/llama3");
+    let plan = ["run", model, "--devices", "4", "--check", "--dump"];
+    let single = scratch("mpi-model-single");
+    let mut cpu = Command::new(BIN);
+    cpu.args(plan).arg(&single).args(["--backend", "cpu"]);
+    let out = output(cpu);
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = scratch("mpi-model");
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let mut args: Vec<&str> = plan.to_vec();
+    args.extend([dir_arg.as_str(), "--backend", "mpi"]);
+    let out = output(mpirun(2, &args, "model"));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(PASS)"), "{}", text(&out));
+    let (got, want) = (dumped(&dir), dumped(&single));
+    assert!(!want.is_empty());
+    assert!(got == want, "the dumped logits differ from the single-process run's");
+}
+
 /// Ranks that do not divide the devices, and one rank over two nodes, are refused on every
 /// rank before anything is compiled.
 #[test]

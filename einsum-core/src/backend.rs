@@ -265,6 +265,28 @@ pub trait Prepared: Send {
     fn take_task_timings(&mut self) -> Option<Vec<TaskTiming>> {
         None
     }
+
+    /// The parts of input `input` this executable keeps, where it keeps less than the whole
+    /// value (a rank of a multi-process job keeps its own devices' blocks); `None` (the
+    /// default) where it needs the whole. A caller that can read parts (of a checkpoint)
+    /// reads just these and hands them to [`Prepared::load_parts`].
+    fn needed_parts(&self, input: usize) -> Option<Vec<TensorType>> {
+        let _ = input;
+        None
+    }
+
+    /// Loads input `input` from `parts`, which together cover every part
+    /// [`Prepared::needed_parts`] lists (each a projection of the input's type, in its dtype),
+    /// replacing any earlier value. Fails with [`BackendError::Input`] where a needed part is
+    /// not covered, and by default (an executable that needs whole values) always.
+    fn load_parts(&mut self, input: usize, parts: &[HostTensor]) -> Result<(), BackendError> {
+        let _ = parts;
+        Err(BackendError::Input {
+            index: input,
+            name: String::new(),
+            reason: "this backend loads whole inputs only (it lists no needed parts)".into(),
+        })
+    }
 }
 
 /// Runs task graphs: the contract every backend (CPU, CUDA) implements, so that a driver

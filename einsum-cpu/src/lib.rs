@@ -427,6 +427,54 @@ impl CpuExecutable<'_> {
         Ok(())
     }
 
+    /// The distinct types of input `input`'s blocks this executable keeps, where it runs part
+    /// of the graph ([`CpuExecutable::with_peers`]): its own devices' `Load` blocks; `None`
+    /// where it runs every device (and needs the whole value).
+    pub fn needed_parts(&self, input: usize) -> Option<Vec<TensorType>> {
+        self.peers.as_ref()?;
+        let mut parts: Vec<TensorType> = Vec::new();
+        for node in self.graph.nodes() {
+            if let Task::Load { input: i, dst } = node.task
+                && i == input
+                && self.holds(dst)
+                && !parts.contains(&self.graph.buffer(dst).ty)
+            {
+                parts.push(self.graph.buffer(dst).ty.clone());
+            }
+        }
+        Some(parts)
+    }
+
+    /// Gives input `input` its value from `parts` (projections of its type, in its dtype):
+    /// each of its `Load` tasks on this process's devices takes its block from a part that
+    /// contains it. Fails with [`BackendError::Input`] for an unknown input, a part of
+    /// another dtype or outside the input, or a block no part contains, touching nothing.
+    pub fn load_parts(&mut self, input: usize, parts: &[HostTensor]) -> Result<(), BackendError> {
+        let b = boundary(&self.graph, input)?;
+        let refuse = |reason: String| BackendError::Input { index: input, name: b.name.clone(), reason };
+        if let Some(p) = parts.iter().find(|p| p.dtype() != b.dtype || !p.ty().is_projection_of(&b.ty)) {
+            return Err(refuse(format!("expected parts of {} {}, got {} {}", b.ty, b.dtype, p.ty(), p.dtype())));
+        }
+        let mut blocks = Vec::new();
+        for node in self.graph.nodes() {
+            let Task::Load { input: i, dst } = node.task else { continue };
+            if i != input || !self.holds(dst) {
+                continue;
+            }
+            let ty = &self.graph.buffer(dst).ty;
+            let part = parts
+                .iter()
+                .find(|p| ty.is_projection_of(p.ty()))
+                .ok_or_else(|| refuse(format!("no part given contains the block {ty} of {}", node.label)))?;
+            blocks.push((dst, part.slice(ty).map_err(|e| refuse(e.to_string()))?));
+        }
+        for (dst, block) in blocks {
+            self.resident[dst.0 as usize] = Some(Arc::new(block));
+        }
+        self.loaded[input] = true;
+        Ok(())
+    }
+
     /// Overwrites the elements of loaded input `input` that `part` covers (its type a
     /// projection of the input's, its dtype the input's) in every resident block holding
     /// some of them: the block of each of the input's `Load` tasks, so a replicated block on
@@ -627,6 +675,14 @@ impl Prepared for CpuExecutable<'_> {
 
     fn take_task_timings(&mut self) -> Option<Vec<TaskTiming>> {
         self.timings.take()
+    }
+
+    fn needed_parts(&self, input: usize) -> Option<Vec<TensorType>> {
+        CpuExecutable::needed_parts(self, input)
+    }
+
+    fn load_parts(&mut self, input: usize, parts: &[HostTensor]) -> Result<(), BackendError> {
+        CpuExecutable::load_parts(self, input, parts)
     }
 }
 
@@ -1067,6 +1123,32 @@ mod tests {
         assert_eq!(runs[1].1.resident_bytes, vec![0, 96, 96]);
         // The message counts as moved by its sender.
         assert_eq!((runs[0].1.bytes_moved, runs[1].1.bytes_moved), (0, 48));
+    }
+
+    /// A process lists the blocks of its own devices as the parts of an input it needs, and
+    /// loads from parts that contain them (refusing parts that leave one out); one that runs
+    /// every device needs the whole value.
+    #[test]
+    fn a_process_needs_and_loads_its_own_parts() {
+        let g = split_and_replicated();
+        let tt = |lo: &[usize], hi: &[usize]| TensorType::new(lo, hi).unwrap();
+        let x = HostTensor::random(tt(&[0, 0], &[4, 6]), DType::F32, 5);
+        let whole = CpuBackend::with_threads(1).executable(&g, Arc::new(NoKernels)).unwrap();
+        assert_eq!(whole.needed_parts(0), None);
+        let p1 = processes(&g, &[0, 1, 1], 1000).pop().unwrap();
+        let mut exe = CpuBackend::with_threads(1).executable(&g, Arc::new(NoKernels)).unwrap().with_peers(Arc::new(p1));
+        // Device 1: the bottom rows and a replica of the top ones; device 2: all of x.
+        let (top, bottom) = (tt(&[0, 0], &[2, 6]), tt(&[2, 0], &[4, 6]));
+        assert_eq!(exe.needed_parts(0), Some(vec![bottom.clone(), x.ty().clone(), top.clone()]));
+        let halves = [x.slice(&top).unwrap(), x.slice(&bottom).unwrap()];
+        let e = exe.load_parts(0, &halves).unwrap_err();
+        assert!(e.to_string().contains("no part given contains the block [0..4, 0..6]"), "{e}");
+        assert!(matches!(exe.load_parts(0, &[x.cast(DType::F16)]), Err(BackendError::Input { .. })));
+        exe.load_parts(0, std::slice::from_ref(&x)).unwrap();
+        let mut loaded = CpuBackend::with_threads(1).executable(&g, Arc::new(NoKernels)).unwrap();
+        loaded.load(0, &x).unwrap();
+        assert_eq!(exe.resident[1..], loaded.resident[1..], "device 1 and 2's blocks");
+        assert!(exe.resident[0].is_none(), "device 0's block is another process's");
     }
 
     /// A process whose peer never sends gives up after its patience, naming the transfer it

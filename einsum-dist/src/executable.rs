@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use einsum_core::{
-    BackendError, HostTensor, Prepared, TaskTiming,
+    BackendError, HostTensor, Prepared, TaskTiming, TensorType,
     taskgraph::{TaskGraph, TaskId, stitch_outputs},
 };
 use einsum_cpu::{CpuExecutable, RunStats, StoredBlock};
@@ -110,6 +110,15 @@ impl Prepared for RankExecutable<'_> {
 
     fn write(&mut self, input: usize, part: &HostTensor) -> Result<(), BackendError> {
         self.inner.write(input, part)
+    }
+
+    /// The blocks of this rank's devices.
+    fn needed_parts(&self, input: usize) -> Option<Vec<TensorType>> {
+        self.inner.needed_parts(input)
+    }
+
+    fn load_parts(&mut self, input: usize, parts: &[HostTensor]) -> Result<(), BackendError> {
+        self.inner.load_parts(input, parts)
     }
 
     /// On rank 0 the whole outputs; on every other rank, none (its blocks went to rank 0).

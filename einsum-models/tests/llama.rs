@@ -77,3 +77,44 @@ fn prompts_the_model_cannot_take_are_refused() {
     assert!(err.contains("sliding window of 4"), "{err}");
     assert!(llama::build(&windowed, 4, DType::F32).is_ok());
 }
+
+/// Every weight's parts read alone equal the same part of the whole tensor read, bit for bit,
+/// in every target dtype, for parts at random positions (rows, columns, inner boxes, single
+/// elements, empty); a part outside the tensor is an error naming it.
+#[test]
+fn a_part_of_a_weight_reads_as_that_part_of_the_whole() {
+    let mut rng = einsum_core::SeededRng::new(17);
+    for family in ["llama3", "llama2"] {
+        let checkpoint = Checkpoint::open(fixture(family)).unwrap();
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let model = llama::build(&config(family), 5, dtype).unwrap();
+            for w in &model.weights {
+                let whole = checkpoint.read_as(&w.name, &w.desc).unwrap();
+                for _ in 0..4 {
+                    let (lo, hi): (Vec<usize>, Vec<usize>) = whole
+                        .ty()
+                        .shape()
+                        .iter()
+                        .map(|&n| {
+                            let a = rng.below(n + 1);
+                            let b = rng.below(n + 1);
+                            (a.min(b), a.max(b))
+                        })
+                        .unzip();
+                    let part = einsum_core::TensorType::new(&lo, &hi).unwrap();
+                    let got = checkpoint.read_part(&w.name, &w.desc, &part).unwrap();
+                    let want = whole.slice(&part).unwrap();
+                    assert_eq!(got.ty(), want.ty(), "{family} {}", w.name);
+                    assert!(got.to_ne_bytes() == want.to_ne_bytes(), "{family} {dtype} {} part {part}", w.name);
+                }
+            }
+            let w = &model.weights[0];
+            let shape = w.desc.shape();
+            let outside =
+                einsum_core::TensorType::new(&vec![0; shape.len()], &shape.iter().map(|n| n + 1).collect::<Vec<_>>())
+                    .unwrap();
+            let e = checkpoint.read_part(&w.name, &w.desc, &outside).unwrap_err();
+            assert!(e.to_string().contains(&w.name), "{e}");
+        }
+    }
+}

@@ -125,7 +125,8 @@ impl Built {
     }
 
     /// Loads a model's weights from its checkpoint (each tensor read once, converted to the
-    /// model's dtype) and the prompt `ids` (seeded random ids without), or a workload's
+    /// model's dtype; where the backend keeps parts of a weight and no host copy is kept, the
+    /// parts alone) and the prompt `ids` (seeded random ids without), or a workload's
     /// seeded random inputs, keeping host copies of the weights or inputs only where `keep`
     /// asks (a reference run or a dump needs them).
     pub fn load(&self, exe: &mut Executable, ids: Option<&[i32]>, seed: u64, keep: bool) -> Result<()> {
@@ -133,9 +134,22 @@ impl Built {
             return if keep { exe.load_random(seed) } else { exe.load_random_resident(seed) };
         };
         let checkpoint = Checkpoint::open(dir)?;
-        model.load_weights(&checkpoint, |input, value| -> Result<()> {
-            if keep { exe.load(input, value) } else { exe.load_resident(input, value) }
-        })?;
+        for w in &model.weights {
+            match exe.needed_parts(w.input)? {
+                // A rank of an MPI job reads its own devices' blocks only.
+                Some(parts) if !keep => {
+                    let parts = parts
+                        .iter()
+                        .map(|p| checkpoint.read_part(&w.name, &w.desc, p))
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
+                    exe.load_resident_parts(w.input, &parts)?;
+                }
+                _ => {
+                    let value = checkpoint.read_as(&w.name, &w.desc)?;
+                    if keep { exe.load(w.input, value) } else { exe.load_resident(w.input, value) }?;
+                }
+            }
+        }
         let ty = model.graph.desc(model.tokens)?.tensor_type();
         let ids = match ids {
             Some(ids) => HostTensor::from_i32(ty, ids.to_vec())?,

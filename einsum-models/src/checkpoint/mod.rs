@@ -290,6 +290,60 @@ impl Checkpoint {
             .map_err(|source| CheckpointError::Tensor { tensor: name.to_owned(), source })
     }
 
+    /// The part `part` (a projection of `desc`'s type, at its absolute position) of tensor
+    /// `name` read as [`Checkpoint::read_as`] reads the whole: only the bytes of the part's
+    /// rows are read from the file, then converted once to `desc`'s dtype. What a rank of a
+    /// multi-process job reads for its own devices' blocks of a weight. A part outside the
+    /// tensor is [`CheckpointError::Tensor`].
+    pub fn read_part(&self, name: &str, desc: &TensorDesc, part: &TensorType) -> Result<HostTensor, CheckpointError> {
+        let whole = desc.tensor_type();
+        let t = self.locate(name)?;
+        let shape = desc.shape();
+        if !merges_into(&shape, &t.info.shape) {
+            return Err(CheckpointError::Shape {
+                tensor: name.to_owned(),
+                expected: shape,
+                found: t.info.shape.clone(),
+            });
+        }
+        let tensor_error = |source| CheckpointError::Tensor { tensor: name.to_owned(), source };
+        part.check_projection_of(&whole).map_err(tensor_error)?;
+        if part.rank() == 0 || *part == whole {
+            return self.read_as(name, desc);
+        }
+        let stored = t
+            .info
+            .storage_dtype()
+            .ok_or_else(|| CheckpointError::Dtype { tensor: name.to_owned(), dtype: t.info.dtype })?;
+        let target = || CheckpointError::Target { tensor: name.to_owned(), dtype: desc.dtype };
+        let size = stored.size_bytes();
+        let file = &self.files[t.file];
+        // The part's rows (runs along the last dimension), gathered in row-major order.
+        let strides = whole.strides();
+        let last = part.rank() - 1;
+        let run = part.dim(last).hi - part.dim(last).lo;
+        let mut bytes = Vec::with_capacity(part.volume() * size);
+        let mut index = part.lower();
+        while part.volume() > 0 {
+            let at: usize = index.iter().zip(&strides).map(|(i, s)| i * s).sum();
+            let start = t.bytes.start + at * size;
+            bytes.extend_from_slice(file.bytes(start..start + run * size));
+            // The next row: count the dimensions before the last, like an odometer.
+            let Some(d) = (0..last).rev().find(|&d| index[d] + 1 < part.dim(d).hi) else { break };
+            index[d] += 1;
+            for (e, i) in index.iter_mut().enumerate().take(last).skip(d + 1) {
+                *i = part.dim(e).lo;
+            }
+        }
+        let converted = convert(&bytes, stored, desc.dtype, |_| {}).ok_or_else(target)?;
+        match converted {
+            Converted::F32(v) => HostTensor::from_f32(part.clone(), DType::F32, v),
+            Converted::F16(v) => HostTensor::from_f16(part.clone(), v),
+            Converted::BF16(v) => HostTensor::from_bf16(part.clone(), v),
+        }
+        .map_err(tensor_error)
+    }
+
     fn locate(&self, name: &str) -> Result<&Located, CheckpointError> {
         self.tensors
             .get(name)
