@@ -208,6 +208,7 @@ fn a_killed_rank_ends_the_job_naming_it() {
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("rank 1"), "{}", text(&out));
     println!("the job ended {:.2} s after rank 1 was killed", took.as_secs_f64());
+    println!("{}", text(&out).lines().find(|l| l.contains("rank 1")).unwrap_or_default());
 }
 
 /// Rank 1 stopped mid-run (alive, but silent): rank 0 gives up after its rank timeout,
@@ -226,4 +227,5 @@ fn a_stalled_rank_is_named_by_the_rank_that_waits_for_it() {
     let all = text(&out);
     assert!(all.contains("error: rank 0 of 2") && all.contains("rank 1"), "{all}");
     println!("the job ended {:.2} s after rank 1 stopped (rank timeout 3 s)", took.as_secs_f64());
+    println!("{}", all.lines().find(|l| l.starts_with("error: rank 0")).unwrap_or_default());
 }
