@@ -26,7 +26,9 @@
 //! launch; [`setup_lock`] keeps another thread's preparing, loading or dropping of an executable
 //! from breaking a capture. [`emulate`] runs the same plan, load once and run many, on the host, in schedule
 //! order or with the streams interleaved at random; [`race_check`] proves a plan's streams
-//! and events order every conflicting memory access.
+//! and events order every conflicting memory access. [`exchange_steps`] groups the transfers
+//! between the ranks of a multi-process job into the steps NCCL issues them in, and (feature
+//! `nccl`) `nccl` issues a step as one group of sends and receives.
 //!
 //! The crate links no CUDA library: cudarc loads them at run time, and
 //! [`availability::check_cuda`] turns their absence into
@@ -39,6 +41,7 @@ pub mod availability;
 pub mod backend;
 pub mod device;
 pub mod emulate;
+pub mod exchange_steps;
 pub mod executable;
 pub mod executor;
 pub mod fusion;
@@ -46,6 +49,8 @@ pub mod graph_capture;
 pub mod inputs;
 pub mod kernels;
 pub mod lower;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod pool;
 pub mod race_check;
 pub mod resident;

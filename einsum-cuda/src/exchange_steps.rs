@@ -1,0 +1,231 @@
+//! The transfers between ranks of a multi-process job, grouped into the steps NCCL issues
+//! them in (pure planning: no library, no GPU).
+//!
+//! NCCL's point-to-point calls pair a rank's `ncclSend` with the peer's `ncclRecv` in the
+//! order both post them, and the calls of one `ncclGroupStart`/`ncclGroupEnd` group are issued
+//! together, so two transfers where one waits (through the graph) for the other cannot share
+//! a group without a deadlock. A crossing transfer's *step* is the number of crossing
+//! transfers on the longest dependency chain before it: transfers of one step never depend on
+//! each other, so each step is one group, and the steps run in order. Within a step every
+//! rank lists its operations in task order, so the sends from `a` to `b` and the receives of
+//! `b` from `a` come in the same order on both sides ([`check_pairing`]).
+
+use einsum_core::taskgraph::{DeviceId, Task, TaskGraph, TaskId};
+
+/// Which side of a transfer a rank is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The source device is this rank's.
+    Send,
+    /// The destination device is this rank's.
+    Recv,
+}
+
+/// One rank's part of one crossing transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankOp {
+    /// The transfer task.
+    pub task: TaskId,
+    /// The rank on the other side.
+    pub peer: usize,
+    /// This rank's side.
+    pub direction: Direction,
+    /// The bytes moved.
+    pub bytes: usize,
+}
+
+/// Per task, its step when it is a transfer between devices of two ranks (`rank_of` gives a
+/// device's rank); `None` for every other task. One pass in task order (dependencies point
+/// backwards): a task's level is the most crossing transfers on a chain of dependencies
+/// before it, and a crossing transfer's step is its level.
+pub fn crossing_steps(graph: &TaskGraph, rank_of: &dyn Fn(DeviceId) -> usize) -> Vec<Option<usize>> {
+    let crossing = |task: &Task| match *task {
+        Task::Transfer { src, dst } => rank_of(graph.buffer(src).device) != rank_of(graph.buffer(dst).device),
+        _ => false,
+    };
+    let mut level = vec![0usize; graph.nodes().len()];
+    let mut steps = vec![None; graph.nodes().len()];
+    for (t, node) in graph.nodes().iter().enumerate() {
+        level[t] = node
+            .deps
+            .iter()
+            .map(|d| level[d.0 as usize] + usize::from(steps[d.0 as usize].is_some()))
+            .max()
+            .unwrap_or(0);
+        if crossing(&node.task) {
+            steps[t] = Some(level[t]);
+        }
+    }
+    steps
+}
+
+/// Rank `rank`'s operations, step by step (empty steps included, so that every rank has as
+/// many steps as the job), each step in task order.
+pub fn rank_steps(graph: &TaskGraph, rank_of: &dyn Fn(DeviceId) -> usize, rank: usize) -> Vec<Vec<RankOp>> {
+    let steps = crossing_steps(graph, rank_of);
+    let mut out: Vec<Vec<RankOp>> = vec![Vec::new(); steps.iter().flatten().max().map_or(0, |s| s + 1)];
+    for (t, step) in steps.iter().enumerate() {
+        let (Some(step), Task::Transfer { src, dst }) = (step, &graph.nodes()[t].task) else { continue };
+        let (from, to) = (rank_of(graph.buffer(*src).device), rank_of(graph.buffer(*dst).device));
+        let bytes = graph.buffer(*src).bytes();
+        let task = TaskId(t as u32);
+        if from == rank {
+            out[*step].push(RankOp { task, peer: to, direction: Direction::Send, bytes });
+        } else if to == rank {
+            out[*step].push(RankOp { task, peer: from, direction: Direction::Recv, bytes });
+        }
+    }
+    out
+}
+
+/// Checks the plan of every rank of a job of `ranks` ranks: in every step, the sends of rank
+/// `a` to rank `b` are the receives of `b` from `a`, in the same order and sizes; and no
+/// transfer depends, through the graph, on another of its own step. The error says where.
+pub fn check_pairing(graph: &TaskGraph, rank_of: &dyn Fn(DeviceId) -> usize, ranks: usize) -> Result<(), String> {
+    let plans: Vec<Vec<Vec<RankOp>>> = (0..ranks).map(|r| rank_steps(graph, rank_of, r)).collect();
+    for (a, plan) in plans.iter().enumerate() {
+        for (step, ops) in plan.iter().enumerate() {
+            for (b, theirs) in plans.iter().enumerate() {
+                let sent: Vec<(TaskId, usize)> = ops
+                    .iter()
+                    .filter(|o| o.peer == b && o.direction == Direction::Send)
+                    .map(|o| (o.task, o.bytes))
+                    .collect();
+                let received: Vec<(TaskId, usize)> = theirs
+                    .get(step)
+                    .into_iter()
+                    .flatten()
+                    .filter(|o| o.peer == a && o.direction == Direction::Recv)
+                    .map(|o| (o.task, o.bytes))
+                    .collect();
+                if sent != received {
+                    return Err(format!(
+                        "step {step}: rank {a} sends {sent:?} to rank {b}, which receives {received:?}"
+                    ));
+                }
+            }
+        }
+    }
+    check_steps(graph, &crossing_steps(graph, rank_of))
+}
+
+/// Checks that no transfer depends, through the graph, on another of its own step.
+fn check_steps(graph: &TaskGraph, steps: &[Option<usize>]) -> Result<(), String> {
+    let n = graph.nodes().len();
+    for (t, step) in steps.iter().enumerate() {
+        let Some(step) = step else { continue };
+        // The tasks `t` reaches: its dependents, transitively (dependents come later).
+        let mut reached = vec![false; n];
+        reached[t] = true;
+        for u in t + 1..n {
+            if graph.nodes()[u].deps.iter().any(|d| reached[d.0 as usize]) {
+                reached[u] = true;
+                if steps[u] == Some(*step) {
+                    return Err(format!("step {step}: transfer {u} depends on transfer {t} of the same step"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use einsum_core::taskgraph::{Boundary, BufferId};
+    use einsum_core::{DType, TensorType};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A graph of `devices` devices that loads one block on each and then runs `moves`: a
+    /// transfer `(from, to)` of the latest block on `from`, or (`from == to`) a slice on that
+    /// device of its latest block (local work that the next transfer waits for).
+    fn graph(devices: u32, moves: &[(u32, u32)]) -> TaskGraph {
+        let ty = TensorType::zero_bounded(&[4]);
+        let io = Boundary { name: "x".into(), ty: ty.clone(), dtype: DType::F32 };
+        let mut g = TaskGraph::new(devices as usize, vec![io], vec![]);
+        let mut latest: Vec<BufferId> = Vec::new();
+        for d in 0..devices {
+            let b = g.add_buffer(DeviceId(d), ty.clone(), DType::F32);
+            g.push(Task::Load { input: 0, dst: b }, &[], "load").expect("well-formed");
+            latest.push(b);
+        }
+        for &(from, to) in moves {
+            let src = latest[from as usize];
+            let dst = g.add_buffer(DeviceId(to), ty.clone(), DType::F32);
+            let task = if from == to { Task::Slice { src, dst } } else { Task::Transfer { src, dst } };
+            g.push(task, &[], "move").expect("well-formed");
+            latest[to as usize] = dst;
+        }
+        g
+    }
+
+    fn per_device(d: DeviceId) -> usize {
+        d.0 as usize
+    }
+
+    /// Two independent transfers share step 0; a transfer of a block that arrived by another
+    /// (through a slice) is a step later; a transfer within one rank is no step at all.
+    #[test]
+    fn dependent_transfers_are_later_steps() {
+        // Tasks 0..4 load; 4: 0->1, 5: 2->3 (independent), 6: slice on 1, 7: 1->2 (after 4),
+        // 8: 3->0 (after 5), 9: 2->2 slice, 10: 2->0 (after 7).
+        let g = graph(4, &[(0, 1), (2, 3), (1, 1), (1, 2), (3, 0), (2, 2), (2, 0)]);
+        let steps = crossing_steps(&g, &per_device);
+        assert_eq!(steps[4..], [Some(0), Some(0), None, Some(1), Some(1), None, Some(2)]);
+        let pairs = |r: usize| -> Vec<Vec<(u32, usize, Direction)>> {
+            rank_steps(&g, &per_device, r)
+                .into_iter()
+                .map(|s| s.into_iter().map(|o| (o.task.0, o.peer, o.direction)).collect())
+                .collect()
+        };
+        assert_eq!(
+            pairs(0),
+            [vec![(4, 1, Direction::Send)], vec![(8, 3, Direction::Recv)], vec![(10, 2, Direction::Recv)]]
+        );
+        assert_eq!(
+            pairs(2),
+            [vec![(5, 3, Direction::Send)], vec![(7, 1, Direction::Recv)], vec![(10, 0, Direction::Send)]]
+        );
+        check_pairing(&g, &per_device, 4).expect("paired");
+        // Devices {0, 1} and {2, 3} as two ranks: 4 and 5 stay inside a rank.
+        let halves = |d: DeviceId| d.0 as usize / 2;
+        let steps = crossing_steps(&g, &halves);
+        assert_eq!(steps[4..], [None, None, None, Some(0), Some(0), None, Some(1)]);
+        assert_eq!(rank_steps(&g, &halves, 1).iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
+        check_pairing(&g, &halves, 2).expect("paired");
+    }
+
+    #[test]
+    fn one_rank_has_no_step() {
+        let g = graph(2, &[(0, 1), (1, 0)]);
+        assert!(rank_steps(&g, &|_| 0, 0).is_empty());
+        check_pairing(&g, &|_| 0, 1).expect("nothing to pair");
+    }
+
+    /// A step holding a transfer that depends on another of the same step is caught.
+    #[test]
+    fn the_check_catches_a_step_that_waits_for_itself() {
+        let g = graph(2, &[(0, 1), (1, 0)]);
+        // Mislabelled steps: both transfers in step 0 (the second reads the first's block).
+        let steps = crossing_steps(&g, &per_device);
+        assert_eq!(steps[2..], [Some(0), Some(1)]);
+        let e = check_steps(&g, &[None, None, Some(0), Some(0)]).unwrap_err();
+        assert!(e.contains("transfer 3 depends on transfer 2"), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Random moves over 4 devices, as 1, 2 and 4 ranks: every rank's sends are its peer's
+        /// receives, step by step, and no step waits for itself.
+        #[test]
+        fn random_graphs_pair_up(moves in proptest::collection::vec((0u32..4, 0u32..4), 0..40)) {
+            let g = graph(4, &moves);
+            for per_rank in [1, 2, 4] {
+                let rank_of = move |d: DeviceId| d.0 as usize / per_rank;
+                prop_assert_eq!(check_pairing(&g, &rank_of, 4 / per_rank), Ok(()));
+            }
+        }
+    }
+}
