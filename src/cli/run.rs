@@ -229,7 +229,9 @@ fn run_in(a: RunArgs, job: Option<&Job>) -> Result<Report> {
     if a.warmup > MAX_RUNS {
         return Err(Error::Usage(format!("--warmup {}: the number of untimed runs is at most {MAX_RUNS}", a.warmup)));
     }
-    if let Some(dir) = &a.dump {
+    // Rank 0 alone reports: it alone dumps, runs the reference and keeps whole inputs.
+    let reporting = job.is_none_or(|j| j.rank() == 0);
+    if let Some(dir) = a.dump.as_ref().filter(|_| reporting) {
         // Before any work: an unwritable dump directory fails at once, not after the run.
         super::prepare_dir("--dump", dir)?;
     }
@@ -237,8 +239,6 @@ fn run_in(a: RunArgs, job: Option<&Job>) -> Result<Report> {
     let graph = built.graph();
     let (options, topology) = a.compile.options(job)?;
     let mut exe = compile(graph, &options)?;
-    // Rank 0 alone reports: it alone runs the reference and keeps whole inputs.
-    let reporting = job.is_none_or(|j| j.rank() == 0);
     let reference = a.check && reporting;
     exe.check_host_memory(reference)?;
     // A model's weights are kept for a reference run; a workload's inputs for a dump too.
