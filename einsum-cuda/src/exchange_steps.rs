@@ -8,7 +8,9 @@
 //! transfers on the longest dependency chain before it: transfers of one step never depend on
 //! each other, so each step is one group, and the steps run in order. Within a step every
 //! rank lists its operations in task order, so the sends from `a` to `b` and the receives of
-//! `b` from `a` come in the same order on both sides ([`check_pairing`]).
+//! `b` from `a` come in the same order on both sides ([`check_pairing`]). [`issue_order`]
+//! places each step among a rank's own tasks: after the local work it waits for, before the
+//! local work that reads what it receives.
 
 use einsum_core::taskgraph::{DeviceId, Task, TaskGraph, TaskId};
 
@@ -129,6 +131,98 @@ fn check_steps(graph: &TaskGraph, steps: &[Option<usize>]) -> Result<(), String>
     Ok(())
 }
 
+/// One entry of a rank's issue order ([`issue_order`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Issue {
+    /// A task of this rank's devices (not a crossing transfer).
+    Task(TaskId),
+    /// Step `.0`'s group of sends and receives ([`rank_steps`]).
+    Step(usize),
+}
+
+/// The order rank `rank` issues its work in: its own devices' tasks (but the crossing
+/// transfers) and its steps, each step after every local task its sends read from or its
+/// transfers otherwise wait for, and before every local task that reads what it receives;
+/// steps in increasing order, and otherwise as close to the graph's schedule order as those
+/// constraints allow (a step takes the place of its first transfer). Every rank issuing its
+/// steps in this order cannot deadlock: a step's sends wait only for local work, which waits
+/// only for earlier steps.
+pub fn issue_order(graph: &TaskGraph, rank_of: &dyn Fn(DeviceId) -> usize, rank: usize) -> Vec<Issue> {
+    let steps = crossing_steps(graph, rank_of);
+    let n = graph.nodes().len();
+    let step_count = steps.iter().flatten().max().map_or(0, |s| s + 1);
+    // Nodes: the local tasks that are not crossing transfers (0..n, by task), then the steps
+    // (n + k); `None` for a task of another rank.
+    let device_of = |t: usize| {
+        let task = &graph.nodes()[t].task;
+        let b = task.written_buffers().first().or(task.read_buffers().first()).copied();
+        b.map(|b| graph.buffer(b).device)
+    };
+    let node_of = |t: usize| -> Option<usize> {
+        match steps[t] {
+            Some(k) => {
+                let Task::Transfer { src, dst } = graph.nodes()[t].task else { unreachable!("steps are transfers") };
+                let ours = rank_of(graph.buffer(src).device) == rank || rank_of(graph.buffer(dst).device) == rank;
+                ours.then_some(n + k)
+            }
+            None => device_of(t).filter(|&d| rank_of(d) == rank).map(|_| t),
+        }
+    };
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n + step_count];
+    let mut present = vec![false; n + step_count];
+    // A step's key: its first transfer (this rank's) in schedule order.
+    let mut key: Vec<usize> = (0..n + step_count).collect();
+    for k in 0..step_count {
+        key[n + k] = usize::MAX;
+    }
+    for t in 0..n {
+        let Some(me) = node_of(t) else { continue };
+        present[me] = true;
+        if me >= n {
+            key[me] = key[me].min(t);
+        }
+        for d in &graph.nodes()[t].deps {
+            if let Some(p) = node_of(d.0 as usize)
+                && p != me
+            {
+                preds[me].push(p);
+            }
+        }
+    }
+    // Steps in increasing order: every rank posts its groups in the same order.
+    let present_steps: Vec<usize> = (n..n + step_count).filter(|&s| present[s]).collect();
+    for w in present_steps.windows(2) {
+        preds[w[1]].push(w[0]);
+    }
+    // Kahn's algorithm, smallest key first.
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n + step_count];
+    let mut waiting = vec![0usize; n + step_count];
+    for (v, ps) in preds.iter_mut().enumerate() {
+        ps.sort_unstable();
+        ps.dedup();
+        waiting[v] = ps.len();
+        for &p in ps.iter() {
+            succs[p].push(v);
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(usize, usize)>> = (0..n + step_count)
+        .filter(|&v| present[v] && waiting[v] == 0)
+        .map(|v| std::cmp::Reverse((key[v], v)))
+        .collect();
+    let mut order = Vec::new();
+    while let Some(std::cmp::Reverse((_, v))) = ready.pop() {
+        order.push(if v >= n { Issue::Step(v - n) } else { Issue::Task(TaskId(v as u32)) });
+        for &s in &succs[v] {
+            waiting[s] -= 1;
+            if waiting[s] == 0 {
+                ready.push(std::cmp::Reverse((key[s], s)));
+            }
+        }
+    }
+    debug_assert_eq!(order.len(), present.iter().filter(|&&p| p).count(), "the contracted graph is acyclic");
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use einsum_core::taskgraph::{Boundary, BufferId};
@@ -214,17 +308,83 @@ mod tests {
         assert!(e.contains("transfer 3 depends on transfer 2"), "{e}");
     }
 
+    /// Rank 2 of 4 in the documented graph: its tasks in schedule order, each step at its
+    /// first transfer; the slice on device 2 before step 2, which sends its block.
+    #[test]
+    fn a_rank_issues_its_steps_between_its_producers_and_consumers() {
+        let g = graph(4, &[(0, 1), (2, 3), (1, 1), (1, 2), (3, 0), (2, 2), (2, 0)]);
+        let order = issue_order(&g, &per_device, 2);
+        assert_eq!(
+            order,
+            [Issue::Task(TaskId(2)), Issue::Step(0), Issue::Step(1), Issue::Task(TaskId(9)), Issue::Step(2)]
+        );
+        assert_eq!(issue_order(&g, &per_device, 3), [Issue::Task(TaskId(3)), Issue::Step(0), Issue::Step(1)]);
+        check_order(&g, &per_device, 2, &order).expect("valid");
+        // The slice before the step that brings its block, or a step left out: caught.
+        let early = [Issue::Task(TaskId(2)), Issue::Step(0), Issue::Task(TaskId(9)), Issue::Step(1), Issue::Step(2)];
+        assert!(check_order(&g, &per_device, 2, &early).unwrap_err().contains("waits for"));
+        assert!(check_order(&g, &per_device, 2, &order[..4]).unwrap_err().contains("not issued"));
+    }
+
+    /// `order` issues every local task and step once, each after what it waits for.
+    fn check_order(
+        g: &TaskGraph,
+        rank_of: &dyn Fn(DeviceId) -> usize,
+        rank: usize,
+        order: &[Issue],
+    ) -> Result<(), String> {
+        let steps = crossing_steps(g, rank_of);
+        let position = |i: Issue| order.iter().position(|&o| o == i);
+        let node = |t: usize| -> Option<Issue> {
+            match steps[t] {
+                Some(k) => {
+                    let Task::Transfer { src, dst } = g.nodes()[t].task else { return None };
+                    (rank_of(g.buffer(src).device) == rank || rank_of(g.buffer(dst).device) == rank)
+                        .then_some(Issue::Step(k))
+                }
+                None => {
+                    let task = &g.nodes()[t].task;
+                    let b = *task.written_buffers().first().or(task.read_buffers().first())?;
+                    (rank_of(g.buffer(b).device) == rank).then_some(Issue::Task(TaskId(t as u32)))
+                }
+            }
+        };
+        for t in 0..g.nodes().len() {
+            let Some(me) = node(t) else { continue };
+            let at = position(me).ok_or_else(|| format!("{me:?} is not issued"))?;
+            for d in &g.nodes()[t].deps {
+                if let Some(p) = node(d.0 as usize).filter(|&p| p != me) {
+                    let before = position(p).ok_or_else(|| format!("{p:?} is not issued"))?;
+                    if before > at {
+                        return Err(format!("{me:?} is issued before {p:?}, which it waits for"));
+                    }
+                }
+            }
+        }
+        let issued_steps: Vec<usize> =
+            order.iter().filter_map(|o| if let Issue::Step(k) = o { Some(*k) } else { None }).collect();
+        if issued_steps.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(format!("steps out of order: {issued_steps:?}"));
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Random moves over 4 devices, as 1, 2 and 4 ranks: every rank's sends are its peer's
-        /// receives, step by step, and no step waits for itself.
+        /// receives, step by step, no step waits for itself, and every rank's issue order
+        /// issues everything once, after what it waits for, steps in order.
         #[test]
         fn random_graphs_pair_up(moves in proptest::collection::vec((0u32..4, 0u32..4), 0..40)) {
             let g = graph(4, &moves);
             for per_rank in [1, 2, 4] {
                 let rank_of = move |d: DeviceId| d.0 as usize / per_rank;
                 prop_assert_eq!(check_pairing(&g, &rank_of, 4 / per_rank), Ok(()));
+                for rank in 0..4 / per_rank {
+                    let order = issue_order(&g, &rank_of, rank);
+                    prop_assert_eq!(check_order(&g, &rank_of, rank, &order), Ok(()));
+                }
             }
         }
     }
