@@ -53,6 +53,22 @@ pub struct ArenaPlan {
 }
 
 impl ArenaPlan {
+    /// The same plan for the devices `keep` accepts only: the others get no arena and their
+    /// buffers no slot (a process that runs part of the graph builds no block of theirs).
+    pub(crate) fn only(mut self, graph: &TaskGraph, keep: impl Fn(usize) -> bool) -> Self {
+        for (d, bytes) in self.device_bytes.iter_mut().enumerate() {
+            if !keep(d) {
+                *bytes = 0;
+            }
+        }
+        for (b, slot) in self.slots.iter_mut().enumerate() {
+            if !keep(graph.buffer(BufferId(b as u32)).device.0 as usize) {
+                *slot = None;
+            }
+        }
+        self
+    }
+
     /// The plan that places nothing: every block from the heap.
     pub fn empty(graph: &TaskGraph) -> Self {
         let n = graph.buffers().len();

@@ -359,6 +359,9 @@ impl CpuExecutable<'_> {
     /// runs every device. Set before loading any input.
     #[must_use]
     pub fn with_peers(mut self, peers: Arc<dyn Peers>) -> Self {
+        // Arenas for this process's devices only.
+        let plan = self.arenas.plan().clone().only(&self.graph, |d| peers.is_local(DeviceId(d as u32)));
+        self.arenas = Arc::new(Arenas::new(plan));
         self.peers = Some(peers);
         self
     }
@@ -1123,6 +1126,11 @@ mod tests {
         assert_eq!(runs[1].1.resident_bytes, vec![0, 96, 96]);
         // The message counts as moved by its sender.
         assert_eq!((runs[0].1.bytes_moved, runs[1].1.bytes_moved), (0, 48));
+        // Each process has arenas for its own devices only: device 0's (the stitch of y) is
+        // process 0's alone.
+        let whole = CpuBackend::with_threads(1).executable(&g, Arc::new(NoKernels)).unwrap();
+        assert_eq!(whole.arena_plan().device_bytes, [128, 0, 0]);
+        assert_eq!((runs[0].1.arena_bytes.clone(), runs[1].1.arena_bytes.clone()), (vec![128, 0, 0], vec![0, 0, 0]));
     }
 
     /// A process lists the blocks of its own devices as the parts of an input it needs, and
