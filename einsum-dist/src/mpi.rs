@@ -190,25 +190,62 @@ impl MpiTransport {
         failure.map_or(Ok(()), |code| check("MPI_Test", code))
     }
 
-    /// Waits (testing, not blocking in MPI) until `request` completes or `deadline` passes.
+    /// Waits (testing, not blocking in MPI) until receive `request` completes or `deadline`
+    /// passes, progressing the pending sends between tests.
+    ///
+    /// The request writes into memory its caller frees on return, so no error leaves it
+    /// live: a receive that is late, or whose wait meets a failed send, is cancelled and
+    /// settled ([`MpiTransport::settle`]) before the error is returned.
     fn wait_request(&self, request: &mut MPI_Request, deadline: Instant, what: &str) -> Result<(), TransportError> {
         let mut backoff = Backoff(0);
         loop {
             let mut done = 0;
-            {
+            let sends = {
                 let mut pending = self.lock();
                 // SAFETY: a live request of this receive.
-                check("MPI_Test", unsafe { ffi::MPI_Test(request, &mut done, ffi::RSMPI_STATUS_IGNORE) })?;
-                Self::progress(&mut pending)?;
-            }
+                let code = unsafe { ffi::MPI_Test(request, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+                // A failed test completes the request (MPI frees it and reports the error).
+                check("MPI_Test", code)?;
+                Self::progress(&mut pending)
+            };
             if done != 0 {
-                return Ok(());
+                return sends;
             }
-            if Instant::now() >= deadline {
+            let late = Instant::now() >= deadline;
+            if sends.is_err() || late {
+                self.settle(request);
+                sends?;
                 return Err(TransportError::Library {
                     call: "MPI_Imrecv".into(),
                     reason: format!("{what}: not complete in time"),
                 });
+            }
+            backoff.pause();
+        }
+    }
+
+    /// Cancels receive `request` and tests it until it completes (cancelled, or received
+    /// after all: MPI may refuse to cancel a transfer under way), without a deadline, since
+    /// returning earlier would leave the library writing into freed memory. Errors are
+    /// dropped: the caller already returns one.
+    fn settle(&self, request: &mut MPI_Request) {
+        {
+            let _lock = self.lock();
+            // SAFETY: a live request of this receive.
+            unsafe { ffi::MPI_Cancel(request) };
+        }
+        let mut backoff = Backoff(0);
+        loop {
+            let mut done = 0;
+            {
+                let _lock = self.lock();
+                // SAFETY: a live request of this receive; a completed request becomes
+                // MPI_REQUEST_NULL.
+                let code = unsafe { ffi::MPI_Test(request, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+                // A failed test completes (frees) the request too.
+                if done != 0 || code != ffi::MPI_SUCCESS as i32 {
+                    return;
+                }
             }
             backoff.pause();
         }
@@ -243,7 +280,8 @@ impl MpiTransport {
         {
             let _lock = self.lock();
             // SAFETY: `into` is valid for `into.len()` bytes until the request completes,
-            // which `wait_request` waits for before this returns.
+            // which `wait_request` waits for (or, on an error, cancels and settles) before
+            // this returns.
             check("MPI_Imrecv", unsafe {
                 ffi::MPI_Imrecv(
                     into.as_mut_ptr().cast(),
