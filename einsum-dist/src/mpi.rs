@@ -12,8 +12,14 @@
 //!   tries and backs off from spinning to short sleeps, so workers sending and the thread
 //!   receiving share the library, and ranks oversubscribed on a few cores still progress.
 //!   One lock around every call makes `MPI_THREAD_SERIALIZED` enough.
-//! - MPI counts are `int`: a block over [`CHUNK_BYTES`] goes as several messages of one tag,
-//!   in order (MPI never reorders messages of one sender and tag).
+//! - MPI counts are `int`: a block over [`CHUNK_BYTES`] goes as a head message (its tag and
+//!   length, on a tag of its own, the library's largest) followed by its chunks, messages of
+//!   the block's tag. The receiver learns the block's whole length from the head before it
+//!   names the block's type, so a misfit is refused (and all its chunks drained) as surely
+//!   as for a block of one message. MPI never lets a message overtake an earlier one of the
+//!   same sender that matches the same receive, and a probe of any tag matches every
+//!   message: so a head arrives in its place among its sender's messages, and the chunks
+//!   that follow it are the next messages of its tag from its sender.
 //! - The world communicator returns errors instead of aborting (`MPI_ERRORS_RETURN`), so a
 //!   failed call is a [`TransportError::Library`] naming it.
 
@@ -36,8 +42,9 @@ use crate::{Envelope, Shape, Transport, TransportError};
 /// The most bytes one MPI message carries (MPI counts are `int`); larger blocks are split.
 pub const CHUNK_BYTES: usize = 1 << 30;
 
-/// How long a receiver waits for the remaining chunks of a block whose first chunk arrived:
-/// the sender posted them all at once, so only a failed sender makes them late.
+/// How long a receiver waits for the chunks of a block whose head arrived (or for a matched
+/// message to complete): the sender posted them all at once, so only a failed sender makes
+/// them late.
 const CHUNK_PATIENCE: Duration = Duration::from_secs(60);
 
 /// The transport of an MPI job (see the module docs). Creating it initialises MPI; dropping
@@ -47,8 +54,11 @@ pub struct MpiTransport {
     pending: Mutex<Vec<Pending>>,
     rank: usize,
     ranks: usize,
-    /// The largest tag the library accepts (`MPI_TAG_UB`).
+    /// The largest tag a block may have: one below the library's largest (`MPI_TAG_UB`),
+    /// which heads of chunked blocks use.
     tag_ub: u32,
+    /// The tag of the heads of chunked blocks (`MPI_TAG_UB`).
+    head_tag: i32,
     /// The bytes of one message at most ([`CHUNK_BYTES`], lower in tests).
     chunk: usize,
     /// The MPI environment: finalised when dropped, after everything else.
@@ -62,11 +72,18 @@ unsafe impl Send for MpiTransport {}
 // SAFETY: as above.
 unsafe impl Sync for MpiTransport {}
 
-/// A send in flight: its requests (one per chunk) and the block they read.
+/// A send in flight: its requests (one per message) and the memory they read.
 struct Pending {
+    /// The requests not known to be complete.
     requests: Vec<MPI_Request>,
+    /// The block, kept until every request completed.
     _block: HostTensor,
+    /// The head of a chunked block (its tag and length), boxed so that it stays in place.
+    _head: Option<Box<[u64; 2]>>,
 }
+
+/// The bytes of a chunked block's head: its tag and its length, as two native `u64`s.
+const HEAD_BYTES: usize = 16;
 
 /// The library's text for error code `code`.
 fn error_text(code: i32) -> String {
@@ -139,7 +156,7 @@ impl MpiTransport {
         let mut value: *mut i32 = std::ptr::null_mut();
         let mut found = 0;
         // SAFETY: MPI_TAG_UB's attribute value is a pointer to an int owned by the library.
-        let tag_ub = unsafe {
+        let library_ub = unsafe {
             check(
                 "MPI_Comm_get_attr",
                 ffi::MPI_Comm_get_attr(
@@ -155,13 +172,15 @@ impl MpiTransport {
             pending: Mutex::new(Vec::new()),
             rank: rank as usize,
             ranks: ranks as usize,
-            tag_ub,
+            tag_ub: library_ub.saturating_sub(1),
+            head_tag: library_ub as i32,
             chunk: chunk.clamp(1, i32::MAX as usize),
             universe: Some(universe),
         })
     }
 
-    /// The largest tag this job's library accepts.
+    /// The largest tag a block may have: one below the largest this job's library accepts
+    /// (which the transport keeps for the heads of chunked blocks).
     pub fn tag_bound(&self) -> u32 {
         self.tag_ub
     }
@@ -190,25 +209,62 @@ impl MpiTransport {
         failure.map_or(Ok(()), |code| check("MPI_Test", code))
     }
 
-    /// Waits (testing, not blocking in MPI) until `request` completes or `deadline` passes.
+    /// Waits (testing, not blocking in MPI) until receive `request` completes or `deadline`
+    /// passes, progressing the pending sends between tests.
+    ///
+    /// The request writes into memory its caller frees on return, so no error leaves it
+    /// live: a receive that is late, or whose wait meets a failed send, is cancelled and
+    /// settled ([`MpiTransport::settle`]) before the error is returned.
     fn wait_request(&self, request: &mut MPI_Request, deadline: Instant, what: &str) -> Result<(), TransportError> {
         let mut backoff = Backoff(0);
         loop {
             let mut done = 0;
-            {
+            let sends = {
                 let mut pending = self.lock();
                 // SAFETY: a live request of this receive.
-                check("MPI_Test", unsafe { ffi::MPI_Test(request, &mut done, ffi::RSMPI_STATUS_IGNORE) })?;
-                Self::progress(&mut pending)?;
-            }
+                let code = unsafe { ffi::MPI_Test(request, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+                // A failed test completes the request (MPI frees it and reports the error).
+                check("MPI_Test", code)?;
+                Self::progress(&mut pending)
+            };
             if done != 0 {
-                return Ok(());
+                return sends;
             }
-            if Instant::now() >= deadline {
+            let late = Instant::now() >= deadline;
+            if sends.is_err() || late {
+                self.settle(request);
+                sends?;
                 return Err(TransportError::Library {
                     call: "MPI_Imrecv".into(),
                     reason: format!("{what}: not complete in time"),
                 });
+            }
+            backoff.pause();
+        }
+    }
+
+    /// Cancels receive `request` and tests it until it completes (cancelled, or received
+    /// after all: MPI may refuse to cancel a transfer under way), without a deadline, since
+    /// returning earlier would leave the library writing into freed memory. Errors are
+    /// dropped: the caller already returns one.
+    fn settle(&self, request: &mut MPI_Request) {
+        {
+            let _lock = self.lock();
+            // SAFETY: a live request of this receive.
+            unsafe { ffi::MPI_Cancel(request) };
+        }
+        let mut backoff = Backoff(0);
+        loop {
+            let mut done = 0;
+            {
+                let _lock = self.lock();
+                // SAFETY: a live request of this receive; a completed request becomes
+                // MPI_REQUEST_NULL.
+                let code = unsafe { ffi::MPI_Test(request, &mut done, ffi::RSMPI_STATUS_IGNORE) };
+                // A failed test completes (frees) the request too.
+                if done != 0 || code != ffi::MPI_SUCCESS as i32 {
+                    return;
+                }
             }
             backoff.pause();
         }
@@ -243,7 +299,8 @@ impl MpiTransport {
         {
             let _lock = self.lock();
             // SAFETY: `into` is valid for `into.len()` bytes until the request completes,
-            // which `wait_request` waits for before this returns.
+            // which `wait_request` waits for (or, on an error, cancels and settles) before
+            // this returns.
             check("MPI_Imrecv", unsafe {
                 ffi::MPI_Imrecv(
                     into.as_mut_ptr().cast(),
@@ -274,6 +331,55 @@ impl MpiTransport {
             }
             backoff.pause();
         }
+    }
+
+    /// Receives the head of a chunked block (matched `message`, whose envelope is `head`)
+    /// and returns the block's envelope: its sender, tag and whole length.
+    fn receive_head(&self, message: MPI_Message, head: Envelope) -> Result<Envelope, TransportError> {
+        let what = format!("a chunked block's head from rank {}", head.from);
+        if head.bytes != HEAD_BYTES {
+            self.receive_into(message, &mut vec![0u8; head.bytes], &what)?;
+            let why = format!("the tag of chunked blocks' heads, whose heads have {HEAD_BYTES} bytes");
+            return Err(TransportError::Unexpected { envelope: head, why });
+        }
+        let mut words = [0u64; 2];
+        let mut bytes = [0u8; HEAD_BYTES];
+        self.receive_into(message, &mut bytes, &what)?;
+        for (w, b) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            *w = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+        }
+        let [tag, total] = words;
+        match (u32::try_from(tag), usize::try_from(total)) {
+            (Ok(tag), Ok(bytes)) => Ok(Envelope { from: head.from, tag, bytes }),
+            _ => Err(TransportError::Unexpected { envelope: head, why: format!("a head of tag {tag}, {total} bytes") }),
+        }
+    }
+
+    /// Receives the chunks of the block of `envelope` (whose head was received), in order,
+    /// into `into` (its whole length), or drains them when `into` is `None`. The chunks are
+    /// the next messages of the block's tag from its sender, whatever their size: the
+    /// sender's chunk size is not the receiver's business, only that they add up.
+    fn receive_chunks(
+        &self,
+        envelope: Envelope,
+        mut into: Option<&mut [u8]>,
+        what: &str,
+    ) -> Result<(), TransportError> {
+        let mut at = 0;
+        while at < envelope.bytes {
+            let (next, e) = self.next_chunk(envelope.from, envelope.tag)?;
+            let fits = e.bytes > 0 && e.bytes <= envelope.bytes - at;
+            match into.as_deref_mut() {
+                Some(into) if fits => self.receive_into(next, &mut into[at..at + e.bytes], what)?,
+                _ => self.receive_into(next, &mut vec![0u8; e.bytes], what)?,
+            }
+            if !fits {
+                let why = format!("a chunk at byte {at} of a block of {} bytes", envelope.bytes);
+                return Err(TransportError::Unexpected { envelope: e, why });
+            }
+            at += e.bytes;
+        }
+        Ok(())
     }
 }
 
@@ -314,34 +420,35 @@ impl Transport for MpiTransport {
         // A strided view is gathered once; anything else goes from its own memory.
         let block = if block.contiguous_ne_bytes().is_some() { block } else { block.compact() };
         let bytes = block.contiguous_ne_bytes().expect("a compact block is contiguous");
+        // A block of one message (an empty one too, so that the receiver sees it), or a head
+        // followed by the chunks.
+        let head = (bytes.len() > self.chunk).then(|| Box::new([u64::from(tag), bytes.len() as u64]));
+        let mut messages: Vec<(*const u8, usize, i32)> = Vec::new();
+        if let Some(head) = &head {
+            messages.push((head.as_ptr().cast(), HEAD_BYTES, self.head_tag));
+            messages.extend(bytes.chunks(self.chunk).map(|c| (c.as_ptr(), c.len(), tag as i32)));
+        } else {
+            messages.push((bytes.as_ptr(), bytes.len(), tag as i32));
+        }
         let mut pending = self.lock();
         let mut requests = Vec::new();
-        // An empty block is one empty message, so that the receiver sees it.
-        let chunks: Vec<&[u8]> = if bytes.is_empty() { vec![bytes] } else { bytes.chunks(self.chunk).collect() };
-        for chunk in chunks {
+        for (at, len, tag) in messages {
             // SAFETY: MPI_Request is a plain handle the call fills.
             let mut request: MPI_Request = unsafe { std::mem::zeroed() };
-            // SAFETY: the chunk's memory belongs to `block`, which is kept with the request
-            // (in `pending`) until MPI_Test reports the send complete; the count fits an int.
+            // SAFETY: the memory belongs to `block` or to the boxed `head`, both kept with
+            // the request (in `pending`) until MPI_Test reports the send complete; the count
+            // is at most the chunk size, which fits an int.
             let code = unsafe {
-                ffi::MPI_Isend(
-                    chunk.as_ptr().cast(),
-                    chunk.len() as i32,
-                    ffi::RSMPI_UINT8_T,
-                    to as i32,
-                    tag as i32,
-                    world(),
-                    &mut request,
-                )
+                ffi::MPI_Isend(at.cast(), len as i32, ffi::RSMPI_UINT8_T, to as i32, tag, world(), &mut request)
             };
             if code != ffi::MPI_SUCCESS as i32 {
-                // The chunks already posted still read the block: keep it with them.
-                pending.push(Pending { requests, _block: block.clone() });
+                // The messages already posted still read the memory: keep it with them.
+                pending.push(Pending { requests, _block: block.clone(), _head: head });
                 return check("MPI_Isend", code);
             }
             requests.push(request);
         }
-        pending.push(Pending { requests, _block: block.clone() });
+        pending.push(Pending { requests, _block: block.clone(), _head: head });
         Self::progress(&mut pending)
     }
 
@@ -350,7 +457,7 @@ impl Transport for MpiTransport {
         let mut backoff = Backoff(0);
         // SAFETY: constants of the library.
         let (any_source, any_tag) = unsafe { (ffi::RSMPI_ANY_SOURCE, ffi::RSMPI_ANY_TAG) };
-        let (message, envelope) = loop {
+        let (message, first) = loop {
             if let Some(m) = self.probe(any_source, any_tag)? {
                 break m;
             }
@@ -359,48 +466,39 @@ impl Transport for MpiTransport {
             }
             backoff.pause();
         };
+        // The envelope of the whole block: the message's own, or the one its head gives.
+        let (envelope, chunked) =
+            if first.tag == self.head_tag as u32 { (self.receive_head(message, first)?, true) } else { (first, false) };
         let what = format!("the block of tag {} from rank {}", envelope.tag, envelope.from);
         let fits = shape(&envelope).and_then(|(ty, dtype)| {
-            let total = ty.volume() * dtype.size_bytes();
-            let first = total.min(self.chunk);
-            if envelope.bytes == first {
-                Ok((ty, dtype, total))
+            let want = ty.volume() * dtype.size_bytes();
+            if envelope.bytes == want {
+                Ok((ty, dtype))
             } else {
-                let why = format!("expected {total} bytes for {ty} {dtype} (a first message of {first})");
-                Err(TransportError::Unexpected { envelope, why })
+                Err(TransportError::Unexpected { envelope, why: format!("expected {want} bytes for {ty} {dtype}") })
             }
         });
-        let (ty, dtype, total) = match fits {
+        let (ty, dtype) = match fits {
             Ok(f) => f,
             Err(e) => {
-                // The message is matched: receive it anyway, so that it does not linger.
-                let mut scratch = vec![0u8; envelope.bytes];
-                self.receive_into(message, &mut scratch, &what)?;
+                // The block is matched: receive it anyway, so that it does not linger.
+                if chunked {
+                    self.receive_chunks(envelope, None, &what)?;
+                } else {
+                    self.receive_into(message, &mut vec![0u8; envelope.bytes], &what)?;
+                }
                 return Err(e);
             }
         };
         let block = HostTensor::from_ne_bytes_with(ty, dtype, |bytes| {
-            debug_assert_eq!(bytes.len(), total);
-            let first = total.min(self.chunk);
-            self.receive_into(message, &mut bytes[..first], &what)?;
-            let mut at = first;
-            while at < total {
-                let (next, e) = self.next_chunk(envelope.from, envelope.tag)?;
-                let len = (total - at).min(self.chunk);
-                if e.bytes != len {
-                    let mut scratch = vec![0u8; e.bytes];
-                    self.receive_into(next, &mut scratch, &what)?;
-                    return Err(TransportError::Unexpected {
-                        envelope: e,
-                        why: format!("a chunk of {len} bytes was expected at byte {at} of {total}"),
-                    });
-                }
-                self.receive_into(next, &mut bytes[at..at + len], &what)?;
-                at += len;
+            debug_assert_eq!(bytes.len(), envelope.bytes);
+            if chunked {
+                self.receive_chunks(envelope, Some(bytes), &what)
+            } else {
+                self.receive_into(message, bytes, &what)
             }
-            Ok(())
         })?;
-        Ok(Some((Envelope { bytes: total, ..envelope }, block)))
+        Ok(Some((envelope, block)))
     }
 
     fn flush(&self, wait: Duration) -> Result<(), TransportError> {

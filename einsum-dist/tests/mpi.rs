@@ -132,8 +132,10 @@ fn every_rank_receives_what_the_others_sent_over_four_ranks() {
     }
 }
 
-/// With 1000-byte messages, a 4099-byte block goes as five chunks and arrives whole, between
-/// two blocks of the same tag that it must not mix with.
+/// With 1000-byte messages, blocks of 16396 bytes (17 chunks), 4000 bytes (exactly 4) and
+/// 1000 bytes (one message, no head) arrive whole, with their whole length in the envelope
+/// the receiver shapes them from, in the order sent (blocks of one tag, and one of another
+/// tag between them).
 #[test]
 fn a_block_over_the_chunk_size_goes_in_chunks() {
     if !as_rank("a_block_over_the_chunk_size_goes_in_chunks", 2) {
@@ -141,47 +143,64 @@ fn a_block_over_the_chunk_size_goes_in_chunks() {
     }
     let t = MpiTransport::with_chunk_bytes(1000).expect("MPI");
     let ty = |n: usize| TensorType::zero_bounded(&[n]);
-    let blocks = [HostTensor::random(ty(10), DType::F32, 1), HostTensor::random(ty(4099), DType::F32, 2)];
-    let odd = HostTensor::random(ty(4099 / 2), DType::F16, 3);
+    let sent = [
+        (7, HostTensor::random(ty(10), DType::F32, 1)),
+        (7, HostTensor::random(ty(4099), DType::F32, 2)),
+        (8, HostTensor::random(ty(3), DType::F32, 3)),
+        (7, HostTensor::random(ty(2000), DType::F16, 4)),
+        (7, HostTensor::random(ty(250), DType::F32, 5)),
+        (7, HostTensor::random(ty(4099), DType::F32, 6)),
+    ];
     if t.rank() == 0 {
-        for b in [&blocks[0], &odd, &blocks[1]] {
-            t.send(1, 7, b.clone()).expect("sent");
+        for (tag, b) in &sent {
+            t.send(1, *tag, b.clone()).expect("sent");
         }
         t.flush(Duration::from_secs(30)).expect("delivered");
         return;
     }
-    let order = [(ty(10), DType::F32), (ty(4099 / 2), DType::F16), (ty(4099), DType::F32)];
-    for (i, (want_ty, dtype)) in order.into_iter().enumerate() {
-        let shape = |_: &Envelope| Ok((want_ty.clone(), dtype));
+    // Any-tag receives see one sender's messages in the order sent, heads of chunked
+    // blocks among them.
+    for (tag, want) in &sent {
+        let shape = |e: &Envelope| {
+            assert_eq!((e.from, e.tag, e.bytes), (0, *tag, want.size_bytes()));
+            Ok((want.ty().clone(), want.dtype()))
+        };
         let (e, got) = t.receive(Duration::from_secs(30), &shape).expect("received").expect("in time");
-        let want = [&blocks[0], &odd, &blocks[1]][i];
-        assert_eq!((e.from, e.tag, e.bytes), (0, 7, want.size_bytes()));
-        assert_eq!(&got, want);
+        assert_eq!((e.from, e.tag, e.bytes), (0, *tag, want.size_bytes()));
+        assert_eq!(&got, want, "tag {tag}");
     }
+    assert_eq!(t.receive(Duration::from_millis(200), &|_: &Envelope| unreachable!()).expect("nothing left"), None);
 }
 
-/// A message whose length does not fit the receiver's shape is refused naming its sender and
-/// tag (and drained); a tag above the library's bound is refused on sending.
+/// A message whose length does not fit the receiver's shape is refused naming its sender,
+/// tag and length, and drained, whether it is one message or a chunked block (its whole
+/// length, though each chunk would fit); a tag above the transport's bound is refused on
+/// sending.
 #[test]
 fn misfits_and_tags_out_of_bound_are_typed_errors() {
     if !as_rank("misfits_and_tags_out_of_bound_are_typed_errors", 2) {
         return;
     }
-    let t = MpiTransport::init().expect("MPI");
-    assert!(t.tag_bound() >= 32767);
+    let t = MpiTransport::with_chunk_bytes(8).expect("MPI");
+    assert!(t.tag_bound() >= 32766);
     let over =
         t.send(1 - t.rank(), t.tag_bound() + 1, HostTensor::filled(TensorType::zero_bounded(&[1]), DType::F32, 1.0));
     assert!(matches!(&over, Err(TransportError::Library { reason, .. }) if reason.contains("largest tag")), "{over:?}");
     if t.rank() == 0 {
-        t.send(1, 5, HostTensor::random(TensorType::zero_bounded(&[3]), DType::F32, 1)).expect("sent");
-        t.send(1, 6, HostTensor::random(TensorType::zero_bounded(&[2]), DType::F32, 1)).expect("sent");
+        for (tag, n) in [(5, 1), (9, 10), (6, 2)] {
+            t.send(1, tag, HostTensor::random(TensorType::zero_bounded(&[n]), DType::F32, 1)).expect("sent");
+        }
         t.flush(Duration::from_secs(30)).expect("delivered");
         return;
     }
     let two = |_: &Envelope| Ok((TensorType::zero_bounded(&[2]), DType::F32));
-    let e = t.receive(Duration::from_secs(30), &two).expect_err("12 bytes, not 8");
-    assert!(matches!(e, TransportError::Unexpected { envelope: Envelope { from: 0, tag: 5, bytes: 12 }, .. }), "{e}");
-    // The misfit was drained: the next message is the one that fits.
+    let e = t.receive(Duration::from_secs(30), &two).expect_err("4 bytes, not 8");
+    assert!(matches!(e, TransportError::Unexpected { envelope: Envelope { from: 0, tag: 5, bytes: 4 }, .. }), "{e}");
+    assert!(e.to_string().contains("expected 8 bytes"), "{e}");
+    let e = t.receive(Duration::from_secs(30), &two).expect_err("40 bytes in chunks of 8, not 8");
+    assert!(matches!(e, TransportError::Unexpected { envelope: Envelope { from: 0, tag: 9, bytes: 40 }, .. }), "{e}");
+    // The misfits were drained: the next message is the one that fits.
     let (e, _) = t.receive(Duration::from_secs(30), &two).expect("received").expect("in time");
     assert_eq!(e.tag, 6);
+    assert_eq!(t.receive(Duration::from_millis(200), &two).expect("nothing left"), None);
 }
