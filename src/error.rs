@@ -41,6 +41,12 @@ pub enum Error {
     /// A topology that cannot be loaded.
     #[error(transparent)]
     Topology(#[from] einsum_sim::TopologyError),
+    /// Rewrites that could not find a graph's forms (an unsound rule).
+    #[error(transparent)]
+    Rewrite(#[from] einsum_rewrite::FormsError),
+    /// A form of a contraction network that cannot be written as einsum steps.
+    #[error(transparent)]
+    RewriteStep(#[from] einsum_rewrite::StepError),
     /// A file that cannot be read or written (missing, unreadable, over the size cap of
     /// [`MAX_INPUT_FILE_BYTES`](einsum_core::fsio::MAX_INPUT_FILE_BYTES), not UTF-8, ...),
     /// naming it.

@@ -23,6 +23,7 @@ mod executable;
 pub mod generate;
 pub mod names;
 pub mod report;
+pub mod rewrite;
 
 pub use backend::{BackendEntry, BackendParams, backend_by_name, backends};
 pub use einsum_compile::{

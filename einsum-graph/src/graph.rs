@@ -461,6 +461,17 @@ impl Graph {
         Ok(outs.into_iter().map(|id| self.handle(id)).collect())
     }
 
+    /// [`Graph::op`] for an operator shared with another graph (one that a rewrite of that
+    /// graph keeps as it is).
+    pub fn op_shared(&mut self, op: Arc<dyn AbstractOperator>, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.ops_added += 1;
+        let node = format!("{} #{}", op.kind(), self.ops_added);
+        let ids = inputs.iter().map(|&t| self.own(t)).collect::<Result<Vec<TensorId>>>()?;
+        let outs =
+            self.comp_mut().add_shared_op(node.clone(), op, &ids).map_err(|source| Error::Build { node, source })?;
+        Ok(outs.into_iter().map(|id| self.handle(id)).collect())
+    }
+
     fn add<O: AbstractOperator + 'static>(
         &mut self,
         kind: &str,

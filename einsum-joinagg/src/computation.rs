@@ -102,6 +102,17 @@ impl Computation {
         op: Box<dyn AbstractOperator>,
         inputs: &[TensorId],
     ) -> Result<Vec<TensorId>> {
+        self.add_shared_op(name, Arc::from(op), inputs)
+    }
+
+    /// [`Computation::add_op`] for an operator shared with another computation (a rewrite
+    /// rebuilding a graph keeps the operators it does not change).
+    pub fn add_shared_op(
+        &mut self,
+        name: impl Into<String>,
+        op: Arc<dyn AbstractOperator>,
+        inputs: &[TensorId],
+    ) -> Result<Vec<TensorId>> {
         let name = name.into();
         if inputs.len() != op.inputs().len() {
             return Err(Error::Invalid {
@@ -137,7 +148,7 @@ impl Computation {
         }
         self.roles.declare_all(&op.index_roles(), &format!("operator `{name}`"))?;
         let outputs = op.outputs().len();
-        let id = self.graph.add_node(Node::Op { name, op: Arc::from(op), inputs: inputs.to_vec() });
+        let id = self.graph.add_node(Node::Op { name, op, inputs: inputs.to_vec() });
         for (slot, t) in inputs.iter().enumerate() {
             self.graph.add_edge(NodeIndex::new(t.op.0 as usize), id, (t.output, slot));
         }
