@@ -68,6 +68,10 @@ pub struct PlanReport<'a> {
     /// the plan (`null` when nothing was scored: `--refine 0`, or a strategy without
     /// alternatives, such as the baselines).
     pub refinement: Option<Refinement>,
+    /// The algebraic rewrites weighed (`plan --rewrites on`): per contraction network, its
+    /// association as written and as kept (equal when the written form predicted fastest);
+    /// `null` when none were weighed (rewrites off, or a graph without a network to rewrite).
+    pub rewrites: Option<Vec<crate::rewrite::Change>>,
 }
 
 /// [`PlanReport::search`] and `explain`'s: how the default strategy searched.
@@ -228,6 +232,7 @@ impl<'a> PlanReport<'a> {
             compile_error: None,
             memory: Some(MemoryReport::new(stats, exe.memory_capacity(), exe.memory_budget())),
             refinement: exe.refinement().cloned(),
+            rewrites: None,
         }
     }
 }

@@ -30,7 +30,7 @@ pub struct Form {
 }
 
 /// A network's association, as written and in this form.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Change {
     /// As written.
     pub written: String,
@@ -122,12 +122,22 @@ fn gather(comp: &Computation, op: OpId, inner: &dyn Fn(OpId) -> bool, leaves: &m
     Tree::Contract(Box::new(a), Box::new(b))
 }
 
-/// A form's association with the leaves named: an input by its name, another tensor by
-/// its vertex's.
+/// A form's association with the leaves named (an input by its name, another tensor by
+/// its vertex's), each contraction's operands in the order the graph was written in (the
+/// part with the earlier tensor first), so that a chain reads as a chain.
 fn describe(comp: &Computation, tree: &Tree, leaves: &[TensorId]) -> String {
+    fn first(t: &Tree) -> usize {
+        match t {
+            Tree::Leaf(n) => *n,
+            Tree::Contract(a, b) => first(a).min(first(b)),
+        }
+    }
     match tree {
         Tree::Leaf(n) => comp.tensor_name(leaves[*n]),
-        Tree::Contract(a, b) => format!("({} {})", describe(comp, a, leaves), describe(comp, b, leaves)),
+        Tree::Contract(a, b) => {
+            let (a, b) = if first(a) <= first(b) { (a, b) } else { (b, a) };
+            format!("({} {})", describe(comp, a, leaves), describe(comp, b, leaves))
+        }
     }
 }
 
@@ -234,6 +244,9 @@ fn steps(g: &mut Graph, network: &Network, tree: &Tree, leaves: &[Tensor]) -> Re
     }
     Ok(*results.last().unwrap_or(&leaves[0]))
 }
+
+/// How many forms `plan` weighs by default: the written one and the three cheapest others.
+pub const DEFAULT_FORMS: usize = 4;
 
 /// The default rules and limits of [`graph_forms`].
 pub fn default_forms(graph: &Snapshot, k: usize) -> Result<Vec<Form>> {

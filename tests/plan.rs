@@ -234,3 +234,26 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
     assert_eq!(guarded.exchanges, Exchanges::Searched);
     assert!(guarded.predicted_ms < naive.predicted_ms, "{} vs {}", guarded.predicted_ms, naive.predicted_ms);
 }
+
+/// `--rewrites` (on by default) plans other associations of a chain and reports the one kept
+/// beside the written one; `off` plans the chain as written and reports none; a graph
+/// without a contraction network reports none either way.
+#[test]
+fn plan_weighs_the_forms_of_a_chain() {
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "chain-b:scale=64", "--devices", "8", "--json"];
+        args.extend(extra);
+        let out = einsummable(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let on = plan(&[]);
+    let off = plan(&["--rewrites", "off"]);
+    assert_eq!(on["rewrites"][0]["written"], "((M1 M2) ((M3 M4) M5))");
+    assert!(on["rewrites"][0]["chosen"].is_string());
+    assert!(off["rewrites"].is_null());
+    assert!(on["predicted_ms"].as_f64().unwrap() <= off["predicted_ms"].as_f64().unwrap());
+    let out = einsummable(&["plan", "ffn:tokens=64,d_model=32,d_ff=64", "--devices", "4", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["rewrites"].is_null(), "{v}");
+}

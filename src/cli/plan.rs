@@ -13,6 +13,7 @@ use einsummable::names::{self, cost_model_by_name};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::refine::{DEFAULT_REFINE, Refinement};
 use einsummable::report::{PlanReport, PlannedOpReport, SearchJson, search_line};
+use einsummable::rewrite::{DEFAULT_FORMS, default_forms};
 use einsummable::{Error, Exchanges, Result};
 
 use einsummable::DType;
@@ -87,6 +88,20 @@ pub struct Args {
     refine: usize,
     #[arg(long, value_name = "FILE", help = super::trace::HELP)]
     trace: Option<PathBuf>,
+    /// Algebraic rewrites: `on` also plans the cheapest other forms of the graph's contraction
+    /// networks (a matrix chain reassociated, `x·(A·B)` as `(x·A)·B`) and keeps the form whose
+    /// plan predicts fastest; `off` plans the graph as written.
+    #[arg(long, value_enum, default_value_t = Rewrites::On)]
+    rewrites: Rewrites,
+}
+
+/// `--rewrites`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Rewrites {
+    /// Weigh the other forms.
+    On,
+    /// The graph as written.
+    Off,
 }
 
 /// What physical compilation of the plan gave: a prediction, or why the plan cannot be
@@ -140,35 +155,71 @@ pub fn run(a: Args) -> Result<Report> {
             a.devices
         )));
     }
+    let mut rewrites = None;
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
         plan_only(comp, a.devices, strategy.as_ref(), model.as_ref(), (&topology_name, &topology), budget)?
     } else {
-        plan_and_predict(&Request {
+        let request = |comp| Request {
             comp,
             devices: a.devices,
             strategy: strategy.as_ref(),
             cost: model.as_ref(),
             topology: &topology,
-            synthesizer,
+            synthesizer: synthesizer.clone(),
             memory_budget: budget,
             host_memory: None,
             refine: a.refine,
-        })
-        .and_then(|(plan, physical, optimize_ms, compiled)| {
-            if let (Some(path), Physical::Predicted { predicted_ms, .. }) = (&a.trace, &physical) {
-                let simulated = super::trace::simulated(comp, &compiled, &topology)?;
-                let about = super::trace::about("plan", &a.workload, a.devices, &topology_name, *predicted_ms);
-                super::trace::write(path, &[simulated], about)?;
+        };
+        let mut best = plan_and_predict(&request(comp))?;
+        let mut best_comp = comp;
+        let forms = match a.rewrites {
+            Rewrites::On => default_forms(&graph.snapshot(), DEFAULT_FORMS)?,
+            Rewrites::Off => Vec::new(),
+        };
+        if let Some(written) = forms.first().filter(|_| forms.len() > 1) {
+            rewrites = Some(written.changes.clone());
+            // Another form's plan may not fit or compile where the written one does: it is
+            // then no candidate.
+            for form in &forms[1..] {
+                if let Ok(other) = plan_and_predict(&request(form.graph.computation()))
+                    && predicted(&other.1) < predicted(&best.1)
+                {
+                    best = other;
+                    best_comp = form.graph.computation();
+                    rewrites = Some(form.changes.clone());
+                }
             }
-            Ok((plan, physical, optimize_ms))
-        })?
+        }
+        let (plan, physical, optimize_ms, compiled) = best;
+        if let (Some(path), Physical::Predicted { predicted_ms, .. }) = (&a.trace, &physical) {
+            let simulated = super::trace::simulated(best_comp, &compiled, &topology)?;
+            let about = super::trace::about("plan", &a.workload, a.devices, &topology_name, *predicted_ms);
+            super::trace::write(path, &[simulated], about)?;
+        }
+        (plan, physical, optimize_ms)
     };
     let mut text = plan_text(&a, note, &topology_name, &plan, optimize_ms, &physical);
+    for c in rewrites.iter().flatten() {
+        if c.chosen == c.written {
+            text += &format!("rewrites: {} kept as written (the fastest of the forms planned)\n", c.written);
+        } else {
+            text += &format!("rewrites: {} planned as {}\n", c.written, c.chosen);
+        }
+    }
     if let Some(path) = &a.trace {
         text += &format!("trace written to {}\n", path.display());
     }
-    let json = plan_json(&a, &topology_name, &plan, optimize_ms, physical);
+    let mut json = plan_json(&a, &topology_name, &plan, optimize_ms, physical);
+    json.rewrites = rewrites;
     Ok(Report::new(&json, text, true))
+}
+
+/// The predicted time of a compiled plan (infinite for one not compiled).
+fn predicted(physical: &Physical) -> f64 {
+    match physical {
+        Physical::Predicted { predicted_ms, .. } => *predicted_ms,
+        Physical::Refused(_) => f64::INFINITY,
+    }
 }
 
 /// A plan for more devices than the machine has, which is still a plan (under the memory of
@@ -303,6 +354,7 @@ fn plan_json<'a>(
         compile_error,
         memory,
         refinement,
+        rewrites: None,
     }
 }
 
