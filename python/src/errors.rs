@@ -56,7 +56,9 @@ pub fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e {
         Error::Graph(_) | Error::JoinAgg(_) => GraphError::new_err(message),
-        Error::Logical(_) | Error::Pipeline(_) => PlanError::new_err(message),
+        Error::Logical(_) | Error::Pipeline(_) | Error::Rewrite(_) | Error::RewriteStep(_) => {
+            PlanError::new_err(message)
+        }
         Error::Compile(_) | Error::Exprog(_) | Error::Simulate(_) | Error::Synthesis(_) | Error::InFile { .. } => {
             CompileError::new_err(message)
         }
