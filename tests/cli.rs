@@ -519,7 +519,7 @@ fn report(out: &std::process::Output) -> (Vec<String>, serde_json::Value) {
 /// renaming, dropping or reordering a field fails here.
 #[test]
 fn plan_json_has_the_documented_fields_and_types() {
-    const PLAN_KEYS: [&str; 20] = [
+    const PLAN_KEYS: [&str; 21] = [
         "workload",
         "devices",
         "optimizer",
@@ -540,9 +540,12 @@ fn plan_json_has_the_documented_fields_and_types() {
         "compile_error",
         "memory",
         "refinement",
+        "rewrites",
     ];
     let (keys, v) = report(&einsummable(&["plan", "matmul:n=64", "--devices", "4", "--json"]));
     assert_eq!(keys, PLAN_KEYS);
+    // One matmul is no network to rewrite.
+    assert!(v["rewrites"].is_null());
     assert!(v["devices"].is_u64() && v["workload"].is_string() && v["unit"].is_string());
     for key in ["total_cost", "total_bytes", "optimize_ms", "predicted_ms", "compile_ms"] {
         assert!(v[key].is_f64(), "{key}: {}", v[key]);
