@@ -6,7 +6,7 @@ import einsummable as es
 PLAN_KEYS = [
     "workload", "devices", "optimizer", "cost_model", "unit", "total_cost", "total_bytes",
     "optimize_ms", "ops", "search", "topology", "schedule", "exchanges", "searched_ms", "predicted_ms", "bytes_moved", "compile_ms",
-    "compile_error", "memory", "refinement",
+    "compile_error", "memory", "refinement", "rewrites",
 ]
 
 
@@ -17,6 +17,8 @@ def test_plan_has_the_cli_schema_and_agrees_with_predict():
     assert list(plan) == PLAN_KEYS
     assert (plan["devices"], plan["topology"], plan["cost_model"], plan["schedule"]) == (4, "dgx-h100", "proxy", "naive")
     assert plan["compile_error"] is None
+    # A compiled executable runs its graph as written.
+    assert plan["rewrites"] is None
     assert (plan["exchanges"], plan["searched_ms"]) == ("naive", None)
     assert sorted(plan["ops"][0]) == ["cost", "kind", "name", "splits"]
     assert abs(plan["total_cost"] - sum(sum(o["cost"][k] for k in ("repartition", "join", "aggregation", "compute")) for o in plan["ops"])) <= 1e-9 * max(plan["total_cost"], 1)
