@@ -16,6 +16,7 @@ use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
 use crate::refine::{DEFAULT_REFINE, Refinement};
+use crate::rewrite::{Change, DEFAULT_FORMS, default_forms};
 use crate::{Error, Result, Snapshot, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
@@ -80,6 +81,10 @@ pub struct CompileOptions {
     /// Whole-plan predictions spent comparing the optimizer's plan with its alternatives
     /// (`einsum_compile::refine`; 0 keeps its plan as it is).
     pub refine: usize,
+    /// Whether the graph's contraction networks are also planned in their cheapest other
+    /// forms ([`crate::rewrite`]), the fastest predicted kept (the graph's inputs and saved
+    /// outputs are the same in every form); `false` plans the graph as written.
+    pub rewrites: bool,
 }
 
 /// The devices a compile plans for unless told otherwise: [`CompileOptions::default`],
@@ -105,6 +110,7 @@ impl Default for CompileOptions {
             topology,
             memory_budget: None,
             refine: DEFAULT_REFINE,
+            rewrites: true,
         }
     }
 }
@@ -175,6 +181,14 @@ impl CompileOptions {
         self.refine = predictions;
         self
     }
+
+    /// Weighs the other forms of the graph's contraction networks (`true`, the default) or
+    /// plans the graph as written (`false`).
+    #[must_use]
+    pub fn rewrites(mut self, on: bool) -> Self {
+        self.rewrites = on;
+        self
+    }
 }
 
 impl fmt::Debug for CompileOptions {
@@ -188,6 +202,7 @@ impl fmt::Debug for CompileOptions {
             .field("topology", &self.topology.name())
             .field("memory_budget", &self.memory_budget)
             .field("refine", &self.refine)
+            .field("rewrites", &self.rewrites)
             .finish()
     }
 }
@@ -239,6 +254,9 @@ pub struct Executable {
     /// What the executable holds of each input beside the backend's copy.
     loaded: Vec<Loaded>,
     outputs: HashMap<TensorId, HostTensor>,
+    /// The form planned, where the graph's contraction networks were weighed in other
+    /// forms: per network, its association as written and as planned.
+    rewrites: Option<Vec<Change>>,
 }
 
 /// The kernel library a prepared executable holds: the graph's operators (its snapshot)
@@ -327,21 +345,31 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
             &time
         }
     };
-    let planned = plan_and_compile(&Request {
-        comp,
-        devices: options.devices,
-        strategy: options.optimizer.as_ref(),
-        cost,
-        topology: &options.topology,
-        synthesizer: Arc::clone(&options.synthesizer),
-        memory_budget: options.memory_budget,
-        host_memory: None,
-        refine: options.refine,
-    })?;
+    let mut planned = plan_and_compile(&request(comp, options, cost))?;
+    // The graph whose operators the compiled plan runs: the graph as written, or a form.
+    let mut form = graph.clone();
+    let mut rewrites = None;
+    let forms = if options.rewrites { default_forms(&graph, DEFAULT_FORMS)? } else { Vec::new() };
+    if let Some(written) = forms.first().filter(|_| forms.len() > 1) {
+        rewrites = Some(written.changes.clone());
+        // Another form whose plan does not fit or compile is no candidate.
+        for other in &forms[1..] {
+            let snapshot = other.graph.snapshot();
+            if let Ok(p) = plan_and_compile(&request(snapshot.computation(), options, cost))
+                && p.compiled.predicted_ms < planned.compiled.predicted_ms
+            {
+                planned = p;
+                form = snapshot;
+                rewrites = Some(other.changes.clone());
+            }
+        }
+    }
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let (optimize_ms, compile_ms, refinement) = (planned.optimize_ms, planned.compile_ms, planned.refinement);
     let compiled = Arc::new(planned.compiled);
-    let kernels = Arc::new(GraphKernels { graph: graph.clone(), compiled: Arc::clone(&compiled) });
+    // Every form has the graph's inputs and saved outputs, in the same order: the
+    // executable binds them by the graph's handles and runs the form's operators.
+    let kernels = Arc::new(GraphKernels { graph: form, compiled: Arc::clone(&compiled) });
     let prepared = backend.prepare(&compiled.graph, kernels)?;
     let backend_host_bytes = backend.host_bytes(&compiled.graph);
     let inputs = comp.inputs();
@@ -360,7 +388,23 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
         loaded: vec![Loaded::No; inputs.len()],
         inputs,
         outputs: HashMap::new(),
+        rewrites,
     })
+}
+
+/// The planning request of `comp` under `options`, priced by `cost`.
+fn request<'a>(comp: &'a Computation, options: &'a CompileOptions, cost: &'a dyn CostModel) -> Request<'a> {
+    Request {
+        comp,
+        devices: options.devices,
+        strategy: options.optimizer.as_ref(),
+        cost,
+        topology: &options.topology,
+        synthesizer: Arc::clone(&options.synthesizer),
+        memory_budget: options.memory_budget,
+        host_memory: None,
+        refine: options.refine,
+    }
 }
 
 /// What an executable holds of one input, beside the blocks the backend holds.
@@ -564,7 +608,15 @@ impl Executable {
         &self.outputs
     }
 
-    /// The logical plan.
+    /// Per contraction network of the graph, its association as written and as planned,
+    /// where the rewrites weighed other forms ([`CompileOptions::rewrites`]); `None` where
+    /// none were weighed (rewrites off, or no network to rewrite).
+    pub fn rewrites(&self) -> Option<&[Change]> {
+        self.rewrites.as_deref()
+    }
+
+    /// The logical plan (of the form planned, where the rewrites kept another form: its
+    /// operators are that form's, [`Executable::rewrites`]).
     pub fn plan(&self) -> &LogicalPlan {
         &self.plan
     }

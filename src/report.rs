@@ -232,7 +232,7 @@ impl<'a> PlanReport<'a> {
             compile_error: None,
             memory: Some(MemoryReport::new(stats, exe.memory_capacity(), exe.memory_budget())),
             refinement: exe.refinement().cloned(),
-            rewrites: None,
+            rewrites: exe.rewrites().map(<[_]>::to_vec),
         }
     }
 }

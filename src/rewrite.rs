@@ -190,12 +190,17 @@ fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree]) -> Result<Graph> 
         inner_ops(comp, f.root, &f.leaves, &mut ops);
         skipped.extend(ops);
     }
+    // The inputs first, in the graph's order, so that every form binds its inputs (and, saved
+    // in the same order below, its outputs) in the written graph's order.
+    for t in comp.inputs() {
+        if let Some(Node::Input { name, desc }) = comp.node(t.op) {
+            let dims: Vec<(&str, usize)> = desc.dims.iter().map(|d| (d.name.as_str(), d.extent)).collect();
+            map.insert(t, g.input(name, &dims, desc.dtype)?);
+        }
+    }
     for op in comp.topo_order() {
         match comp.node(op) {
-            Some(Node::Input { name, desc }) => {
-                let dims: Vec<(&str, usize)> = desc.dims.iter().map(|d| (d.name.as_str(), d.extent)).collect();
-                map.insert(TensorId { op, output: 0 }, g.input(name, &dims, desc.dtype)?);
-            }
+            Some(Node::Input { .. }) | None => {}
             Some(Node::Op { op: o, inputs, .. }) => {
                 if let Some(&i) = roots.get(&op) {
                     let leaves: Vec<Tensor> = found[i].leaves.iter().map(|t| map[t]).collect();
@@ -209,7 +214,6 @@ fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree]) -> Result<Graph> 
                     }
                 }
             }
-            None => {}
         }
     }
     for &t in comp.saved() {

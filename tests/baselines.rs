@@ -38,6 +38,8 @@ fn run_and_compare(graph: &Graph, optimizer: &str, devices: usize, cost: &str) -
         devices,
         optimizer: named(optimizer),
         cost: Some(Arc::from(cost_model_by_name(cost, "dgx-a100").unwrap())),
+        // The specs are checked against the graph as written.
+        rewrites: false,
         ..CompileOptions::default()
     };
     let mut exe = compile(graph, &options).unwrap_or_else(|e| panic!("{optimizer} on {devices}: {e}"));

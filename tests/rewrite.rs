@@ -154,3 +154,37 @@ fn a_low_rank_product_written_in_a_costly_order_is_reordered() {
     assert_eq!(form.changes[0].chosen, "((x A) B)");
     assert!(written / best >= 2.0, "{written} against {best}");
 }
+
+/// `compile` weighs the forms by default: a chain written in a costly association runs
+/// in another form on the CPU backend at p = 1, 2 and 8, and its outputs pass the check
+/// against the written graph's single-device reference; with rewrites off it runs as
+/// written.
+#[test]
+fn a_rewritten_graph_runs_and_passes_its_check() {
+    use einsum_rewrite::Tree;
+    use einsummable::check::{compare_with_reference, computation_tolerance};
+    // Thin and wide matrices alternate: right to left, every product is 2048x2048.
+    let dims = [16, 2048, 16, 2048, 16, 2048];
+    let leaf = |n| Box::new(Tree::Leaf(n));
+    let worst = Tree::Contract(
+        leaf(0),
+        Box::new(Tree::Contract(
+            leaf(1),
+            Box::new(Tree::Contract(leaf(2), Box::new(Tree::Contract(leaf(3), leaf(4))))),
+        )),
+    );
+    let g = chain_as(&dims, &worst);
+    let tolerance = computation_tolerance(g.computation());
+    for devices in [1, 2, 8] {
+        let mut exe = compile(&g, &options(devices)).expect("compiles");
+        let changes = exe.rewrites().expect("one network weighed").to_vec();
+        assert_ne!(changes[0].chosen, changes[0].written, "p = {devices}: the costliest association is kept");
+        exe.load_random(5).unwrap();
+        exe.execute().unwrap();
+        let check = compare_with_reference(&exe).expect("a reference");
+        assert!(check.passes(tolerance), "p = {devices}: error {}", check.max_error);
+        let as_written = compile(&g, &options(devices).rewrites(false)).expect("compiles");
+        assert!(as_written.rewrites().is_none());
+        assert!(exe.predicted_ms() < as_written.predicted_ms(), "p = {devices}");
+    }
+}

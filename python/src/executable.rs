@@ -294,11 +294,13 @@ impl PyExecutable {
 /// executable's own thread while the caller waits with the GIL released; Ctrl-C raises
 /// `KeyboardInterrupt` at once (the abandoned compile finishes in the background, calling
 /// neither `progress` nor a Python strategy again, and is dropped). `progress`, a callable,
-/// receives a line per stage (on the executable's thread).
+/// receives a line per stage (on the executable's thread). `rewrites` (true by default) also
+/// plans the cheapest other forms of the graph's contraction networks (a matrix chain
+/// reassociated) and keeps the fastest; `plan()["rewrites"]` says which was kept.
 #[pyfunction]
 #[pyo3(signature = (graph, devices = einsummable::DEFAULT_DEVICES, optimizer = None,
     cost = einsummable::names::DEFAULT_COST_MODEL, topology = None, memory_budget = None, backend = "cpu",
-    synthesizer = None, seed = 0, progress = None, schedule = None))]
+    synthesizer = None, seed = 0, progress = None, schedule = None, rewrites = true))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile(
     py: Python<'_>,
@@ -313,6 +315,7 @@ pub fn compile(
     seed: u64,
     progress: Option<Py<PyAny>>,
     schedule: Option<&str>,
+    rewrites: bool,
 ) -> PyResult<PyExecutable> {
     let progress = callback(py, progress)?;
     let (topology_name, machine) = topology_for(topology, devices)?;
@@ -344,6 +347,7 @@ pub fn compile(
         topology: machine,
         memory_budget,
         refine: einsummable::refine::DEFAULT_REFINE,
+        rewrites,
     };
     let snapshot = graph.snapshot();
     let comp = snapshot.computation();

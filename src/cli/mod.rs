@@ -77,6 +77,31 @@ fn table(entries: impl Iterator<Item = (&'static str, &'static str)>) -> Possibl
     PossibleValuesParser::new(entries.map(|(name, about)| PossibleValue::new(name).help(about)))
 }
 
+/// `--rewrites` of `plan`, `run`, `explain` and `generate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Rewrites {
+    /// Also plan the cheapest other forms of the graph's contraction networks and keep the
+    /// fastest.
+    On,
+    /// Plan the graph as written.
+    Off,
+}
+
+/// The lines saying, per contraction network, which form was planned.
+pub fn rewrites_text(changes: Option<&[einsummable::rewrite::Change]>) -> String {
+    changes
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            if c.chosen == c.written {
+                format!("rewrites: {} kept as written (the fastest of the forms planned)\n", c.written)
+            } else {
+                format!("rewrites: {} planned as {}\n", c.written, c.chosen)
+            }
+        })
+        .collect()
+}
+
 /// `--optimizer`: a name of the [`names::optimizers`] table.
 pub fn optimizer_names() -> PossibleValuesParser {
     table(names::optimizers().iter().map(|e| (e.name, e.about)))

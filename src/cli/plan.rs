@@ -19,7 +19,7 @@ use einsummable::{Error, Exchanges, Result};
 use einsummable::DType;
 
 use super::source::{DEFAULT_MODEL_TOKENS, Source, Tokens};
-use super::{ChosenTopology, Report, SynthesizerName, choose_topology, parse_budget};
+use super::{ChosenTopology, Report, Rewrites, SynthesizerName, choose_topology, parse_budget};
 
 /// Arguments of `plan`.
 #[derive(clap::Args)]
@@ -93,15 +93,6 @@ pub struct Args {
     /// plan predicts fastest; `off` plans the graph as written.
     #[arg(long, value_enum, default_value_t = Rewrites::On)]
     rewrites: Rewrites,
-}
-
-/// `--rewrites`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Rewrites {
-    /// Weigh the other forms.
-    On,
-    /// The graph as written.
-    Off,
 }
 
 /// What physical compilation of the plan gave: a prediction, or why the plan cannot be
@@ -199,13 +190,7 @@ pub fn run(a: Args) -> Result<Report> {
         (plan, physical, optimize_ms)
     };
     let mut text = plan_text(&a, note, &topology_name, &plan, optimize_ms, &physical);
-    for c in rewrites.iter().flatten() {
-        if c.chosen == c.written {
-            text += &format!("rewrites: {} kept as written (the fastest of the forms planned)\n", c.written);
-        } else {
-            text += &format!("rewrites: {} planned as {}\n", c.written, c.chosen);
-        }
-    }
+    text += &super::rewrites_text(rewrites.as_deref());
     if let Some(path) = &a.trace {
         text += &format!("trace written to {}\n", path.display());
     }

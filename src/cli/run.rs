@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::job::{self, Job};
 use super::source::{Built, DEFAULT_MODEL_TOKENS, Source, Tokens};
-use super::{ChosenTopology, Report, SynthesizerName, choose_topology, parse_budget};
+use super::{ChosenTopology, Report, Rewrites, SynthesizerName, choose_topology, parse_budget};
 
 /// The default workload of `run`: a LLaMA block small enough that the CPU backend compiles
 /// and runs it on 8 virtual devices in seconds.
@@ -98,6 +98,11 @@ pub struct CompileArgs {
     /// before it gives up on the rank it waits for (and ends the job, naming it).
     #[arg(long, value_name = "SECONDS", default_value_t = einsum_dist::DEFAULT_PATIENCE.as_secs_f64())]
     rank_timeout: f64,
+    /// Algebraic rewrites: `on` also plans the cheapest other forms of the graph's contraction
+    /// networks (a matrix chain reassociated, `x·(A·B)` as `(x·A)·B`) and runs the form whose
+    /// plan predicts fastest; `off` plans the graph as written.
+    #[arg(long, value_enum, default_value_t = Rewrites::On)]
+    rewrites: Rewrites,
 }
 
 impl CompileArgs {
@@ -160,6 +165,7 @@ impl CompileArgs {
             topology,
             memory_budget: parse_budget(self.memory_budget)?,
             refine: self.refine,
+            rewrites: self.rewrites == Rewrites::On,
         };
         Ok((options, ChosenName { name, note }))
     }
@@ -443,7 +449,8 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
 }
 
 /// The first lines of `run` and `explain`: how the topology was chosen (when the default was
-/// scaled), then the task graph's size, traffic, peak and predicted time.
+/// scaled), then the task graph's size, traffic, peak and predicted time, and the form of
+/// each contraction network planned.
 fn summary(args: &CompileArgs, topology: &ChosenName, exe: &Executable) -> String {
     let stats = exe.stats();
     let tasks: Vec<String> = stats.tasks.iter().map(|(k, n)| format!("{n} {k}")).collect();
@@ -459,7 +466,7 @@ fn summary(args: &CompileArgs, topology: &ChosenName, exe: &Executable) -> Strin
         peak,
         exe.predicted_ms(),
         topology.name
-    )
+    ) + &super::rewrites_text(exe.rewrites())
 }
 
 /// The task graph in Graphviz's dot language: one node per task, clustered by device.
