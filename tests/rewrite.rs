@@ -66,23 +66,6 @@ fn chain_as(dims: &[usize], tree: &einsum_rewrite::Tree) -> Graph {
     g
 }
 
-/// Every parenthesisation of matrices `lo..hi`.
-fn associations(lo: usize, hi: usize) -> Vec<einsum_rewrite::Tree> {
-    use einsum_rewrite::Tree;
-    if hi - lo == 1 {
-        return vec![Tree::Leaf(lo)];
-    }
-    let mut out = Vec::new();
-    for split in lo + 1..hi {
-        for a in associations(lo, split) {
-            for b in associations(split, hi) {
-                out.push(Tree::Contract(Box::new(a.clone()), Box::new(b)));
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn every_form_computes_the_written_outputs() {
     for w in ["chain-b:scale=512", "chain-c:scale=512", "chain-a:scale=1024"] {
@@ -112,8 +95,10 @@ fn on_chains_b_and_c_the_best_form_is_the_best_association() {
     for (w, dims) in
         [("chain-b", vec![9216, 20480, 5120, 20480, 5120, 9216]), ("chain-c", vec![10240, 12288, 32768, 2048])]
     {
-        let all: Vec<(f64, einsum_rewrite::Tree)> =
-            associations(0, dims.len() - 1).into_iter().map(|t| (predicted(&chain_as(&dims, &t), 8), t)).collect();
+        let all: Vec<(f64, einsum_rewrite::Tree)> = einsum_rewrite::Tree::associations(0, dims.len() - 1)
+            .into_iter()
+            .map(|t| (predicted(&chain_as(&dims, &t), 8), t))
+            .collect();
         let exhaustive = all.iter().map(|a| a.0).fold(f64::INFINITY, f64::min);
         let worst =
             all.iter().filter(|a| a.0.is_finite()).max_by(|a, b| a.0.total_cmp(&b.0)).expect("one fits").1.clone();

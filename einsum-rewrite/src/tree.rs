@@ -59,6 +59,23 @@ impl Tree {
         (1..n).fold(Tree::Leaf(0), |acc, i| Tree::Contract(Box::new(acc), Box::new(Tree::Leaf(i))))
     }
 
+    /// Every parenthesisation of tensors `lo..hi` in their order (a chain's associations;
+    /// Catalan(`hi - lo - 1`) of them): what an exhaustive comparison enumerates.
+    pub fn associations(lo: usize, hi: usize) -> Vec<Tree> {
+        if hi <= lo + 1 {
+            return (lo..hi).map(Tree::Leaf).collect();
+        }
+        let mut out = Vec::new();
+        for split in lo + 1..hi {
+            for a in Tree::associations(lo, split) {
+                for b in Tree::associations(split, hi) {
+                    out.push(Tree::Contract(Box::new(a.clone()), Box::new(b)));
+                }
+            }
+        }
+        out
+    }
+
     /// The same form with every contraction's operands in order (forms equal up to the
     /// order of operands have one canonical form).
     pub fn canonical(self) -> Tree {

@@ -19,18 +19,7 @@ fn chain(dims: &[usize]) -> Network {
 
 /// Every parenthesisation of tensors `lo..hi`, canonical.
 fn all_associations(lo: usize, hi: usize) -> Vec<Tree> {
-    if hi - lo == 1 {
-        return vec![Tree::Leaf(lo)];
-    }
-    let mut out = Vec::new();
-    for split in lo + 1..hi {
-        for a in all_associations(lo, split) {
-            for b in all_associations(split, hi) {
-                out.push(Tree::Contract(Box::new(a.clone()), Box::new(b)).canonical());
-            }
-        }
-    }
-    out
+    Tree::associations(lo, hi).into_iter().map(Tree::canonical).collect()
 }
 
 fn catalan(n: usize) -> usize {
