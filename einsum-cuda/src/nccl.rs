@@ -14,6 +14,7 @@ use cudarc::nccl::{result, sys};
 use einsum_core::BackendError;
 use einsum_core::taskgraph::TaskId;
 
+use crate::availability::check_cuda;
 use crate::exchange_steps::{Direction, RankOp};
 
 /// Whether the NCCL library (`libnccl.so`) can be loaded.
@@ -61,29 +62,49 @@ impl UniqueId {
 }
 
 /// One rank's NCCL communicator, on one GPU.
+///
+/// It holds the GPU's (primary) context, the one the CUDA executable of that GPU uses, so the
+/// context outlives the communicator, and binds it before every NCCL call, since NCCL works on
+/// the calling thread's current device.
 #[derive(Debug)]
 pub struct NcclRank {
     comm: sys::ncclComm_t,
+    ctx: Arc<CudaContext>,
     rank: usize,
     ranks: usize,
 }
 
 // SAFETY: an NCCL communicator is a handle that any thread may use (one at a time, which the
-// executable issuing the steps guarantees); it owns no thread-local state.
+// executable issuing the steps guarantees: `NcclRank` is not `Sync`); it owns no thread-local
+// state, and every call binds the GPU's context first.
 unsafe impl Send for NcclRank {}
 
 impl NcclRank {
-    /// Joins the communicator of `id` as rank `rank` of `ranks`, on the GPU of `ctx`
-    /// (`ncclCommInitRank`, which waits for every rank to join).
-    pub fn init(id: &UniqueId, rank: usize, ranks: usize, ctx: &Arc<CudaContext>) -> Result<Self, BackendError> {
+    /// Joins the communicator of `id` as rank `rank` of `ranks`, on GPU `gpu` of this process
+    /// (`ncclCommInitRank`, which returns once every rank has joined).
+    ///
+    /// Checks first, without panicking, that NCCL and the CUDA driver load and that `gpu`
+    /// exists ([`BackendError::Unavailable`] otherwise: "no NCCL library found ...", "no CUDA
+    /// driver found ..."); a rank outside the job or a failed NCCL call is a
+    /// [`BackendError::Device`].
+    pub fn init(id: &UniqueId, rank: usize, ranks: usize, gpu: usize) -> Result<Self, BackendError> {
         check_nccl()?;
-        if rank >= ranks {
-            return Err(BackendError::Unavailable(format!("rank {rank} is not in a job of {ranks} ranks")));
+        let gpus = check_cuda()?;
+        if gpu >= gpus {
+            return Err(BackendError::Unavailable(format!("no GPU {gpu} for NCCL rank {rank} ({gpus} GPUs here)")));
         }
-        ctx.bind_to_thread().map_err(|e| BackendError::Device {
-            operation: "binding the GPU's context for NCCL".into(),
+        if rank >= ranks {
+            return Err(BackendError::Device {
+                operation: "ncclCommInitRank".into(),
+                reason: format!("rank {rank} is not in a job of {ranks} ranks"),
+            });
+        }
+        let setup = |e: cudarc::driver::DriverError| BackendError::Device {
+            operation: format!("opening GPU {gpu} for NCCL"),
             reason: e.to_string(),
-        })?;
+        };
+        let ctx = CudaContext::new(gpu).map_err(setup)?;
+        ctx.bind_to_thread().map_err(setup)?;
         let mut comm = std::mem::MaybeUninit::uninit();
         let raw = sys::ncclUniqueId { internal: id.0.map(|b| b as std::ffi::c_char) };
         // SAFETY: `comm` is written by the call; the id is a unique id's bytes; the GPU's
@@ -93,7 +114,13 @@ impl NcclRank {
                 .map_err(|e| failed("ncclCommInitRank", e))?;
             comm.assume_init()
         };
-        Ok(NcclRank { comm, rank, ranks })
+        Ok(NcclRank { comm, ctx, rank, ranks })
+    }
+
+    /// The GPU's context the communicator works in (streams given to
+    /// [`NcclRank::issue_step`] must be of it).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
     }
 
     /// This rank.
@@ -111,7 +138,10 @@ impl NcclRank {
     /// (the transfer's source buffer on a send, its destination on a receive).
     ///
     /// # Safety
-    /// Every address is device memory of this communicator's GPU holding at least the op's
+    /// `stream` is a stream of [`NcclRank::context`]. Every op's peer is another rank of the
+    /// job, and the peer posts the matching receive or send in the same step, in the same
+    /// order ([`crate::exchange_steps::rank_steps`] lists them so). Every address is device
+    /// memory of this communicator's GPU holding at least the op's
     /// bytes, which stays allocated (and, for a receive, unread and unwritten by other work)
     /// until the stream has passed the step.
     pub unsafe fn issue_step(
@@ -120,6 +150,10 @@ impl NcclRank {
         ops: &[RankOp],
         address: &dyn Fn(TaskId) -> u64,
     ) -> Result<(), BackendError> {
+        self.ctx.bind_to_thread().map_err(|e| BackendError::Device {
+            operation: format!("binding GPU {} for NCCL", self.ctx.ordinal()),
+            reason: e.to_string(),
+        })?;
         let stream = stream.cu_stream() as sys::cudaStream_t;
         result::group_start().map_err(|e| failed("ncclGroupStart", e))?;
         let mut outcome = Ok(());
@@ -159,6 +193,8 @@ impl NcclRank {
 
 impl Drop for NcclRank {
     fn drop(&mut self) {
+        // Best effort: a drop cannot report a failure, and the communicator goes either way.
+        let _ = self.ctx.bind_to_thread();
         // SAFETY: the communicator was made by `init` and is not used after this.
         let _ = unsafe { result::comm_destroy(self.comm) };
     }
@@ -184,6 +220,9 @@ mod tests {
         }
         let e = UniqueId::new().unwrap_err();
         assert!(matches!(&e, BackendError::Unavailable(m) if m.contains("no NCCL library")), "{e}");
+        let id = UniqueId::from_bytes([0; 128]);
+        let e = NcclRank::init(&id, 0, 2, 0).unwrap_err();
+        assert!(matches!(&e, BackendError::Unavailable(m) if m.contains("no NCCL library")), "{e}");
     }
 
     /// Two ranks, threads of one process on GPUs 0 and 1, exchange a block in one step each
@@ -197,9 +236,8 @@ mod tests {
             let handles: Vec<_> = (0..2usize)
                 .map(|rank| {
                     scope.spawn(move || {
-                        let ctx = CudaContext::new(rank).expect("a GPU per rank");
-                        let stream = ctx.default_stream();
-                        let comm = NcclRank::init(&id, rank, 2, &ctx).expect("joined");
+                        let comm = NcclRank::init(&id, rank, 2, rank).expect("joined, a GPU per rank");
+                        let stream = comm.context().new_stream().expect("a stream");
                         let mine: Vec<u8> = (0..n).map(|i| (i * (rank + 3)) as u8).collect();
                         let src = stream.clone_htod(&mine).expect("uploaded");
                         let mut dst = stream.alloc_zeros::<u8>(n).expect("allocated");
