@@ -252,7 +252,7 @@ fn steps(g: &mut Graph, network: &Network, tree: &Tree, leaves: &[Tensor]) -> Re
 /// How many forms `plan` weighs by default: the written one and the three cheapest others.
 pub const DEFAULT_FORMS: usize = 4;
 
-/// The default rules and limits of [`graph_forms`].
+/// [`graph_forms`] under the default rules (association, [`rules::default_rules`]) and limits.
 pub fn default_forms(graph: &Snapshot, k: usize) -> Result<Vec<Form>> {
-    graph_forms(graph, &rules::contraction_rules(), k, Limits::default())
+    graph_forms(graph, &rules::default_rules(), k, Limits::default())
 }

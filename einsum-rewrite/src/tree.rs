@@ -40,8 +40,8 @@ pub struct Step {
 /// Why a form cannot be written as einsum steps.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum StepError {
-    /// More distinct indices than einsum letters (`a`-`z`, `A`-`Z`).
-    #[error("{0} indices, but einsum equations have 52 letters")]
+    /// A step over more distinct indices than einsum letters (`a`-`z`, `A`-`Z`).
+    #[error("a step over {0} indices, but einsum equations have 52 letters")]
     TooManyIndices(usize),
     /// A leaf the network does not have.
     #[error("tensor {leaf} is not in a network of {leaves}")]
@@ -125,9 +125,6 @@ impl Tree {
     /// The einsum steps that compute this form of `network`, children before parents; the
     /// last step's result has the network's result indices, in its order.
     pub fn steps(&self, network: &Network) -> Result<Vec<Step>, StepError> {
-        if network.indices() > 52 {
-            return Err(StepError::TooManyIndices(network.indices()));
-        }
         let mut steps = Vec::new();
         if let Tree::Leaf(n) = self {
             // A network of one tensor: one step would be a transpose; none is needed.
@@ -156,7 +153,20 @@ impl Tree {
                 let (ob, ib) = b.push_steps(network, steps, false)?;
                 let indices: Vec<usize> =
                     if last { network.output().to_vec() } else { self.indices(network).into_iter().collect() };
-                let letters = |ix: &[usize]| ix.iter().map(|&i| letter(i)).collect::<String>();
+                // Letters for this step's indices alone (in order of first appearance), so a
+                // network may have any number of indices.
+                let mut used: Vec<usize> = Vec::new();
+                for &i in ia.iter().chain(&ib).chain(&indices) {
+                    if !used.contains(&i) {
+                        used.push(i);
+                    }
+                }
+                if used.len() > 52 {
+                    return Err(StepError::TooManyIndices(used.len()));
+                }
+                let letters = |ix: &[usize]| {
+                    ix.iter().map(|i| letter(used.iter().position(|u| u == i).expect("used"))).collect::<String>()
+                };
                 let equation = format!("{},{}->{}", letters(&ia), letters(&ib), letters(&indices));
                 steps.push(Step { operands: [oa, ob], equation, indices: indices.clone() });
                 Ok((Operand::Step(steps.len() - 1), indices))
@@ -165,7 +175,7 @@ impl Tree {
     }
 }
 
-/// The einsum letter of index `i` (`a`-`z`, then `A`-`Z`; `i < 52`).
+/// The einsum letter number `i` (`a`-`z`, then `A`-`Z`; `i < 52`).
 fn letter(i: usize) -> char {
     if i < 26 { (b'a' + i as u8) as char } else { (b'A' + (i - 26) as u8) as char }
 }
@@ -207,10 +217,12 @@ mod tests {
         // (100x5)(5x50): 50000; then (10x100)(100x50): 100000.
         assert_eq!(right.flops(&n), 150000.0);
         let steps = left.steps(&n).expect("steps");
-        assert_eq!(steps.iter().map(|s| s.equation.as_str()).collect::<Vec<_>>(), ["ab,bc->ac", "ac,cd->ad"]);
+        // Each step names its own indices: the second reads i, k (as a, b) and k, l.
+        assert_eq!(steps.iter().map(|s| s.equation.as_str()).collect::<Vec<_>>(), ["ab,bc->ac", "ab,bc->ac"]);
         assert_eq!(steps[1].operands, [Operand::Step(0), Operand::Leaf(2)]);
         let steps = right.steps(&n).expect("steps");
-        assert_eq!(steps.iter().map(|s| s.equation.as_str()).collect::<Vec<_>>(), ["bc,cd->bd", "ab,bd->ad"]);
+        assert_eq!(steps.iter().map(|s| s.equation.as_str()).collect::<Vec<_>>(), ["ab,bc->ac", "ab,bc->ac"]);
+        assert_eq!((steps[0].indices.clone(), steps[1].indices.clone()), (vec![1, 3], vec![0, 3]));
         assert_eq!(steps[1].operands, [Operand::Leaf(0), Operand::Step(0)]);
     }
 
