@@ -9,7 +9,7 @@
 //! A network the rewrites cannot reassociate (an index summed over three tensors) is left as
 //! written. Everything else in the graph is kept: the same operators, shared.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use einsum_core::TensorDesc;
@@ -100,11 +100,32 @@ fn networks(comp: &Computation) -> Vec<Found> {
         let extents: Vec<(&str, usize)> = leaf_dims.iter().flatten().map(|d| (d.name.as_str(), d.extent)).collect();
         let out_dims = dims(&TensorId { op: root, output: 0 });
         let out: Vec<&str> = out_dims.iter().map(|d| d.name.as_str()).collect();
-        if let Ok(network) = Network::new(&leaf_names, &extents, &out) {
+        if let Ok(network) = Network::new(&leaf_names, &extents, &out)
+            && written_as_network(comp, root, &leaves, &network).is_some()
+        {
             found.push(Found { root, leaves, written, network });
         }
     }
     found
+}
+
+/// The indices of link `op`'s result, where every link of its tree keeps exactly the indices
+/// the network's contraction of its parts keeps ([`Network::joined`]): the written graph then
+/// computes the network, and every form of it computes the same. `None` where a link sums an
+/// index early or keeps one late (a result index summed inside the tree, say), which the
+/// network would not: such a tree is left as written.
+fn written_as_network(comp: &Computation, op: OpId, leaves: &[TensorId], network: &Network) -> Option<BTreeSet<usize>> {
+    let index_of = |name: &str| (0..network.indices()).find(|&i| network.name(i) == name);
+    let names = |t: TensorId| -> Option<BTreeSet<usize>> {
+        comp.desc(t).ok()?.dims.iter().map(|d| index_of(&d.name)).collect()
+    };
+    let Some(Node::Op { inputs, .. }) = comp.node(op) else { return None };
+    let mut parts = Vec::new();
+    for &t in inputs {
+        parts.push(if leaves.contains(&t) { names(t)? } else { written_as_network(comp, t.op, leaves, network)? });
+    }
+    let kept = names(TensorId { op, output: 0 })?;
+    (network.joined(&parts[0], &parts[1]) == kept).then_some(kept)
 }
 
 /// The tree of link `op`, numbering its leaves into `leaves` left to right.

@@ -174,3 +174,30 @@ fn a_rewritten_graph_runs_and_passes_its_check() {
         assert!(exe.predicted_ms() < as_written.predicted_ms(), "p = {devices}");
     }
 }
+
+/// A tree whose first einsum sums a result index early (`ij,jk->k`, then `k,ki->i`) is not
+/// the network `Σ A·B·C` the rules reassociate: it is left as written. Keeping the index
+/// (`ij,jk->ik`, then `ik,ki->i`) makes it one, and its other form computes the same.
+#[test]
+fn a_tree_that_sums_early_is_left_as_written() {
+    let build = |first: &str, second: &str| {
+        let mut g = Graph::new();
+        let a = g.input("A", &[("i", 4), ("j", 5)], DType::F32).unwrap();
+        let b = g.input("B", &[("j", 5), ("k", 6)], DType::F32).unwrap();
+        let c = g.input("C", &[("k", 6), ("i", 4)], DType::F32).unwrap();
+        let ab = g.einsum(first, &[a, b]).unwrap();
+        let y = g.einsum(second, &[ab, c]).unwrap();
+        g.save_as(y, "y").unwrap();
+        g
+    };
+    let early = build("ij,jk->k", "k,ki->i");
+    assert_eq!(default_forms(&early.snapshot(), 4).unwrap().len(), 1, "left as written");
+    let kept = build("ij,jk->ik", "ik,ki->i");
+    let forms = default_forms(&kept.snapshot(), 4).unwrap();
+    assert!(forms.len() > 1);
+    let want = outputs(&kept, 9);
+    for f in &forms {
+        let err = einsum_core::scaled_error(&outputs(&f.graph, 9)["y"], &want["y"], 1.0);
+        assert!(err < 1e-5, "{:?}: {err}", f.changes);
+    }
+}
