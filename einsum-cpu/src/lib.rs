@@ -533,11 +533,7 @@ impl CpuExecutable<'_> {
             ));
         }
         let (blocks, stats) = self.run_blocks()?;
-        let mut outputs: Vec<Vec<HostTensor>> = vec![Vec::new(); self.graph.outputs().len()];
-        for b in blocks {
-            outputs[b.output].push(b.block);
-        }
-        Ok((stitch_outputs(&self.graph, outputs)?, stats))
+        Ok((stitch_blocks(&self.graph, blocks)?, stats))
     }
 
     /// Runs the tasks of this process's devices (every device but where the executable runs
@@ -639,6 +635,18 @@ impl CpuExecutable<'_> {
         };
         Ok((stored, stats))
     }
+}
+
+/// The whole outputs of `graph` from the output blocks its `Store` tasks handed back (in any
+/// order: each output's blocks are stitched in task order, as `interpret` receives them).
+/// Fails naming the output whose blocks do not tile it.
+pub fn stitch_blocks(graph: &TaskGraph, mut blocks: Vec<StoredBlock>) -> Result<Vec<HostTensor>, BackendError> {
+    blocks.sort_by_key(|b| b.task);
+    let mut outputs: Vec<Vec<HostTensor>> = vec![Vec::new(); graph.outputs().len()];
+    for b in blocks {
+        outputs[b.output].push(b.block);
+    }
+    stitch_outputs(graph, outputs)
 }
 
 /// The device a task runs on: that of the first buffer it writes, or for a store the one it

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use einsum_core::{
     BackendError, HostTensor, Prepared, TaskTiming, TensorType,
-    taskgraph::{TaskGraph, TaskId, stitch_outputs},
+    taskgraph::{TaskGraph, TaskId},
 };
-use einsum_cpu::{CpuExecutable, RunStats, StoredBlock};
+use einsum_cpu::{CpuExecutable, RunStats, StoredBlock, stitch_blocks};
 
 use crate::{messages::Kind, peers::RankPeers};
 
@@ -92,13 +92,7 @@ impl<'k> RankExecutable<'k> {
             let (_, task, output) = missing.swap_remove(at);
             blocks.push(StoredBlock { task, output, block });
         }
-        // The host receives each output's blocks in schedule order, as `interpret` does.
-        blocks.sort_by_key(|b| b.task);
-        let mut outputs: Vec<Vec<HostTensor>> = vec![Vec::new(); graph.outputs().len()];
-        for b in blocks {
-            outputs[b.output].push(b.block);
-        }
-        stitch_outputs(graph, outputs)
+        stitch_blocks(graph, blocks)
     }
 }
 
