@@ -16,7 +16,7 @@ use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
 use crate::refine::{DEFAULT_REFINE, Refinement};
-use crate::rewrite::{Change, DEFAULT_FORMS, default_forms};
+use crate::rewrite::{Change, Kept, fastest_form};
 use crate::{Error, Result, Snapshot, Tensor};
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
@@ -345,25 +345,12 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
             &time
         }
     };
-    let mut planned = plan_and_compile(&request(comp, options, cost))?;
-    // The graph whose operators the compiled plan runs: the graph as written, or a form.
-    let mut form = graph.clone();
-    let mut rewrites = None;
-    let forms = if options.rewrites { default_forms(&graph, DEFAULT_FORMS)? } else { Vec::new() };
-    if let Some(written) = forms.first().filter(|_| forms.len() > 1) {
-        rewrites = Some(written.changes.clone());
-        // Another form whose plan does not fit or compile is no candidate.
-        for other in &forms[1..] {
-            let snapshot = other.graph.snapshot();
-            if let Ok(p) = plan_and_compile(&request(snapshot.computation(), options, cost))
-                && p.compiled.predicted_ms < planned.compiled.predicted_ms
-            {
-                planned = p;
-                form = snapshot;
-                rewrites = Some(other.changes.clone());
-            }
-        }
-    }
+    let Kept { planned, graph: form, rewrites } = fastest_form(
+        &graph,
+        options.rewrites,
+        |comp| Ok(plan_and_compile(&request(comp, options, cost))?),
+        |p| p.compiled.predicted_ms,
+    )?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let (optimize_ms, compile_ms, refinement) = (planned.optimize_ms, planned.compile_ms, planned.refinement);
     let compiled = Arc::new(planned.compiled);
@@ -512,25 +499,24 @@ impl Executable {
     /// Loads seeded random values in `[-1, 1)` into every input (onto the devices at once,
     /// as [`Executable::load`] does).
     pub fn load_random(&mut self, seed: u64) -> Result<()> {
-        let mut values = self.graph.computation().random_inputs(seed);
-        for (slot, t) in self.inputs.iter().enumerate() {
-            if let Some(v) = values.remove(t) {
-                self.prepared.load(slot, &v)?;
-                self.loaded[slot] = Loaded::Kept(v);
-            }
-        }
-        Ok(())
+        self.load_random_keeping(seed, true)
     }
 
     /// [`Executable::load_random`] without keeping the values on the host beside the
     /// backend's blocks ([`Executable::load_resident`]): for a process that needs none of
     /// them whole (a rank of an MPI job other than 0, which holds its own devices' blocks).
     pub fn load_random_resident(&mut self, seed: u64) -> Result<()> {
+        self.load_random_keeping(seed, false)
+    }
+
+    /// Loads seeded random values into every input, keeping each value on the host where
+    /// `keep` asks.
+    fn load_random_keeping(&mut self, seed: u64, keep: bool) -> Result<()> {
         let mut values = self.graph.computation().random_inputs(seed);
         for (slot, t) in self.inputs.iter().enumerate() {
             if let Some(v) = values.remove(t) {
                 self.prepared.load(slot, &v)?;
-                self.loaded[slot] = Loaded::Resident;
+                self.loaded[slot] = if keep { Loaded::Kept(v) } else { Loaded::Resident };
             }
         }
         Ok(())

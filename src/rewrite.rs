@@ -164,10 +164,15 @@ fn describe(comp: &Computation, tree: &Tree, leaves: &[TensorId]) -> String {
 
 /// The forms of `graph`: the graph as written first, then up to `k - 1` others, the `i`-th
 /// taking each network's `i`-th cheapest form by flops under `rules`, within `limits`
-/// (forms equal to an earlier one are left out).
+/// (forms equal to an earlier one are left out); none for a graph without a contraction
+/// network.
 pub fn graph_forms(graph: &Snapshot, rules: &[Rule], k: usize, limits: Limits) -> Result<Vec<Form>> {
     let comp = graph.computation();
     let found = networks(comp);
+    if found.is_empty() {
+        // Nothing to rewrite: no form to build, not even the written one.
+        return Ok(Vec::new());
+    }
     let mut choices: Vec<Vec<Tree>> = Vec::new();
     for f in &found {
         let best = forms(&f.network, &f.written, rules, k, limits)?;
@@ -270,7 +275,45 @@ fn steps(g: &mut Graph, network: &Network, tree: &Tree, leaves: &[Tensor]) -> Re
     Ok(*results.last().unwrap_or(&leaves[0]))
 }
 
-/// How many forms `plan` weighs by default: the written one and the three cheapest others.
+/// The plan kept by [`fastest_form`]: what the planner gave for it, the graph it planned
+/// (the graph as written, or a form with its inputs and saved outputs in the same order),
+/// and per network the association as written and as kept (`None` without a network or
+/// with rewrites off).
+pub struct Kept<T> {
+    /// The planner's result.
+    pub planned: T,
+    /// The graph planned.
+    pub graph: Snapshot,
+    /// What was reassociated.
+    pub rewrites: Option<Vec<Change>>,
+}
+
+/// Plans `graph` with `plan` and, where `rewrites` is on, its [`DEFAULT_FORMS`] - 1 cheapest
+/// other forms too, keeping the one whose `predicted` time is lowest (the written graph on
+/// ties). The written graph's failure is the caller's error; another form whose plan does not
+/// fit or compile is no candidate.
+pub fn fastest_form<T>(
+    graph: &Snapshot,
+    rewrites: bool,
+    mut plan: impl FnMut(&Computation) -> Result<T>,
+    predicted: impl Fn(&T) -> f64,
+) -> Result<Kept<T>> {
+    let mut kept = Kept { planned: plan(graph.computation())?, graph: graph.clone(), rewrites: None };
+    let forms = if rewrites { default_forms(graph, DEFAULT_FORMS)? } else { Vec::new() };
+    let Some((written, others)) = forms.split_first() else { return Ok(kept) };
+    kept.rewrites = Some(written.changes.clone());
+    for form in others {
+        let snapshot = form.graph.snapshot();
+        if let Ok(planned) = plan(snapshot.computation())
+            && predicted(&planned) < predicted(&kept.planned)
+        {
+            kept = Kept { planned, graph: snapshot, rewrites: Some(form.changes.clone()) };
+        }
+    }
+    Ok(kept)
+}
+
+/// How many forms [`fastest_form`] weighs: the written one and the three cheapest others.
 pub const DEFAULT_FORMS: usize = 4;
 
 /// [`graph_forms`] under the default rules (association, [`rules::default_rules`]) and limits.

@@ -13,7 +13,7 @@ use einsummable::names::{self, cost_model_by_name};
 use einsummable::pipeline::{Request, capacity, default_budget, plan_and_compile};
 use einsummable::refine::{DEFAULT_REFINE, Refinement};
 use einsummable::report::{PlanReport, PlannedOpReport, SearchJson, search_line};
-use einsummable::rewrite::{DEFAULT_FORMS, default_forms};
+use einsummable::rewrite::fastest_form;
 use einsummable::{Error, Exchanges, Result};
 
 use einsummable::DType;
@@ -150,38 +150,23 @@ pub fn run(a: Args) -> Result<Report> {
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
         plan_only(comp, a.devices, strategy.as_ref(), model.as_ref(), (&topology_name, &topology), budget)?
     } else {
-        let request = |comp| Request {
-            comp,
-            devices: a.devices,
-            strategy: strategy.as_ref(),
-            cost: model.as_ref(),
-            topology: &topology,
-            synthesizer: synthesizer.clone(),
-            memory_budget: budget,
-            host_memory: None,
-            refine: a.refine,
+        let plan = |comp: &Computation| {
+            plan_and_predict(&Request {
+                comp,
+                devices: a.devices,
+                strategy: strategy.as_ref(),
+                cost: model.as_ref(),
+                topology: &topology,
+                synthesizer: synthesizer.clone(),
+                memory_budget: budget,
+                host_memory: None,
+                refine: a.refine,
+            })
         };
-        let mut best = plan_and_predict(&request(comp))?;
-        let mut best_comp = comp;
-        let forms = match a.rewrites {
-            Rewrites::On => default_forms(&graph.snapshot(), DEFAULT_FORMS)?,
-            Rewrites::Off => Vec::new(),
-        };
-        if let Some(written) = forms.first().filter(|_| forms.len() > 1) {
-            rewrites = Some(written.changes.clone());
-            // Another form's plan may not fit or compile where the written one does: it is
-            // then no candidate.
-            for form in &forms[1..] {
-                if let Ok(other) = plan_and_predict(&request(form.graph.computation()))
-                    && predicted(&other.1) < predicted(&best.1)
-                {
-                    best = other;
-                    best_comp = form.graph.computation();
-                    rewrites = Some(form.changes.clone());
-                }
-            }
-        }
-        let (plan, physical, optimize_ms, compiled) = best;
+        let kept = fastest_form(&graph.snapshot(), a.rewrites == Rewrites::On, plan, |p| predicted(&p.1))?;
+        rewrites = kept.rewrites;
+        let best_comp = kept.graph.computation();
+        let (plan, physical, optimize_ms, compiled) = kept.planned;
         if let (Some(path), Physical::Predicted { predicted_ms, .. }) = (&a.trace, &physical) {
             let simulated = super::trace::simulated(best_comp, &compiled, &topology)?;
             let about = super::trace::about("plan", &a.workload, a.devices, &topology_name, *predicted_ms);
