@@ -307,6 +307,88 @@ fn virtual_devices_on_one_gpu_share_buffers_instead_of_copying() {
     }
 }
 
+/// Without a GPU: the small LLaMA block planned for 8 devices (two groups of four, one per
+/// sequence) and run by a job of 4 ranks (two devices each) and of 8 (one each), each rank
+/// with one GPU of its own (as NCCL runs them): every rank's share of the fused
+/// graph is lowered and planned alone (only its devices' memory; its sends and receives one
+/// group per step on an exchange stream) and is race-free, a wait for a step dropped is
+/// flagged, and the ranks emulated together, exchanging their steps' blocks, give
+/// outputs bit-equal to the one-process emulation of the same graph.
+#[test]
+fn llama_block_split_over_ranks_matches_one_process_on_the_emulator() {
+    use einsum_core::HostTensor;
+    use einsum_cuda::emulate::{Emulator, run_ranks};
+    use einsum_cuda::lower::{Lowered, lower, lower_rank};
+    use einsum_cuda::race_check::{RaceError, check};
+    use einsum_cuda::rank_schedule::{RankSchedule, stored_blocks};
+    let dtype = DType::F32;
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+    let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    exe.load_random(11).unwrap();
+    let comp = graph.computation();
+    let compiled = exe.compiled();
+    let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
+    let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
+    let (g, library) = (&fusion.graph, &fusion.kernels);
+    let registry = einsum_cuda::KernelRegistry::default();
+    let values = exe.loaded_inputs();
+    let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
+    let whole_lowered = lower(g, library, &registry).unwrap_or_else(|e| panic!("{e}"));
+    let mut whole = Emulator::new(g, &whole_lowered, 1);
+    whole.load_all(&ordered).unwrap();
+    let one_process = whole.run().unwrap();
+    let whole_pool = whole.stream_plan().pool_bytes[0];
+    for ranks in [4, 8] {
+        let device_rank: Vec<usize> = (0..8).map(|d| d / (8 / ranks)).collect();
+        let schedules: Vec<RankSchedule> =
+            (0..ranks).map(|r| RankSchedule::new(g, &device_rank, r, ranks).unwrap()).collect();
+        let lowered: Vec<Lowered> =
+            schedules.iter().map(|s| lower_rank(s, library, &registry).unwrap_or_else(|e| panic!("{e}"))).collect();
+        let mut emulators: Vec<Emulator> =
+            schedules.iter().zip(&lowered).map(|(s, l)| Emulator::for_rank(s, l, 1, 4)).collect();
+        let mut exchanged = 0;
+        for (r, ((e, s), l)) in emulators.iter().zip(&schedules).zip(&lowered).enumerate() {
+            let at = format!("rank {r} of {ranks}");
+            let plan = e.stream_plan();
+            check(&s.graph, plan, &l.scratch).unwrap_or_else(|err| panic!("{at}: {err}"));
+            assert!(!plan.steps.is_empty(), "{at}: no exchange");
+            assert!(plan.pool_bytes[0] < whole_pool, "{at}: pool {} of {whole_pool}", plan.pool_bytes[0]);
+            exchanged += plan.steps.iter().flatten().count();
+            // A task that no longer waits for a step it depends on races with it.
+            let exchange = |t: &einsum_core::taskgraph::TaskId| plan.roles[t.0 as usize].step().is_some();
+            let (t, i) = (0..plan.waits.len())
+                .find_map(|t| plan.waits[t].iter().position(exchange).map(|i| (t, i)))
+                .expect("a task waits for a step");
+            let mut dropped = plan.clone();
+            dropped.waits[t].remove(i);
+            let err = check(&s.graph, &dropped, &l.scratch);
+            assert!(matches!(err, Err(RaceError::Race { .. })), "{at}: dropping task {t}'s wait {i}: {err:?}");
+        }
+        // Every crossing transfer is one rank's send and another's receive.
+        let crossing = g.nodes().iter().filter(|n| match n.task {
+            einsum_core::taskgraph::Task::Transfer { src, dst } => {
+                device_rank[g.buffer(src).device.0 as usize] != device_rank[g.buffer(dst).device.0 as usize]
+            }
+            _ => false,
+        });
+        assert_eq!(exchanged, 2 * crossing.count(), "{ranks} ranks");
+        for e in &mut emulators {
+            e.load_all(&ordered).unwrap();
+        }
+        let outs = run_ranks(&mut emulators).unwrap();
+        let mut gathered: Vec<HostTensor> =
+            one_process.iter().map(|o| HostTensor::filled(o.ty().clone(), o.dtype(), f32::NAN)).collect();
+        for (s, out) in schedules.iter().zip(&outs) {
+            for (o, block) in stored_blocks(&s.graph, &s.roles) {
+                gathered[o].overwrite(&out[o].slice(&block).unwrap()).unwrap();
+            }
+        }
+        for (o, (got, want)) in gathered.iter().zip(&one_process).enumerate() {
+            assert!(got.to_ne_bytes() == want.to_ne_bytes(), "{ranks} ranks: output {o} differs");
+        }
+    }
+}
+
 /// `--warmup W --repeat N` runs W + N times and reports the median of the N timed runs.
 #[test]
 fn repeat_reports_the_median_of_the_timed_runs() {

@@ -12,14 +12,18 @@
 //! against the layout: a vector-path pointer must be 16-byte aligned, a 32-bit kernel must
 //! never compute an offset past 2³¹ − 1 (it panics otherwise, as for a resident write).
 
-use einsum_core::taskgraph::TaskGraph;
+use std::collections::HashMap;
+
+use einsum_core::taskgraph::{TaskGraph, TaskId};
 use einsum_core::{BackendError, DType, HostTensor};
 
 use crate::addressing::{Access, Index, NARROW_LIMIT, VECTOR_BYTES, offsets};
+use crate::exchange_steps::Direction;
 use crate::executable::from_bytes;
 use crate::inputs::InputSlots;
 use crate::lower::{Dims, Lowered, Ptr, Space};
-use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, StreamPlan};
+use crate::rank_schedule::RankSchedule;
+use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, PlanOptions, StreamPlan};
 
 /// The emulated GPUs' memory: every space as bytes, laid out as on the devices. Device work
 /// reads and writes it through symbolic pointers ([`EmulatedMemory::ld`], [`EmulatedMemory::st`]),
@@ -155,6 +159,9 @@ pub struct Emulator<'a> {
     lowered: &'a Lowered,
     slots: InputSlots,
     memory: EmulatedMemory,
+    /// For every task, its id in the job's graph (the key of a send's bytes in
+    /// [`run_ranks`]); `None` for one process.
+    original: Option<&'a [TaskId]>,
 }
 
 impl<'a> Emulator<'a> {
@@ -174,7 +181,31 @@ impl<'a> Emulator<'a> {
         gpus: usize,
         streams_per_gpu: usize,
     ) -> Emulator<'a> {
-        let plan = StreamPlan::new(graph, gpus, streams_per_gpu, &lowered.scratch);
+        Emulator::with_plan(graph, lowered, StreamPlan::new(graph, gpus, streams_per_gpu, &lowered.scratch), None)
+    }
+
+    /// Prepares one rank's share of a multi-process job (`lowered` the lowering of
+    /// `schedule`, [`crate::lower::lower_rank`]) on `gpus` emulated GPUs with
+    /// `streams_per_gpu` streams per GPU, as [`crate::CudaExecutable::prepare_rank`] plans it.
+    /// A share that exchanges with other ranks runs only together with them, in
+    /// [`run_ranks`].
+    pub fn for_rank(
+        schedule: &'a RankSchedule,
+        lowered: &'a Lowered,
+        gpus: usize,
+        streams_per_gpu: usize,
+    ) -> Emulator<'a> {
+        let options = PlanOptions { streams_per_gpu, ..PlanOptions::default() };
+        let plan = StreamPlan::for_rank(schedule, gpus, &options, &lowered.scratch);
+        Emulator::with_plan(&schedule.graph, lowered, plan, Some(&schedule.original))
+    }
+
+    fn with_plan(
+        graph: &'a TaskGraph,
+        lowered: &'a Lowered,
+        plan: StreamPlan,
+        original: Option<&'a [TaskId]>,
+    ) -> Emulator<'a> {
         let memory = EmulatedMemory {
             pools: plan.pool_bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
             resident: plan.resident.bytes.iter().map(|&b| vec![0xffu8; b]).collect(),
@@ -183,7 +214,7 @@ impl<'a> Emulator<'a> {
             buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
             plan,
         };
-        Emulator { graph, lowered, slots: InputSlots::new(graph.inputs()), memory }
+        Emulator { graph, lowered, slots: InputSlots::new(graph.inputs()), memory, original }
     }
 
     /// The stream plan, with its pool and resident plans.
@@ -214,14 +245,62 @@ impl<'a> Emulator<'a> {
     /// first input not loaded.
     pub fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
-        for (t, ops) in self.lowered.ops.iter().enumerate() {
+        if !self.memory.plan.steps.is_empty() {
+            return Err(BackendError::Device {
+                operation: "an emulated run".into(),
+                reason: "this rank's share exchanges blocks with other ranks: run the ranks together (`run_ranks`)"
+                    .into(),
+            });
+        }
+        self.run_tasks(0..self.lowered.ops.len());
+        Ok(self.outputs())
+    }
+
+    /// Runs the operations of tasks `tasks` in schedule order (other ranks' tasks, sends and
+    /// receives have none).
+    fn run_tasks(&mut self, tasks: std::ops::Range<usize>) {
+        for t in tasks {
             if !self.memory.plan.elided[t] {
-                for op in ops {
+                for op in &self.lowered.ops[t] {
                     op.work().emulate(&mut self.memory);
                 }
             }
         }
-        Ok(self.outputs())
+    }
+
+    /// The position of this rank's first operation of step `step`, if it has any.
+    fn step_start(&self, step: usize) -> Option<usize> {
+        self.memory.plan.steps.get(step)?.first().map(|o| o.op.task.0 as usize)
+    }
+
+    /// Step `step`'s sends: the bytes of every source, by the transfer's id in the job's
+    /// graph, into `mailbox`.
+    fn send(&mut self, step: usize, mailbox: &mut HashMap<TaskId, Vec<u8>>) {
+        let original = self.original.expect("a rank's share");
+        for o in self.memory.plan.steps[step].clone() {
+            if o.op.direction == Direction::Send {
+                let bytes = self.memory.read_bytes(Ptr::at(Space::Buffer(o.buffer.0)), 0, o.op.bytes);
+                mailbox.insert(original[o.op.task.0 as usize], bytes);
+            }
+        }
+    }
+
+    /// Step `step`'s receives, from `mailbox`; fails naming a transfer nobody sent.
+    fn receive(&mut self, step: usize, mailbox: &mut HashMap<TaskId, Vec<u8>>) -> Result<(), String> {
+        let original = self.original.expect("a rank's share");
+        for o in self.memory.plan.steps[step].clone() {
+            if o.op.direction == Direction::Recv {
+                let task = original[o.op.task.0 as usize];
+                let bytes = mailbox
+                    .remove(&task)
+                    .ok_or_else(|| format!("step {step}: rank {} sent nothing for {task}", o.op.peer))?;
+                if bytes.len() != o.op.bytes {
+                    return Err(format!("step {step}: {task} sent {} bytes, {} expected", bytes.len(), o.op.bytes));
+                }
+                self.memory.write_bytes(Ptr::at(Space::Buffer(o.buffer.0)), 0, &bytes);
+            }
+        }
+        Ok(())
     }
 
     /// Runs once on the loaded inputs, one operation at a time in a random order (seeded by
@@ -231,6 +310,13 @@ impl<'a> Emulator<'a> {
     /// an error naming the tasks stuck.
     pub fn run_interleaved(&mut self, seed: u64) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
+        if !self.memory.plan.steps.is_empty() {
+            return Err(BackendError::Device {
+                operation: "an emulated interleaved run".into(),
+                reason: "this rank's share exchanges blocks with other ranks: run the ranks together (`run_ranks`)"
+                    .into(),
+            });
+        }
         let plan = &self.memory.plan;
         let counts: Vec<usize> =
             self.lowered.ops.iter().zip(&plan.elided).map(|(ops, &e)| if e { 0 } else { ops.len() }).collect();
@@ -282,6 +368,42 @@ pub fn interleaving(plan: &StreamPlan, ops: &[usize], seed: u64) -> Result<Vec<(
     }
     let stuck: Vec<usize> = queues.iter().filter_map(|q| q.front().copied()).collect();
     if stuck.is_empty() { Ok(order) } else { Err(format!("tasks {stuck:?} wait for events that are never recorded")) }
+}
+
+/// Runs the shares of every rank of a multi-process job together, once, on their loaded
+/// inputs, as their GPUs would: each rank runs its tasks in schedule order up to its next
+/// step; then every rank in the step posts its sends (their sources' bytes, by transfer) and
+/// takes its receives, the steps in order. Returns every rank's outputs (each filled with its
+/// own devices' stored blocks, zero elsewhere). Fails naming the first input a rank has not
+/// loaded, or a receive nobody sent.
+pub fn run_ranks(ranks: &mut [Emulator<'_>]) -> Result<Vec<Vec<HostTensor>>, BackendError> {
+    for e in ranks.iter() {
+        e.slots.require_all()?;
+    }
+    let failed = |reason: String| BackendError::Device { operation: "an emulated multi-rank run".into(), reason };
+    let steps = ranks.iter().map(|e| e.memory.plan.steps.len()).max().unwrap_or(0);
+    let mut next = vec![0usize; ranks.len()];
+    let mut mailbox = HashMap::new();
+    for step in 0..steps {
+        let taking: Vec<usize> = (0..ranks.len()).filter(|&r| ranks[r].step_start(step).is_some()).collect();
+        for &r in &taking {
+            let start = ranks[r].step_start(step).expect("taking part");
+            ranks[r].run_tasks(next[r]..start);
+            ranks[r].send(step, &mut mailbox);
+        }
+        for &r in &taking {
+            ranks[r].receive(step, &mut mailbox).map_err(failed)?;
+            let last = ranks[r].memory.plan.steps[step].last().expect("taking part").op.task.0 as usize;
+            next[r] = last + 1;
+        }
+        if let Some(task) = mailbox.keys().min() {
+            return Err(failed(format!("step {step}: {task} was sent and never received")));
+        }
+    }
+    for (r, e) in ranks.iter_mut().enumerate() {
+        e.run_tasks(next[r]..e.lowered.ops.len());
+    }
+    Ok(ranks.iter().map(Emulator::outputs).collect())
 }
 
 /// Runs `lowered` for `graph` on `gpus` emulated GPUs with the given whole inputs (loaded

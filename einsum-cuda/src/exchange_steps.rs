@@ -259,7 +259,7 @@ pub fn issue_order(graph: &TaskGraph, rank_of: &dyn Fn(DeviceId) -> usize, rank:
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use einsum_core::taskgraph::{Boundary, BufferId};
     use einsum_core::{DType, TensorType};
     use proptest::prelude::*;
@@ -329,7 +329,7 @@ mod tests {
     /// on device `d` reading its `i`th and `j`th blocks (modulo how many it has) into a new
     /// one, or a transfer `(to, from, i, _)` of `from`'s `i`th block to `to`. Kernels that join
     /// two blocks make diamonds, so a transfer can wait for several others by several paths.
-    fn layered(devices: u32, ops: &[(u32, u32, usize, usize)]) -> TaskGraph {
+    pub(crate) fn layered(devices: u32, ops: &[(u32, u32, usize, usize)]) -> TaskGraph {
         let ty = TensorType::zero_bounded(&[4]);
         let io = Boundary { name: "x".into(), ty: ty.clone(), dtype: DType::F32 };
         let mut g = TaskGraph::new(devices as usize, vec![io], vec![]);

@@ -7,18 +7,19 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaEvent, CudaStream, sys};
 use einsum_core::taskgraph::{Boundary, TaskGraph, TaskId};
-use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared};
+use einsum_core::{BackendError, HostTensor, KernelLibrary, Prepared, TensorType};
 
 use crate::availability::check_cuda;
 use crate::device::{DeviceMemory, Gpu, HostMemory, enable_peer_access};
-use crate::executor::{CUBLAS_WORKSPACE_BYTES, IssueError, Runtime, bind_workspace, label};
+use crate::executor::{CUBLAS_WORKSPACE_BYTES, Exchange, IssueError, Runtime, bind_workspace, label};
 use crate::fusion::fuse;
 use crate::graph_capture::{CaptureError, CapturedGraph, capture, fork_issue_join};
 use crate::inputs::InputSlots;
 use crate::kernels::registry::KernelRegistry;
-use crate::lower::{Lowered, lower};
+use crate::lower::{Lowered, lower, lower_rank};
+use crate::rank_schedule::{RankSchedule, stored_blocks};
 use crate::setup_lock::{self, SetupGuard};
-use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, StreamPlan};
+use crate::stream_plan::{DEFAULT_STREAMS_PER_GPU, PlanOptions, StreamPlan};
 
 /// How to prepare a [`CudaExecutable`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +96,8 @@ pub struct CudaExecutable {
     rt: Runtime,
     slots: InputSlots,
     outputs: Vec<Boundary>,
+    /// The output blocks a run fills ([`CudaExecutable::stored_blocks`]).
+    stored: Vec<(usize, TensorType)>,
     summary: CudaSummary,
     /// Taken when the executable drops, so that its CUDA resources (every field above) are
     /// freed under the [`setup_lock`]; released last.
@@ -182,6 +185,18 @@ fn allocate_memory(
     Ok((resident, host_outputs, consts))
 }
 
+/// A rank's share of a multi-process job, for [`CudaExecutable::prepare_rank`].
+pub struct RankShare {
+    /// The rank of every device of the graph.
+    pub device_rank: Vec<usize>,
+    /// This rank.
+    pub rank: usize,
+    /// The job's ranks.
+    pub ranks: usize,
+    /// What carries this rank's sends and receives (`crate::nccl::NcclRank`, feature `nccl`).
+    pub exchange: Box<dyn Exchange>,
+}
+
 impl CudaExecutable {
     /// Prepares `graph`, whose kernel tasks run `kernels` (a library that describes each
     /// kernel's operator, [`KernelLibrary::info`], such as `einsum_compile::ComputationKernels`),
@@ -197,6 +212,35 @@ impl CudaExecutable {
         kernels: &dyn KernelLibrary,
         options: &CudaOptions,
     ) -> Result<Self, BackendError> {
+        CudaExecutable::prepare_share(graph, kernels, options, None)
+    }
+
+    /// Prepares rank `share.rank`'s share of `graph`, run by a multi-process job whose ranks
+    /// each hold some of its devices, as [`CudaExecutable::prepare`] prepares the whole: the
+    /// graph (fused first) is put in the rank's issue order ([`RankSchedule`]), only the
+    /// rank's devices' tasks are lowered and only their memory is planned, on this process's
+    /// GPUs, and every transfer to or from another rank's device is issued through
+    /// `share.exchange`, one group per step, on an exchange stream (captured into the CUDA
+    /// graph with the rest, or issued per run in eager mode). Every rank of the job must
+    /// prepare the same graph with the same device ranks. A run fills only the blocks of the
+    /// outputs that this rank's devices store ([`CudaExecutable::stored_blocks`]); the rest of
+    /// every output is zero. A device list that does not fit the graph is
+    /// [`BackendError::Device`] ("CUDA setup failed: ...").
+    pub fn prepare_rank(
+        graph: &TaskGraph,
+        kernels: &dyn KernelLibrary,
+        options: &CudaOptions,
+        share: RankShare,
+    ) -> Result<Self, BackendError> {
+        CudaExecutable::prepare_share(graph, kernels, options, Some(share))
+    }
+
+    fn prepare_share(
+        graph: &TaskGraph,
+        kernels: &dyn KernelLibrary,
+        options: &CudaOptions,
+        share: Option<RankShare>,
+    ) -> Result<Self, BackendError> {
         // Operators with no CUDA kernel are refused first, with no device involved; then a
         // machine without a GPU says so before any other work.
         crate::backend::check_kernels(graph, kernels, &options.kernels)?;
@@ -211,10 +255,32 @@ impl CudaExecutable {
         } else {
             (graph, kernels)
         };
+        let (schedule, exchange) = match share {
+            Some(RankShare { device_rank, rank, ranks, exchange }) => {
+                let schedule = RankSchedule::new(graph, &device_rank, rank, ranks)
+                    .map_err(|e| setup(format!("rank {rank}'s share of the graph: {e}")))?;
+                (Some(schedule), Some(exchange))
+            }
+            None => (None, None),
+        };
+        let graph = schedule.as_ref().map_or(graph, |s| &s.graph);
         let labels: Vec<String> = graph.nodes().iter().map(|n| n.label.clone()).collect();
-        let lowered = lower(graph, kernels, &options.kernels).map_err(|e| e.into_backend_error(graph))?;
+        let lowered = match &schedule {
+            Some(s) => lower_rank(s, kernels, &options.kernels),
+            None => lower(graph, kernels, &options.kernels),
+        }
+        .map_err(|e| e.into_backend_error(graph))?;
         let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
-        let plan = StreamPlan::new(graph, gpus.min(graph.devices().max(1)), options.streams_per_gpu, &lowered.scratch);
+        let local = schedule.as_ref().map_or(graph.devices(), |s| s.local_device.iter().filter(|&&l| l).count());
+        let gpus = gpus.min(local.max(1));
+        let plan = match &schedule {
+            Some(s) => {
+                let options = PlanOptions { streams_per_gpu: options.streams_per_gpu, ..PlanOptions::default() };
+                StreamPlan::for_rank(s, gpus, &options, &lowered.scratch)
+            }
+            None => StreamPlan::new(graph, gpus, options.streams_per_gpu, &lowered.scratch),
+        };
+        let stored = stored_blocks(graph, &plan.roles);
         let gpus: Vec<Gpu> = (0..plan.gpus)
             .map(|g| Gpu::open(g, &lowered.modules, &lowered.attention, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()
@@ -253,6 +319,7 @@ impl CudaExecutable {
             plan,
             buffer_device: graph.buffers().iter().map(|b| b.device.0 as usize).collect(),
             labels,
+            exchange,
         };
         let captured = if options.eager {
             None
@@ -269,9 +336,17 @@ impl CudaExecutable {
             rt,
             slots: InputSlots::new(graph.inputs()),
             outputs: graph.outputs().to_vec(),
+            stored,
             summary,
             teardown: None,
         })
+    }
+
+    /// The output blocks a run fills: every Store of this executable's devices, as (output,
+    /// block type). For one process they tile every output; for a rank of a job
+    /// ([`CudaExecutable::prepare_rank`]), only its own.
+    pub fn stored_blocks(&self) -> &[(usize, TensorType)] {
+        &self.stored
     }
 
     /// What preparing decided.

@@ -8,8 +8,12 @@ use std::sync::Arc;
 use cudarc::cublas::{self, CudaBlas};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
 
+use einsum_core::taskgraph::TaskId;
+
 use crate::device::{DeviceMemory, Gpu, HostMemory};
+use crate::exchange_steps::RankOp;
 use crate::lower::{Lowered, Ptr, Space};
+use crate::rank_schedule::{Role, StepOp};
 use crate::stream_plan::StreamPlan;
 use crate::work::DeviceWork;
 
@@ -43,8 +47,30 @@ pub struct Runtime {
     pub buffer_device: Vec<usize>,
     /// Labels of the tasks, for errors.
     pub labels: Vec<String>,
+    /// What carries this rank's sends and receives to the other ranks of its job (`None` for
+    /// one process, whose plan has none).
+    pub exchange: Option<Box<dyn Exchange>>,
     /// The GPUs.
     pub gpus: Vec<Gpu>,
+}
+
+/// What carries one rank's steps ([`StreamPlan::steps`]) to the other ranks of a
+/// multi-process job: NCCL (`crate::nccl::NcclRank`, feature `nccl`).
+pub trait Exchange: Send {
+    /// Issues one step's operations on `stream` as one group: each send reads and each
+    /// receive writes `op.bytes` bytes at the device address `address(op.task)` gives.
+    ///
+    /// # Safety
+    /// As `crate::nccl::NcclRank::issue_step`: `stream` is of the exchange's GPU, the peers
+    /// post the matching operations in the same step and order, and every address is
+    /// device memory of that GPU that stays allocated, and untouched by other work, until
+    /// the stream has passed the step.
+    unsafe fn issue_step(
+        &self,
+        stream: &CudaStream,
+        ops: &[RankOp],
+        address: &dyn Fn(TaskId) -> u64,
+    ) -> Result<(), String>;
 }
 
 /// Bytes of the workspace given to every cuBLAS handle: the 32 MiB cuBLAS recommends for
@@ -114,7 +140,14 @@ impl Runtime {
     /// issues nothing: its destination already is its source's memory).
     pub fn issue(&self) -> Result<(), IssueError> {
         for t in 0..self.lowered.ops.len() {
-            if self.plan.elided[t] {
+            if self.plan.elided[t] || self.plan.roles[t] == Role::Remote {
+                continue;
+            }
+            if let Some(step) = self.plan.roles[t].step() {
+                let ops = &self.plan.steps[step];
+                if ops.first().is_some_and(|o| o.op.task.0 as usize == t) {
+                    self.issue_step(ops)?;
+                }
                 continue;
             }
             let s = self.plan.stream[t];
@@ -130,6 +163,42 @@ impl Runtime {
                 op.work().issue(&ctx).map_err(fail)?;
             }
             if let Some(ev) = &self.events[t] {
+                ev.record(stream).map_err(|e| fail(format!("recording an event: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Issues one step of this rank's sends and receives as one group on its exchange
+    /// stream: every wait of every operation before the group, every event the step's
+    /// consumers wait for after it (the group's operations complete together).
+    fn issue_step(&self, ops: &[StepOp]) -> Result<(), IssueError> {
+        let first = ops[0].op.task.0 as usize;
+        let fail = |reason: String| IssueError { task: first, reason };
+        let stream = &self.streams[self.plan.stream[first]];
+        for o in ops {
+            for w in &self.plan.waits[o.op.task.0 as usize] {
+                let ev =
+                    self.events[w.0 as usize].as_ref().ok_or_else(|| fail(format!("no event after task {}", w.0)))?;
+                stream.wait(ev).map_err(|e| fail(format!("waiting for task {}: {e}", w.0)))?;
+            }
+        }
+        let exchange = self
+            .exchange
+            .as_ref()
+            .ok_or_else(|| fail("a transfer to or from another rank, with nothing to carry it (NCCL)".into()))?;
+        let rank_ops: Vec<RankOp> = ops.iter().map(|o| o.op).collect();
+        let address = |task: TaskId| {
+            let o = ops.iter().find(|o| o.op.task == task).expect("an operation of this step");
+            self.addr(Ptr::at(Space::Buffer(o.buffer.0)))
+        };
+        // SAFETY: the stream is the exchange stream of this rank's GPU; every rank's steps
+        // list its operations in the job's order (`exchange_steps`); each address is a pool
+        // buffer held for the whole step (`StreamPlan::for_rank`), and the waits above order
+        // the step after its producers, the events below its consumers after it.
+        unsafe { exchange.issue_step(stream, &rank_ops, &address) }.map_err(fail)?;
+        for o in ops {
+            if let Some(ev) = &self.events[o.op.task.0 as usize] {
                 ev.record(stream).map_err(|e| fail(format!("recording an event: {e}")))?;
             }
         }

@@ -27,8 +27,11 @@
 //! from breaking a capture. [`emulate`] runs the same plan, load once and run many, on the host, in schedule
 //! order or with the streams interleaved at random; [`race_check`] proves a plan's streams
 //! and events order every conflicting memory access. [`exchange_steps`] groups the transfers
-//! between the ranks of a multi-process job into the steps NCCL issues them in, and (feature
-//! `nccl`) `nccl` issues a step as one group of sends and receives.
+//! between the ranks of a multi-process job into the steps NCCL issues them in;
+//! [`rank_schedule`] puts a job's graph in one rank's issue order, so that
+//! [`CudaExecutable::prepare_rank`] plans, lowers and issues only that rank's share, its steps
+//! each one group on an exchange stream through an [`executor::Exchange`] (feature `nccl`:
+//! `nccl::NcclRank`); [`emulate::run_ranks`] runs every rank's share together on the host.
 //!
 //! The crate links no CUDA library: cudarc loads them at run time, and
 //! [`availability::check_cuda`] turns their absence into
@@ -53,11 +56,12 @@ pub mod lower;
 pub mod nccl;
 pub mod pool;
 pub mod race_check;
+pub mod rank_schedule;
 pub mod resident;
 pub mod setup_lock;
 pub mod stream_plan;
 pub mod work;
 
 pub use backend::CudaBackend;
-pub use executable::{CudaExecutable, CudaOptions, CudaSummary};
+pub use executable::{CudaExecutable, CudaOptions, CudaSummary, RankShare};
 pub use kernels::registry::KernelRegistry;

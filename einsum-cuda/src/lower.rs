@@ -13,6 +13,7 @@ use crate::kernels::attention::AttentionModule;
 use crate::kernels::gemm_plan::Permute;
 use crate::kernels::registry::{KernelArgs, KernelRegistry};
 use crate::kernels::sources::{FIXED, Module};
+use crate::rank_schedule::{RankSchedule, Role};
 use crate::work::{Aggregate, BoxCopy, Memcpy, Op, SoftmaxAggregate};
 
 /// Largest rank a strided kernel iterates (`MAX_RANK` of `common.cuh`).
@@ -285,8 +286,33 @@ impl LowerError {
 /// Lowers every task of `graph`, whose kernel tasks run `kernels`: each kernel's operator
 /// ([`KernelLibrary::info`]) is looked up by type in `registry`.
 pub fn lower(graph: &TaskGraph, kernels: &dyn KernelLibrary, registry: &KernelRegistry) -> Result<Lowered, LowerError> {
+    lower_roles(graph, &vec![Role::Local; graph.nodes().len()], kernels, registry)
+}
+
+/// Lowers one rank's share of a multi-process job ([`RankSchedule`]): its own tasks as
+/// [`lower`] does; another rank's task, and a send or receive (issued by the executor as one
+/// group per step, [`crate::executor`]), get no operation.
+pub fn lower_rank(
+    schedule: &RankSchedule,
+    kernels: &dyn KernelLibrary,
+    registry: &KernelRegistry,
+) -> Result<Lowered, LowerError> {
+    lower_roles(&schedule.graph, &schedule.roles, kernels, registry)
+}
+
+fn lower_roles(
+    graph: &TaskGraph,
+    roles: &[Role],
+    kernels: &dyn KernelLibrary,
+    registry: &KernelRegistry,
+) -> Result<Lowered, LowerError> {
     let mut out = Lowered::default();
     for (t, node) in graph.nodes().iter().enumerate() {
+        if roles[t] != Role::Local {
+            out.ops.push(Vec::new());
+            out.scratch.push(Vec::new());
+            continue;
+        }
         let task_error = |reason: String| LowerError::Task { task: t, reason };
         let buf = |b: einsum_core::taskgraph::BufferId| graph.buffer(b);
         let at = |b: einsum_core::taskgraph::BufferId| Ptr::at(Space::Buffer(b.0));

@@ -191,6 +191,18 @@ impl NcclRank {
     }
 }
 
+impl crate::executor::Exchange for NcclRank {
+    unsafe fn issue_step(
+        &self,
+        stream: &CudaStream,
+        ops: &[RankOp],
+        address: &dyn Fn(TaskId) -> u64,
+    ) -> Result<(), String> {
+        // SAFETY: the trait's contract is this method's.
+        unsafe { NcclRank::issue_step(self, stream, ops, address) }.map_err(|e| e.to_string())
+    }
+}
+
 impl Drop for NcclRank {
     fn drop(&mut self) {
         // Best effort: a drop cannot report a failure, and the communicator goes either way.

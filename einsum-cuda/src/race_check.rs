@@ -20,6 +20,7 @@
 
 use einsum_core::taskgraph::{Task, TaskGraph, TaskId};
 
+use crate::rank_schedule::Role;
 use crate::stream_plan::StreamPlan;
 
 /// A memory region of one GPU.
@@ -95,7 +96,7 @@ pub enum RaceError {
 pub fn accesses(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) -> Result<Vec<Access>, RaceError> {
     let mut out = Vec::new();
     for (t, n) in graph.nodes().iter().enumerate() {
-        if plan.elided[t] || matches!(n.task, Task::Load { .. }) {
+        if plan.elided[t] || plan.roles[t] == Role::Remote || matches!(n.task, Task::Load { .. }) {
             continue;
         }
         let mut push = |region, lo: usize, bytes: usize, write| {
@@ -107,6 +108,10 @@ pub fn accesses(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) ->
             n.task.reads().into_iter().map(|b| (b, false)).chain(n.task.writes().into_iter().map(|b| (b, true)));
         for (b, write) in touched {
             let (i, buf) = (b.0 as usize, graph.buffer(b));
+            if !plan.local_device[buf.device.0 as usize] {
+                // The other end of a send or receive: another rank's memory.
+                continue;
+            }
             match plan.resident.location(i) {
                 Some(_) if write => return Err(RaceError::ResidentWrite { task: TaskId(t as u32), buffer: i }),
                 Some((gpu, offset)) => push(Region::Resident(gpu), offset, buf.bytes(), false),
@@ -180,8 +185,15 @@ impl HappensBefore {
 /// every wait must be issuable; no run may write a resident buffer. Returns the first
 /// violation found.
 pub fn check(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) -> Result<(), RaceError> {
-    let silent: Vec<bool> =
-        graph.nodes().iter().zip(&plan.elided).map(|(n, &e)| e || matches!(n.task, Task::Load { .. })).collect();
+    let silent: Vec<bool> = graph
+        .nodes()
+        .iter()
+        .zip(&plan.elided)
+        .zip(&plan.roles)
+        .map(|((n, &e), r)| e || *r == Role::Remote || matches!(n.task, Task::Load { .. }))
+        .collect();
+    // The sends and receives of one step run together, as one group.
+    let together = |a: usize, b: usize| plan.roles[a].step().is_some() && plan.roles[a].step() == plan.roles[b].step();
     let hb = HappensBefore::new(plan, &silent)?;
     let mut all = accesses(graph, plan, scratch)?;
     all.sort_by_key(|a| (a.region, a.lo, a.task));
@@ -195,7 +207,7 @@ pub fn check(graph: &TaskGraph, plan: &StreamPlan, scratch: &[Vec<usize>]) -> Re
                 continue;
             }
             let (a, b) = if y.task < x.task { (y, &x) } else { (&x, y) };
-            if !hb.before(a.task, b.task) {
+            if !hb.before(a.task, b.task) || together(a.task, b.task) {
                 let kind = match (a.write, b.write) {
                     (true, true) => "write-write",
                     (true, false) => "write-read",

@@ -59,6 +59,12 @@ impl ResidentPlan {
     /// Plans the resident regions of `graph` with virtual device `v` on GPU
     /// `gpu_of_device[v]` (`gpus` GPUs).
     pub fn new(graph: &TaskGraph, gpu_of_device: &[usize], gpus: usize) -> ResidentPlan {
+        ResidentPlan::of_devices(graph, gpu_of_device, &vec![true; graph.devices()], gpus)
+    }
+
+    /// [`ResidentPlan::new`] for the devices `local` marks (one rank's of a multi-process
+    /// job): the Loads of other devices get no block, and their inputs' uploads skip them.
+    pub fn of_devices(graph: &TaskGraph, gpu_of_device: &[usize], local: &[bool], gpus: usize) -> ResidentPlan {
         let mut plan = ResidentPlan {
             blocks: Vec::new(),
             buffer_block: vec![None; graph.buffers().len()],
@@ -68,6 +74,9 @@ impl ResidentPlan {
         for node in graph.nodes() {
             let Task::Load { input, dst } = &node.task else { continue };
             let buf = graph.buffer(*dst);
+            if local.get(buf.device.0 as usize) == Some(&false) {
+                continue;
+            }
             let gpu = gpu_of_device.get(buf.device.0 as usize).copied().unwrap_or(0);
             let same = |b: &ResidentBlock| b.gpu == gpu && b.ty == buf.ty && b.dtype == buf.dtype;
             let block = match plan.input_blocks[*input].iter().copied().find(|&k| same(&plan.blocks[k])) {

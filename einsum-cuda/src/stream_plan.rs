@@ -44,10 +44,19 @@
 //! held until the last read of any buffer of the group. An aliased transfer issues nothing and
 //! waits for nothing: a task depending on it depends on what it depended on instead. With
 //! [`PlanOptions::alias_transfers`] off, transfers within a GPU are device copies.
+//!
+//! A rank of a multi-process job ([`StreamPlan::for_rank`]) plans the job's graph in its own
+//! issue order ([`RankSchedule`]): its devices map onto its GPUs, other ranks' tasks issue
+//! nothing and their buffers take no memory, and its sends and receives take one more stream
+//! per GPU, the exchange stream, where each step is one group ([`StreamPlan::steps`]). The
+//! operations of a group run together, so the pool holds every buffer a step touches for
+//! the whole step, and [`crate::race_check`] counts two of its operations touching the same
+//! bytes as a race.
 
 use einsum_core::taskgraph::{BufferId, Task, TaskGraph, TaskId};
 
 use crate::pool::{self, Alloc};
+use crate::rank_schedule::{RankSchedule, Role, StepOp, steps_of};
 use crate::resident::ResidentPlan;
 
 /// The default stream budget of one GPU (shared by the virtual devices it hosts).
@@ -84,6 +93,14 @@ pub struct StreamPlan {
     pub pool_bytes: Vec<usize>,
     /// Where the Load destinations live, outside the pools.
     pub resident: ResidentPlan,
+    /// What every task is to the rank this plan is for ([`Role::Local`] throughout for one
+    /// process): another rank's task issues nothing, and its buffers take no memory here.
+    pub roles: Vec<Role>,
+    /// For every device, whether it is this rank's (every device for one process).
+    pub local_device: Vec<bool>,
+    /// This rank's sends and receives of every step, in issue order (empty for one
+    /// process); each step is issued as one group on its GPU's exchange stream.
+    pub steps: Vec<Vec<StepOp>>,
 }
 
 /// The virtual device a task runs on: where it writes (a transfer runs on its
@@ -200,7 +217,7 @@ impl Default for PlanOptions {
 /// Transfers within one GPU, aliased where `alias` asks: each buffer's alias root (itself
 /// unless it is the destination of an aliased transfer), and whether each task is such a
 /// transfer, which issues nothing.
-fn alias_transfers(graph: &TaskGraph, gpu_of_device: &[usize], alias: bool) -> (Vec<usize>, Vec<bool>) {
+fn alias_transfers(graph: &TaskGraph, gpu_of_device: &[usize], roles: &[Role], alias: bool) -> (Vec<usize>, Vec<bool>) {
     let nodes = graph.nodes();
     let gpu_of_buffer = |b: BufferId| gpu_of_device[graph.buffer(b).device.0 as usize];
     // Transfers within one GPU: the destination shares the memory of its source's alias
@@ -214,6 +231,7 @@ fn alias_transfers(graph: &TaskGraph, gpu_of_device: &[usize], alias: bool) -> (
     if alias {
         for (t, n) in nodes.iter().enumerate() {
             if let Task::Transfer { src, dst } = n.task
+                && roles[t] == Role::Local
                 && gpu_of_buffer(src) == gpu_of_buffer(dst)
             {
                 root[dst.0 as usize] = root[src.0 as usize];
@@ -238,7 +256,10 @@ struct Allocations {
 
 impl Allocations {
     /// The allocations of `graph` with alias roots `root`, tasks that issue nothing `silent`,
-    /// its resident buffers, each task's device and each task's `scratch` bytes.
+    /// its resident buffers, each task's device, each task's `scratch` bytes, the devices
+    /// whose buffers take memory here (`local_device`) and the positions each task occupies
+    /// (`span`: its own, or its whole step's for a send or receive, which run as one group).
+    #[allow(clippy::too_many_arguments)]
     fn of(
         graph: &TaskGraph,
         root: &[usize],
@@ -247,6 +268,8 @@ impl Allocations {
         gpu_of_device: &[usize],
         device: &[usize],
         scratch: &[Vec<usize>],
+        local_device: &[bool],
+        span: &[(usize, usize)],
     ) -> Allocations {
         let nodes = graph.nodes();
         // Allocations: the pool buffers first (one per alias group, held until the last
@@ -264,11 +287,11 @@ impl Allocations {
             }
         }
         for (b, buf) in graph.buffers().iter().enumerate() {
-            if resident.buffer_block[b].is_some() || root[b] != b {
+            if resident.buffer_block[b].is_some() || root[b] != b || !local_device[buf.device.0 as usize] {
                 continue;
             }
-            let first = graph.writer(BufferId(b as u32)).map_or(0, |t| t.0 as usize);
-            let last = readers[b].iter().copied().max().map_or(first, |t| t.max(first));
+            let first = graph.writer(BufferId(b as u32)).map_or(0, |t| span[t.0 as usize].0);
+            let last = readers[b].iter().map(|&t| span[t].1).max().map_or(first, |t| t.max(first));
             buffer_alloc[b] = Some(allocs.len());
             allocs.push(Alloc { gpu: gpu_of_device[buf.device.0 as usize], bytes: buf.bytes(), first, last });
             let mut u = vec![first];
@@ -339,30 +362,111 @@ impl StreamPlan {
 
     /// Plans `graph` on `gpus` GPUs with `options`; see [`StreamPlan::new`].
     pub fn with_options(graph: &TaskGraph, gpus: usize, options: &PlanOptions, scratch: &[Vec<usize>]) -> StreamPlan {
+        let roles = vec![Role::Local; graph.nodes().len()];
+        StreamPlan::build(graph, &roles, &vec![true; graph.devices()], gpus, options, scratch)
+    }
+
+    /// Plans one rank's share of a multi-process job ([`RankSchedule`]: the job's graph in
+    /// the rank's issue order) on `gpus` GPUs of its own: its devices map onto them
+    /// round-robin (in device order), other ranks' tasks issue nothing and their buffers take
+    /// no memory, and the rank's sends and receives of every step go, one group per step, to
+    /// an exchange stream of their GPU (one more stream per GPU that has any), which waits
+    /// for the step's producers before the group and records the events its consumers wait
+    /// for after it. A step's operations run together, so every buffer one of them touches is
+    /// held in the pool for the whole step.
+    pub fn for_rank(schedule: &RankSchedule, gpus: usize, options: &PlanOptions, scratch: &[Vec<usize>]) -> StreamPlan {
+        let RankSchedule { graph, roles, local_device, .. } = schedule;
+        StreamPlan::build(graph, roles, local_device, gpus, options, scratch)
+    }
+
+    /// The plan of `graph` for the rank whose tasks' roles are `roles` and whose devices
+    /// `local_device` marks.
+    fn build(
+        graph: &TaskGraph,
+        roles: &[Role],
+        local_device: &[bool],
+        gpus: usize,
+        options: &PlanOptions,
+        scratch: &[Vec<usize>],
+    ) -> StreamPlan {
         let gpus = gpus.max(1);
         let nodes = graph.nodes();
-        let gpu_of_device: Vec<usize> = (0..graph.devices().max(1)).map(|v| v % gpus).collect();
+        let mut gpu_of_device = vec![0; graph.devices().max(1)];
+        for (k, v) in (0..graph.devices()).filter(|&v| local_device[v]).enumerate() {
+            gpu_of_device[v] = k % gpus;
+        }
+        let local_device: Vec<bool> = (0..gpu_of_device.len()).map(|v| local_device.get(v) != Some(&false)).collect();
+        // Streams of the local devices (another rank's device gets none).
+        let local: Vec<usize> = (0..gpu_of_device.len()).filter(|&v| local_device[v]).collect();
+        let local_gpus: Vec<usize> = local.iter().map(|&v| gpu_of_device[v]).collect();
+        let mut counts = vec![0; gpu_of_device.len()];
+        for (&v, k) in local.iter().zip(streams_per_device(&local_gpus, gpus, options.streams_per_gpu)) {
+            counts[v] = k;
+        }
         let mut stream_device = Vec::new();
         let mut lanes = Vec::new();
-        for (v, k) in streams_per_device(&gpu_of_device, gpus, options.streams_per_gpu).into_iter().enumerate() {
+        for (v, k) in counts.into_iter().enumerate() {
             lanes.push(stream_device.len()..stream_device.len() + k);
             stream_device.extend(std::iter::repeat_n(v, k));
         }
-        let device: Vec<usize> = nodes.iter().map(|n| task_device(graph, &n.task)).collect();
-        let (root, elided) = alias_transfers(graph, &gpu_of_device, options.alias_transfers);
-        let mut resident = ResidentPlan::new(graph, &gpu_of_device, gpus);
+        // A send runs on its source's device, everything else where it writes.
+        let device: Vec<usize> = nodes
+            .iter()
+            .zip(roles)
+            .map(|(n, r)| match (r, &n.task) {
+                (Role::Send { .. }, Task::Transfer { src, .. }) => graph.buffer(*src).device.0 as usize,
+                _ => task_device(graph, &n.task),
+            })
+            .collect();
+        // One exchange stream per GPU with a send or receive, owned by its first local device.
+        let mut exchange_stream: Vec<Option<usize>> = vec![None; gpus];
+        for (t, r) in roles.iter().enumerate() {
+            let g = gpu_of_device[device[t]];
+            if r.step().is_some() && exchange_stream[g].is_none() {
+                exchange_stream[g] = Some(stream_device.len());
+                let owner = local.iter().copied().find(|&v| gpu_of_device[v] == g).unwrap_or(device[t]);
+                stream_device.push(owner);
+            }
+        }
+        let (root, elided) = alias_transfers(graph, &gpu_of_device, roles, options.alias_transfers);
+        let mut resident = ResidentPlan::of_devices(graph, &gpu_of_device, &local_device, gpus);
         for (b, &r) in root.iter().enumerate() {
             resident.buffer_block[b] = resident.buffer_block[r];
         }
-        // Tasks that issue nothing: Loads (their data is resident before the run) and
-        // aliased transfers.
-        let silent: Vec<bool> =
-            nodes.iter().zip(&elided).map(|(n, &e)| e || matches!(n.task, Task::Load { .. })).collect();
-        let memory = Allocations::of(graph, &root, &silent, &resident, &gpu_of_device, &device, scratch);
+        // Tasks that issue nothing: Loads (their data is resident before the run), aliased
+        // transfers and other ranks' tasks.
+        let silent: Vec<bool> = nodes
+            .iter()
+            .zip(&elided)
+            .zip(roles)
+            .map(|((n, &e), r)| e || *r == Role::Remote || matches!(n.task, Task::Load { .. }))
+            .collect();
+        // The positions every task occupies: a step's sends and receives all of the step's.
+        let steps = steps_of(graph, roles);
+        let mut span: Vec<(usize, usize)> = (0..nodes.len()).map(|t| (t, t)).collect();
+        for ops in &steps {
+            if let (Some(first), Some(last)) = (ops.first(), ops.last()) {
+                for o in ops {
+                    span[o.op.task.0 as usize] = (first.op.task.0 as usize, last.op.task.0 as usize);
+                }
+            }
+        }
+        let memory =
+            Allocations::of(graph, &root, &silent, &resident, &gpu_of_device, &device, scratch, &local_device, &span);
         let plan = pool::plan(&memory.allocs, gpus);
         let deps = dependencies(graph, &elided, &silent, &memory, &plan.reuses);
         let Allocations { buffer_alloc, scratch_alloc, .. } = memory;
-        let stream = assign_streams(&device, &lanes, &deps, &silent);
+        // Sends and receives keep out of the compute streams' histories; they take the
+        // exchange stream.
+        let exchanged: Vec<bool> = silent.iter().zip(roles).map(|(&s, r)| s || r.step().is_some()).collect();
+        let mut stream = assign_streams(&device, &lanes, &deps, &exchanged);
+        for (t, r) in roles.iter().enumerate() {
+            if r.step().is_some() {
+                stream[t] = exchange_stream[gpu_of_device[device[t]]].expect("a GPU with a step has its stream");
+            } else if *r == Role::Remote {
+                stream[t] = 0;
+            }
+        }
         let (waits, record) = events(&stream, stream_device.len(), &deps, &silent);
         StreamPlan {
             gpus,
@@ -376,6 +480,9 @@ impl StreamPlan {
             scratch_offset: scratch_alloc.iter().map(|v| v.iter().map(|&a| plan.offsets[a]).collect()).collect(),
             pool_bytes: plan.sizes,
             resident,
+            roles: roles.to_vec(),
+            local_device,
+            steps,
         }
     }
 
@@ -531,6 +638,40 @@ mod tests {
         // Three streams for four slices: the fourth takes the stream of the first (issued
         // earliest).
         assert_eq!(s.stream[1..5], [0, 1, 2, 0]);
+    }
+
+    /// Two ranks of one device each swap kernel results in one step: on each rank the block
+    /// sent (last read by the send) and the block received are held together for the step,
+    /// so the receive cannot reuse the sent block's bytes, as it could were the two run one
+    /// after the other; the race checker passes the plan and flags that reuse.
+    #[test]
+    fn a_step_holds_what_it_sends_and_receives_together() {
+        use crate::exchange_steps::Direction;
+        use crate::exchange_steps::tests::layered;
+        use crate::race_check::{RaceError, check};
+        // Tasks 0, 1 load; 2: kernel on 0; 3: kernel on 1; 4: 0 -> 1 of 2's block; 5: 1 -> 0
+        // of 3's block; 6: kernel on 0 of what it received; 7: kernel on 1 likewise.
+        let g = layered(2, &[(0, 0, 0, 0), (1, 1, 0, 0), (1, 0, 1, 0), (0, 1, 1, 0), (0, 0, 2, 2), (1, 1, 2, 2)]);
+        for rank in 0..2 {
+            let s = RankSchedule::new(&g, &[0, 1], rank, 2).unwrap();
+            let plan = StreamPlan::for_rank(&s, 1, &PlanOptions::default(), &[]);
+            assert_eq!(plan.steps.len(), 1);
+            let ops = &plan.steps[0];
+            assert_eq!(ops.len(), 2, "{ops:?}");
+            let buffer = |d| ops.iter().find(|o| o.op.direction == d).unwrap().buffer.0 as usize;
+            let (sent, received) = (buffer(Direction::Send), buffer(Direction::Recv));
+            // Both on the exchange stream, the last one.
+            let exchange = plan.streams() - 1;
+            assert!(ops.iter().all(|o| plan.stream[o.op.task.0 as usize] == exchange));
+            assert_ne!(plan.buffer_offset[sent], plan.buffer_offset[received]);
+            check(&s.graph, &plan, &[]).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            let mut reused = plan.clone();
+            reused.buffer_offset[received] = plan.buffer_offset[sent];
+            assert!(matches!(check(&s.graph, &reused, &[]), Err(RaceError::Race { .. })), "rank {rank}");
+            // Another rank's buffers take no memory: two pool blocks, the block sent and the
+            // block received; the last kernel's result reuses the sent block's bytes.
+            assert_eq!(plan.pool_bytes, vec![2 * crate::pool::ALIGN], "rank {rank}");
+        }
     }
 
     #[test]
