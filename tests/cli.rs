@@ -740,3 +740,17 @@ fn the_mpi_backend_without_its_feature_says_how_to_get_it() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("only `run`"));
 }
+
+/// `--backend mpi-cuda` in a build without the `nccl` feature says how to build and launch
+/// it; other commands say that only `run` runs on an MPI job.
+#[cfg(not(feature = "nccl"))]
+#[test]
+fn the_gpu_job_backend_without_its_feature_says_how_to_get_it() {
+    let out = einsummable(&["run", "matmul:n=8", "--backend", "mpi-cuda"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features nccl") && err.contains("NCCL") && err.contains("mpirun"), "{err}");
+    let out = einsummable(&["explain", "matmul:n=8", "--backend", "mpi-cuda"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only `run`"));
+}

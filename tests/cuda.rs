@@ -389,6 +389,63 @@ fn llama_block_split_over_ranks_matches_one_process_on_the_emulator() {
     }
 }
 
+/// On two GPUs with NCCL: the small LLaMA block planned for 8 devices, run as two ranks
+/// (threads here, one GPU and one communicator each, four devices each) whose transfers to
+/// each other go over NCCL, replayed twice: the blocks each rank stores, put together, match
+/// the single-device reference.
+#[cfg(feature = "nccl")]
+#[test]
+#[ignore = "needs two GPUs and NCCL"]
+fn llama_block_over_two_nccl_ranks_matches_the_reference() {
+    use einsum_core::HostTensor;
+    use einsum_cuda::nccl::{NcclRank, UniqueId};
+    use einsum_cuda::{CudaExecutable, RankShare};
+    let dtype = DType::F32;
+    let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
+    let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    exe.load_random(13).unwrap();
+    let comp = graph.computation();
+    let compiled = exe.compiled();
+    let kernels = einsum_compile::ComputationKernels(comp, &compiled.kernels);
+    let values = exe.loaded_inputs();
+    let ordered: Vec<_> = comp.inputs().iter().map(|t| values[t].clone()).collect();
+    let reference = comp.evaluate(&values).unwrap();
+    let id = UniqueId::new().expect("NCCL");
+    let device_rank: Vec<usize> = (0..8).map(|d| d / 4).collect();
+    // Per rank, its outputs and the blocks of them it stored.
+    type Stored = (Vec<HostTensor>, Vec<(usize, einsum_core::TensorType)>);
+    let ranks: Vec<Stored> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2usize)
+            .map(|rank| {
+                let (kernels, ordered, device_rank) = (&kernels, &ordered, device_rank.clone());
+                s.spawn(move || {
+                    let nccl = NcclRank::init(&id, rank, 2, rank).expect("joined, a GPU per rank");
+                    let share = RankShare { device_rank, rank, ranks: 2, exchange: Box::new(nccl) };
+                    let options = CudaOptions { first_gpu: rank, max_gpus: Some(1), ..CudaOptions::default() };
+                    let mut e =
+                        CudaExecutable::prepare_rank(&compiled.graph, kernels, &options, share).expect("prepared");
+                    e.load_all(ordered).expect("loaded");
+                    let first = e.run().expect("ran");
+                    let second = e.run().expect("replayed");
+                    assert!(first == second, "rank {rank}: a replay differs from the first run");
+                    (second, e.stored_blocks().to_vec())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank")).collect()
+    });
+    for (o, t) in comp.saved().iter().enumerate() {
+        let mut whole = HostTensor::filled(reference[t].ty().clone(), reference[t].dtype(), f32::NAN);
+        for (outs, stored) in &ranks {
+            for (_, block) in stored.iter().filter(|(out, _)| *out == o) {
+                whole.overwrite(&outs[o].slice(block).unwrap()).unwrap();
+            }
+        }
+        let err = scaled_error(&whole, &reference[t], 1.0);
+        assert!(err <= 10.0 * tolerance(dtype), "output {o}: error {err}");
+    }
+}
+
 /// `--warmup W --repeat N` runs W + N times and reports the median of the N timed runs.
 #[test]
 fn repeat_reports_the_median_of_the_timed_runs() {

@@ -154,6 +154,21 @@ fn layouts_that_do_not_fit_are_refused() {
     assert!(text(&out).contains("rank 0 would own devices 0..16"), "{}", text(&out));
 }
 
+/// `--backend mpi-cuda` on a machine without a GPU fails before any rank waits for another,
+/// with a non-zero exit saying what is missing; built without the `nccl` feature, it says
+/// how to get it. (Skipped where a GPU is present.)
+#[test]
+fn the_gpu_job_without_a_gpu_fails_naming_what_is_missing() {
+    if einsum_cuda::availability::check_cuda().is_ok() {
+        return;
+    }
+    let out = output(mpirun(2, &["run", SMALL, "--backend", "mpi-cuda", "--devices", "8"], "nogpu"));
+    assert!(!out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    let expected = if cfg!(feature = "nccl") { "no CUDA driver" } else { "--features nccl" };
+    assert!(said.contains(expected), "{said}");
+}
+
 /// The process ids of the ranks of the job marked `mark`, by rank (from their environments).
 fn rank_pids(mark: &str) -> Vec<(usize, u32)> {
     let mut found = Vec::new();

@@ -27,9 +27,12 @@ pub struct CudaOptions {
     /// Issue the tasks stream-ordered on every run instead of capturing them once as a CUDA
     /// graph (for debugging: errors surface at the task that caused them).
     pub eager: bool,
-    /// Use at most this many GPUs (`None`: every GPU the driver sees). Virtual devices map
-    /// onto the GPUs used round-robin.
+    /// Use at most this many GPUs (`None`: every GPU the driver sees from
+    /// [`CudaOptions::first_gpu`] on). Virtual devices map onto the GPUs used round-robin.
     pub max_gpus: Option<usize>,
+    /// The ordinal of the first GPU used (0 by default); a rank of a multi-process job uses
+    /// the GPUs from its own (say, its local rank).
+    pub first_gpu: usize,
     /// The stream budget of every GPU, shared by the virtual devices it hosts (at least one
     /// stream each; see [`crate::stream_plan`]). 1 gives every virtual device one stream.
     pub streams_per_gpu: usize,
@@ -49,6 +52,7 @@ impl Default for CudaOptions {
         CudaOptions {
             eager: false,
             max_gpus: None,
+            first_gpu: 0,
             streams_per_gpu: DEFAULT_STREAMS_PER_GPU,
             fuse: true,
             kernels: KernelRegistry::default(),
@@ -270,7 +274,14 @@ impl CudaExecutable {
             None => lower(graph, kernels, &options.kernels),
         }
         .map_err(|e| e.into_backend_error(graph))?;
-        let gpus = options.max_gpus.unwrap_or(available).clamp(1, available);
+        if options.first_gpu >= available {
+            return Err(BackendError::Unavailable(format!(
+                "no GPU {} to start from ({available} GPUs here)",
+                options.first_gpu
+            )));
+        }
+        let after = available - options.first_gpu;
+        let gpus = options.max_gpus.unwrap_or(after).clamp(1, after);
         let local = schedule.as_ref().map_or(graph.devices(), |s| s.local_device.iter().filter(|&&l| l).count());
         let gpus = gpus.min(local.max(1));
         let plan = match &schedule {
@@ -282,7 +293,7 @@ impl CudaExecutable {
         };
         let stored = stored_blocks(graph, &plan.roles);
         let gpus: Vec<Gpu> = (0..plan.gpus)
-            .map(|g| Gpu::open(g, &lowered.modules, &lowered.attention, plan.pool_bytes[g]))
+            .map(|g| Gpu::open(options.first_gpu + g, &lowered.modules, &lowered.attention, plan.pool_bytes[g]))
             .collect::<Result<_, _>>()
             .map_err(setup)?;
         enable_peer_access(&gpus);

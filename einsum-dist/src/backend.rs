@@ -75,12 +75,7 @@ impl RankBackend {
     /// The layout of a graph of `devices` devices over this job's ranks, checked against the
     /// topology where one was given: what `prepare` uses, for a caller to check first.
     pub fn layout(&self, devices: usize) -> Result<RankLayout, BackendError> {
-        let ranks = self.transport.ranks();
-        let layout = match &self.topology {
-            Some(t) => RankLayout::for_topology(t, devices, ranks),
-            None => RankLayout::contiguous(devices, ranks),
-        };
-        layout.map_err(|e| BackendError::Unavailable(format!("the {} backend's {ranks} ranks: {e}", self.name)))
+        layout(&self.name, self.topology.as_ref(), devices, self.transport.ranks())
     }
 
     /// Prepares `graph` on this rank ([`Backend::prepare`] boxes the same).
@@ -99,6 +94,21 @@ impl RankBackend {
         handshake(inner.graph(), &peers, nodes.then_some(&node_of as &dyn Fn(usize) -> usize))?;
         Ok(RankExecutable::new(inner.with_peers(peers.clone()), peers))
     }
+}
+
+/// The layout of a graph of `devices` devices over `ranks` ranks, one node of `topology`
+/// (where given) never split over two ranks; refused naming backend `name` otherwise.
+pub(crate) fn layout(
+    name: &str,
+    topology: Option<&Topology>,
+    devices: usize,
+    ranks: usize,
+) -> Result<RankLayout, BackendError> {
+    let layout = match topology {
+        Some(t) => RankLayout::for_topology(t, devices, ranks),
+        None => RankLayout::contiguous(devices, ranks),
+    };
+    layout.map_err(|e| BackendError::Unavailable(format!("the {name} backend's {ranks} ranks: {e}")))
 }
 
 impl Backend for RankBackend {

@@ -3,13 +3,10 @@
 
 use std::sync::Arc;
 
-use einsum_core::{
-    BackendError, HostTensor, Prepared, TaskTiming, TensorType,
-    taskgraph::{TaskGraph, TaskId},
-};
+use einsum_core::{BackendError, HostTensor, Prepared, TaskTiming, TensorType, taskgraph::TaskGraph};
 use einsum_cpu::{CpuExecutable, RunStats, StoredBlock, stitch_blocks};
 
-use crate::{messages::Kind, peers::RankPeers};
+use crate::peers::RankPeers;
 
 /// A task graph prepared on one rank of a job ([`RankBackend`](crate::RankBackend)): it
 /// holds the blocks of its own devices' inputs, runs their tasks, exchanges the crossing
@@ -63,36 +60,8 @@ impl<'k> RankExecutable<'k> {
 
     /// Rank 0's whole outputs: its own blocks and those every other rank sent, stitched.
     fn gather(&self, mut blocks: Vec<StoredBlock>) -> Result<Vec<HostTensor>, BackendError> {
-        let graph = self.inner.graph();
-        let mut missing: Vec<(u32, TaskId, usize)> = self
-            .peers
-            .messages
-            .gathered()
-            .map(|(tag, m)| {
-                let Kind::Output(output) = m.kind else { unreachable!("gathered messages are outputs") };
-                (tag, m.task, output)
-            })
-            .collect();
-        while let Some(&(first_tag, first, _)) = missing.first() {
-            let fail = |reason: String| BackendError::Task {
-                task: first,
-                label: graph.nodes()[first.0 as usize].label.clone(),
-                reason,
-            };
-            let wanted = |tag: u32| missing.iter().any(|m| m.0 == tag);
-            let got = self.peers.take(self.peers.patience, wanted).map_err(|e| fail(format!("gathering: {e}")))?;
-            let Some((_, tag, block)) = got else {
-                let from = self.peers.messages.incoming(first_tag).map_or(0, |m| m.from);
-                return Err(fail(format!(
-                    "rank 0 waited {:.1} s for this output block from rank {from}, which may have failed",
-                    self.peers.patience.as_secs_f64()
-                )));
-            };
-            let at = missing.iter().position(|m| m.0 == tag).expect("wanted");
-            let (_, task, output) = missing.swap_remove(at);
-            blocks.push(StoredBlock { task, output, block });
-        }
-        stitch_blocks(graph, blocks)
+        blocks.extend(self.peers.gathered_blocks(self.inner.graph())?);
+        stitch_blocks(self.inner.graph(), blocks)
     }
 }
 

@@ -32,17 +32,52 @@ pub(crate) fn fingerprint(graph: &TaskGraph) -> u64 {
     h.finish()
 }
 
-/// The type of a handshake message from its envelope: the fingerprint (two i32) from rank 0,
-/// a host name (its bytes, padded to whole i32) from any other rank.
+/// The type of a handshake message from its envelope: whole i32 (the fingerprint's two
+/// halves, or a unique id's 32 words, from rank 0; a host name's bytes, padded, from any
+/// other rank).
 pub(crate) fn shape(envelope: &Envelope) -> Result<(TensorType, DType), TransportError> {
-    if envelope.from == 0 {
-        return Ok((TensorType::zero_bounded(&[2]), DType::I32));
-    }
     if !envelope.bytes.is_multiple_of(4) {
-        let why = "a host name comes as whole i32".to_string();
+        let why = "a handshake message comes as whole i32".to_string();
         return Err(TransportError::Unexpected { envelope: *envelope, why });
     }
     Ok((TensorType::zero_bounded(&[envelope.bytes / 4]), DType::I32))
+}
+
+/// Sends every other rank the 128 bytes rank 0 gets from `make` (a communicator's unique
+/// id, such as NCCL's), over the handshake's tag, after the handshake; returns them on every
+/// rank. Fails on rank 0 when `make` does, elsewhere when rank 0 sent nothing in time.
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+pub(crate) fn share_id(
+    peers: &RankPeers,
+    make: impl FnOnce() -> Result<[u8; 128], BackendError>,
+) -> Result<[u8; 128], BackendError> {
+    let rank = peers.rank();
+    let transport = &*peers.transport;
+    let fail =
+        |reason: String| BackendError::Device { operation: format!("rank {rank}: sharing the unique id"), reason };
+    if rank == 0 {
+        let id = make()?;
+        let words = id.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let block = HostTensor::from_i32(TensorType::zero_bounded(&[32]), words).expect("32 words");
+        for to in 1..transport.ranks() {
+            transport.send(to, HANDSHAKE, block.clone()).map_err(|e| fail(e.to_string()))?;
+        }
+        return Ok(id);
+    }
+    let got = peers.take(peers.patience, |tag| tag == HANDSHAKE).map_err(|e| fail(e.to_string()))?;
+    let Some((_, _, block)) = got else {
+        let patience = peers.patience.as_secs_f64();
+        return Err(fail(format!("rank 0 sent no unique id in {patience:.1} s (it may have failed)")));
+    };
+    let words = block.to_i32();
+    if words.len() != 32 {
+        return Err(fail(format!("rank 0 sent {} words where a unique id's 32 were expected", words.len())));
+    }
+    let mut id = [0u8; 128];
+    for (chunk, w) in id.chunks_exact_mut(4).zip(words) {
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+    Ok(id)
 }
 
 /// `text`'s bytes, zero-padded to whole i32.
@@ -81,6 +116,9 @@ pub(crate) fn handshake(
             )));
         };
         let v = block.to_i32();
+        if v.len() != 2 {
+            return Err(fail(format!("rank 0 sent {} words where its graph's fingerprint (2) was expected", v.len())));
+        }
         let theirs = (u64::from(v[0] as u32) << 32) | u64::from(v[1] as u32);
         if theirs != mine {
             return Err(fail(format!(
@@ -136,4 +174,58 @@ fn check_placement(hosts: &[String], peers: &RankPeers, node_of: &dyn Fn(usize) 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use einsum_core::taskgraph::examples::two_device_gather;
+
+    use super::*;
+    use crate::{Local, RankLayout, messages::Messages};
+
+    /// Rank `rank`'s peers in a job of two over `transport`, for the two-device gather.
+    fn peers(transport: Local, patience: Duration) -> RankPeers {
+        let layout = RankLayout::contiguous(2, 2).expect("even");
+        let messages = Messages::of(&two_device_gather(), &layout).expect("its devices");
+        let sent = (0..2).map(|_| Default::default()).collect();
+        RankPeers::new(Arc::new(transport), layout, messages, patience, sent)
+    }
+
+    /// After the handshake, every rank gets the bytes rank 0 made; when rank 0 fails to make
+    /// them, its error is its own and the other rank's names rank 0.
+    #[test]
+    fn every_rank_gets_the_id_rank_0_made() {
+        let id: [u8; 128] = std::array::from_fn(|i| (i * 5 + 1) as u8);
+        let got: Vec<[u8; 128]> = std::thread::scope(|s| {
+            let ranks: Vec<_> = Local::job(2)
+                .into_iter()
+                .map(|t| {
+                    s.spawn(move || {
+                        let p = peers(t, Duration::from_secs(10));
+                        handshake(&two_device_gather(), &p, None).expect("same graph");
+                        share_id(&p, || Ok(id)).expect("shared")
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().expect("a rank")).collect()
+        });
+        assert_eq!(got, vec![id, id]);
+        let errors: Vec<String> = std::thread::scope(|s| {
+            let ranks: Vec<_> = Local::job(2)
+                .into_iter()
+                .map(|t| {
+                    s.spawn(move || {
+                        let p = peers(t, Duration::from_millis(300));
+                        let unavailable = || Err(BackendError::Unavailable("no NCCL library found".into()));
+                        share_id(&p, unavailable).expect_err("no id").to_string()
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().expect("a rank")).collect()
+        });
+        assert!(errors[0].contains("no NCCL library"), "{}", errors[0]);
+        assert!(errors[1].contains("rank 0 sent no unique id"), "{}", errors[1]);
+    }
 }

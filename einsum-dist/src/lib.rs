@@ -5,9 +5,13 @@
 //! tasks; a transfer between devices of different ranks becomes a point-to-point message.
 //! [`RankLayout`] says which rank owns which device; [`cross_rank`] lists the transfers that
 //! become messages (a message's tag is its position in that list) and [`inter_rank_bytes`]
-//! sums their bytes per pair of ranks.
+//! sums their bytes per pair of ranks. [`RankBackend`] runs the ranks' tasks on the CPU over
+//! a [`Transport`] (MPI's, feature `mpi`); `CudaRankBackend` (feature `nccl`) runs them on
+//! one GPU per rank, the crossing transfers over NCCL.
 
 mod backend;
+#[cfg(feature = "nccl")]
+mod cuda;
 mod executable;
 mod handshake;
 mod layout;
@@ -19,6 +23,8 @@ mod traffic;
 mod transport;
 
 pub use backend::{DEFAULT_PATIENCE, RankBackend};
+#[cfg(feature = "nccl")]
+pub use cuda::{CudaRankBackend, CudaRankExecutable};
 pub use executable::RankExecutable;
 pub use layout::{LayoutError, RankLayout};
 #[cfg(feature = "mpi")]

@@ -19,10 +19,10 @@ use std::{
 };
 
 use einsum_core::{
-    DType, HostTensor, TensorType,
-    taskgraph::{DeviceId, TaskId},
+    BackendError, DType, HostTensor, TensorType,
+    taskgraph::{DeviceId, TaskGraph, TaskId},
 };
-use einsum_cpu::Peers;
+use einsum_cpu::{Peers, StoredBlock};
 
 use crate::{
     Envelope, RankLayout, Transport, TransportError,
@@ -107,6 +107,41 @@ impl RankPeers {
                 return Ok(None);
             }
         }
+    }
+
+    /// On rank 0, the output blocks every other rank sends after a run of `graph` (the graph
+    /// the messages were made from), waiting at most the patience for each; fails naming
+    /// the `Store` task whose block did not come, and the rank that owes it.
+    pub(crate) fn gathered_blocks(&self, graph: &TaskGraph) -> Result<Vec<StoredBlock>, BackendError> {
+        let mut missing: Vec<(u32, TaskId, usize)> = self
+            .messages
+            .gathered()
+            .map(|(tag, m)| {
+                let Kind::Output(output) = m.kind else { unreachable!("gathered messages are outputs") };
+                (tag, m.task, output)
+            })
+            .collect();
+        let mut blocks = Vec::with_capacity(missing.len());
+        while let Some(&(first_tag, first, _)) = missing.first() {
+            let fail = |reason: String| BackendError::Task {
+                task: first,
+                label: graph.nodes()[first.0 as usize].label.clone(),
+                reason,
+            };
+            let wanted = |tag: u32| missing.iter().any(|m| m.0 == tag);
+            let got = self.take(self.patience, wanted).map_err(|e| fail(format!("gathering: {e}")))?;
+            let Some((_, tag, block)) = got else {
+                let from = self.messages.incoming(first_tag).map_or(0, |m| m.from);
+                return Err(fail(format!(
+                    "rank 0 waited {:.1} s for this output block from rank {from}, which may have failed",
+                    self.patience.as_secs_f64()
+                )));
+            };
+            let at = missing.iter().position(|m| m.0 == tag).expect("wanted");
+            let (_, task, output) = missing.swap_remove(at);
+            blocks.push(StoredBlock { task, output, block });
+        }
+        Ok(blocks)
     }
 
     /// Sends `block` for `task` (a crossing transfer or a `Store`) to the rank its tag goes to.

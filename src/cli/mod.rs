@@ -114,7 +114,8 @@ pub fn cost_names() -> PossibleValuesParser {
 
 /// `--backend`: a name of the [`einsummable::backends`] table.
 pub fn backend_names() -> PossibleValuesParser {
-    table(einsummable::backends().iter().map(|e| (e.name, e.about)).chain([(job::NAME, job::ABOUT)]))
+    let jobs = [(job::NAME, job::ABOUT), (job::CUDA_NAME, job::CUDA_ABOUT)];
+    table(einsummable::backends().iter().map(|e| (e.name, e.about)).chain(jobs))
 }
 
 /// The help of `--topology`, from the [`einsum_sim::PRESETS`] and [`einsum_sim::NODE_PRESETS`]

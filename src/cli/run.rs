@@ -124,18 +124,16 @@ impl CompileArgs {
     /// the mpi backend, for the ranks of `job` (which must be given).
     pub(super) fn options(&self, job: Option<&Job>) -> Result<(CompileOptions, ChosenName)> {
         // Every name through its table, in the order `compile` used to check them.
+        let params = BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) };
         let backend = match job {
-            Some(_) if self.backend == job::NAME => None,
-            None if self.backend == job::NAME => {
+            Some(_) if job::is_job(&self.backend) => None,
+            None if job::is_job(&self.backend) => {
                 return Err(Error::Usage(format!(
                     "--backend {}: only `run` runs on the ranks of an MPI job; this command plans the same on --backend cpu",
-                    job::NAME
+                    self.backend
                 )));
             }
-            _ => Some(backend_by_name(
-                &self.backend,
-                &BackendParams { eager: self.eager, streams_per_gpu: usize::from(self.streams_per_gpu) },
-            )?),
+            _ => Some(backend_by_name(&self.backend, &params)?),
         };
         let optimizer =
             Arc::from(super::optimizer(&self.optimizer, self.seed, self.ilp_time_limit, self.ilp_node_limit)?);
@@ -150,7 +148,7 @@ impl CompileArgs {
                         self.rank_timeout
                     )));
                 }
-                job.backend(&topology, self.devices, Duration::from_secs_f64(self.rank_timeout))?
+                job.backend(&topology, self.devices, Duration::from_secs_f64(self.rank_timeout), &params)?
             }
             (None, None) => unreachable!("no backend without a job"),
         };
@@ -217,10 +215,10 @@ const MAX_RUNS: usize = 10_000;
 /// Runs `run`; on the mpi backend, as one rank of the MPI job this process was launched in
 /// (a rank that fails ends the job).
 pub fn run(a: RunArgs) -> Result<Report> {
-    if a.compile.backend != job::NAME {
+    if !job::is_job(&a.compile.backend) {
         return run_in(a, None);
     }
-    let job = Job::start()?;
+    let job = Job::start(&a.compile.backend)?;
     match run_in(a, Some(&job)) {
         Err(e) if job.ranks() > 1 => job.abort(&e),
         other => other,
