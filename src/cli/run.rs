@@ -166,6 +166,7 @@ impl CompileArgs {
             memory_budget: parse_budget(self.memory_budget)?,
             refine: self.refine,
             rewrites: self.rewrites == Rewrites::On,
+            rules: einsummable::rewrite::Rules::default(),
         };
         Ok((options, ChosenName { name, note }))
     }
