@@ -502,6 +502,31 @@ pub fn fastest_form<T: Send>(
     Ok(kept)
 }
 
+/// The forms [`fastest_form`] weighs under `rules`, as an experiment's joint optimizer plans
+/// them ([`einsum_experiments::experiment::Forms`]: the `dp+rewrites` column).
+#[derive(Clone, Debug, Default)]
+pub struct JointForms {
+    /// The rewrites weighed.
+    pub rules: Rules,
+}
+
+impl einsum_experiments::experiment::Forms for JointForms {
+    fn fastest(
+        &self,
+        graph: &Snapshot,
+        plan: &(
+             dyn Fn(
+            &Computation,
+        ) -> std::result::Result<einsum_compile::pipeline::Planned, einsum_compile::PipelineError>
+                 + Sync
+         ),
+    ) -> std::result::Result<(einsum_compile::pipeline::Planned, Snapshot), String> {
+        let kept = fastest_form(graph, Some(&self.rules), |c| Ok(plan(c)?), |p| p.compiled.predicted_ms)
+            .map_err(|e| e.to_string())?;
+        Ok((kept.planned, kept.graph))
+    }
+}
+
 /// How many forms of the contraction networks [`fastest_form`] weighs: the written one and
 /// the three cheapest others.
 pub const DEFAULT_FORMS: usize = 4;
