@@ -275,6 +275,8 @@ pub struct Executable {
     rewrites: Option<Vec<Change>>,
     /// Where each input goes in the form planned.
     binding: Binding,
+    /// The form planned (the graph as written, or a rewritten form of it).
+    form: Snapshot,
 }
 
 /// The kernel library a prepared executable holds: the graph's operators (its snapshot)
@@ -380,7 +382,7 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
     // Every form has the graph's saved outputs in the same order, and its inputs but the
     // merged weights: the executable binds them by the graph's handles (building a merged
     // weight from its parts) and runs the form's operators.
-    let kernels = Arc::new(GraphKernels { graph: form, compiled: Arc::clone(&compiled) });
+    let kernels = Arc::new(GraphKernels { graph: form.clone(), compiled: Arc::clone(&compiled) });
     let prepared = backend.prepare(&compiled.graph, kernels)?;
     let backend_host_bytes = backend.host_bytes(&compiled.graph);
     let inputs = comp.inputs();
@@ -401,6 +403,7 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
         outputs: HashMap::new(),
         rewrites,
         binding,
+        form,
     })
 }
 
@@ -588,6 +591,37 @@ impl Executable {
     /// The computation compiled (the graph's).
     pub fn computation(&self) -> &Computation {
         self.graph.computation()
+    }
+
+    /// The computation planned: the graph's own, or the form the rewrites kept
+    /// ([`Executable::rewrites`]), whose vertices the plan, the placement and the task graph
+    /// name.
+    pub fn planned_computation(&self) -> &Computation {
+        self.form.computation()
+    }
+
+    /// The tensor of [`Executable::planned_computation`] that stands for `t` of the graph: an
+    /// input (by name) or a saved output (in the same place); the same tensor where the graph
+    /// is planned as written.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for another tensor of a rewritten graph, or an input merged with
+    /// others (which the form planned reads only as part of the merged weight).
+    pub fn planned_tensor(&self, t: Tensor) -> Result<TensorId> {
+        let id = self.graph.own_tensor(t)?;
+        let (comp, form) = (self.graph.computation(), self.form.computation());
+        if std::ptr::eq(comp, form) {
+            return Ok(id);
+        }
+        let name = comp.tensor_name(id);
+        let found = if let Some(slot) = self.inputs.iter().position(|&i| i == id) {
+            self.binding.slot(slot).and_then(|s| form.inputs().get(s).copied())
+        } else {
+            comp.saved().iter().position(|&s| s == id).and_then(|k| form.saved().get(k).copied())
+        };
+        found.ok_or_else(|| {
+            Error::Usage(format!("tensor `{name}` is neither an input nor a saved output of the form planned"))
+        })
     }
 
     /// The loaded inputs, by tensor id (for a reference run on the same values), but for

@@ -434,6 +434,13 @@ fn every_load_path_builds_the_merged_weight() {
         let err = einsum_core::scaled_error(&exe.outputs()[t], &want[t], 1.0);
         assert!(err <= tolerance, "`{}` off by {err}", comp.tensor_name(*t));
     }
+    // The form planned stands in for the graph's inputs but the merged ones, and its outputs.
+    let form = exe.planned_computation();
+    assert!(exe.planned_tensor(wq).is_err(), "wq is read only as part of the merged weight");
+    let wo = exe.planned_tensor(handle("wo")).unwrap();
+    assert_eq!(form.tensor_name(wo), "wo");
+    let out = exe.planned_tensor(g.tensor(comp.saved()[0]).unwrap()).unwrap();
+    assert_eq!(form.saved(), [out]);
 }
 
 /// A LLaMA block of small dimensions, f32.

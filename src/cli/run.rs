@@ -291,7 +291,8 @@ fn run_in(a: RunArgs, job: Option<&Job>) -> Result<Report> {
     }
     let mut text = summary(&a.compile, &topology, &exe);
     if let Some(path) = &a.trace {
-        let mut processes = vec![super::trace::simulated(comp, exe.compiled(), &options.topology)?];
+        let mut processes =
+            vec![super::trace::simulated(exe.planned_computation(), exe.compiled(), &options.topology)?];
         if let Some(timings) = task_timings.as_deref() {
             processes.push(Process::measured(&format!("measured on the {} backend", a.compile.backend), timings));
         }
@@ -412,7 +413,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
         let _ = writeln!(text, "task graph written to {}", path.display());
     }
     if let Some(path) = &a.trace {
-        let simulated = super::trace::simulated(comp, exe.compiled(), &options.topology)?;
+        let simulated = super::trace::simulated(exe.planned_computation(), exe.compiled(), &options.topology)?;
         let about =
             super::trace::about("explain", &a.compile.workload, a.compile.devices, &topology.name, exe.predicted_ms());
         super::trace::write(path, &[simulated], about)?;
