@@ -16,8 +16,12 @@ use einsum_sim::Topology;
 
 use crate::pipeline::{Request, plan_and_compile};
 use crate::refine::{DEFAULT_REFINE, Refinement};
-use crate::rewrite::{Change, Kept, fastest_form};
+use crate::rewrite::{Change, Kept, Rules, fastest_form};
 use crate::{Error, Result, Snapshot, Tensor};
+
+mod binding;
+
+use binding::Binding;
 
 /// How to compile: the devices, the backend that runs the result, the logical optimizer and
 /// its cost model, the exchange-program schedule, and the topology that synthesis and
@@ -81,10 +85,13 @@ pub struct CompileOptions {
     /// Whole-plan predictions spent comparing the optimizer's plan with its alternatives
     /// (`einsum_compile::refine`; 0 keeps its plan as it is).
     pub refine: usize,
-    /// Whether the graph's contraction networks are also planned in their cheapest other
-    /// forms ([`crate::rewrite`]), the fastest predicted kept (the graph's inputs and saved
-    /// outputs are the same in every form); `false` plans the graph as written.
+    /// Whether the graph is also planned in its other forms under [`rules`](Self::rules)
+    /// ([`crate::rewrite`]: its contraction networks reassociated, its projections merged),
+    /// the fastest predicted kept (the executable binds the graph's inputs and saved outputs
+    /// in every form); `false` plans the graph as written.
     pub rewrites: bool,
+    /// The rewrites weighed where [`rewrites`](Self::rewrites) is on ([`Rules::default`]).
+    pub rules: Rules,
 }
 
 /// The devices a compile plans for unless told otherwise: [`CompileOptions::default`],
@@ -111,6 +118,7 @@ impl Default for CompileOptions {
             memory_budget: None,
             refine: DEFAULT_REFINE,
             rewrites: true,
+            rules: Rules::default(),
         }
     }
 }
@@ -189,6 +197,13 @@ impl CompileOptions {
         self.rewrites = on;
         self
     }
+
+    /// Weighs the forms `rules` give (with rewrites on).
+    #[must_use]
+    pub fn rules(mut self, rules: Rules) -> Self {
+        self.rules = rules;
+        self
+    }
 }
 
 impl fmt::Debug for CompileOptions {
@@ -203,6 +218,7 @@ impl fmt::Debug for CompileOptions {
             .field("memory_budget", &self.memory_budget)
             .field("refine", &self.refine)
             .field("rewrites", &self.rewrites)
+            .field("rules", &self.rules)
             .finish()
     }
 }
@@ -254,9 +270,13 @@ pub struct Executable {
     /// What the executable holds of each input beside the backend's copy.
     loaded: Vec<Loaded>,
     outputs: HashMap<TensorId, HostTensor>,
-    /// The form planned, where the graph's contraction networks were weighed in other
-    /// forms: per network, its association as written and as planned.
+    /// The form planned, where the graph was weighed in other forms: per network, its
+    /// association as written and as planned; per merge site, whether it was merged.
     rewrites: Option<Vec<Change>>,
+    /// Where each input goes in the form planned.
+    binding: Binding,
+    /// The form planned (the graph as written, or a rewritten form of it).
+    form: Snapshot,
 }
 
 /// The kernel library a prepared executable holds: the graph's operators (its snapshot)
@@ -345,18 +365,24 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
             &time
         }
     };
-    let Kept { planned, graph: form, rewrites } = fastest_form(
+    let Kept { planned, graph: form, rewrites, derived } = fastest_form(
         &graph,
-        options.rewrites,
-        |comp| Ok(plan_and_compile(&request(comp, options, cost))?),
+        options.rewrites.then_some(&options.rules),
+        |form| {
+            // A form's operators (a merge's slices) must be the backend's too.
+            check_operators(backend, form)?;
+            Ok(plan_and_compile(&request(form, options, cost))?)
+        },
         |p| p.compiled.predicted_ms,
     )?;
+    let binding = Binding::new(comp, form.computation(), &derived)?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let (optimize_ms, compile_ms, refinement) = (planned.optimize_ms, planned.compile_ms, planned.refinement);
     let compiled = Arc::new(planned.compiled);
-    // Every form has the graph's inputs and saved outputs, in the same order: the
-    // executable binds them by the graph's handles and runs the form's operators.
-    let kernels = Arc::new(GraphKernels { graph: form, compiled: Arc::clone(&compiled) });
+    // Every form has the graph's saved outputs in the same order, and its inputs but the
+    // merged weights: the executable binds them by the graph's handles (building a merged
+    // weight from its parts) and runs the form's operators.
+    let kernels = Arc::new(GraphKernels { graph: form.clone(), compiled: Arc::clone(&compiled) });
     let prepared = backend.prepare(&compiled.graph, kernels)?;
     let backend_host_bytes = backend.host_bytes(&compiled.graph);
     let inputs = comp.inputs();
@@ -376,6 +402,8 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
         inputs,
         outputs: HashMap::new(),
         rewrites,
+        binding,
+        form,
     })
 }
 
@@ -463,7 +491,7 @@ impl Executable {
                 part.dtype()
             )));
         }
-        self.prepared.write(slot, &part)?;
+        self.binding.write(self.prepared.as_mut(), slot, &part)?;
         if let Loaded::Kept(value) = &mut self.loaded[slot] {
             value.overwrite(&part)?;
         }
@@ -492,7 +520,7 @@ impl Executable {
                 value.dtype()
             )));
         }
-        self.prepared.load(slot, value)?;
+        self.binding.load(self.prepared.as_mut(), slot, value)?;
         Ok(slot)
     }
 
@@ -515,7 +543,7 @@ impl Executable {
         let mut values = self.graph.computation().random_inputs(seed);
         for (slot, t) in self.inputs.iter().enumerate() {
             if let Some(v) = values.remove(t) {
-                self.prepared.load(slot, &v)?;
+                self.binding.load(self.prepared.as_mut(), slot, &v)?;
                 self.loaded[slot] = if keep { Loaded::Kept(v) } else { Loaded::Resident };
             }
         }
@@ -524,18 +552,38 @@ impl Executable {
 
     /// The parts of input `input` the backend keeps, where it keeps less than the whole
     /// value ([`Prepared::needed_parts`]: a rank of an MPI job keeps its own devices'
-    /// blocks); `None` where it needs the whole. [`Executable::load_resident_parts`] takes
-    /// them, read alone (a checkpoint's rows of a weight).
+    /// blocks); `None` where it needs the whole, as it does for a weight the form planned
+    /// merges with others ([`crate::rewrite::merge`]). [`Executable::load_resident_parts`]
+    /// takes them, read alone (a checkpoint's rows of a weight).
     pub fn needed_parts(&self, input: Tensor) -> Result<Option<Vec<TensorType>>> {
         let slot = self.input_slot(input, "loaded")?;
-        Ok(self.prepared.needed_parts(slot))
+        Ok(self.binding.slot(slot).and_then(|s| self.prepared.needed_parts(s)))
     }
 
     /// Loads input `input` from `parts` that cover every part [`Executable::needed_parts`]
-    /// lists, without keeping a host copy (as [`Executable::load_resident`]).
+    /// lists, without keeping a host copy (as [`Executable::load_resident`]). A weight merged
+    /// with others (whose needed part is the whole) takes one part, its whole value.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for a merged weight given other parts than its whole value.
     pub fn load_resident_parts(&mut self, input: Tensor, parts: &[HostTensor]) -> Result<()> {
         let slot = self.input_slot(input, "loaded")?;
-        self.prepared.load_parts(slot, parts)?;
+        match self.binding.slot(slot) {
+            Some(s) => self.prepared.load_parts(s, parts)?,
+            None => match parts {
+                [whole] => {
+                    self.load_value(input, whole)?;
+                }
+                _ => {
+                    return Err(Error::Usage(format!(
+                        "input `{}` is merged into `{}`: load its whole value, not {} parts",
+                        self.input_name(slot),
+                        self.binding.merged_into(slot).unwrap_or_default(),
+                        parts.len()
+                    )));
+                }
+            },
+        }
         self.loaded[slot] = Loaded::Resident;
         Ok(())
     }
@@ -543,6 +591,37 @@ impl Executable {
     /// The computation compiled (the graph's).
     pub fn computation(&self) -> &Computation {
         self.graph.computation()
+    }
+
+    /// The computation planned: the graph's own, or the form the rewrites kept
+    /// ([`Executable::rewrites`]), whose vertices the plan, the placement and the task graph
+    /// name.
+    pub fn planned_computation(&self) -> &Computation {
+        self.form.computation()
+    }
+
+    /// The tensor of [`Executable::planned_computation`] that stands for `t` of the graph: an
+    /// input (by name) or a saved output (in the same place); the same tensor where the graph
+    /// is planned as written.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] for another tensor of a rewritten graph, or an input merged with
+    /// others (which the form planned reads only as part of the merged weight).
+    pub fn planned_tensor(&self, t: Tensor) -> Result<TensorId> {
+        let id = self.graph.own_tensor(t)?;
+        let (comp, form) = (self.graph.computation(), self.form.computation());
+        if std::ptr::eq(comp, form) {
+            return Ok(id);
+        }
+        let name = comp.tensor_name(id);
+        let found = if let Some(slot) = self.inputs.iter().position(|&i| i == id) {
+            self.binding.slot(slot).and_then(|s| form.inputs().get(s).copied())
+        } else {
+            comp.saved().iter().position(|&s| s == id).and_then(|k| form.saved().get(k).copied())
+        };
+        found.ok_or_else(|| {
+            Error::Usage(format!("tensor `{name}` is neither an input nor a saved output of the form planned"))
+        })
     }
 
     /// The loaded inputs, by tensor id (for a reference run on the same values), but for
@@ -680,7 +759,12 @@ impl Executable {
         } else {
             0
         };
-        inputs.saturating_add(self.backend_host_bytes).saturating_add(outputs).saturating_add(reference)
+        let derived = self.binding.derived_bytes();
+        inputs
+            .saturating_add(derived)
+            .saturating_add(self.backend_host_bytes)
+            .saturating_add(outputs)
+            .saturating_add(reference)
     }
 
     /// Refuses a run whose [`Executable::host_bytes_needed`] exceeds the memory this process can

@@ -1,6 +1,8 @@
 //! The forms of a graph under algebraic rewrites (`einsum-rewrite`): its contraction
 //! networks found, each saturated under the contraction rules, and the graph rebuilt with
-//! the cheapest forms, for a planner to weigh by whole-plan prediction.
+//! the cheapest forms; and its projections that read one tensor merged into one einsum
+//! ([`merge`]); for a planner to weigh every form by whole-plan prediction. The rules are
+//! values ([`Rules`]).
 //!
 //! A contraction network here is a tree of two-operand einsums bound by index name (every
 //! letter binds one index name in each operand and in the result, as `Graph::matmul` and
@@ -9,7 +11,7 @@
 //! A network the rewrites cannot reassociate (an index summed over three tensors) is left as
 //! written. Everything else in the graph is kept: the same operators, shared.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use einsum_core::TensorDesc;
@@ -19,23 +21,75 @@ use einsum_rewrite::{Limits, Network, Operand, Rule, Tree, forms, rules};
 
 use crate::{Graph, Result, Snapshot, Tensor};
 
-/// One form of a graph: the graph rebuilt, and what was reassociated.
-#[derive(Debug)]
-pub struct Form {
-    /// The rebuilt graph (its inputs and saved outputs have the original's names).
-    pub graph: Graph,
-    /// Per contraction network, its leaves by name and the association as written and as
-    /// chosen: `(M1 (M2 M3))`.
-    pub changes: Vec<Change>,
+pub mod merge;
+
+pub use merge::{Derived, Merge, Site};
+
+/// The rewrites weighed, as values: the rules of contraction networks (egg rewrites, saturated
+/// per network within `limits`), the horizontal merge rules, and how many forms are planned.
+#[derive(Clone, Debug)]
+pub struct Rules {
+    /// Rules of contraction networks ([`rules::default_rules`]: association).
+    pub contraction: Vec<Rule>,
+    /// Horizontal merges ([`Merge::projections`]).
+    pub merges: Vec<Merge>,
+    /// Bounds of each network's saturation.
+    pub limits: Limits,
+    /// How many forms of the contraction networks are planned, the written one included
+    /// ([`DEFAULT_FORMS`]); a merge adds its own.
+    pub forms: usize,
+    /// Keep the form with every merge site merged, unweighed, where the graph has one
+    /// (`false` by default: merges are kept only where they predict faster). For checking a
+    /// merged form end to end on graphs too small for a merge to pay.
+    pub force_merges: bool,
 }
 
-/// A network's association, as written and in this form.
+impl Default for Rules {
+    /// Association, the merge of projections, the default limits, [`DEFAULT_FORMS`].
+    fn default() -> Self {
+        Rules {
+            contraction: rules::default_rules(),
+            merges: vec![Merge::projections()],
+            limits: Limits::default(),
+            forms: DEFAULT_FORMS,
+            force_merges: false,
+        }
+    }
+}
+
+/// One form of a graph: the graph rebuilt, what was rewritten, and the inputs it has that the
+/// written graph has not.
+#[derive(Debug)]
+pub struct Form {
+    /// The rebuilt graph: the written graph's inputs (but those merged into a [`Derived`]
+    /// input) in its order, then the derived inputs; its saved outputs in the written order,
+    /// with the written names.
+    pub graph: Graph,
+    /// Per contraction network, its leaves by name and the association as written and as
+    /// chosen: `(M1 (M2 M3))`; per merge site, its weights and whether they were merged.
+    pub changes: Vec<Change>,
+    /// The form's inputs built from the written graph's (a merged weight).
+    pub derived: Vec<Derived>,
+}
+
+/// What one rule did to one part of the graph: a network's association, as written and in
+/// this form; or a merge site's weights, separate as written and merged or not in this form.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Change {
-    /// As written.
+    /// The rule: `association` or `merge`.
+    pub rule: String,
+    /// As written: the association, or the weights (`l0.{wq, wk, wv}`).
     pub written: String,
-    /// In this form.
+    /// In this form: the association, or `merged` and the merged weight's name (the same as
+    /// `written` where the site is left as written).
     pub chosen: String,
+}
+
+impl Change {
+    /// Whether this form has the part as written.
+    pub fn as_written(&self) -> bool {
+        self.chosen == self.written
+    }
 }
 
 /// A contraction network found in a computation.
@@ -162,20 +216,64 @@ fn describe(comp: &Computation, tree: &Tree, leaves: &[TensorId]) -> String {
     }
 }
 
-/// The forms of `graph`: the graph as written first, then up to `k - 1` others, the `i`-th
-/// taking each network's `i`-th cheapest form by flops under `rules`, within `limits`
-/// (forms equal to an earlier one are left out); none for a graph without a contraction
-/// network.
-pub fn graph_forms(graph: &Snapshot, rules: &[Rule], k: usize, limits: Limits) -> Result<Vec<Form>> {
+/// The forms of `graph`: the graph as written first, then up to `rules.forms - 1` others,
+/// the `i`-th taking each network's `i`-th cheapest form by flops under the contraction
+/// rules (forms equal to an earlier one are left out); then, where a merge rule finds sites,
+/// the written form and the cheapest other with every site merged. None for a graph with
+/// neither a contraction network nor a merge site.
+pub fn graph_forms(graph: &Snapshot, rules: &Rules) -> Result<Vec<Form>> {
+    screened_forms(graph, rules, None)
+}
+
+/// A merge's local weighing: the predicted time of a small graph (a site's [`merge::Probe`]),
+/// infinite where it has no plan.
+pub type Screen<'a> = &'a dyn Fn(&Computation) -> f64;
+
+/// [`graph_forms`], merging only the sites whose neighbourhood `screen` predicts faster
+/// merged than as written ([`merge::Probe`], weighed once per kind of neighbourhood, so a
+/// stack of alike layers costs two small plans per kind of site); every site where `screen`
+/// is `None`. The merged forms are then weighed whole like the others: the probe only spares
+/// planning a whole form with merges that do not pay where they are (the projections of long
+/// sequences, whose exchanges outweigh the fuller GEMM).
+pub fn screened_forms(graph: &Snapshot, rules: &Rules, screen: Option<Screen<'_>>) -> Result<Vec<Form>> {
     let comp = graph.computation();
     let found = networks(comp);
-    if found.is_empty() {
+    // The links of the networks: a merge leaves them to the contraction rules.
+    let mut links: HashSet<OpId> = found.iter().map(|f| f.root).collect();
+    for f in &found {
+        let mut ops = Vec::new();
+        inner_ops(comp, f.root, &f.leaves, &mut ops);
+        links.extend(ops);
+    }
+    let mut sites: Vec<(Site, String)> = Vec::new();
+    for rule in &rules.merges {
+        for site in rule.sites(comp) {
+            let taken = sites.iter().flat_map(|s| &s.0.ops).chain(&links).any(|op| site.ops.contains(op));
+            if !taken {
+                sites.push((site, rule.name.clone()));
+            }
+        }
+    }
+    // Merged: the sites that pay locally.
+    let mut pays: Vec<bool> = vec![true; sites.len()];
+    if let Some(screen) = screen {
+        let mut weighed: HashMap<String, bool> = HashMap::new();
+        let order = comp.topo_order();
+        for (i, (site, _)) in sites.iter().enumerate() {
+            let probe = merge::Probe::new(comp, site, &order)?;
+            pays[i] = *weighed
+                .entry(probe.key.clone())
+                .or_insert_with(|| screen(probe.merged.computation()) < screen(probe.written.computation()));
+        }
+    }
+    if found.is_empty() && sites.is_empty() {
         // Nothing to rewrite: no form to build, not even the written one.
         return Ok(Vec::new());
     }
+    let k = rules.forms.max(1);
     let mut choices: Vec<Vec<Tree>> = Vec::new();
     for f in &found {
-        let best = forms(&f.network, &f.written, rules, k, limits)?;
+        let best = forms(&f.network, &f.written, &rules.contraction, k, rules.limits)?;
         choices.push(best.trees.into_iter().map(|(_, t)| t).collect());
     }
     let written: Vec<Tree> = found.iter().map(|f| f.written.clone()).collect();
@@ -188,24 +286,46 @@ pub fn graph_forms(graph: &Snapshot, rules: &[Rule], k: usize, limits: Limits) -
             picks.push(pick);
         }
     }
-    picks
+    // With the merges: the written form, and the cheapest other where there is one.
+    let mut merged: Vec<(Vec<Tree>, bool)> = if sites.is_empty() {
+        picks.into_iter().map(|p| (p, false)).collect()
+    } else {
+        let with: Vec<(Vec<Tree>, bool)> = picks.iter().take(2).map(|p| (p.clone(), true)).collect();
+        picks.into_iter().map(|p| (p, false)).chain(with).collect()
+    };
+    if !pays.contains(&true) {
+        merged.retain(|m| !m.1);
+    }
+    let site_list: Vec<Site> = sites.iter().zip(&pays).filter(|(_, p)| **p).map(|(s, _)| s.0.clone()).collect();
+    merged
         .into_iter()
-        .map(|pick| {
-            let changes = found
+        .map(|(pick, merging)| {
+            let mut changes: Vec<Change> = found
                 .iter()
                 .zip(&pick)
                 .map(|(f, t)| Change {
+                    rule: "association".into(),
                     written: describe(comp, &f.written, &f.leaves),
                     chosen: describe(comp, t, &f.leaves),
                 })
                 .collect();
-            Ok(Form { graph: rebuild(comp, &found, &pick)?, changes })
+            let applied: &[Site] = if merging { &site_list } else { &[] };
+            let (graph, derived) = rebuild(comp, &found, &pick, applied)?;
+            let mut made = derived.iter();
+            for ((site, rule), pays) in sites.iter().zip(&pays) {
+                let written = site.describe(comp);
+                let d = if merging && *pays { made.next() } else { None };
+                let chosen = d.map_or_else(|| written.clone(), |d| format!("merged as {}", d.name));
+                changes.push(Change { rule: rule.clone(), written, chosen });
+            }
+            Ok(Form { graph, changes, derived })
         })
         .collect()
 }
 
-/// `comp` rebuilt with each network of `found` computed in the form `pick` gives it.
-fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree]) -> Result<Graph> {
+/// `comp` rebuilt with each network of `found` computed in the form `pick` gives it, and
+/// each site of `sites` merged; with the inputs it derives from the written graph's.
+fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree], sites: &[Site]) -> Result<(Graph, Vec<Derived>)> {
     let mut g = Graph::new();
     let mut map: HashMap<TensorId, Tensor> = HashMap::new();
     let roots: HashMap<OpId, usize> = found.iter().enumerate().map(|(i, f)| (f.root, i)).collect();
@@ -216,17 +336,48 @@ fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree]) -> Result<Graph> 
         inner_ops(comp, f.root, &f.leaves, &mut ops);
         skipped.extend(ops);
     }
+    // The roles the graph declares hold in every form.
+    for (index, role) in comp.roles().iter() {
+        g.role(index, role)?;
+    }
+    let merged_away: HashSet<TensorId> = sites.iter().flat_map(|s| s.weights.iter().copied()).collect();
     // The inputs first, in the graph's order, so that every form binds its inputs (and, saved
-    // in the same order below, its outputs) in the written graph's order.
-    for t in comp.inputs() {
+    // in the same order below, its outputs) in the written graph's order; the merged weights
+    // after them.
+    let inputs = comp.inputs();
+    let mut input_names: HashSet<String> = HashSet::new();
+    for &t in &inputs {
         if let Some(Node::Input { name, desc }) = comp.node(t.op) {
+            input_names.insert(name.clone());
+            if merged_away.contains(&t) {
+                continue;
+            }
             let dims: Vec<(&str, usize)> = desc.dims.iter().map(|d| (d.name.as_str(), d.extent)).collect();
             map.insert(t, g.input(name, &dims, desc.dtype)?);
         }
     }
+    let mut index_names = merge::index_names(comp);
+    // Per site: the merged weight's input and its index's name, and the derived input.
+    let mut derived: Vec<Derived> = Vec::new();
+    let mut merged_inputs: Vec<(Tensor, String)> = Vec::new();
+    for site in sites {
+        let (t, index, d) = merge::merged_input(&mut g, comp, site, &mut index_names, &mut input_names)?;
+        merged_inputs.push((t, index));
+        derived.push(d);
+    }
+    let member: HashMap<OpId, usize> =
+        sites.iter().enumerate().flat_map(|(i, s)| s.ops.iter().map(move |&op| (op, i))).collect();
+    let mut emitted: HashSet<usize> = HashSet::new();
     for op in comp.topo_order() {
         match comp.node(op) {
             Some(Node::Input { .. }) | None => {}
+            Some(Node::Op { .. }) if member.contains_key(&op) => {
+                let s = member[&op];
+                if emitted.insert(s) {
+                    let (site, (weight, index)) = (&sites[s], &merged_inputs[s]);
+                    merge::merge_site(&mut g, comp, site, (map[&site.shared], *weight), index, &mut map)?;
+                }
+            }
             Some(Node::Op { op: o, inputs, .. }) => {
                 if let Some(&i) = roots.get(&op) {
                     let leaves: Vec<Tensor> = found[i].leaves.iter().map(|t| map[t]).collect();
@@ -245,7 +396,7 @@ fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree]) -> Result<Graph> 
     for &t in comp.saved() {
         g.save_as(map[&t], &comp.tensor_name(t))?;
     }
-    Ok(g)
+    Ok((g, derived))
 }
 
 /// The links of the network rooted at `op` below the root (those whose results are not
@@ -276,47 +427,112 @@ fn steps(g: &mut Graph, network: &Network, tree: &Tree, leaves: &[Tensor]) -> Re
 }
 
 /// The plan kept by [`fastest_form`]: what the planner gave for it, the graph it planned
-/// (the graph as written, or a form with its inputs and saved outputs in the same order),
-/// and per network the association as written and as kept (`None` without a network or
-/// with rewrites off).
+/// (the graph as written, or a form with the written graph's saved outputs in the same order
+/// and its inputs but merged weights, then the merged weights), per rewritten part what was
+/// kept (`None` with rewrites off or nothing to rewrite), and the form's derived inputs.
 pub struct Kept<T> {
     /// The planner's result.
     pub planned: T,
     /// The graph planned.
     pub graph: Snapshot,
-    /// What was reassociated.
+    /// What was rewritten.
     pub rewrites: Option<Vec<Change>>,
+    /// The inputs of `graph` built from the written graph's (empty for the written graph).
+    pub derived: Vec<Derived>,
 }
 
-/// Plans `graph` with `plan` and, where `rewrites` is on, its [`DEFAULT_FORMS`] - 1 cheapest
-/// other forms too, keeping the one whose `predicted` time is lowest (the written graph on
-/// ties). The written graph's failure is the caller's error; another form whose plan does not
-/// fit or compile is no candidate.
-pub fn fastest_form<T>(
+/// Plans `graph` with `plan` and, where `rules` are given, its other forms under them
+/// ([`graph_forms`]) too, keeping the one whose `predicted` time is lowest (the written graph
+/// on ties). The written graph's failure is the caller's error; another form whose plan does
+/// not fit or compile is no candidate. The forms are planned at once on threads of their
+/// own (each plan is independent and deterministic, so the form kept does not depend on
+/// the threads), which keeps the wall time of a compile with rewrites near that of the
+/// written graph's alone on a machine with a core per form.
+pub fn fastest_form<T: Send>(
     graph: &Snapshot,
-    rewrites: bool,
-    mut plan: impl FnMut(&Computation) -> Result<T>,
+    rules: Option<&Rules>,
+    plan: impl Fn(&Computation) -> Result<T> + Sync,
     predicted: impl Fn(&T) -> f64,
 ) -> Result<Kept<T>> {
-    let mut kept = Kept { planned: plan(graph.computation())?, graph: graph.clone(), rewrites: None };
-    let forms = if rewrites { default_forms(graph, DEFAULT_FORMS)? } else { Vec::new() };
-    let Some((written, others)) = forms.split_first() else { return Ok(kept) };
-    kept.rewrites = Some(written.changes.clone());
-    for form in others {
-        let snapshot = form.graph.snapshot();
-        if let Ok(planned) = plan(snapshot.computation())
+    let screen = |c: &Computation| plan(c).map_or(f64::INFINITY, |p| predicted(&p));
+    let forms = match rules {
+        Some(rules) if rules.force_merges => {
+            let forms = graph_forms(graph, rules)?;
+            if let Some(merged) = forms.iter().find(|f| !f.derived.is_empty()) {
+                let snapshot = merged.graph.snapshot();
+                return Ok(Kept {
+                    planned: plan(snapshot.computation())?,
+                    graph: snapshot,
+                    rewrites: Some(merged.changes.clone()),
+                    derived: merged.derived.clone(),
+                });
+            }
+            forms
+        }
+        Some(rules) => screened_forms(graph, rules, Some(&screen))?,
+        None => Vec::new(),
+    };
+    let Some((written, others)) = forms.split_first() else {
+        return Ok(Kept {
+            planned: plan(graph.computation())?,
+            graph: graph.clone(),
+            rewrites: None,
+            derived: Vec::new(),
+        });
+    };
+    let snapshots: Vec<Snapshot> = others.iter().map(|f| f.graph.snapshot()).collect();
+    let plan = &plan;
+    let (first, planned) = std::thread::scope(|scope| {
+        let handles: Vec<_> = snapshots.iter().map(|s| scope.spawn(move || plan(s.computation()).ok())).collect();
+        let first = plan(graph.computation());
+        let planned: Vec<Option<T>> =
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect();
+        (first, planned)
+    });
+    let mut kept =
+        Kept { planned: first?, graph: graph.clone(), rewrites: Some(written.changes.clone()), derived: Vec::new() };
+    for ((form, snapshot), planned) in others.iter().zip(snapshots).zip(planned) {
+        if let Some(planned) = planned
             && predicted(&planned) < predicted(&kept.planned)
         {
-            kept = Kept { planned, graph: snapshot, rewrites: Some(form.changes.clone()) };
+            kept =
+                Kept { planned, graph: snapshot, rewrites: Some(form.changes.clone()), derived: form.derived.clone() };
         }
     }
     Ok(kept)
 }
 
-/// How many forms [`fastest_form`] weighs: the written one and the three cheapest others.
+/// The forms [`fastest_form`] weighs under `rules`, as an experiment's joint optimizer plans
+/// them ([`einsum_experiments::experiment::Forms`]: the `dp+rewrites` column).
+#[derive(Clone, Debug, Default)]
+pub struct JointForms {
+    /// The rewrites weighed.
+    pub rules: Rules,
+}
+
+impl einsum_experiments::experiment::Forms for JointForms {
+    fn fastest(
+        &self,
+        graph: &Snapshot,
+        plan: &(
+             dyn Fn(
+            &Computation,
+        ) -> std::result::Result<einsum_compile::pipeline::Planned, einsum_compile::PipelineError>
+                 + Sync
+         ),
+    ) -> std::result::Result<(einsum_compile::pipeline::Planned, Snapshot), String> {
+        let kept = fastest_form(graph, Some(&self.rules), |c| Ok(plan(c)?), |p| p.compiled.predicted_ms)
+            .map_err(|e| e.to_string())?;
+        Ok((kept.planned, kept.graph))
+    }
+}
+
+/// How many forms of the contraction networks [`fastest_form`] weighs: the written one and
+/// the three cheapest others.
 pub const DEFAULT_FORMS: usize = 4;
 
-/// [`graph_forms`] under the default rules (association, [`rules::default_rules`]) and limits.
+/// [`graph_forms`] under the default rules ([`Rules::default`]: association, the merge of
+/// projections) with `k` forms of the contraction networks.
 pub fn default_forms(graph: &Snapshot, k: usize) -> Result<Vec<Form>> {
-    graph_forms(graph, &rules::default_rules(), k, Limits::default())
+    graph_forms(graph, &Rules { forms: k, ..Rules::default() })
 }

@@ -1,13 +1,15 @@
-//! The forms of a graph under the contraction rules (`einsummable::rewrite`): every form
+//! The forms of a graph under the rewrite rules (`einsummable::rewrite`): every form
 //! computes the written graph's outputs; on the paper's chains B and C the best form planned
 //! on 8 devices predicts as fast as the best of every association planned; a low-rank product
-//! written `x·(A·B)` is reordered and predicts much faster.
+//! written `x·(A·B)` is reordered and predicts much faster; merged projections compute the
+//! written outputs (and a wrong merge does not), and a merged LLaMA block runs and passes its
+//! check with its weights loaded separately.
 
 use std::collections::HashMap;
 
 use einsum_sim::Topology;
-use einsummable::rewrite::{Form, default_forms};
-use einsummable::{CompileOptions, DType, Graph, HostTensor, Tensor, Workload, compile};
+use einsummable::rewrite::{Change, Derived, Form, Rules, default_forms};
+use einsummable::{CompileOptions, DType, Graph, HostTensor, Tensor, TensorType, Workload, compile};
 
 /// Options that plan each form as it is (the comparisons below weigh the forms themselves).
 fn options(devices: usize) -> CompileOptions {
@@ -77,7 +79,7 @@ fn every_form_computes_the_written_outputs() {
             forms[0].changes.iter().map(|c| &c.written).collect::<Vec<_>>(),
             forms[0].changes.iter().map(|c| &c.chosen).collect::<Vec<_>>()
         );
-        for Form { graph, changes } in &forms {
+        for Form { graph, changes, .. } in &forms {
             let got = outputs(graph, 3);
             for (name, w_) in &want {
                 let err = einsum_core::scaled_error(&got[name], w_, 1.0);
@@ -201,4 +203,255 @@ fn a_tree_that_sums_early_is_left_as_written() {
         let err = einsum_core::scaled_error(&outputs(&f.graph, 9)["y"], &want["y"], 1.0);
         assert!(err < 1e-5, "{:?}: {err}", f.changes);
     }
+}
+
+/// The values of `graph`'s inputs drawn by name with `seed` (every value non-zero: drawn in
+/// `[-1, 1)` and moved away from 0).
+fn named_values(graph: &Graph, seed: u64) -> HashMap<String, HostTensor> {
+    let comp = graph.computation();
+    let mut names: Vec<(String, einsum_joinagg::TensorId)> =
+        comp.inputs().into_iter().map(|t| (comp.tensor_name(t), t)).collect();
+    names.sort();
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let desc = comp.desc(t).expect("an input");
+            let v = HostTensor::random(desc.tensor_type(), desc.dtype, seed + i as u64);
+            let data: Vec<f32> = v.to_f32().into_iter().map(|x| if x < 0.0 { x - 0.1 } else { x + 0.1 }).collect();
+            (name, HostTensor::from_f32(desc.tensor_type(), desc.dtype, data).expect("values"))
+        })
+        .collect()
+}
+
+/// `parts` concatenated along `axis`, element by element (independently of the executable's
+/// own building of a merged weight).
+fn concatenated(parts: &[HostTensor], axis: usize) -> HostTensor {
+    let shapes: Vec<Vec<usize>> = parts.iter().map(|p| p.ty().shape()).collect();
+    let mut shape = shapes[0].clone();
+    shape[axis] = shapes.iter().map(|s| s[axis]).sum();
+    let (outer, inner): (usize, usize) = (shape[..axis].iter().product(), shape[axis + 1..].iter().product());
+    let mut data = Vec::new();
+    for o in 0..outer {
+        for (p, s) in parts.iter().zip(&shapes) {
+            let values = p.to_f32();
+            let run = s[axis] * inner;
+            data.extend_from_slice(&values[o * run..(o + 1) * run]);
+        }
+    }
+    HostTensor::from_f32(TensorType::zero_bounded(&shape), parts[0].dtype(), data).expect("concatenated")
+}
+
+/// The largest scaled error of `form`'s saved outputs against `written`'s on the same
+/// non-zero random inputs (a derived input the concatenation of its parts' values).
+fn merged_error(written: &Graph, form: &Graph, derived: &[Derived], seed: u64) -> f32 {
+    let values = named_values(written, seed);
+    let evaluate = |g: &Graph, values: &HashMap<String, HostTensor>| {
+        let comp = g.computation();
+        let inputs = comp.inputs().into_iter().map(|t| (t, values[&comp.tensor_name(t)].clone())).collect();
+        let out = comp.evaluate(&inputs).expect("evaluates");
+        comp.saved().iter().map(|t| (comp.tensor_name(*t), out[t].clone())).collect::<HashMap<_, _>>()
+    };
+    let want = evaluate(written, &values);
+    let mut form_values = values.clone();
+    let comp = written.computation();
+    for d in derived {
+        let parts: Vec<HostTensor> = d.parts.iter().map(|t| values[&comp.tensor_name(*t)].clone()).collect();
+        form_values.insert(d.name.clone(), concatenated(&parts, d.axis));
+    }
+    let got = evaluate(form, &form_values);
+    want.iter().map(|(name, w)| einsum_core::scaled_error(&got[name], w, 1e-3)).fold(0.0, f32::max)
+}
+
+/// Projections of one activation `x` (`tokens` x `d_model`), one per entry of `features`
+/// (its extent; all called `f` where `same_name`, else `f0`, `f1`, ...), each with a second
+/// output index `h`; the weight is the einsum's second operand or (`weight_first`) its first.
+/// Each result is saved through a negation.
+fn projections(
+    tokens: usize,
+    d_model: usize,
+    h: usize,
+    features: &[usize],
+    same_name: bool,
+    weight_first: bool,
+) -> Graph {
+    let mut g = Graph::new();
+    let x = g.input("x", &[("tokens", tokens), ("d_model", d_model)], DType::F32).unwrap();
+    let x = g.unary(x, einsummable::UnaryOp::Silu).unwrap();
+    for (i, &f) in features.iter().enumerate() {
+        let name = if same_name { "f".to_string() } else { format!("f{i}") };
+        let w = g.input(&format!("w{i}"), &[("d_model", d_model), (&name, f), ("h", h)], DType::F32).unwrap();
+        let y = if weight_first { g.einsum("dfh,td->fth", &[w, x]) } else { g.einsum("td,dfh->fth", &[x, w]) }.unwrap();
+        let y = g.unary(y, einsummable::UnaryOp::Neg).unwrap();
+        g.save_as(y, &format!("y{i}")).unwrap();
+    }
+    g
+}
+
+/// The form of `g` with its merges (the first with a derived input).
+fn merged_form(g: &Graph) -> Form {
+    default_forms(&g.snapshot(), 1).expect("forms").into_iter().find(|f| !f.derived.is_empty()).expect("a merged form")
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 16, ..Default::default() })]
+
+    /// Merged projections compute the written outputs, whatever the parts' extents, names,
+    /// operand order and count.
+    #[test]
+    fn merged_projections_compute_the_written_outputs(
+        tokens in 1usize..9,
+        d_model in 1usize..9,
+        h in 1usize..4,
+        features in proptest::collection::vec(1usize..6, 2..4),
+        same_name: bool,
+        weight_first: bool,
+        seed in 0u64..1000,
+    ) {
+        let g = projections(tokens, d_model, h, &features, same_name, weight_first);
+        let form = merged_form(&g);
+        proptest::prop_assert_eq!(form.derived.len(), 1);
+        proptest::prop_assert_eq!(form.derived[0].parts.len(), features.len());
+        let err = merged_error(&g, &form.graph, &form.derived, seed);
+        proptest::prop_assert!(err < 1e-5, "off by {}", err);
+    }
+}
+
+/// A wrong merge, its slices swapped, fails the check the merge passes.
+#[test]
+fn a_merge_with_its_slices_swapped_fails_the_check() {
+    let g = projections(6, 5, 2, &[3, 3], false, false);
+    let form = merged_form(&g);
+    assert!(merged_error(&g, &form.graph, &form.derived, 1) < 1e-5);
+    // The same merge by hand, the two slices swapped.
+    let mut wrong = Graph::new();
+    let x = wrong.input("x", &[("tokens", 6), ("d_model", 5)], DType::F32).unwrap();
+    let w = wrong.input("w0+w1", &[("d_model", 5), ("f0+f1", 6), ("h", 2)], DType::F32).unwrap();
+    let x = wrong.unary(x, einsummable::UnaryOp::Silu).unwrap();
+    let y = wrong.einsum("td,dfh->fth", &[x, w]).unwrap();
+    for (i, (lo, name)) in [(3, "f0"), (0, "f1")].into_iter().enumerate() {
+        let part = wrong.slice_as(y, "f0+f1", lo, lo + 3, name).unwrap();
+        let part = wrong.unary(part, einsummable::UnaryOp::Neg).unwrap();
+        wrong.save_as(part, &format!("y{i}")).unwrap();
+    }
+    let err = merged_error(&g, &wrong, &form.derived, 1);
+    assert!(err > 1e-2, "the swapped merge passes: {err}");
+}
+
+/// A weight that another operator reads too, or that is saved, is not merged; the others
+/// of its group still are.
+#[test]
+fn a_weight_read_elsewhere_is_not_merged() {
+    let mut g = projections(4, 3, 2, &[2, 3, 2], false, false);
+    let w2 = g.computation().inputs().into_iter().find(|t| g.computation().tensor_name(*t) == "w2").unwrap();
+    let w2 = g.tensor(w2).unwrap();
+    let doubled = g.unary(w2, einsummable::UnaryOp::Neg).unwrap();
+    g.save_as(doubled, "w2 again").unwrap();
+    let form = merged_form(&g);
+    let names: Vec<String> = form.derived[0].parts.iter().map(|t| g.computation().tensor_name(*t)).collect();
+    assert_eq!(names, ["w0", "w1"]);
+    assert!(merged_error(&g, &form.graph, &form.derived, 3) < 1e-5);
+}
+
+/// A small LLaMA block (f32) with its Q, K, V and gate, up projections merged (forced: too
+/// small for a merge to pay) runs on the CPU backend at p = 1, 2 and 8 and passes the check
+/// against the written graph's single-device reference, its weights loaded separately by
+/// their handles.
+#[test]
+fn a_merged_llama_block_runs_and_passes_its_check() {
+    use einsummable::check::{compare_with_reference, computation_tolerance};
+    let g = small_block();
+    let tolerance = computation_tolerance(g.computation());
+    for devices in [1, 2, 8] {
+        let mut exe = compile(&g, &forced(devices)).expect("compiles");
+        let merged: Vec<&Change> =
+            exe.rewrites().expect("rewrites weighed").iter().filter(|c| !c.as_written()).collect();
+        assert_eq!(merged.len(), 2, "p = {devices}: {merged:?}");
+        assert!(merged.iter().all(|c| c.rule == "merge"));
+        assert_eq!(merged[0].written, "wq, wk, wv");
+        assert!(
+            exe.plan().ops.iter().any(|o| o.name.starts_with("slice")),
+            "p = {devices}: the merged form is planned"
+        );
+        exe.load_random(5).unwrap();
+        exe.execute().unwrap();
+        let check = compare_with_reference(&exe).expect("a reference");
+        assert!(check.passes(tolerance), "p = {devices}: error {}", check.max_error);
+    }
+}
+
+/// Every way to load or write a merged weight's part reaches the merged input: loaded
+/// whole (kept or resident, or as its one whole part), loaded again after the merged input
+/// is built, and written in part; the outputs are the written graph's on the final values.
+#[test]
+fn every_load_path_builds_the_merged_weight() {
+    use einsummable::check::computation_tolerance;
+    let g = small_block();
+    let comp = g.computation();
+    let handle =
+        |name: &str| g.tensor(comp.inputs().into_iter().find(|t| comp.tensor_name(*t) == name).unwrap()).unwrap();
+    let mut exe = compile(&g, &forced(2)).expect("compiles");
+    let mut values = comp.random_inputs(11);
+    // Separately, each part in its own way; `wv` last, so the merged input is built then.
+    for (t, v) in &values {
+        let name = comp.tensor_name(*t);
+        let h = g.tensor(*t).unwrap();
+        match name.as_str() {
+            "wv" => continue,
+            "wk" => exe.load_resident(h, v.clone()).unwrap(),
+            "w_up" => exe.load_resident_parts(h, std::slice::from_ref(v)).unwrap(),
+            _ => exe.load(h, v.clone()).unwrap(),
+        }
+    }
+    assert!(exe.execute().is_err(), "wv is not loaded");
+    assert_eq!(exe.needed_parts(handle("wq")).unwrap(), None);
+    let wv = values.iter().find(|(t, _)| comp.tensor_name(**t) == "wv").map(|(t, v)| (*t, v.clone())).unwrap();
+    assert!(
+        exe.load_resident_parts(handle("wv"), &[wv.1.clone(), wv.1.clone()]).is_err(),
+        "two parts of a merged weight"
+    );
+    exe.load(handle("wv"), wv.1).unwrap();
+    // Loaded again after the merged input is built, and written in part.
+    let wq = handle("wq");
+    let desc = g.desc(wq).unwrap().clone();
+    let new_wq = HostTensor::random(desc.tensor_type(), desc.dtype, 99);
+    exe.load(wq, new_wq.clone()).unwrap();
+    values.insert(comp.inputs().into_iter().find(|t| comp.tensor_name(*t) == "wq").unwrap(), new_wq);
+    let wk = comp.inputs().into_iter().find(|t| comp.tensor_name(*t) == "wk").unwrap();
+    let kd = g.desc(g.tensor(wk).unwrap()).unwrap().clone();
+    let mut part_ty = kd.tensor_type();
+    let rows: Vec<einsum_core::Interval> = (0..part_ty.rank())
+        .map(|a| if a == 0 { einsum_core::Interval { lo: 2, hi: 5 } } else { part_ty.dim(a) })
+        .collect();
+    part_ty = TensorType::from_intervals(rows);
+    let part = HostTensor::random(part_ty, kd.dtype, 7);
+    exe.write_input(g.tensor(wk).unwrap(), part.clone()).unwrap();
+    values.get_mut(&wk).unwrap().overwrite(&part).unwrap();
+    exe.execute().unwrap();
+    let want = comp.evaluate(&values).unwrap();
+    let tolerance = computation_tolerance(comp);
+    for t in comp.saved() {
+        let err = einsum_core::scaled_error(&exe.outputs()[t], &want[t], 1.0);
+        assert!(err <= tolerance, "`{}` off by {err}", comp.tensor_name(*t));
+    }
+    // The form planned stands in for the graph's inputs but the merged ones, and its outputs.
+    let form = exe.planned_computation();
+    assert!(exe.planned_tensor(wq).is_err(), "wq is read only as part of the merged weight");
+    let wo = exe.planned_tensor(handle("wo")).unwrap();
+    assert_eq!(form.tensor_name(wo), "wo");
+    let out = exe.planned_tensor(g.tensor(comp.saved()[0]).unwrap()).unwrap();
+    assert_eq!(form.saved(), [out]);
+}
+
+/// A LLaMA block of small dimensions, f32.
+fn small_block() -> Graph {
+    Workload::parse("llama-block:tokens=32,seqs=2,d_model=32,heads_q=4,heads_kv=2,d_head=8,d_ff=48")
+        .unwrap()
+        .build(DType::F32)
+        .unwrap()
+}
+
+/// Options on `devices` devices that keep the form with every merge site merged.
+fn forced(devices: usize) -> CompileOptions {
+    options(devices).rewrites(true).rules(Rules { force_merges: true, ..Rules::default() })
 }

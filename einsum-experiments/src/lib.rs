@@ -63,6 +63,10 @@ pub enum Error {
     /// A chart that cannot be drawn (its title and why).
     #[error("{0}")]
     Chart(String),
+    /// A joint optimizer's forms could not be planned (why, as its [`experiment::Forms`]
+    /// says).
+    #[error("{0}")]
+    Forms(String),
     /// A bad argument (an unknown experiment, a device count the topology does not have).
     #[error("{0}")]
     Usage(String),

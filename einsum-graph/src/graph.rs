@@ -343,6 +343,13 @@ impl Graph {
         self.add("slice", op, &[x])
     }
 
+    /// [`Graph::slice`] with the sliced index called `name` in the result
+    /// ([`Slice::renamed`]).
+    pub fn slice_as(&mut self, x: Tensor, index: &str, lo: usize, hi: usize, name: &str) -> Result<Tensor> {
+        let op = Slice::renamed(self.desc(x)?, index, lo, hi, name);
+        self.add("slice", op, &[x])
+    }
+
     /// Two or more tensors joined end to end along `index`, agreeing on every other index by
     /// name ([`Concat`]).
     pub fn concat(&mut self, xs: &[Tensor], index: &str) -> Result<Tensor> {

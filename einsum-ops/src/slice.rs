@@ -29,6 +29,14 @@ impl Slice {
     /// `x` lacks it or `lo..hi` is empty or reaches past its extent, and with
     /// [`Error::Invalid`] when `x` holds i32 indices rather than values.
     pub fn new(x: &TensorDesc, index: &str, lo: usize, hi: usize) -> Result<Slice> {
+        Self::renamed(x, index, lo, hi, index)
+    }
+
+    /// [`Slice::new`] with the sliced index called `name` in the output (a part of a merged
+    /// projection's output index takes back the name its part had: `heads_q` of
+    /// `heads_q+heads_kv+heads_kv`). Fails as `new` does, and with an [`Error::Shape`] when
+    /// another index of `x` is called `name`.
+    pub fn renamed(x: &TensorDesc, index: &str, lo: usize, hi: usize, name: &str) -> Result<Slice> {
         let shape = |reason: String| Error::Shape { op: KIND.into(), index: index.into(), reason };
         let axis = x.position(index).ok_or_else(|| shape(format!("not an index of x [{}]", x.dims_string())))?;
         let extent = x.dims[axis].extent;
@@ -41,8 +49,12 @@ impl Slice {
                 reason: format!("x [{}] has dtype {}, not a floating-point one", x.dims_string(), x.dtype),
             });
         }
+        if name != index && x.position(name).is_some() {
+            return Err(shape(format!("cannot rename it `{name}`, another index of x [{}]", x.dims_string())));
+        }
         let mut y = x.clone();
         y.dims[axis].extent = hi - lo;
+        y.dims[axis].name = name.to_string();
         Ok(Slice { inputs: vec![x.clone()], outputs: vec![y], axis, lo })
     }
 
@@ -188,6 +200,26 @@ mod tests {
         let spec = request_spec(&op, &[1, 3, 1]).unwrap();
         let along_t: Vec<(usize, usize)> = spec.input_blocks(0).iter().map(|b| (b.dim(1).lo, b.dim(1).hi)).collect();
         assert_eq!(along_t, [(2, 3), (3, 4), (4, 6)]);
+    }
+
+    /// A renamed slice keeps the elements and positions and names the output index anew;
+    /// a name another index has is refused.
+    #[test]
+    fn a_renamed_slice_names_its_index_anew() {
+        let op = Slice::renamed(&x(DType::F32), "t", 2, 6, "u").unwrap();
+        assert_eq!(op.outputs()[0].dims_string(), "b=2, u=4, d=3");
+        assert_eq!((op.index(), op.range()), ("t", 2..6));
+        let input = HostTensor::random(x(DType::F32).tensor_type(), DType::F32, 4);
+        let want =
+            execute_whole(&Slice::new(&x(DType::F32), "t", 2, 6).unwrap(), std::slice::from_ref(&input)).unwrap();
+        let got = execute_whole(&op, &[input]).unwrap();
+        assert_eq!(got[0].to_f32(), want[0].to_f32());
+        for p in 1..=3 {
+            for (seed, choice) in enumerate_specs(&op, p).unwrap().iter().enumerate() {
+                assert_eq!(decomposition_error(&op, &choice.spec, seed as u64).unwrap(), 0.0);
+            }
+        }
+        assert!(Slice::renamed(&x(DType::F32), "t", 2, 6, "d").is_err());
     }
 
     /// NaN and the infinities are copied as they are, bit for bit.

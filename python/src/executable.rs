@@ -348,6 +348,7 @@ pub fn compile(
         memory_budget,
         refine: einsummable::refine::DEFAULT_REFINE,
         rewrites,
+        rules: einsummable::rewrite::Rules::default(),
     };
     let snapshot = graph.snapshot();
     let comp = snapshot.computation();

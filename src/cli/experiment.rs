@@ -4,7 +4,10 @@
 
 use std::{fmt::Write as _, path::PathBuf};
 
-use einsummable::experiment::{Experiment, Runner, Setup, TableReport};
+use std::sync::Arc;
+
+use einsummable::experiment::{Experiment, Runner, Setup, Strategy, TableReport};
+use einsummable::rewrite::JointForms;
 use einsummable::{Error, Result};
 use serde::Serialize;
 
@@ -43,6 +46,10 @@ pub fn parse_devices(list: &str) -> Result<Vec<usize>> {
         .collect()
 }
 
+/// The joint optimizer's column in `transformer` and `chains`: the DP on the fastest form
+/// of the rewrites ([`JointForms`]).
+pub const JOINT: &str = "dp+rewrites";
+
 /// Runs `experiment`.
 pub fn run(a: Args) -> Result<Report> {
     let experiments = Experiment::by_name(&a.name)?;
@@ -53,9 +60,16 @@ pub fn run(a: Args) -> Result<Report> {
     let chosen = super::choose_topology(a.topology.as_deref(), largest)?;
     let mut text = chosen.note.map(|n| n + "\n").unwrap_or_default();
     let setup = Setup::new(chosen.name, chosen.topology, devices, a.out, a.small);
+    // The joint optimizer of form and decomposition, one more column beside the paper's
+    // strategies, which plan the graphs as written.
+    let joint = Strategy::dp().with_forms(Arc::new(JointForms::default()), JOINT);
     let mut runner = Runner::new();
     let mut outcomes = Vec::new();
     for e in experiments {
+        let setup = match e {
+            Experiment::Transformer | Experiment::Chains => setup.clone().with_strategy(joint.clone()),
+            _ => setup.clone(),
+        };
         let outcome = e.run(&setup, &mut runner)?;
         text += &outcome.table.to_markdown();
         let files: Vec<String> = outcome.files.iter().map(|f| f.display().to_string()).collect();

@@ -87,20 +87,34 @@ pub enum Rewrites {
     Off,
 }
 
-/// The lines saying, per contraction network, which form was planned.
+/// The lines saying, per contraction network, which form was planned, and per merge site
+/// whether its weights were merged (the first [`MERGE_LINES`] sites, then how many more).
 pub fn rewrites_text(changes: Option<&[einsummable::rewrite::Change]>) -> String {
-    changes
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            if c.chosen == c.written {
-                format!("rewrites: {} kept as written (the fastest of the forms planned)\n", c.written)
-            } else {
-                format!("rewrites: {} planned as {}\n", c.written, c.chosen)
-            }
-        })
-        .collect()
+    let changes = changes.unwrap_or_default();
+    let line = |c: &einsummable::rewrite::Change| match (c.rule.as_str(), c.as_written()) {
+        ("association", true) => {
+            format!("rewrites: {} kept as written (the fastest of the forms planned)\n", c.written)
+        }
+        ("association", false) => format!("rewrites: {} planned as {}\n", c.written, c.chosen),
+        (_, true) => format!("rewrites: {} kept separate (the fastest of the forms planned)\n", c.written),
+        (_, false) => format!("rewrites: merged {} ({})\n", c.written, c.chosen),
+    };
+    let (merges, others): (Vec<_>, Vec<_>) = changes.iter().partition(|c| c.rule != "association");
+    let mut text: String = others.into_iter().map(line).collect();
+    text.extend(merges.iter().take(MERGE_LINES).map(|c| line(c)));
+    if merges.len() > MERGE_LINES {
+        let merged = merges.iter().filter(|c| !c.as_written()).count();
+        text += &format!(
+            "rewrites: ... and {} more merge sites ({merged} of {} merged in all)\n",
+            merges.len() - MERGE_LINES,
+            merges.len()
+        );
+    }
+    text
 }
+
+/// The merge sites [`rewrites_text`] lists one per line.
+pub const MERGE_LINES: usize = 4;
 
 /// `--optimizer`: a name of the [`names::optimizers`] table.
 pub fn optimizer_names() -> PossibleValuesParser {

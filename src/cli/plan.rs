@@ -163,7 +163,8 @@ pub fn run(a: Args) -> Result<Report> {
                 refine: a.refine,
             })
         };
-        let kept = fastest_form(&graph.snapshot(), a.rewrites == Rewrites::On, plan, |p| predicted(&p.1))?;
+        let rules = (a.rewrites == Rewrites::On).then(einsummable::rewrite::Rules::default);
+        let kept = fastest_form(&graph.snapshot(), rules.as_ref(), plan, |p| predicted(&p.1))?;
         rewrites = kept.rewrites;
         let best_comp = kept.graph.computation();
         let (plan, physical, optimize_ms, compiled) = kept.planned;

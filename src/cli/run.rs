@@ -164,6 +164,7 @@ impl CompileArgs {
             memory_budget: parse_budget(self.memory_budget)?,
             refine: self.refine,
             rewrites: self.rewrites == Rewrites::On,
+            rules: einsummable::rewrite::Rules::default(),
         };
         Ok((options, ChosenName { name, note }))
     }
@@ -288,7 +289,8 @@ fn run_in(a: RunArgs, job: Option<&Job>) -> Result<Report> {
     }
     let mut text = summary(&a.compile, &topology, &exe);
     if let Some(path) = &a.trace {
-        let mut processes = vec![super::trace::simulated(comp, exe.compiled(), &options.topology)?];
+        let mut processes =
+            vec![super::trace::simulated(exe.planned_computation(), exe.compiled(), &options.topology)?];
         if let Some(timings) = task_timings.as_deref() {
             processes.push(Process::measured(&format!("measured on the {} backend", a.compile.backend), timings));
         }
@@ -409,7 +411,7 @@ pub fn explain(a: ExplainArgs) -> Result<Report> {
         let _ = writeln!(text, "task graph written to {}", path.display());
     }
     if let Some(path) = &a.trace {
-        let simulated = super::trace::simulated(comp, exe.compiled(), &options.topology)?;
+        let simulated = super::trace::simulated(exe.planned_computation(), exe.compiled(), &options.topology)?;
         let about =
             super::trace::about("explain", &a.compile.workload, a.compile.devices, &topology.name, exe.predicted_ms());
         super::trace::write(path, &[simulated], about)?;

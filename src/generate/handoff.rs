@@ -47,7 +47,7 @@ pub fn handoff(
     let ends = prefill.packing.ends();
     for (kv, cache) in prefill.kv.iter().zip(&decoder.caches) {
         for (out, input) in [(kv.k, cache.k), (kv.v, cache.v)] {
-            let width = from.computation().desc(out.id())?.dtype.size_bytes() as f64;
+            let width = from.planned_computation().desc(from.planned_tensor(out)?)?.dtype.size_bytes() as f64;
             let held = held_blocks(from, out)?;
             for (needed, dst) in read_blocks(to, input)? {
                 let sequences = needed.dim(1);
@@ -85,7 +85,8 @@ pub fn handoff(
 /// The distinct blocks of `tensor` that `exe`'s plan leaves on the devices, each with the
 /// devices of the function specs that produce it.
 fn held_blocks(exe: &Executable, tensor: Tensor) -> Result<Vec<(TensorType, Vec<DeviceId>)>> {
-    let TensorId { op, output } = tensor.id();
+    // The plan names the form's vertices.
+    let TensorId { op, output } = exe.planned_tensor(tensor)?;
     let spec = &planned(exe, op)?.spec;
     let devices = placement(exe, op)?;
     let mut held: Vec<(TensorType, Vec<DeviceId>)> = Vec::new();
@@ -103,7 +104,7 @@ fn held_blocks(exe: &Executable, tensor: Tensor) -> Result<Vec<(TensorType, Vec<
 /// with the function spec's device (once per block and device).
 fn read_blocks(exe: &Executable, tensor: Tensor) -> Result<Vec<(TensorType, DeviceId)>> {
     let mut read: Vec<(TensorType, DeviceId)> = Vec::new();
-    for (op, k) in exe.computation().consumers(tensor.id()) {
+    for (op, k) in exe.planned_computation().consumers(exe.planned_tensor(tensor)?) {
         let spec = &planned(exe, op)?.spec;
         for (f, &device) in spec.functions.iter().zip(placement(exe, op)?) {
             let pair = (f.inputs[k].clone(), device);

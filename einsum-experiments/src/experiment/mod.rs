@@ -50,7 +50,7 @@ pub use chart::BarChart;
 pub use progress::Progress;
 pub use proxy::pearson;
 pub use scale::{Fidelity, fidelity};
-pub use strategy::Strategy;
+pub use strategy::{Forms, Strategy};
 pub use table::{Cell, CellReport, RowReport, Table, TableReport, geometric_mean};
 pub use target::{CostModels, Target};
 
@@ -435,19 +435,26 @@ pub struct Measurement {
 /// built in f16, the paper's storage type.
 pub fn measure(case: &Case) -> Result<Measurement> {
     let graph = Workload::parse(&case.workload)?.build(DType::F16)?;
-    let comp = graph.computation();
     let started = Instant::now();
-    let planned = einsum_compile::plan_and_compile(&einsum_compile::pipeline::Request {
-        comp,
-        devices: case.devices,
-        strategy: case.strategy.optimizer(),
-        cost: case.target.cost(),
-        topology: case.target.topology(),
-        synthesizer: case.synthesizer.clone(),
-        memory_budget: case.memory_budget.map(|b| b as f64),
-        host_memory: None,
-        refine: case.refine,
-    })?;
+    let plan = |comp: &Computation| {
+        einsum_compile::plan_and_compile(&einsum_compile::pipeline::Request {
+            comp,
+            devices: case.devices,
+            strategy: case.strategy.optimizer(),
+            cost: case.target.cost(),
+            topology: case.target.topology(),
+            synthesizer: case.synthesizer.clone(),
+            memory_budget: case.memory_budget.map(|b| b as f64),
+            host_memory: None,
+            refine: case.refine,
+        })
+    };
+    // A joint optimizer plans the graph's other forms too; the others plan it as written.
+    let (planned, form) = match case.strategy.forms() {
+        Some(forms) => forms.fastest(&graph.snapshot(), &plan).map_err(Error::Forms)?,
+        None => (plan(graph.computation())?, graph.snapshot()),
+    };
+    let comp = form.computation();
     let compile_ms = started.elapsed().as_secs_f64() * 1e3;
     let stats = planned.compiled.graph.stats();
     Ok(Measurement {
