@@ -365,16 +365,18 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
             &time
         }
     };
-    let Kept { planned, graph: form, rewrites, derived } = fastest_form(
-        &graph,
-        options.rewrites.then_some(&options.rules),
-        |form| {
-            // A form's operators (a merge's slices) must be the backend's too.
+    // A form's operators (a merge's slices) must be the backend's too; forms are weighed
+    // without the refinement, which the form kept gets.
+    let planner = |refine: usize| {
+        move |form: &Computation| -> Result<_> {
             check_operators(backend, form)?;
-            Ok(plan_and_compile(&request(form, options, cost))?)
-        },
-        |p| p.compiled.predicted_ms,
-    )?;
+            Ok(plan_and_compile(&Request { refine, ..request(form, options, cost) })?)
+        }
+    };
+    let Kept { planned, graph: form, rewrites, derived } =
+        fastest_form(&graph, options.rewrites.then_some(&options.rules), planner(0), planner(options.refine), |p| {
+            p.compiled.predicted_ms
+        })?;
     let binding = Binding::new(comp, form.computation(), &derived)?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let (optimize_ms, compile_ms, refinement) = (planned.optimize_ms, planned.compile_ms, planned.refinement);

@@ -441,20 +441,25 @@ pub struct Kept<T> {
     pub derived: Vec<Derived>,
 }
 
-/// Plans `graph` with `plan` and, where `rules` are given, its other forms under them
-/// ([`graph_forms`]) too, keeping the one whose `predicted` time is lowest (the written graph
-/// on ties). The written graph's failure is the caller's error; another form whose plan does
-/// not fit or compile is no candidate. The forms are planned at once on threads of their
-/// own (each plan is independent and deterministic, so the form kept does not depend on
-/// the threads), which keeps the wall time of a compile with rewrites near that of the
-/// written graph's alone on a machine with a core per form.
+/// Plans `graph` with `plan` and, where `rules` give it other forms ([`screened_forms`]),
+/// keeps the form whose `predicted` time is lowest (the written graph on ties). Forms are
+/// weighed by `weigh`, a cheaper planner (the optimizer's plan compiled and predicted, without
+/// the refinement that compiles its alternatives too): every merge site's neighbourhood, then
+/// every form, on threads of their own (each plan is independent and deterministic, so the
+/// form kept does not depend on the threads); only the form kept is planned with `plan`.
+/// Refining every form instead multiplied the planning time by the forms' count and more (a
+/// merged form's alternatives compile larger task graphs: the 80-layer 70B stack at p = 72
+/// took 15x as long). The written graph's failure is the caller's error; another form whose
+/// plan does not fit or compile is no candidate, and one kept whose full plan fails gives way
+/// to the written graph.
 pub fn fastest_form<T: Send>(
     graph: &Snapshot,
     rules: Option<&Rules>,
-    plan: impl Fn(&Computation) -> Result<T> + Sync,
-    predicted: impl Fn(&T) -> f64,
+    weigh: impl Fn(&Computation) -> Result<T> + Sync,
+    plan: impl Fn(&Computation) -> Result<T>,
+    predicted: impl Fn(&T) -> f64 + Sync,
 ) -> Result<Kept<T>> {
-    let screen = |c: &Computation| plan(c).map_or(f64::INFINITY, |p| predicted(&p));
+    let screen = |c: &Computation| weigh(c).map_or(f64::INFINITY, |p| predicted(&p));
     let forms = match rules {
         Some(rules) if rules.force_merges => {
             let forms = graph_forms(graph, rules)?;
@@ -472,34 +477,35 @@ pub fn fastest_form<T: Send>(
         Some(rules) => screened_forms(graph, rules, Some(&screen))?,
         None => Vec::new(),
     };
-    let Some((written, others)) = forms.split_first() else {
-        return Ok(Kept {
+    let written = || -> Result<Kept<T>> {
+        Ok(Kept {
             planned: plan(graph.computation())?,
             graph: graph.clone(),
-            rewrites: None,
+            rewrites: forms.first().map(|w| w.changes.clone()),
             derived: Vec::new(),
-        });
+        })
     };
-    let snapshots: Vec<Snapshot> = others.iter().map(|f| f.graph.snapshot()).collect();
-    let plan = &plan;
-    let (first, planned) = std::thread::scope(|scope| {
-        let handles: Vec<_> = snapshots.iter().map(|s| scope.spawn(move || plan(s.computation()).ok())).collect();
-        let first = plan(graph.computation());
-        let planned: Vec<Option<T>> =
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect();
-        (first, planned)
-    });
-    let mut kept =
-        Kept { planned: first?, graph: graph.clone(), rewrites: Some(written.changes.clone()), derived: Vec::new() };
-    for ((form, snapshot), planned) in others.iter().zip(snapshots).zip(planned) {
-        if let Some(planned) = planned
-            && predicted(&planned) < predicted(&kept.planned)
-        {
-            kept =
-                Kept { planned, graph: snapshot, rewrites: Some(form.changes.clone()), derived: form.derived.clone() };
-        }
+    if forms.len() < 2 {
+        return written();
     }
-    Ok(kept)
+    let snapshots: Vec<Snapshot> = forms[1..].iter().map(|f| f.graph.snapshot()).collect();
+    let screen = &screen;
+    let (first, weighed) = std::thread::scope(|scope| {
+        let handles: Vec<_> = snapshots.iter().map(|s| scope.spawn(move || screen(s.computation()))).collect();
+        let first = screen(graph.computation());
+        let weighed: Vec<f64> =
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect();
+        (first, weighed)
+    });
+    let best = (0..weighed.len()).filter(|&i| weighed[i] < first).min_by(|&a, &b| weighed[a].total_cmp(&weighed[b]));
+    let Some(best) = best else { return written() };
+    let (form, snapshot) = (&forms[best + 1], snapshots[best].clone());
+    match plan(snapshot.computation()) {
+        Ok(planned) => {
+            Ok(Kept { planned, graph: snapshot, rewrites: Some(form.changes.clone()), derived: form.derived.clone() })
+        }
+        Err(_) => written(),
+    }
 }
 
 /// The forms [`fastest_form`] weighs under `rules`, as an experiment's joint optimizer plans
@@ -521,8 +527,9 @@ impl einsum_experiments::experiment::Forms for JointForms {
                  + Sync
          ),
     ) -> std::result::Result<(einsum_compile::pipeline::Planned, Snapshot), String> {
-        let kept = fastest_form(graph, Some(&self.rules), |c| Ok(plan(c)?), |p| p.compiled.predicted_ms)
-            .map_err(|e| e.to_string())?;
+        let kept =
+            fastest_form(graph, Some(&self.rules), |c| Ok(plan(c)?), |c| Ok(plan(c)?), |p| p.compiled.predicted_ms)
+                .map_err(|e| e.to_string())?;
         Ok((kept.planned, kept.graph))
     }
 }

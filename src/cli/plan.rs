@@ -150,7 +150,7 @@ pub fn run(a: Args) -> Result<Report> {
     let (plan, physical, optimize_ms) = if a.devices > topology.num_sites() {
         plan_only(comp, a.devices, strategy.as_ref(), model.as_ref(), (&topology_name, &topology), budget)?
     } else {
-        let plan = |comp: &Computation| {
+        let plan = |comp: &Computation, refine: usize| {
             plan_and_predict(&Request {
                 comp,
                 devices: a.devices,
@@ -160,11 +160,18 @@ pub fn run(a: Args) -> Result<Report> {
                 synthesizer: synthesizer.clone(),
                 memory_budget: budget,
                 host_memory: None,
-                refine: a.refine,
+                refine,
             })
         };
         let rules = (a.rewrites == Rewrites::On).then(einsummable::rewrite::Rules::default);
-        let kept = fastest_form(&graph.snapshot(), rules.as_ref(), plan, |p| predicted(&p.1))?;
+        // Forms are weighed without the refinement, which the form kept gets.
+        let kept = fastest_form(
+            &graph.snapshot(),
+            rules.as_ref(),
+            |c| plan(c, 0),
+            |c| plan(c, a.refine),
+            |p| predicted(&p.1),
+        )?;
         rewrites = kept.rewrites;
         let best_comp = kept.graph.computation();
         let (plan, physical, optimize_ms, compiled) = kept.planned;
