@@ -3,7 +3,9 @@
 //! on 8 devices predicts as fast as the best of every association planned; a low-rank product
 //! written `x·(A·B)` is reordered and predicts much faster; merged projections compute the
 //! written outputs (and a wrong merge does not), and a merged LLaMA block runs and passes its
-//! check with its weights loaded separately.
+//! check with its weights loaded separately; a three-operand einsum written in a costly order
+//! is reordered, a transposed weight's permute is absorbed, both compute the written outputs
+//! (and wrong ones do not).
 
 use std::collections::HashMap;
 
