@@ -4,12 +4,16 @@
 //! ([`merge`]); for a planner to weigh every form by whole-plan prediction. The rules are
 //! values ([`Rules`]).
 //!
-//! A contraction network here is a tree of two-operand einsums bound by index name (every
-//! letter binds one index name in each operand and in the result, as `Graph::matmul` and
-//! `Graph::einsum` ensure), whose inner results have one reader, the next einsum of the tree,
-//! and are not saved. Its leaves are whatever feeds it (inputs or other operators' results).
-//! A network the rewrites cannot reassociate (an index summed over three tensors) is left as
-//! written. Everything else in the graph is kept: the same operators, shared.
+//! A contraction network here is a tree of einsums bound by index name (every letter binds
+//! one index name in each operand and in the result, as `Graph::matmul` and `Graph::einsum`
+//! ensure), whose inner results have one reader, the next einsum of the tree, and are not
+//! saved. Its einsums have two operands, or more where [`Rules::orders`] is on ([`order`]: an
+//! einsum of `n` operands is `n - 1` pairwise contractions left to right). Its leaves are
+//! whatever feeds it (inputs or other operators' results), but a permute read by the network
+//! alone, whose operand it reads instead where [`Rules::transposes`] is on ([`absorb`], which
+//! also folds a permute of the network's result into its last einsum). A network the rewrites
+//! cannot reassociate (an index summed over three tensors) is left as written. Everything
+//! else in the graph is kept: the same operators, shared.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -21,9 +25,13 @@ use einsum_rewrite::{Limits, Network, Operand, Rule, Tree, forms, rules};
 
 use crate::{Graph, Result, Snapshot, Tensor};
 
+pub mod absorb;
 pub mod merge;
+pub mod order;
 
+pub use absorb::Absorb;
 pub use merge::{Derived, Merge, Site};
+pub use order::Order;
 
 /// The rewrites weighed, as values: the rules of contraction networks (egg rewrites, saturated
 /// per network within `limits`), the horizontal merge rules, and how many forms are planned.
@@ -31,6 +39,12 @@ pub use merge::{Derived, Merge, Site};
 pub struct Rules {
     /// Rules of contraction networks ([`rules::default_rules`]: association).
     pub contraction: Vec<Rule>,
+    /// Einsums of three or more operands as networks' einsums, weighed in other orders
+    /// ([`Order::multi_operand`]; `None`: left as written).
+    pub orders: Option<Order>,
+    /// Permutes absorbed into the networks that read them or folded into the einsum whose
+    /// result they permute ([`Absorb::transposes`]; `None`: kept as written).
+    pub transposes: Option<Absorb>,
     /// Horizontal merges ([`Merge::projections`]).
     pub merges: Vec<Merge>,
     /// Bounds of each network's saturation.
@@ -45,10 +59,13 @@ pub struct Rules {
 }
 
 impl Default for Rules {
-    /// Association, the merge of projections, the default limits, [`DEFAULT_FORMS`].
+    /// Association, multi-operand orders, transposes absorbed, the merge of projections, the
+    /// default limits, [`DEFAULT_FORMS`].
     fn default() -> Self {
         Rules {
             contraction: rules::default_rules(),
+            orders: Some(Order::multi_operand()),
+            transposes: Some(Absorb::transposes()),
             merges: vec![Merge::projections()],
             limits: Limits::default(),
             forms: DEFAULT_FORMS,
@@ -66,22 +83,25 @@ pub struct Form {
     /// with the written names.
     pub graph: Graph,
     /// Per contraction network, its leaves by name and the association as written and as
-    /// chosen: `(M1 (M2 M3))`; per merge site, its weights and whether they were merged.
+    /// chosen: `(M1 (M2 M3))`, and each permute it absorbs; per merge site, its weights and whether they were merged.
     pub changes: Vec<Change>,
     /// The form's inputs built from the written graph's (a merged weight).
     pub derived: Vec<Derived>,
 }
 
-/// What one rule did to one part of the graph: a network's association, as written and in
-/// this form; or a merge site's weights, separate as written and merged or not in this form.
+/// What one rule did to one part of the graph: a network's association or order, as written
+/// and in this form; a permute, kept or absorbed; or a merge site's weights, separate as
+/// written and merged or not in this form.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Change {
-    /// The rule: `association` or `merge`.
+    /// The rule: `association`, `order` (a network with an einsum of three operands or
+    /// more), `transpose` (a permute absorbed) or `merge`.
     pub rule: String,
-    /// As written: the association, or the weights (`l0.{wq, wk, wv}`).
+    /// As written: the association, the permute (`` `t = einsum(ij->ji)` ``), or the weights
+    /// (`l0.{wq, wk, wv}`).
     pub written: String,
-    /// In this form: the association, or `merged` and the merged weight's name (the same as
-    /// `written` where the site is left as written).
+    /// In this form: the association, `absorbed` and the permute, or `merged` and the merged
+    /// weight's name (the same as `written` where the part is left as written).
     pub chosen: String,
 }
 
@@ -94,25 +114,34 @@ impl Change {
 
 /// A contraction network found in a computation.
 struct Found {
-    /// The einsum whose result is the network's.
-    root: OpId,
-    /// The tensors feeding it, in the order the tree numbers them.
+    /// The operator whose result the network gives: its last einsum, or the permute of that
+    /// einsum's result folded into it ([`absorb::root`]).
+    top: OpId,
+    /// The tensors feeding it, in the order the tree numbers them (a permute's operand in
+    /// place of the permute's result where the permute is absorbed).
     leaves: Vec<TensorId>,
+    /// Every operator a rewritten form computes in its place: the network's einsums and the
+    /// permutes absorbed.
+    ops: Vec<OpId>,
+    /// The permutes absorbed.
+    permutes: Vec<OpId>,
+    /// Whether one of its einsums has three or more operands ([`Order`]).
+    multi: bool,
     /// The written association.
     written: Tree,
     network: Network,
 }
 
-/// The einsum of vertex `op`, if it is a two-operand einsum whose every letter binds one
-/// index name everywhere.
-fn named_einsum(comp: &Computation, op: OpId) -> Option<&Einsum> {
+/// The einsum of vertex `op` and its operands, where every letter binds one index name in
+/// every operand and in the result (any number of operands).
+fn named_terms(comp: &Computation, op: OpId) -> Option<(&Einsum, &[TensorId])> {
     let Some(Node::Op { op: o, inputs, .. }) = comp.node(op) else { return None };
     let einsum = (o.as_ref() as &dyn std::any::Any).downcast_ref::<Einsum>()?;
-    if inputs.len() != 2 {
-        return None;
-    }
     let (lhs, out) = einsum.equation().split_once("->")?;
     let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != inputs.len() || o.outputs().len() != 1 {
+        return None;
+    }
     let descs: Vec<&TensorDesc> = inputs.iter().map(|t| comp.desc(*t)).collect::<std::result::Result<_, _>>().ok()?;
     let mut name_of: HashMap<char, &str> = HashMap::new();
     let bound = terms.iter().zip(&descs).map(|(t, d)| (*t, *d)).chain([(out, &o.outputs()[0])]);
@@ -126,25 +155,60 @@ fn named_einsum(comp: &Computation, op: OpId) -> Option<&Einsum> {
             }
         }
     }
-    Some(einsum)
+    Some((einsum, inputs))
 }
 
-/// The contraction networks of `comp` with at least three tensors.
-fn networks(comp: &Computation) -> Vec<Found> {
+/// The einsum of vertex `op`, if it is a two-operand einsum whose every letter binds one
+/// index name everywhere.
+fn named_einsum(comp: &Computation, op: OpId) -> Option<&Einsum> {
+    named_terms(comp, op).filter(|(_, inputs)| inputs.len() == 2).map(|(e, _)| e)
+}
+
+/// The contraction networks of `comp` with at least three tensors, or with a permute
+/// absorbed, under `rules` (einsums of three or more operands are networks' einsums where
+/// [`Rules::orders`] is on; permutes are absorbed where [`Rules::transposes`] is).
+fn networks(comp: &Computation, rules: &Rules) -> Vec<Found> {
     let saved = comp.saved();
     let ops: Vec<OpId> = comp.topo_order();
-    let link = |op: OpId| named_einsum(comp, op).is_some();
+    let link = |op: OpId| match named_terms(comp, op) {
+        Some((_, inputs)) => inputs.len() == 2 || (inputs.len() >= 3 && rules.orders.is_some()),
+        None => false,
+    };
     // An inner link: a link whose one result has one reader, a link, and is not saved.
     let inner = |op: OpId| {
         let t = TensorId { op, output: 0 };
         let readers = comp.consumers(t);
         link(op) && !saved.contains(&t) && readers.len() == 1 && link(readers[0].0)
     };
+    // A permute's result that the one link reading it absorbs.
+    let absorbed = |t: TensorId| {
+        rules.transposes.is_some() && absorb::leaf(comp, t, saved).is_some() && link(comp.consumers(t)[0].0)
+    };
     let mut found = Vec::new();
     for &root in ops.iter().filter(|&&op| link(op) && !inner(op)) {
-        let mut leaves = Vec::new();
-        let written = gather(comp, root, &inner, &mut leaves);
-        if leaves.len() < 3 {
+        let mut written_leaves = Vec::new();
+        let written = gather(comp, root, &inner, &mut written_leaves);
+        let mut links = vec![root];
+        inner_ops(comp, root, &written_leaves, &mut links);
+        let multi = links.iter().any(|&op| named_terms(comp, op).is_some_and(|(_, i)| i.len() > 2));
+        let mut permutes = Vec::new();
+        let leaves: Vec<TensorId> = written_leaves
+            .iter()
+            .map(|&t| match absorb::leaf(comp, t, saved) {
+                Some((p, operand)) if absorbed(t) => {
+                    permutes.push(p);
+                    operand
+                }
+                _ => t,
+            })
+            .collect();
+        let folded = match &rules.transposes {
+            Some(a) if a.roots => absorb::root(comp, root, saved, &absorbed),
+            _ => None,
+        };
+        permutes.extend(folded);
+        let top = folded.unwrap_or(root);
+        if leaves.len() < 3 && permutes.is_empty() {
             continue;
         }
         let dims = |t: &TensorId| comp.desc(*t).map(|d| d.dims.clone()).unwrap_or_default();
@@ -152,22 +216,25 @@ fn networks(comp: &Computation) -> Vec<Found> {
         let names: Vec<Vec<&str>> = leaf_dims.iter().map(|d| d.iter().map(|x| x.name.as_str()).collect()).collect();
         let leaf_names: Vec<&[&str]> = names.iter().map(Vec::as_slice).collect();
         let extents: Vec<(&str, usize)> = leaf_dims.iter().flatten().map(|d| (d.name.as_str(), d.extent)).collect();
-        let out_dims = dims(&TensorId { op: root, output: 0 });
+        let out_dims = dims(&TensorId { op: top, output: 0 });
         let out: Vec<&str> = out_dims.iter().map(|d| d.name.as_str()).collect();
         if let Ok(network) = Network::new(&leaf_names, &extents, &out)
-            && written_as_network(comp, root, &leaves, &network).is_some()
+            && written_as_network(comp, root, &written_leaves, &network).is_some()
         {
-            found.push(Found { root, leaves, written, network });
+            let ops = links.into_iter().chain(permutes.iter().copied()).collect();
+            found.push(Found { top, leaves, ops, permutes, multi, written, network });
         }
     }
     found
 }
 
 /// The indices of link `op`'s result, where every link of its tree keeps exactly the indices
-/// the network's contraction of its parts keeps ([`Network::joined`]): the written graph then
-/// computes the network, and every form of it computes the same. `None` where a link sums an
-/// index early or keeps one late (a result index summed inside the tree, say), which the
-/// network would not: such a tree is left as written.
+/// the network's contraction of its parts keeps ([`Network::joined`], folded left to right
+/// over an einsum of three or more operands, as its kernel contracts them): the written graph
+/// then computes the network, and every form of it computes the same. `None` where a link
+/// sums an index early or keeps one late (a result index summed inside the tree, say), which
+/// the network would not: such a tree is left as written. (A permute only orders indices, so
+/// the sets of a permute's operand and result are the same.)
 fn written_as_network(comp: &Computation, op: OpId, leaves: &[TensorId], network: &Network) -> Option<BTreeSet<usize>> {
     let index_of = |name: &str| (0..network.indices()).find(|&i| network.name(i) == name);
     let names = |t: TensorId| -> Option<BTreeSet<usize>> {
@@ -179,10 +246,13 @@ fn written_as_network(comp: &Computation, op: OpId, leaves: &[TensorId], network
         parts.push(if leaves.contains(&t) { names(t)? } else { written_as_network(comp, t.op, leaves, network)? });
     }
     let kept = names(TensorId { op, output: 0 })?;
-    (network.joined(&parts[0], &parts[1]) == kept).then_some(kept)
+    let (first, rest) = parts.split_first()?;
+    let joined = rest.iter().fold(first.clone(), |acc, p| network.joined(&acc, p));
+    (!rest.is_empty() && joined == kept).then_some(kept)
 }
 
-/// The tree of link `op`, numbering its leaves into `leaves` left to right.
+/// The tree of link `op`, numbering its leaves into `leaves` left to right (the operands of
+/// an einsum of three or more contracted left to right, as its kernel does).
 fn gather(comp: &Computation, op: OpId, inner: &dyn Fn(OpId) -> bool, leaves: &mut Vec<TensorId>) -> Tree {
     let Some(Node::Op { inputs, .. }) = comp.node(op) else { unreachable!("links are operators") };
     let mut part = |t: TensorId| {
@@ -193,8 +263,9 @@ fn gather(comp: &Computation, op: OpId, inner: &dyn Fn(OpId) -> bool, leaves: &m
             Tree::Leaf(leaves.len() - 1)
         }
     };
-    let (a, b) = (part(inputs[0]), part(inputs[1]));
-    Tree::Contract(Box::new(a), Box::new(b))
+    let mut parts = inputs.iter().map(|&t| part(t));
+    let first = parts.next().unwrap_or(Tree::Leaf(0));
+    parts.fold(first, |acc, p| Tree::Contract(Box::new(acc), Box::new(p)))
 }
 
 /// A form's association with the leaves named (an input by its name, another tensor by
@@ -216,9 +287,10 @@ fn describe(comp: &Computation, tree: &Tree, leaves: &[TensorId]) -> String {
     }
 }
 
-/// The forms of `graph`: the graph as written first, then up to `rules.forms - 1` others,
-/// the `i`-th taking each network's `i`-th cheapest form by flops under the contraction
-/// rules (forms equal to an earlier one are left out); then, where a merge rule finds sites,
+/// The forms of `graph`: the graph as written first (its operators as they are), then up to
+/// `rules.forms - 1` others, every permute absorbed in each: the written associations where a
+/// permute is absorbed, then the `i`-th taking each network's `i`-th cheapest form by flops
+/// under the contraction rules (forms equal to an earlier one are left out); then, where a merge rule finds sites,
 /// the written form and the cheapest other with every site merged. None for a graph with
 /// neither a contraction network nor a merge site.
 pub fn graph_forms(graph: &Snapshot, rules: &Rules) -> Result<Vec<Form>> {
@@ -237,14 +309,9 @@ pub type Screen<'a> = &'a dyn Fn(&Computation) -> f64;
 /// sequences, whose exchanges outweigh the fuller GEMM).
 pub fn screened_forms(graph: &Snapshot, rules: &Rules, screen: Option<Screen<'_>>) -> Result<Vec<Form>> {
     let comp = graph.computation();
-    let found = networks(comp);
-    // The links of the networks: a merge leaves them to the contraction rules.
-    let mut links: HashSet<OpId> = found.iter().map(|f| f.root).collect();
-    for f in &found {
-        let mut ops = Vec::new();
-        inner_ops(comp, f.root, &f.leaves, &mut ops);
-        links.extend(ops);
-    }
+    let found = networks(comp, rules);
+    // The operators of the networks: a merge leaves them to the contraction rules.
+    let links: HashSet<OpId> = found.iter().flat_map(|f| f.ops.iter().copied()).collect();
     let mut sites: Vec<(Site, String)> = Vec::new();
     for rule in &rules.merges {
         for site in rule.sites(comp) {
@@ -273,24 +340,38 @@ pub fn screened_forms(graph: &Snapshot, rules: &Rules, screen: Option<Screen<'_>
     let k = rules.forms.max(1);
     let mut choices: Vec<Vec<Tree>> = Vec::new();
     for f in &found {
-        let best = forms(&f.network, &f.written, &rules.contraction, k, rules.limits)?;
+        let contraction = match &rules.orders {
+            Some(order) if f.multi && f.leaves.len() <= order.max_leaves => &order.rules,
+            _ => &rules.contraction,
+        };
+        let best = forms(&f.network, &f.written, contraction, k, rules.limits)?;
         choices.push(best.trees.into_iter().map(|(_, t)| t).collect());
     }
     let written: Vec<Tree> = found.iter().map(|f| f.written.clone()).collect();
-    let mut picks: Vec<Vec<Tree>> = vec![written];
+    let canonical = |p: &[Tree]| p.iter().map(|t| t.clone().canonical()).collect::<Vec<_>>();
+    // The written form (`None`: every network as written), then rewritten ones: the written
+    // associations with the permutes absorbed where there are any, then the cheapest others.
+    let mut picks: Vec<Option<Vec<Tree>>> = vec![None];
+    if found.iter().any(|f| !f.permutes.is_empty()) {
+        picks.push(Some(written.clone()));
+    }
     for i in 0..k.saturating_sub(1) {
+        if picks.len() >= k {
+            break;
+        }
         let pick: Vec<Tree> =
             choices.iter().zip(&found).map(|(c, f)| c.get(i).or(c.last()).unwrap_or(&f.written).clone()).collect();
-        let canonical = |p: &[Tree]| p.iter().map(|t| t.clone().canonical()).collect::<Vec<_>>();
-        if !picks.iter().any(|q| canonical(q) == canonical(&pick)) {
-            picks.push(pick);
+        let seen =
+            canonical(&pick) == canonical(&written) || picks.iter().flatten().any(|q| canonical(q) == canonical(&pick));
+        if !seen {
+            picks.push(Some(pick));
         }
     }
-    // With the merges: the written form, and the cheapest other where there is one.
-    let mut merged: Vec<(Vec<Tree>, bool)> = if sites.is_empty() {
+    // With the merges: the written form, and the first rewritten one where there is one.
+    let mut merged: Vec<(Option<Vec<Tree>>, bool)> = if sites.is_empty() {
         picks.into_iter().map(|p| (p, false)).collect()
     } else {
-        let with: Vec<(Vec<Tree>, bool)> = picks.iter().take(2).map(|p| (p.clone(), true)).collect();
+        let with: Vec<(Option<Vec<Tree>>, bool)> = picks.iter().take(2).map(|p| (p.clone(), true)).collect();
         picks.into_iter().map(|p| (p, false)).chain(with).collect()
     };
     if !pays.contains(&true) {
@@ -300,17 +381,12 @@ pub fn screened_forms(graph: &Snapshot, rules: &Rules, screen: Option<Screen<'_>
     merged
         .into_iter()
         .map(|(pick, merging)| {
-            let mut changes: Vec<Change> = found
-                .iter()
-                .zip(&pick)
-                .map(|(f, t)| Change {
-                    rule: "association".into(),
-                    written: describe(comp, &f.written, &f.leaves),
-                    chosen: describe(comp, t, &f.leaves),
-                })
-                .collect();
+            let mut changes = Vec::new();
+            for (i, f) in found.iter().enumerate() {
+                changes.extend(network_changes(comp, f, pick.as_ref().map(|p| &p[i]), rules));
+            }
             let applied: &[Site] = if merging { &site_list } else { &[] };
-            let (graph, derived) = rebuild(comp, &found, &pick, applied)?;
+            let (graph, derived) = rebuild(comp, &found, pick.as_deref(), applied)?;
             let mut made = derived.iter();
             for ((site, rule), pays) in sites.iter().zip(&pays) {
                 let written = site.describe(comp);
@@ -323,19 +399,52 @@ pub fn screened_forms(graph: &Snapshot, rules: &Rules, screen: Option<Screen<'_>
         .collect()
 }
 
-/// `comp` rebuilt with each network of `found` computed in the form `pick` gives it, and
-/// each site of `sites` merged; with the inputs it derives from the written graph's.
-fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree], sites: &[Site]) -> Result<(Graph, Vec<Derived>)> {
+/// What a form did to network `f`, computed as `chosen` (`None`: as written): its
+/// association or order where it has three tensors or more (rule `association`, or the
+/// [`Order`] rule's name where one of its einsums has three operands or more), and each
+/// permute it absorbs (the [`Absorb`] rule's name).
+fn network_changes(comp: &Computation, f: &Found, chosen: Option<&Tree>, rules: &Rules) -> Vec<Change> {
+    let mut changes = Vec::new();
+    if f.leaves.len() >= 3 {
+        let rule = match &rules.orders {
+            Some(order) if f.multi => order.name.clone(),
+            _ => "association".into(),
+        };
+        let written = describe(comp, &f.written, &f.leaves);
+        let chosen = chosen.map_or_else(|| written.clone(), |t| describe(comp, t, &f.leaves));
+        changes.push(Change { rule, written, chosen });
+    }
+    if let Some(absorb) = &rules.transposes {
+        for &p in &f.permutes {
+            let equation = named_terms(comp, p).map(|(e, _)| e.equation().to_string()).unwrap_or_default();
+            let written = format!("`{} = einsum({equation})`", comp.tensor_name(TensorId { op: p, output: 0 }));
+            let chosen = if chosen.is_some() { format!("absorbed {written}") } else { written.clone() };
+            changes.push(Change { rule: absorb.name.clone(), written, chosen });
+        }
+    }
+    changes
+}
+
+/// `comp` rebuilt with each network of `found` computed in the form `pick` gives it (every
+/// network as written where `pick` is `None`), and each site of `sites` merged; with the
+/// inputs it derives from the written graph's.
+fn rebuild(
+    comp: &Computation,
+    found: &[Found],
+    pick: Option<&[Tree]>,
+    sites: &[Site],
+) -> Result<(Graph, Vec<Derived>)> {
     let mut g = Graph::new();
     let mut map: HashMap<TensorId, Tensor> = HashMap::new();
-    let roots: HashMap<OpId, usize> = found.iter().enumerate().map(|(i, f)| (f.root, i)).collect();
-    // The inner links of the networks: computed by their roots' steps.
-    let mut skipped: Vec<OpId> = Vec::new();
-    for f in found {
-        let mut ops = Vec::new();
-        inner_ops(comp, f.root, &f.leaves, &mut ops);
-        skipped.extend(ops);
-    }
+    // Rewritten networks by the operator whose result they give; their other operators are
+    // computed by those steps.
+    let tops: HashMap<OpId, usize> =
+        if pick.is_some() { found.iter().enumerate().map(|(i, f)| (f.top, i)).collect() } else { HashMap::new() };
+    let skipped: HashSet<OpId> = if pick.is_some() {
+        found.iter().flat_map(|f| f.ops.iter().copied().filter(move |&op| op != f.top)).collect()
+    } else {
+        HashSet::new()
+    };
     // The roles the graph declares hold in every form.
     for (index, role) in comp.roles().iter() {
         g.role(index, role)?;
@@ -379,7 +488,7 @@ fn rebuild(comp: &Computation, found: &[Found], pick: &[Tree], sites: &[Site]) -
                 }
             }
             Some(Node::Op { op: o, inputs, .. }) => {
-                if let Some(&i) = roots.get(&op) {
+                if let (Some(&i), Some(pick)) = (tops.get(&op), pick) {
                     let leaves: Vec<Tensor> = found[i].leaves.iter().map(|t| map[t]).collect();
                     let result = steps(&mut g, &found[i].network, &pick[i], &leaves)?;
                     map.insert(TensorId { op, output: 0 }, result);

@@ -87,19 +87,22 @@ pub enum Rewrites {
     Off,
 }
 
-/// The lines saying, per contraction network, which form was planned, and per merge site
-/// whether its weights were merged (the first [`MERGE_LINES`] sites, then how many more).
+/// The lines saying, per contraction network, which form was planned, per permute whether it
+/// was absorbed, and per merge site whether its weights were merged (the first [`MERGE_LINES`] sites, then how many more).
 pub fn rewrites_text(changes: Option<&[einsummable::rewrite::Change]>) -> String {
     let changes = changes.unwrap_or_default();
     let line = |c: &einsummable::rewrite::Change| match (c.rule.as_str(), c.as_written()) {
-        ("association", true) => {
+        ("association" | "order", true) => {
             format!("rewrites: {} kept as written (the fastest of the forms planned)\n", c.written)
         }
-        ("association", false) => format!("rewrites: {} planned as {}\n", c.written, c.chosen),
+        ("association" | "order", false) => format!("rewrites: {} planned as {}\n", c.written, c.chosen),
+        ("transpose", true) => format!("rewrites: {} kept (the fastest of the forms planned)\n", c.written),
+        ("transpose", false) => format!("rewrites: {}\n", c.chosen),
         (_, true) => format!("rewrites: {} kept separate (the fastest of the forms planned)\n", c.written),
         (_, false) => format!("rewrites: merged {} ({})\n", c.written, c.chosen),
     };
-    let (merges, others): (Vec<_>, Vec<_>) = changes.iter().partition(|c| c.rule != "association");
+    let (merges, others): (Vec<_>, Vec<_>) =
+        changes.iter().partition(|c| !matches!(c.rule.as_str(), "association" | "order" | "transpose"));
     let mut text: String = others.into_iter().map(line).collect();
     text.extend(merges.iter().take(MERGE_LINES).map(|c| line(c)));
     if merges.len() > MERGE_LINES {
