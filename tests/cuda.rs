@@ -12,6 +12,8 @@ use einsummable::{
     compile,
 };
 
+/// (The tests that lower a compiled plan themselves compile it with rewrites off: they pair
+/// its kernels with the graph as written.)
 const SMALL_LLAMA: &str = "llama-block:tokens=64,seqs=2,d_model=64,heads_q=8,heads_kv=4,d_head=16,d_ff=96";
 
 #[test]
@@ -101,7 +103,8 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
     for dtype in [DType::F32, DType::BF16] {
         let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
         for devices in [1, 8] {
-            let mut exe = compile(&graph, &CompileOptions { devices, ..CompileOptions::default() }).unwrap();
+            let mut exe =
+                compile(&graph, &CompileOptions { devices, rewrites: false, ..CompileOptions::default() }).unwrap();
             exe.load_random(3).unwrap();
             let comp = graph.computation();
             let compiled = exe.compiled();
@@ -137,7 +140,7 @@ fn llama_block_lowering_matches_the_reference_on_the_emulator() {
 #[test]
 fn llama_block_fusion_at_p_1_saves_two_tasks_one_buffer_and_two_launches() {
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::BF16).unwrap();
-    let exe = compile(&graph, &CompileOptions { devices: 1, ..CompileOptions::default() }).unwrap();
+    let exe = compile(&graph, &CompileOptions { devices: 1, rewrites: false, ..CompileOptions::default() }).unwrap();
     let compiled = exe.compiled();
     let kernels = einsum_compile::ComputationKernels(graph.computation(), &compiled.kernels);
     let fusion = einsum_cuda::fusion::fuse(&compiled.graph, &kernels).unwrap();
@@ -176,7 +179,7 @@ fn llama_block_fusion_at_p_1_saves_two_tasks_one_buffer_and_two_launches() {
 fn llama_block_lowering_picks_the_fast_memory_bound_kernels() {
     use einsum_core::taskgraph::Task;
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(DType::BF16).unwrap();
-    let exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    let exe = compile(&graph, &CompileOptions { devices: 8, rewrites: false, ..CompileOptions::default() }).unwrap();
     let compiled = exe.compiled();
     let kernels = einsum_compile::ComputationKernels(graph.computation(), &compiled.kernels);
     let lowered = einsum_cuda::lower::lower(&compiled.graph, &kernels, &einsum_cuda::KernelRegistry::default())
@@ -211,7 +214,8 @@ fn llama_block_stream_plans_are_race_free_and_interleaved_runs_match_the_referen
     let dtype = DType::F32;
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
     for devices in [1, 8] {
-        let mut exe = compile(&graph, &CompileOptions { devices, ..CompileOptions::default() }).unwrap();
+        let mut exe =
+            compile(&graph, &CompileOptions { devices, rewrites: false, ..CompileOptions::default() }).unwrap();
         exe.load_random(5).unwrap();
         let comp = graph.computation();
         let compiled = exe.compiled();
@@ -270,7 +274,8 @@ fn virtual_devices_on_one_gpu_share_buffers_instead_of_copying() {
     use einsum_cuda::work::Op;
     let dtype = DType::F32;
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
-    let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    let mut exe =
+        compile(&graph, &CompileOptions { devices: 8, rewrites: false, ..CompileOptions::default() }).unwrap();
     exe.load_random(9).unwrap();
     let comp = graph.computation();
     let compiled = exe.compiled();
@@ -323,7 +328,8 @@ fn llama_block_split_over_ranks_matches_one_process_on_the_emulator() {
     use einsum_cuda::rank_schedule::{RankSchedule, stored_blocks};
     let dtype = DType::F32;
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
-    let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    let mut exe =
+        compile(&graph, &CompileOptions { devices: 8, rewrites: false, ..CompileOptions::default() }).unwrap();
     exe.load_random(11).unwrap();
     let comp = graph.computation();
     let compiled = exe.compiled();
@@ -402,7 +408,8 @@ fn llama_block_over_two_nccl_ranks_matches_the_reference() {
     use einsum_cuda::{CudaExecutable, RankShare};
     let dtype = DType::F32;
     let graph = Workload::parse(SMALL_LLAMA).unwrap().build(dtype).unwrap();
-    let mut exe = compile(&graph, &CompileOptions { devices: 8, ..CompileOptions::default() }).unwrap();
+    let mut exe =
+        compile(&graph, &CompileOptions { devices: 8, rewrites: false, ..CompileOptions::default() }).unwrap();
     exe.load_random(13).unwrap();
     let comp = graph.computation();
     let compiled = exe.compiled();

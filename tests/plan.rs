@@ -68,7 +68,7 @@ fn llama_block_prediction_lies_between_busiest_device_and_fully_serial() {
     let a100 = Topology::preset("dgx-a100").unwrap();
     let (launch, setup) = (a100.latency().kernel_launch, a100.latency().link);
     let roofline = Roofline::default();
-    let (comp, compiled) = (graph.computation(), exe.compiled());
+    let (comp, compiled) = (exe.planned_computation(), exe.compiled());
     let g = &compiled.graph;
     let mut per_device = [0.0f64; 8];
     let mut serial = 0.0;
