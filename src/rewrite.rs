@@ -555,17 +555,17 @@ pub struct Kept<T> {
 /// weighed by `weigh`, a cheaper planner (the optimizer's plan compiled and predicted, without
 /// the refinement that compiles its alternatives too): every merge site's neighbourhood, then
 /// every form, on threads of their own (each plan is independent and deterministic, so the
-/// form kept does not depend on the threads); only the form kept is planned with `plan`.
+/// form kept does not depend on the threads); then the written graph and the form weighed
+/// fastest, where it beats the written one, are planned with `plan`, and the faster kept.
 /// Refining every form instead multiplied the planning time by the forms' count and more (a
 /// merged form's alternatives compile larger task graphs: the 80-layer 70B stack at p = 72
 /// took 15x as long). The written graph's failure is the caller's error; another form whose
-/// plan does not fit or compile is no candidate, and one kept whose full plan fails gives way
-/// to the written graph.
+/// plan does not fit or compile is no candidate.
 pub fn fastest_form<T: Send>(
     graph: &Snapshot,
     rules: Option<&Rules>,
     weigh: impl Fn(&Computation) -> Result<T> + Sync,
-    plan: impl Fn(&Computation) -> Result<T>,
+    plan: impl Fn(&Computation) -> Result<T> + Sync,
     predicted: impl Fn(&T) -> f64 + Sync,
 ) -> Result<Kept<T>> {
     let screen = |c: &Computation| weigh(c).map_or(f64::INFINITY, |p| predicted(&p));
@@ -608,12 +608,20 @@ pub fn fastest_form<T: Send>(
     });
     let best = (0..weighed.len()).filter(|&i| weighed[i] < first).min_by(|&a, &b| weighed[a].total_cmp(&weighed[b]));
     let Some(best) = best else { return written() };
+    // The form weighed fastest against the written graph, both planned in full: the
+    // refinement can reverse an order the unrefined plans gave.
     let (form, snapshot) = (&forms[best + 1], snapshots[best].clone());
-    match plan(snapshot.computation()) {
-        Ok(planned) => {
+    let plan = &plan;
+    let (kept, other) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| plan(snapshot.computation()).ok());
+        (written(), other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    });
+    let kept = kept?;
+    match other {
+        Some(planned) if predicted(&planned) < predicted(&kept.planned) => {
             Ok(Kept { planned, graph: snapshot, rewrites: Some(form.changes.clone()), derived: form.derived.clone() })
         }
-        Err(_) => written(),
+        _ => Ok(kept),
     }
 }
 
