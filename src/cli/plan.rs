@@ -88,9 +88,10 @@ pub struct Args {
     refine: usize,
     #[arg(long, value_name = "FILE", help = super::trace::HELP)]
     trace: Option<PathBuf>,
-    /// Algebraic rewrites: `on` also plans the cheapest other forms of the graph's contraction
-    /// networks (a matrix chain reassociated, `x·(A·B)` as `(x·A)·B`) and keeps the form whose
-    /// plan predicts fastest; `off` plans the graph as written.
+    /// Algebraic rewrites: `on` also plans other forms of the graph (contraction networks
+    /// reassociated, `x·(A·B)` as `(x·A)·B`; permutes absorbed; Q/K/V and gate/up projections
+    /// merged) and keeps the form whose plan predicts fastest; `off` plans the graph as
+    /// written.
     #[arg(long, value_enum, default_value_t = Rewrites::On)]
     rewrites: Rewrites,
 }

@@ -98,9 +98,10 @@ pub struct CompileArgs {
     /// before it gives up on the rank it waits for (and ends the job, naming it).
     #[arg(long, value_name = "SECONDS", default_value_t = einsum_dist::DEFAULT_PATIENCE.as_secs_f64())]
     rank_timeout: f64,
-    /// Algebraic rewrites: `on` also plans the cheapest other forms of the graph's contraction
-    /// networks (a matrix chain reassociated, `x·(A·B)` as `(x·A)·B`) and runs the form whose
-    /// plan predicts fastest; `off` plans the graph as written.
+    /// Algebraic rewrites: `on` also plans other forms of the graph (contraction networks
+    /// reassociated, `x·(A·B)` as `(x·A)·B`; permutes absorbed; Q/K/V and gate/up projections
+    /// merged) and runs the form whose plan predicts fastest; `off` plans the graph as
+    /// written.
     #[arg(long, value_enum, default_value_t = Rewrites::On)]
     rewrites: Rewrites,
 }
