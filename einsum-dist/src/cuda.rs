@@ -20,7 +20,7 @@ use einsum_core::{
 };
 use einsum_cpu::StoredBlock;
 use einsum_cuda::{
-    CudaExecutable, CudaOptions, RankShare,
+    CudaBackend, CudaExecutable, CudaOptions, RankShare,
     nccl::{NcclRank, UniqueId, nccl_present},
 };
 use einsum_sim::Topology;
@@ -136,7 +136,7 @@ impl Backend for CudaRankBackend {
 
     /// The whole inputs staged on the host on their way to the GPU, as the CUDA backend's.
     fn host_bytes(&self, graph: &TaskGraph) -> usize {
-        graph.inputs().iter().map(|b| b.ty.volume().saturating_mul(b.dtype.size_bytes())).fold(0, usize::saturating_add)
+        CudaBackend::new(self.options.clone()).host_bytes(graph)
     }
 
     fn prepare<'k>(
