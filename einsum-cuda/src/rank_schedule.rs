@@ -186,18 +186,6 @@ impl RankSchedule {
         })
     }
 
-    /// The schedule of a graph run by one process: the graph as it is, every task local.
-    pub fn single(graph: &TaskGraph) -> Self {
-        RankSchedule {
-            graph: graph.clone(),
-            original: (0..graph.nodes().len()).map(|t| TaskId(t as u32)).collect(),
-            roles: vec![Role::Local; graph.nodes().len()],
-            local_device: vec![true; graph.devices()],
-            rank: 0,
-            ranks: 1,
-        }
-    }
-
     /// This rank's operations of every step, each step's in issue order (an empty list for a
     /// step without this rank, none after its last). An operation's `task` is its position in
     /// [`RankSchedule::graph`].
@@ -370,11 +358,8 @@ mod tests {
     }
 
     #[test]
-    fn one_process_is_the_graph_as_it_is() {
+    fn one_rank_is_the_graph_as_it_is() {
         let g = layered(2, &[(1, 0, 0, 0), (1, 1, 0, 1)]);
-        let s = RankSchedule::single(&g);
-        assert_eq!(s.graph, g);
-        assert!(s.roles.iter().all(|r| *r == Role::Local));
         let s = RankSchedule::new(&g, &[0, 0], 0, 1).unwrap();
         assert_eq!(s.graph, g);
         assert!(s.roles.iter().all(|r| *r == Role::Local));
