@@ -245,15 +245,21 @@ impl<'a> Emulator<'a> {
     /// first input not loaded.
     pub fn run(&mut self) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
-        if !self.memory.plan.steps.is_empty() {
-            return Err(BackendError::Device {
-                operation: "an emulated run".into(),
-                reason: "this rank's share exchanges blocks with other ranks: run the ranks together (`run_ranks`)"
-                    .into(),
-            });
-        }
+        self.alone("an emulated run")?;
         self.run_tasks(0..self.lowered.ops.len());
         Ok(self.outputs())
+    }
+
+    /// Refuses `operation` on a rank's share that exchanges blocks with other ranks: it runs
+    /// only together with them ([`run_ranks`]).
+    fn alone(&self, operation: &str) -> Result<(), BackendError> {
+        if self.memory.plan.steps.is_empty() {
+            return Ok(());
+        }
+        Err(BackendError::Device {
+            operation: operation.into(),
+            reason: "this rank's share exchanges blocks with other ranks: run the ranks together (`run_ranks`)".into(),
+        })
     }
 
     /// Runs the operations of tasks `tasks` in schedule order (other ranks' tasks, sends and
@@ -310,13 +316,7 @@ impl<'a> Emulator<'a> {
     /// an error naming the tasks stuck.
     pub fn run_interleaved(&mut self, seed: u64) -> Result<Vec<HostTensor>, BackendError> {
         self.slots.require_all()?;
-        if !self.memory.plan.steps.is_empty() {
-            return Err(BackendError::Device {
-                operation: "an emulated interleaved run".into(),
-                reason: "this rank's share exchanges blocks with other ranks: run the ranks together (`run_ranks`)"
-                    .into(),
-            });
-        }
+        self.alone("an emulated interleaved run")?;
         let plan = &self.memory.plan;
         let counts: Vec<usize> =
             self.lowered.ops.iter().zip(&plan.elided).map(|(ops, &e)| if e { 0 } else { ops.len() }).collect();

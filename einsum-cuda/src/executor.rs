@@ -153,11 +153,7 @@ impl Runtime {
             let s = self.plan.stream[t];
             let stream = &self.streams[s];
             let fail = |reason: String| IssueError { task: t, reason };
-            for w in &self.plan.waits[t] {
-                let ev =
-                    self.events[w.0 as usize].as_ref().ok_or_else(|| fail(format!("no event after task {}", w.0)))?;
-                stream.wait(ev).map_err(|e| fail(format!("waiting for task {}: {e}", w.0)))?;
-            }
+            self.wait_for(stream, t).map_err(fail)?;
             let ctx = IssueCtx { rt: self, stream: s };
             for op in &self.lowered.ops[t] {
                 op.work().issue(&ctx).map_err(fail)?;
@@ -165,6 +161,15 @@ impl Runtime {
             if let Some(ev) = &self.events[t] {
                 ev.record(stream).map_err(|e| fail(format!("recording an event: {e}")))?;
             }
+        }
+        Ok(())
+    }
+
+    /// Makes `stream` wait for the events of the tasks task `t` waits for.
+    fn wait_for(&self, stream: &CudaStream, t: usize) -> Result<(), String> {
+        for w in &self.plan.waits[t] {
+            let ev = self.events[w.0 as usize].as_ref().ok_or_else(|| format!("no event after task {}", w.0))?;
+            stream.wait(ev).map_err(|e| format!("waiting for task {}: {e}", w.0))?;
         }
         Ok(())
     }
@@ -177,11 +182,7 @@ impl Runtime {
         let fail = |reason: String| IssueError { task: first, reason };
         let stream = &self.streams[self.plan.stream[first]];
         for o in ops {
-            for w in &self.plan.waits[o.op.task.0 as usize] {
-                let ev =
-                    self.events[w.0 as usize].as_ref().ok_or_else(|| fail(format!("no event after task {}", w.0)))?;
-                stream.wait(ev).map_err(|e| fail(format!("waiting for task {}: {e}", w.0)))?;
-            }
+            self.wait_for(stream, o.op.task.0 as usize).map_err(fail)?;
         }
         let exchange = self
             .exchange

@@ -12,7 +12,7 @@
 //! that fails before joining ends the job through the driver's `MPI_Abort`, so no rank waits
 //! there for ever).
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use einsum_core::{
     Backend, BackendError, HostTensor, KernelLibrary, Prepared, TensorType,
@@ -95,20 +95,17 @@ impl CudaRankBackend {
         let inner = CudaExecutable::prepare_rank(graph, kernels, &self.options, share)?;
         // Each block the executable stores is the block of one Store task of `graph`, whose
         // tag carries it to rank 0.
-        let store_of = |output: usize, ty: &TensorType| {
-            graph.nodes().iter().position(|n| match n.task {
-                Task::Store { output: o, src } => o == output && graph.buffer(src).ty == *ty,
-                _ => false,
-            })
-        };
-        let stored = inner
-            .stored_blocks()
+        let stores: HashMap<(usize, &TensorType), TaskId> = graph
+            .nodes()
             .iter()
-            .map(|(output, ty)| {
-                let task = store_of(*output, ty).expect("a stored block is a Store's");
-                (TaskId(task as u32), *output, ty.clone())
+            .enumerate()
+            .filter_map(|(t, n)| match n.task {
+                Task::Store { output, src } => Some(((output, &graph.buffer(src).ty), TaskId(t as u32))),
+                _ => None,
             })
             .collect();
+        let stored =
+            inner.stored_blocks().iter().map(|(output, ty)| (stores[&(*output, ty)], *output, ty.clone())).collect();
         Ok(CudaRankExecutable { inner, peers, graph: graph.clone(), stored })
     }
 }

@@ -28,6 +28,9 @@ pub const CUDA_NAME: &str = "mpi-cuda";
 pub const CUDA_ABOUT: &str = "the ranks of an MPI job launched by mpirun, one GPU each, exchanging blocks over NCCL \
                               (needs the `nccl` feature)";
 
+/// What the GPU job needs besides Open MPI, for [`missing`].
+const GPU_NEEDS: &str = "and, at run time, the CUDA driver and NCCL";
+
 /// Whether `backend` names a job backend, whose `run` joins the MPI job it was launched in.
 pub fn is_job(backend: &str) -> bool {
     backend == NAME || backend == CUDA_NAME
@@ -47,7 +50,7 @@ impl Job {
     pub fn start(backend: &str) -> Result<Job> {
         let cuda = backend == CUDA_NAME;
         if cuda && !cfg!(feature = "nccl") {
-            return Err(missing(backend, "nccl", "and, at run time, the CUDA driver and NCCL"));
+            return Err(missing(backend, "nccl", GPU_NEEDS));
         }
         let transport = einsum_dist::MpiTransport::init()
             .map_err(|e| Error::Usage(format!("--backend {backend}: joining the MPI job: {e}")))?;
@@ -57,11 +60,7 @@ impl Job {
     /// Without the `mpi` feature there is no MPI job to join.
     #[cfg(not(feature = "mpi"))]
     pub fn start(backend: &str) -> Result<Job> {
-        Err(if backend == CUDA_NAME {
-            missing(backend, "nccl", "and, at run time, the CUDA driver and NCCL")
-        } else {
-            missing(backend, "mpi", "")
-        })
+        Err(if backend == CUDA_NAME { missing(backend, "nccl", GPU_NEEDS) } else { missing(backend, "mpi", "") })
     }
 
     /// This process's rank.
@@ -123,7 +122,7 @@ impl Job {
     /// Without the `nccl` feature no job runs on GPUs (`start` refused it already).
     #[cfg(not(feature = "nccl"))]
     fn cuda_backend(&self, _: &Topology, _: usize, _: Duration, _: &BackendParams) -> Result<Arc<dyn Backend>> {
-        Err(missing(CUDA_NAME, "nccl", "and, at run time, the CUDA driver and NCCL"))
+        Err(missing(CUDA_NAME, "nccl", GPU_NEEDS))
     }
 
     /// Ends the job on every rank now, after saying why on this rank's stderr.
