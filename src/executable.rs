@@ -86,7 +86,8 @@ pub struct CompileOptions {
     /// (`einsum_compile::refine`; 0 keeps its plan as it is).
     pub refine: usize,
     /// Whether the graph is also planned in its other forms under [`rules`](Self::rules)
-    /// ([`crate::rewrite`]: its contraction networks reassociated, its projections merged),
+    /// ([`crate::rewrite`]: its contraction networks reassociated, its projections merged,
+    /// its elementwise chains fused into their einsums),
     /// the fastest predicted kept (the executable binds the graph's inputs and saved outputs
     /// in every form); `false` plans the graph as written.
     pub rewrites: bool,
@@ -373,10 +374,11 @@ pub fn compile(graph: impl Into<Snapshot>, options: &CompileOptions) -> Result<E
             Ok(plan_and_compile(&Request { refine, ..request(form, options, cost) })?)
         }
     };
+    let refined = planner(options.refine);
+    let refined: Option<crate::rewrite::Planner<'_, _>> = (options.refine > 0).then_some(&refined);
+    let rules = options.rewrites.then_some(&options.rules);
     let Kept { planned, graph: form, rewrites, derived } =
-        fastest_form(&graph, options.rewrites.then_some(&options.rules), planner(0), planner(options.refine), |p| {
-            p.compiled.predicted_ms
-        })?;
+        fastest_form(&graph, rules, planner(0), refined, |p| p.compiled.predicted_ms)?;
     let binding = Binding::new(comp, form.computation(), &derived)?;
     let (plan, budget, capacity) = (planned.plan, planned.budget, planned.capacity);
     let (optimize_ms, compile_ms, refinement) = (planned.optimize_ms, planned.compile_ms, planned.refinement);

@@ -26,10 +26,12 @@ use einsum_rewrite::{Limits, Network, Operand, Rule, Tree, forms, rules};
 use crate::{Graph, Result, Snapshot, Tensor};
 
 pub mod absorb;
+pub mod epilogue;
 pub mod merge;
 pub mod order;
 
 pub use absorb::Absorb;
+pub use epilogue::Fuse;
 pub use merge::{Derived, Merge, Site};
 pub use order::Order;
 
@@ -47,6 +49,9 @@ pub struct Rules {
     pub transposes: Option<Absorb>,
     /// Horizontal merges ([`Merge::projections`]).
     pub merges: Vec<Merge>,
+    /// Elementwise chains fused into the einsum producing their input, weighed on the written
+    /// graph and on every other form ([`Fuse::epilogues`]; `None`: left as written).
+    pub epilogues: Option<Fuse>,
     /// Bounds of each network's saturation.
     pub limits: Limits,
     /// How many forms of the contraction networks are planned, the written one included
@@ -59,14 +64,15 @@ pub struct Rules {
 }
 
 impl Default for Rules {
-    /// Association, multi-operand orders, transposes absorbed, the merge of projections, the
-    /// default limits, [`DEFAULT_FORMS`].
+    /// Association, multi-operand orders, transposes absorbed, the merge of projections,
+    /// epilogues fused, the default limits, [`DEFAULT_FORMS`].
     fn default() -> Self {
         Rules {
             contraction: rules::default_rules(),
             orders: Some(Order::multi_operand()),
             transposes: Some(Absorb::transposes()),
             merges: vec![Merge::projections()],
+            epilogues: Some(Fuse::epilogues()),
             limits: Limits::default(),
             forms: DEFAULT_FORMS,
             force_merges: false,
@@ -90,12 +96,12 @@ pub struct Form {
 }
 
 /// What one rule did to one part of the graph: a network's association or order, as written
-/// and in this form; a permute, kept or absorbed; or a merge site's weights, separate as
-/// written and merged or not in this form.
+/// and in this form; a permute, kept or absorbed; an elementwise chain, fused into its einsum
+/// or not; or a merge site's weights, separate as written and merged or not in this form.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Change {
     /// The rule: `association`, `order` (a network with an einsum of three operands or
-    /// more), `transpose` (a permute absorbed) or `merge`.
+    /// more), `transpose` (a permute absorbed), `epilogue` or `merge`.
     pub rule: String,
     /// As written: the association, the permute (`` `t = einsum(ij->ji)` ``), or the weights
     /// (`l0.{wq, wk, wv}`).
@@ -550,32 +556,42 @@ pub struct Kept<T> {
     pub derived: Vec<Derived>,
 }
 
-/// Plans `graph` with `plan` and, where `rules` give it other forms ([`screened_forms`]),
-/// keeps the form whose `predicted` time is lowest (the written graph on ties). Forms are
-/// weighed by `weigh`, a cheaper planner (the optimizer's plan compiled and predicted, without
-/// the refinement that compiles its alternatives too): every merge site's neighbourhood, then
-/// every form, on threads of their own (each plan is independent and deterministic, so the
-/// form kept does not depend on the threads); then the written graph and the form weighed
-/// fastest, where it beats the written one, are planned with `plan`, and the faster kept.
-/// Refining every form instead multiplied the planning time by the forms' count and more (a
-/// merged form's alternatives compile larger task graphs: the 80-layer 70B stack at p = 72
-/// took 15x as long). The written graph's failure is the caller's error; another form whose
-/// plan does not fit or compile is no candidate.
+/// A planner of a form, as [`fastest_form`] takes it.
+pub type Planner<'a, T> = &'a (dyn Fn(&Computation) -> Result<T> + Sync);
+
+/// Plans `graph` with `plan` and, where `rules` give it other forms ([`screened_forms`],
+/// each also with its elementwise chains fused into their einsums where [`Rules::epilogues`]
+/// finds any), keeps the form whose `predicted` time is lowest (the written graph on ties).
+/// Forms are weighed by `weigh`, a cheaper planner (the optimizer's plan compiled and
+/// predicted, without the refinement that compiles its alternatives too): every merge site's
+/// neighbourhood, then every form, on threads of their own (each plan is independent and
+/// deterministic, so the form kept does not depend on the threads); then the written graph
+/// and the form weighed fastest, where it beats the written one, are planned with `plan`, and
+/// the faster kept. Without `plan` (a planner that refines nothing) the weighed plans are
+/// final: the fastest is kept as weighed, nothing is planned twice. Refining every form
+/// instead multiplied the planning time by the forms' count and more (a merged form's
+/// alternatives compile larger task graphs: the 80-layer 70B stack at p = 72 took 15x as
+/// long). The written graph's failure is the caller's error; another form whose plan does
+/// not fit or compile is no candidate.
 pub fn fastest_form<T: Send>(
     graph: &Snapshot,
     rules: Option<&Rules>,
     weigh: impl Fn(&Computation) -> Result<T> + Sync,
-    plan: impl Fn(&Computation) -> Result<T> + Sync,
+    plan: Option<Planner<'_, T>>,
     predicted: impl Fn(&T) -> f64 + Sync,
 ) -> Result<Kept<T>> {
     let screen = |c: &Computation| weigh(c).map_or(f64::INFINITY, |p| predicted(&p));
+    let plan_in_full = |c: &Computation| match plan {
+        Some(plan) => plan(c),
+        None => weigh(c),
+    };
     let forms = match rules {
         Some(rules) if rules.force_merges => {
             let forms = graph_forms(graph, rules)?;
             if let Some(merged) = forms.iter().find(|f| !f.derived.is_empty()) {
                 let snapshot = merged.graph.snapshot();
                 return Ok(Kept {
-                    planned: plan(snapshot.computation())?,
+                    planned: plan_in_full(snapshot.computation())?,
                     graph: snapshot,
                     rewrites: Some(merged.changes.clone()),
                     derived: merged.derived.clone(),
@@ -586,43 +602,110 @@ pub fn fastest_form<T: Send>(
         Some(rules) => screened_forms(graph, rules, Some(&screen))?,
         None => Vec::new(),
     };
-    let written = || -> Result<Kept<T>> {
-        Ok(Kept {
-            planned: plan(graph.computation())?,
-            graph: graph.clone(),
-            rewrites: forms.first().map(|w| w.changes.clone()),
-            derived: Vec::new(),
-        })
-    };
-    if forms.len() < 2 {
-        return written();
+    let fuse = rules.and_then(|r| r.epilogues.as_ref());
+    let comp = graph.computation();
+    let sites = fuse.map(|f| f.sites(comp)).unwrap_or_default();
+    // What the written graph has as written: its forms' parts, then its epilogue sites.
+    let mut written_changes: Option<Vec<Change>> = forms.first().map(|w| w.changes.clone());
+    if let Some(fuse) = fuse.filter(|_| !sites.is_empty()) {
+        written_changes.get_or_insert_with(Vec::new).extend(sites.iter().map(|s| s.change(comp, fuse, false)));
     }
-    let snapshots: Vec<Snapshot> = forms[1..].iter().map(|f| f.graph.snapshot()).collect();
-    let screen = &screen;
+    let written =
+        |planned: T| Kept { planned, graph: graph.clone(), rewrites: written_changes.clone(), derived: Vec::new() };
+    let extra = forms.iter().skip(1).map(|f| (f.graph.snapshot(), f.changes.clone(), f.derived.clone()));
+    let written_base = (graph.clone(), written_changes.clone().unwrap_or_default(), Vec::new());
+    let mut candidates = candidates(std::iter::once(written_base).chain(extra), fuse, &sites)?;
+    if candidates.is_empty() {
+        return Ok(written(plan_in_full(comp)?));
+    }
+    // Without a planner of its own, the weighed plans are final: the written graph's and the
+    // candidates' are kept (the written graph's failure is then the caller's error), else
+    // only their times.
+    let final_weighs = plan.is_none();
+    let score = |c: &Computation| match weigh(c) {
+        Ok(t) => (predicted(&t), final_weighs.then_some(t)),
+        Err(_) => (f64::INFINITY, None),
+    };
+    let score = &score;
     let (first, weighed) = std::thread::scope(|scope| {
-        let handles: Vec<_> = snapshots.iter().map(|s| scope.spawn(move || screen(s.computation()))).collect();
-        let first = screen(graph.computation());
-        let weighed: Vec<f64> =
+        let handles: Vec<_> = candidates.iter().map(|c| scope.spawn(move || score(c.graph.computation()))).collect();
+        let first = if final_weighs { weigh(comp).map(|t| (predicted(&t), Some(t))) } else { Ok((screen(comp), None)) };
+        let weighed: Vec<(f64, Option<T>)> =
             handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect();
         (first, weighed)
     });
-    let best = (0..weighed.len()).filter(|&i| weighed[i] < first).min_by(|&a, &b| weighed[a].total_cmp(&weighed[b]));
-    let Some(best) = best else { return written() };
+    let (first, first_plan) = first?;
+    let best =
+        (0..weighed.len()).filter(|&i| weighed[i].0 < first).min_by(|&a, &b| weighed[a].0.total_cmp(&weighed[b].0));
+    let kept = |choice: Candidate, planned: T| Kept {
+        planned,
+        graph: choice.graph,
+        rewrites: Some(choice.changes),
+        derived: choice.derived,
+    };
+    let (Some(best), Some(plan)) = (best, plan) else {
+        // Weighed plans final, or no candidate beats the written graph.
+        return match (best, first_plan) {
+            (Some(best), Some(_)) => {
+                let planned = weighed.into_iter().nth(best).and_then(|w| w.1).expect("a weighed candidate's plan");
+                Ok(kept(candidates.swap_remove(best), planned))
+            }
+            (_, Some(planned)) => Ok(written(planned)),
+            (_, None) => Ok(written(plan_in_full(comp)?)),
+        };
+    };
+    drop(weighed);
+    let choice = candidates.swap_remove(best);
     // The form weighed fastest against the written graph, both planned in full: the
     // refinement can reverse an order the unrefined plans gave.
-    let (form, snapshot) = (&forms[best + 1], snapshots[best].clone());
-    let plan = &plan;
-    let (kept, other) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| plan(snapshot.computation()).ok());
-        (written(), other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    let (mine, other) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| plan(choice.graph.computation()).ok());
+        (plan(comp), other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     });
-    let kept = kept?;
+    let mine = mine?;
     match other {
-        Some(planned) if predicted(&planned) < predicted(&kept.planned) => {
-            Ok(Kept { planned, graph: snapshot, rewrites: Some(form.changes.clone()), derived: form.derived.clone() })
-        }
-        _ => Ok(kept),
+        Some(planned) if predicted(&planned) < predicted(&mine) => Ok(kept(choice, planned)),
+        _ => Ok(written(mine)),
     }
+}
+
+/// The forms [`fastest_form`] weighs against the written graph: every form of `bases` but the
+/// first (the written graph, whose epilogue sites are `sites`), then, where `fuse` finds
+/// epilogue sites in one, that form with them fused (the written graph's included). Each
+/// base is a graph, its changes and its derived inputs.
+fn candidates(
+    bases: impl Iterator<Item = (Snapshot, Vec<Change>, Vec<Derived>)>,
+    fuse: Option<&Fuse>,
+    sites: &[epilogue::Site],
+) -> Result<Vec<Candidate>> {
+    let mut candidates = Vec::new();
+    for (i, (base, mut changes, derived)) in bases.enumerate() {
+        let comp = base.computation();
+        if let Some(fuse) = fuse {
+            let here = if i == 0 { sites.to_vec() } else { fuse.sites(comp) };
+            if i > 0 {
+                changes.extend(here.iter().map(|s| s.change(comp, fuse, false)));
+            }
+            if !here.is_empty() {
+                // The base form's changes, its sites fused.
+                let mut fused: Vec<Change> = changes.iter().filter(|c| c.rule != fuse.name).cloned().collect();
+                fused.extend(here.iter().map(|s| s.change(comp, fuse, true)));
+                let graph = epilogue::fused(comp, &here)?.snapshot();
+                candidates.push(Candidate { graph, changes: fused, derived: derived.clone() });
+            }
+        }
+        if i > 0 {
+            candidates.push(Candidate { graph: base, changes, derived });
+        }
+    }
+    Ok(candidates)
+}
+
+/// A form [`fastest_form`] may keep: its graph, what it rewrote, its derived inputs.
+struct Candidate {
+    graph: Snapshot,
+    changes: Vec<Change>,
+    derived: Vec<Derived>,
 }
 
 /// The forms [`fastest_form`] weighs under `rules`, as an experiment's joint optimizer plans
@@ -644,9 +727,8 @@ impl einsum_experiments::experiment::Forms for JointForms {
                  + Sync
          ),
     ) -> std::result::Result<(einsum_compile::pipeline::Planned, Snapshot), String> {
-        let kept =
-            fastest_form(graph, Some(&self.rules), |c| Ok(plan(c)?), |c| Ok(plan(c)?), |p| p.compiled.predicted_ms)
-                .map_err(|e| e.to_string())?;
+        let kept = fastest_form(graph, Some(&self.rules), |c| Ok(plan(c)?), None, |p| p.compiled.predicted_ms)
+            .map_err(|e| e.to_string())?;
         Ok((kept.planned, kept.graph))
     }
 }

@@ -19,10 +19,12 @@ fn fixture(family: &str) -> PathBuf {
 /// The (block, device) pairs of `exe`'s plan for operator output `tensor` (`read`: false)
 /// or for every function spec reading the input `tensor` (`read`: true).
 fn blocks(exe: &Executable, tensor: einsum_graph::Tensor, read: bool) -> Vec<(TensorType, u32)> {
-    let comp = exe.computation();
+    // The form planned (elementwise chains may be fused), where `tensor` is an input or a
+    // saved output.
+    let comp = exe.planned_computation();
+    let id = exe.planned_tensor(tensor).unwrap();
     let mut out = Vec::new();
-    let uses: Vec<(einsum_joinagg::OpId, usize)> =
-        if read { comp.consumers(tensor.id()) } else { vec![(tensor.id().op, tensor.id().output)] };
+    let uses: Vec<(einsum_joinagg::OpId, usize)> = if read { comp.consumers(id) } else { vec![(id.op, id.output)] };
     for (op, k) in uses {
         let planned = exe.plan().ops.iter().find(|o| o.id == op).unwrap();
         for (f, device) in planned.spec.functions.iter().zip(&exe.compiled().placement[&op]) {

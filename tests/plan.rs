@@ -237,7 +237,8 @@ fn a_searched_compile_is_never_predicted_slower_than_the_naive_one() {
 
 /// `--rewrites` (on by default) plans other associations of a chain and reports the one kept
 /// beside the written one; `off` plans the chain as written and reports none; a graph
-/// without a contraction network reports none either way.
+/// without a contraction network reports its elementwise chain weighed fused, or nothing
+/// with `off`.
 #[test]
 fn plan_weighs_the_forms_of_a_chain() {
     let plan = |extra: &[&str]| {
@@ -253,7 +254,15 @@ fn plan_weighs_the_forms_of_a_chain() {
     assert!(on["rewrites"][0]["chosen"].is_string());
     assert!(off["rewrites"].is_null());
     assert!(on["predicted_ms"].as_f64().unwrap() <= off["predicted_ms"].as_f64().unwrap());
-    let out = einsummable(&["plan", "ffn:tokens=64,d_model=32,d_ff=64", "--devices", "4", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["rewrites"].is_null(), "{v}");
+    // The FFN has no contraction network; its ReLU is weighed fused into the first matmul.
+    let ffn = |extra: &[&str]| {
+        let mut args = vec!["plan", "ffn:tokens=64,d_model=32,d_ff=64", "--devices", "4", "--json"];
+        args.extend(extra);
+        serde_json::from_slice::<serde_json::Value>(&einsummable(&args).stdout).unwrap()
+    };
+    let v = ffn(&[]);
+    let rules: Vec<&str> = v["rewrites"].as_array().unwrap().iter().map(|c| c["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, ["epilogue"], "{v}");
+    assert_eq!(v["rewrites"][0]["written"], "`matmul #1` then relu");
+    assert!(ffn(&["--rewrites", "off"])["rewrites"].is_null());
 }

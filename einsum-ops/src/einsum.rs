@@ -50,6 +50,18 @@ pub struct Einsum {
     plan: Plan,
 }
 
+/// An einsum's letters as ids ([`Einsum::letter_ids`]).
+pub(crate) struct Letters<'a> {
+    /// The letters of every input term.
+    pub terms: &'a [Vec<usize>],
+    /// The letters of the output term.
+    pub out: &'a [usize],
+    /// Every letter's shardable index name.
+    pub names: &'a [String],
+    /// Every letter's extent.
+    pub extents: &'a [usize],
+}
+
 /// How the kernel evaluates the equation, fixed at construction.
 #[derive(Clone, Debug)]
 struct Plan {
@@ -160,6 +172,12 @@ impl Einsum {
     /// The equation, whitespace removed.
     pub fn equation(&self) -> &str {
         &self.equation
+    }
+
+    /// The letters of every input term and of the output term, as ids (`0..` in order of
+    /// first appearance), and each id's shardable index name and extent.
+    pub(crate) fn letter_ids(&self) -> Letters<'_> {
+        Letters { terms: &self.terms, out: &self.out, names: &self.names, extents: &self.extents }
     }
 
     fn build(kind: &'static str, equation: &str, inputs: &[TensorDesc]) -> Result<Einsum> {

@@ -71,6 +71,20 @@ impl ElementwiseChain {
         ElementwiseChain { inputs: 2, steps: vec![Step::Binary(op, Operand::Input(0), Operand::Input(1))], dtype }
     }
 
+    /// The chain of `steps` over `inputs` input blocks, in `dtype`: `None` unless there is a
+    /// step and every operand is an input below `inputs` or an earlier step.
+    pub fn new(inputs: usize, steps: Vec<Step>, dtype: DType) -> Option<Self> {
+        let valid = |o: Operand, i: usize| match o {
+            Operand::Input(k) => k < inputs,
+            Operand::Step(s) => s < i,
+        };
+        let ok = steps.iter().enumerate().all(|(i, s)| match *s {
+            Step::Unary(_, x) => valid(x, i),
+            Step::Binary(_, a, b) => valid(a, i) && valid(b, i),
+        });
+        (ok && !steps.is_empty()).then_some(ElementwiseChain { inputs, steps, dtype })
+    }
+
     /// The number of input blocks.
     pub fn inputs(&self) -> usize {
         self.inputs

@@ -16,6 +16,7 @@ mod common;
 pub mod concat;
 pub mod einsum;
 pub mod embedding;
+pub mod epilogue;
 mod few_rows;
 pub mod fused;
 pub mod layernorm;

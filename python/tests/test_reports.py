@@ -17,8 +17,8 @@ def test_plan_has_the_cli_schema_and_agrees_with_predict():
     assert list(plan) == PLAN_KEYS
     assert (plan["devices"], plan["topology"], plan["cost_model"], plan["schedule"]) == (4, "dgx-h100", "proxy", "naive")
     assert plan["compile_error"] is None
-    # A compiled executable runs its graph as written.
-    assert plan["rewrites"] is None
+    # The FFN's ReLU is weighed fused into the first matmul (kept fused or not).
+    assert [c["rule"] for c in plan["rewrites"]] == ["epilogue"]
     assert (plan["exchanges"], plan["searched_ms"]) == ("naive", None)
     assert sorted(plan["ops"][0]) == ["cost", "kind", "name", "splits"]
     assert abs(plan["total_cost"] - sum(sum(o["cost"][k] for k in ("repartition", "join", "aggregation", "compute")) for o in plan["ops"])) <= 1e-9 * max(plan["total_cost"], 1)

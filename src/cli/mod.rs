@@ -88,7 +88,8 @@ pub enum Rewrites {
 }
 
 /// The lines saying, per contraction network, which form was planned, per permute whether it
-/// was absorbed, and per merge site whether its weights were merged (the first [`MERGE_LINES`] sites, then how many more).
+/// was absorbed, per merge site whether its weights were merged and per epilogue site whether
+/// its chain was fused (the first [`SITE_LINES`] sites of each rule, then how many more).
 pub fn rewrites_text(changes: Option<&[einsummable::rewrite::Change]>) -> String {
     let changes = changes.unwrap_or_default();
     let line = |c: &einsummable::rewrite::Change| match (c.rule.as_str(), c.as_written()) {
@@ -98,26 +99,38 @@ pub fn rewrites_text(changes: Option<&[einsummable::rewrite::Change]>) -> String
         ("association" | "order", false) => format!("rewrites: {} planned as {}\n", c.written, c.chosen),
         ("transpose", true) => format!("rewrites: {} kept (the fastest of the forms planned)\n", c.written),
         ("transpose", false) => format!("rewrites: {}\n", c.chosen),
+        ("epilogue", true) => format!("rewrites: {} kept unfused (the fastest of the forms planned)\n", c.written),
+        ("epilogue", false) => format!("rewrites: {} fused into one kernel\n", c.written),
         (_, true) => format!("rewrites: {} kept separate (the fastest of the forms planned)\n", c.written),
         (_, false) => format!("rewrites: merged {} ({})\n", c.written, c.chosen),
     };
-    let (merges, others): (Vec<_>, Vec<_>) =
-        changes.iter().partition(|c| !matches!(c.rule.as_str(), "association" | "order" | "transpose"));
-    let mut text: String = others.into_iter().map(line).collect();
-    text.extend(merges.iter().take(MERGE_LINES).map(|c| line(c)));
-    if merges.len() > MERGE_LINES {
-        let merged = merges.iter().filter(|c| !c.as_written()).count();
-        text += &format!(
-            "rewrites: ... and {} more merge sites ({merged} of {} merged in all)\n",
-            merges.len() - MERGE_LINES,
-            merges.len()
-        );
+    let network = |c: &&einsummable::rewrite::Change| matches!(c.rule.as_str(), "association" | "order" | "transpose");
+    let mut text: String = changes.iter().filter(network).map(line).collect();
+    // Sites of the other rules (merges, epilogues), at most SITE_LINES each, then a count.
+    let mut rules: Vec<&str> = Vec::new();
+    for c in changes.iter().filter(|c| !network(c)) {
+        if !rules.contains(&c.rule.as_str()) {
+            rules.push(&c.rule);
+        }
+    }
+    for rule in rules {
+        let sites: Vec<_> = changes.iter().filter(|c| c.rule == rule).collect();
+        text.extend(sites.iter().take(SITE_LINES).map(|c| line(c)));
+        if sites.len() > SITE_LINES {
+            let (done, what) = if rule == "epilogue" { ("fused", "epilogue") } else { ("merged", "merge") };
+            let changed = sites.iter().filter(|c| !c.as_written()).count();
+            text += &format!(
+                "rewrites: ... and {} more {what} sites ({changed} of {} {done} in all)\n",
+                sites.len() - SITE_LINES,
+                sites.len()
+            );
+        }
     }
     text
 }
 
-/// The merge sites [`rewrites_text`] lists one per line.
-pub const MERGE_LINES: usize = 4;
+/// The sites of each rule (merges, epilogues) [`rewrites_text`] lists one per line.
+pub const SITE_LINES: usize = 4;
 
 /// `--optimizer`: a name of the [`names::optimizers`] table.
 pub fn optimizer_names() -> PossibleValuesParser {

@@ -90,8 +90,8 @@ pub struct Args {
     trace: Option<PathBuf>,
     /// Algebraic rewrites: `on` also plans other forms of the graph (contraction networks
     /// reassociated, `x·(A·B)` as `(x·A)·B`; permutes absorbed; Q/K/V and gate/up projections
-    /// merged) and keeps the form whose plan predicts fastest; `off` plans the graph as
-    /// written.
+    /// merged; elementwise chains fused into the einsum producing their input) and keeps the
+    /// form whose plan predicts fastest; `off` plans the graph as written.
     #[arg(long, value_enum, default_value_t = Rewrites::On)]
     rewrites: Rewrites,
 }
@@ -166,13 +166,9 @@ pub fn run(a: Args) -> Result<Report> {
         };
         let rules = (a.rewrites == Rewrites::On).then(einsummable::rewrite::Rules::default);
         // Forms are weighed without the refinement, which the form kept gets.
-        let kept = fastest_form(
-            &graph.snapshot(),
-            rules.as_ref(),
-            |c| plan(c, 0),
-            |c| plan(c, a.refine),
-            |p| predicted(&p.1),
-        )?;
+        let refined = |c: &Computation| plan(c, a.refine);
+        let refined: Option<einsummable::rewrite::Planner<'_, _>> = (a.refine > 0).then_some(&refined);
+        let kept = fastest_form(&graph.snapshot(), rules.as_ref(), |c| plan(c, 0), refined, |p| predicted(&p.1))?;
         rewrites = kept.rewrites;
         let best_comp = kept.graph.computation();
         let (plan, physical, optimize_ms, compiled) = kept.planned;

@@ -100,8 +100,8 @@ pub struct CompileArgs {
     rank_timeout: f64,
     /// Algebraic rewrites: `on` also plans other forms of the graph (contraction networks
     /// reassociated, `x·(A·B)` as `(x·A)·B`; permutes absorbed; Q/K/V and gate/up projections
-    /// merged) and runs the form whose plan predicts fastest; `off` plans the graph as
-    /// written.
+    /// merged; elementwise chains fused into the einsum producing their input) and runs the
+    /// form whose plan predicts fastest; `off` plans the graph as written.
     #[arg(long, value_enum, default_value_t = Rewrites::On)]
     rewrites: Rewrites,
 }

@@ -4,10 +4,12 @@
 //! [`super::sources`].
 
 use einsum_core::{TensorDesc, TensorType};
-use einsum_joinagg::AbstractOperator;
+use einsum_joinagg::{AbstractOperator, FunctionSpec};
 use einsum_ops::attention::Attention;
 use einsum_ops::binary::Binary;
 use einsum_ops::einsum::Einsum;
+use einsum_ops::epilogue::Epilogue;
+use einsum_ops::fused::{Operand, Step};
 use einsum_ops::layernorm::LayerNorm;
 use einsum_ops::reduce::{Reduce, ReduceOp};
 use einsum_ops::rmsnorm::RmsNorm;
@@ -83,6 +85,64 @@ impl CudaKernel for Einsum {
                 ops
             }
         })
+    }
+}
+
+impl CudaKernel for Epilogue {
+    /// The einsum's lowering writing the output block, then the stages in place on it: a
+    /// unary and the binary reading its result as one `unary_binary` launch, any other stage
+    /// as one launch. A part of an additive epilogue's split contraction that does not add
+    /// ([`Epilogue::applies_stages`]) is the einsum alone.
+    fn lower(&self, call: &Call<'_>, ctx: &mut KernelCtx<'_>) -> Result<Vec<Op>, String> {
+        let n = self.einsum().inputs().len();
+        let contraction = Call { inputs: &call.inputs[..n], ins: &call.ins[..n], ..*call };
+        let mut ops = self.einsum().lower(&contraction, ctx)?;
+        let f = FunctionSpec { inputs: call.inputs.to_vec(), outputs: vec![call.y.clone()] };
+        if !self.applies_stages(&f) {
+            return Ok(ops);
+        }
+        if let Some(b) = call.inputs[n..].iter().find(|b| *b != call.y) {
+            return Err(format!("operand block {b} differs from the output block {}: stages need one box", call.y));
+        }
+        let (y, dtype, count) = (call.outs[0], call.dtype, call.y.volume());
+        let operand = |o: Operand| match o {
+            Operand::Input(0) | Operand::Step(_) => y,
+            Operand::Input(k) => call.ins[n + k - 1],
+        };
+        let steps = self.chain().steps();
+        let mut i = 0;
+        while i < steps.len() {
+            match (steps[i], steps.get(i + 1)) {
+                (Step::Unary(unary, _), Some(&Step::Binary(binary, a, b))) => {
+                    let unary_first = a == Operand::Step(i);
+                    let b = operand(if unary_first { b } else { a });
+                    ops.push(Op::UnaryBinary(work::UnaryBinary {
+                        x: y,
+                        b,
+                        y,
+                        dtype,
+                        unary,
+                        binary,
+                        unary_first,
+                        n: count,
+                        vector: false,
+                    }));
+                    i += 2;
+                }
+                (Step::Unary(op, _), _) => {
+                    ops.push(Op::Unary(work::Unary { x: y, y, dtype, op, n: count, vector: false }));
+                    i += 1;
+                }
+                (Step::Binary(op, a, b), _) => {
+                    let strides = call.y.strides();
+                    let dims = Dims::new(&call.y.shape(), [&strides, &strides, &strides])?;
+                    let (a, b) = (operand(a), operand(b));
+                    ops.push(Op::Binary(work::Binary { a, b, y, dtype, op, dims, access: Access::GENERAL }));
+                    i += 1;
+                }
+            }
+        }
+        Ok(ops)
     }
 }
 

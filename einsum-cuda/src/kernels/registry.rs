@@ -25,6 +25,7 @@ use einsum_joinagg::AbstractOperator;
 use einsum_ops::attention::Attention;
 use einsum_ops::binary::Binary;
 use einsum_ops::einsum::Einsum;
+use einsum_ops::epilogue::Epilogue;
 use einsum_ops::layernorm::LayerNorm;
 use einsum_ops::reduce::Reduce;
 use einsum_ops::rmsnorm::RmsNorm;
@@ -155,6 +156,7 @@ impl Default for KernelRegistry {
         KernelRegistry {
             entries: vec![
                 Entry::of::<Einsum>(),
+                Entry::of::<Epilogue>(),
                 Entry::of::<Unary>(),
                 Entry::of::<Binary>(),
                 Entry::of::<Softmax>(),
@@ -221,7 +223,7 @@ mod tests {
         for (i, a) in t.iter().enumerate() {
             assert!(t[i + 1..].iter().all(|b| b.type_id != a.type_id), "{} is listed twice", a.type_name);
         }
-        assert_eq!(t.len(), 11);
+        assert_eq!(t.len(), 12);
     }
 
     #[test]
