@@ -145,6 +145,29 @@ fn a_low_rank_product_written_in_a_costly_order_is_reordered() {
     assert!(written / best >= 2.0, "{written} against {best}");
 }
 
+/// Priced on a machine (`Rules::machine`), extraction weighs the bytes of the parts and
+/// results too: the chain of `M1` 1x3, `M2` 3x10 and `M3` 10x3 written `M1 (M2 M3)` costs
+/// more flops than `(M1 M2) M3` (2·99 against 2·60) but moves fewer elements (its
+/// intermediate is 3x3, the other's 1x10, and on a DGX A100 in f32 an element costs ~50
+/// flops): with flops alone the other form is the cheapest and is weighed; priced on the
+/// machine the written form is the cheapest, and no other is weighed.
+#[test]
+fn a_machine_prices_the_bytes_a_form_moves() {
+    use einsum_rewrite::Tree;
+    let leaf = |n| Box::new(Tree::Leaf(n));
+    let g = chain_as(&[1, 3, 10, 3], &Tree::Contract(leaf(0), Box::new(Tree::Contract(leaf(1), leaf(2)))));
+    let forms = |machine| {
+        let rules = Rules { forms: 2, machine, ..Rules::default() };
+        einsummable::rewrite::graph_forms(&g.snapshot(), &rules).unwrap()
+    };
+    let by_flops = forms(None);
+    assert_eq!(by_flops.len(), 2);
+    assert_eq!(by_flops[1].changes[0].chosen, "((M1 M2) M3)");
+    let machine = einsum_logical::Machine::from_topology(&Topology::preset("dgx-a100").unwrap());
+    let priced = forms(Some(machine));
+    assert_eq!(priced.len(), 1, "{:?}", priced.iter().map(|f| &f.changes).collect::<Vec<_>>());
+}
+
 /// `compile` weighs the forms by default: a chain written in a costly association runs
 /// in another form on the CPU backend at p = 1, 2 and 8, and its outputs pass the check
 /// against the written graph's single-device reference; with rewrites off it runs as

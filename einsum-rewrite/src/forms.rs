@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use egg::{Id, Runner, StopReason};
 use thiserror::Error;
 
-use crate::{Contraction, Indices, Network, Rule, Tree};
+use crate::{Contraction, Cost, Indices, Network, Rule, Tree};
 
 /// Bounds on the saturation, in e-graph nodes and rule iterations (not wall time, so that
 /// the forms found are the same on every machine).
@@ -46,7 +46,7 @@ pub enum FormsError {
 /// What saturation found: the cheapest forms, and how far it went.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Forms {
-    /// At most `k` forms, cheapest first ([`Tree::flops`]), distinct up to the order of each
+    /// At most `k` forms, cheapest first ([`Tree::cost`]), distinct up to the order of each
     /// contraction's operands ([`Tree::canonical`]).
     pub trees: Vec<(f64, Tree)>,
     /// The e-graph's nodes at the end.
@@ -58,8 +58,20 @@ pub struct Forms {
 }
 
 /// Saturates `start`, a form of `network`, under `rules` within `limits`, and extracts the
-/// `k` cheapest forms by flops.
+/// `k` cheapest forms by flops ([`forms_by`] with [`Cost::FLOPS`]).
 pub fn forms(network: &Network, start: &Tree, rules: &[Rule], k: usize, limits: Limits) -> Result<Forms, FormsError> {
+    forms_by(network, start, rules, k, limits, Cost::FLOPS)
+}
+
+/// [`forms`], extracting the `k` cheapest forms by `cost`.
+pub fn forms_by(
+    network: &Network,
+    start: &Tree,
+    rules: &[Rule],
+    k: usize,
+    limits: Limits,
+    cost: Cost,
+) -> Result<Forms, FormsError> {
     let leaves = network.leaves();
     check_leaves(start, leaves).map_err(|leaf| FormsError::NoSuchLeaf { form: start.to_string(), leaf, leaves })?;
     let runner: Runner<Contraction, Indices> = Runner::new(Indices::new(network.clone()))
@@ -72,7 +84,7 @@ pub fn forms(network: &Network, start: &Tree, rules: &[Rule], k: usize, limits: 
         return Err(FormsError::Unsound(conflicts));
     }
     let root = runner.egraph.find(runner.roots[0]);
-    let mut best = Best { egraph: &runner.egraph, k, memo: HashMap::new(), visiting: HashSet::new() };
+    let mut best = Best { egraph: &runner.egraph, k, cost, memo: HashMap::new(), visiting: HashSet::new() };
     let trees = best.trees(root);
     Ok(Forms {
         trees,
@@ -114,6 +126,7 @@ enum Made {
 struct Best<'a> {
     egraph: &'a egg::EGraph<Contraction, Indices>,
     k: usize,
+    cost: Cost,
     memo: HashMap<Id, Vec<Candidate>>,
     /// The classes being computed: a node leading back to one is skipped (a cycle's forms
     /// are never the cheapest).
@@ -162,7 +175,7 @@ impl Best<'_> {
                 Contraction::Contract([a, b]) => {
                     let (a, b) = (self.egraph.find(*a), self.egraph.find(*b));
                     let (ta, tb) = (self.of(a), self.of(b));
-                    let own = network.flops(&self.egraph[a].data, &self.egraph[b].data);
+                    let own = self.cost.contraction(network, &self.egraph[a].data, &self.egraph[b].data);
                     for (ra, x) in ta.iter().enumerate() {
                         for (rb, y) in tb.iter().enumerate() {
                             let (lo, hi) = (x.hash.min(y.hash), x.hash.max(y.hash));

@@ -7,8 +7,9 @@
 //! ([`Tree`]); the rules ([`rules`], values a caller chooses and extends) say which forms are
 //! equal; [`forms`] saturates an e-graph of the written form under them, within node and
 //! iteration [`Limits`] (not wall time, so the forms found do not depend on the machine), and
-//! extracts the `k` cheapest by flops, for a planner to weigh by whole-plan prediction. Each
-//! form becomes einsum steps ([`Tree::steps`]).
+//! extracts the `k` cheapest by flops, or by a [`Cost`] of flops, elements moved and launches
+//! ([`forms_by`]), for a planner to weigh by whole-plan prediction. Each form becomes einsum
+//! steps ([`Tree::steps`]).
 //!
 //! ```
 //! use einsum_rewrite::{Limits, Network, Tree, forms, rules};
@@ -32,13 +33,15 @@
 //! ```
 #![warn(missing_docs)]
 
+mod cost;
 mod forms;
 mod lang;
 mod network;
 pub mod rules;
 mod tree;
 
-pub use forms::{Forms, FormsError, Limits, forms};
+pub use cost::Cost;
+pub use forms::{Forms, FormsError, Limits, forms, forms_by};
 pub use lang::{Contraction, Indices};
 pub use network::{Network, NetworkError};
 pub use rules::Rule;

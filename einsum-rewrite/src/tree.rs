@@ -6,7 +6,7 @@ use std::{collections::BTreeSet, fmt};
 use egg::{Id, RecExpr};
 use thiserror::Error;
 
-use crate::{Contraction, Network};
+use crate::{Contraction, Cost, Network};
 
 /// A form of a network: tensor `n`, or the contraction of two forms.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,10 +98,16 @@ impl Tree {
 
     /// The flops of every contraction of this form ([`Network::flops`]).
     pub fn flops(&self, network: &Network) -> f64 {
+        self.cost(network, &Cost::FLOPS)
+    }
+
+    /// The cost of every contraction of this form ([`Cost::contraction`]).
+    pub fn cost(&self, network: &Network, cost: &Cost) -> f64 {
         match self {
             Tree::Leaf(_) => 0.0,
             Tree::Contract(a, b) => {
-                a.flops(network) + b.flops(network) + network.flops(&a.indices(network), &b.indices(network))
+                let own = cost.contraction(network, &a.indices(network), &b.indices(network));
+                a.cost(network, cost) + b.cost(network, cost) + own
             }
         }
     }

@@ -1,11 +1,12 @@
 //! The forms saturation finds: every association of a chain, and only those, cheapest first
-//! with the costs an exhaustive enumeration gives; every form computes the written form's
+//! with the costs an exhaustive enumeration gives (in flops, or in flops, elements moved and
+//! launches); every form computes the written form's
 //! numbers (a proptest per rule set); an unsound rule is caught.
 
 use std::collections::{BTreeSet, HashMap};
 
 use egg::rewrite;
-use einsum_rewrite::{FormsError, Limits, Network, Rule, Tree, forms, rules};
+use einsum_rewrite::{Cost, FormsError, Limits, Network, Rule, Tree, forms, forms_by, rules};
 use proptest::prelude::*;
 
 /// A chain of `dims.len() - 1` matrices, matrix `m` of `dims[m] x dims[m + 1]`.
@@ -55,6 +56,28 @@ fn association_finds_every_parenthesisation_and_no_other_form() {
         found.trees[0].1,
         all_associations(0, 6).into_iter().min_by(|a, b| a.flops(&n).total_cmp(&b.flops(&n))).unwrap()
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Under a cost of flops, elements moved and launches, the cheapest form extracted is the
+    /// cheapest of an exhaustive enumeration under that cost, and the forms come cheapest first.
+    #[test]
+    fn extraction_by_cost_finds_the_exhaustive_best(
+        dims in proptest::collection::vec(1usize..64, 4..8),
+        (element, launch) in (0.0f64..50.0, 0.0f64..5000.0),
+    ) {
+        let n = chain(&dims);
+        let matrices = dims.len() - 1;
+        let cost = Cost { flop: 1.0, element, launch };
+        let found = forms_by(&n, &Tree::left_to_right(matrices), &rules::association(), 3, Limits::default(), cost)
+            .expect("sound");
+        let best = all_associations(0, matrices).iter().map(|t| t.cost(&n, &cost)).fold(f64::INFINITY, f64::min);
+        prop_assert!((found.trees[0].0 - best).abs() <= 1e-9 * best, "{} against {}", found.trees[0].0, best);
+        prop_assert!((found.trees[0].1.cost(&n, &cost) - found.trees[0].0).abs() <= 1e-9 * best);
+        prop_assert!(found.trees.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
 }
 
 /// With commutation too, the cheapest form of a chain is still the best parenthesisation
