@@ -654,7 +654,8 @@ pub fn fastest_form<T: Send>(
     };
     let score = &score;
     let (first, weighed) = std::thread::scope(|scope| {
-        let handles: Vec<_> = candidates.iter().map(|c| scope.spawn(move || score(c.graph.computation()))).collect();
+        let handles: Vec<_> =
+            candidates.iter().map(|c| scope.spawn(move || quietly(|| score(c.graph.computation())))).collect();
         let first = if final_weighs { weigh(comp).map(|t| (predicted(&t), Some(t))) } else { Ok((screen(comp), None)) };
         let weighed: Vec<(f64, Option<T>)> =
             handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect();
@@ -685,7 +686,7 @@ pub fn fastest_form<T: Send>(
     // The form weighed fastest against the written graph, both planned in full: the
     // refinement can reverse an order the unrefined plans gave.
     let (mine, other) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| plan(choice.graph.computation()).ok());
+        let other = scope.spawn(|| quietly(|| plan(choice.graph.computation()).ok()));
         (plan(comp), other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     });
     let mine = mine?;
@@ -725,6 +726,16 @@ fn candidates(
         }
     }
     Ok(candidates)
+}
+
+/// Runs `f` with its `tracing` events dropped, for the plans [`fastest_form`] makes on threads
+/// of their own: each would repeat every stage's line once per form, interleaved with the
+/// caller's. (A thread with no subscriber of its own drops them too, but where the process's
+/// only subscriber is scoped to the caller's thread, as Python's progress callback is, such a
+/// thread reaching an event first caches it as wanted by no one, for the caller's thread too:
+/// tokio-rs/tracing#3611. A subscriber of its own keeps the general path.)
+fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), f)
 }
 
 /// A form [`fastest_form`] may keep: its graph, what it rewrote, its derived inputs.
