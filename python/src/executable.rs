@@ -295,8 +295,9 @@ impl PyExecutable {
 /// `KeyboardInterrupt` at once (the abandoned compile finishes in the background, calling
 /// neither `progress` nor a Python strategy again, and is dropped). `progress`, a callable,
 /// receives a line per stage (on the executable's thread). `rewrites` (true by default) also
-/// plans the cheapest other forms of the graph's contraction networks (a matrix chain
-/// reassociated) and keeps the fastest; `plan()["rewrites"]` says which was kept.
+/// plans other forms of the graph (contraction networks reassociated, projections merged,
+/// elementwise chains fused into their einsums) and keeps the fastest, planning a Python
+/// strategy's graph once per form; `plan()["rewrites"]` says which was kept.
 #[pyfunction]
 #[pyo3(signature = (graph, devices = einsummable::DEFAULT_DEVICES, optimizer = None,
     cost = einsummable::names::DEFAULT_COST_MODEL, topology = None, memory_budget = None, backend = "cpu",
