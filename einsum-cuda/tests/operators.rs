@@ -27,6 +27,7 @@ use einsum_ops::binary::{Binary, BinaryOp};
 use einsum_ops::cast::Cast;
 use einsum_ops::concat::Concat;
 use einsum_ops::einsum::Einsum;
+use einsum_ops::epilogue::{Epilogue, Stage};
 use einsum_ops::layernorm::LayerNorm;
 use einsum_ops::reduce::{Reduce, ReduceOp};
 use einsum_ops::rmsnorm::RmsNorm;
@@ -80,6 +81,8 @@ fn cases(dt: DType) -> Vec<(&'static str, Computation)> {
             ),
         ),
         ("colsum", Box::new(Einsum::new("td->d", std::slice::from_ref(&x)).unwrap())),
+        ("epilogue-silu-mul", Box::new(silu_mul(dt))),
+        ("epilogue-residual", Box::new(residual(dt))),
         ("gelu", Box::new(Unary::new(&x, UnaryOp::Gelu).unwrap())),
         ("silu", Box::new(Unary::new(&x, UnaryOp::Silu).unwrap())),
         ("sigmoid", Box::new(Unary::new(&x, UnaryOp::Sigmoid).unwrap())),
@@ -125,6 +128,20 @@ fn tolerance(dt: DType) -> f32 {
         DType::BF16 => 1e-1,
         DType::I32 => 0.0,
     }
+}
+
+/// `silu(x·W) · u`, one operator.
+fn silu_mul(dt: DType) -> Epilogue {
+    let (x, w, y) = (desc(&[("t", 6), ("d", 8)], dt), desc(&[("d", 8), ("f", 5)], dt), desc(&[("t", 6), ("f", 5)], dt));
+    let stages = vec![Stage::Unary(UnaryOp::Silu), Stage::Binary { op: BinaryOp::Mul, operand: y, result_first: true }];
+    Epilogue::new(Einsum::matmul(&x, &w).unwrap(), stages).unwrap()
+}
+
+/// `r + x·W`, one operator whose contraction may be split.
+fn residual(dt: DType) -> Epilogue {
+    let (x, w, y) = (desc(&[("t", 6), ("d", 8)], dt), desc(&[("d", 8), ("f", 5)], dt), desc(&[("t", 6), ("f", 5)], dt));
+    let stages = vec![Stage::Binary { op: BinaryOp::Add, operand: y, result_first: false }];
+    Epilogue::new(Einsum::matmul(&x, &w).unwrap(), stages).unwrap()
 }
 
 /// Compiles `comp` with spec `choice` of its one operator on `p` devices.
@@ -174,8 +191,38 @@ fn the_emulated_lowering_matches_the_reference_on_every_spec() {
             }
         }
     }
-    // 24 cases, 2 dtypes, 1 + at least 1 + at least 1 specs, 2 GPU counts.
-    assert!(runs >= 24 * 2 * 3 * 2, "only {runs} runs");
+    // 26 cases, 2 dtypes, 1 + at least 1 + at least 1 specs, 2 GPU counts.
+    assert!(runs >= 26 * 2 * 3 * 2, "only {runs} runs");
+}
+
+/// A residual add fused into a matmul whose contraction is split over 2 and 4 devices: the
+/// part holding the contraction's first interval adds the residual, the others lower to the
+/// GEMM alone, and the sum of the partials matches the reference on the emulator.
+#[test]
+fn a_fused_residual_over_a_split_contraction_matches_the_reference() {
+    for dt in [DType::F32, DType::BF16] {
+        let comp = single("residual", Box::new(residual(dt)));
+        let (ins, reference) = inputs(&comp, 5);
+        let (id, op, _) = comp.ops().next().unwrap();
+        for p in [2, 4] {
+            let specs = enumerate_specs(op, p).unwrap();
+            let split = specs
+                .iter()
+                .find(|c| c.spec.functions.iter().any(|f| f.inputs[0].dim(1).len() < 8))
+                .expect("a spec splitting the contraction");
+            let options = einsum_compile::PhysicalOptions {
+                devices: p,
+                synthesizer: Arc::new(NaiveSynthesizer),
+                topology: Topology::preset("dgx-a100").unwrap(),
+                memory_budget: None,
+            };
+            let c = compile(&comp, &HashMap::from([(id, split.spec.clone())]), &options).unwrap();
+            let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
+            let out = emulate::run(&c.graph, &lowered, 1, &ins);
+            let err = scaled_error(&out[0], &reference, 1.0);
+            assert!(err <= tolerance(dt), "{dt} p={p}: error {err}");
+        }
+    }
 }
 
 /// An operator the CUDA backend has no kernel for: copies its input.
