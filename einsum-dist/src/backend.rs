@@ -13,7 +13,7 @@ use einsum_core::{Backend, BackendError, KernelLibrary, Prepared, taskgraph::Tas
 use einsum_cpu::CpuBackend;
 use einsum_sim::Topology;
 
-use crate::{RankExecutable, RankLayout, Transport, handshake::handshake, messages::Messages, peers::RankPeers};
+use crate::{RankExecutable, RankLayout, Transport, job::Job};
 
 /// How long a rank waits, by default, without any message arriving before it gives up on
 /// the rank it waits for.
@@ -28,11 +28,8 @@ pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(60);
 /// one simulated node must run on one host: preparing checks both (`handshake.rs`).
 #[derive(Clone)]
 pub struct RankBackend {
-    name: String,
-    transport: Arc<dyn Transport>,
+    job: Job,
     cpu: CpuBackend,
-    topology: Option<Topology>,
-    patience: Duration,
     /// Bytes of crossing transfers sent to each rank by every executable prepared so far.
     sent: Arc<[AtomicU64]>,
 }
@@ -41,14 +38,14 @@ impl RankBackend {
     /// A backend named `name` over `transport`, each rank running its tasks on `cpu`.
     pub fn new(name: &str, transport: Arc<dyn Transport>, cpu: CpuBackend) -> Self {
         let sent = (0..transport.ranks()).map(|_| AtomicU64::new(0)).collect();
-        RankBackend { name: name.into(), transport, cpu, topology: None, patience: DEFAULT_PATIENCE, sent }
+        RankBackend { job: Job::new(name, transport), cpu, sent }
     }
 
     /// The same backend, refusing a layout whose rank would own devices of two nodes of
     /// `topology` ([`RankLayout::for_topology`]).
     #[must_use]
     pub fn for_topology(mut self, topology: Topology) -> Self {
-        self.topology = Some(topology);
+        self.job.topology = Some(topology);
         self
     }
 
@@ -56,13 +53,13 @@ impl RankBackend {
     /// rank gives up on the one it waits for ([`DEFAULT_PATIENCE`] by default).
     #[must_use]
     pub fn with_patience(mut self, patience: Duration) -> Self {
-        self.patience = patience;
+        self.job.patience = patience;
         self
     }
 
     /// The transport (this process's rank, the job's ranks).
     pub fn transport(&self) -> &Arc<dyn Transport> {
-        &self.transport
+        &self.job.transport
     }
 
     /// Bytes of crossing transfers this rank has sent to each rank, over every run of every
@@ -75,7 +72,7 @@ impl RankBackend {
     /// The layout of a graph of `devices` devices over this job's ranks, checked against the
     /// topology where one was given: what `prepare` uses, for a caller to check first.
     pub fn layout(&self, devices: usize) -> Result<RankLayout, BackendError> {
-        layout(&self.name, self.topology.as_ref(), devices, self.transport.ranks())
+        self.job.layout(devices)
     }
 
     /// Prepares `graph` on this rank ([`Backend::prepare`] boxes the same).
@@ -86,41 +83,21 @@ impl RankBackend {
     ) -> Result<RankExecutable<'k>, BackendError> {
         let layout = self.layout(graph.devices())?;
         let inner = self.cpu.executable(graph, kernels)?;
-        let messages = Messages::of(inner.graph(), &layout).map_err(|e| BackendError::Unavailable(e.to_string()))?;
-        let peers =
-            Arc::new(RankPeers::new(self.transport.clone(), layout, messages, self.patience, self.sent.clone()));
-        let node_of = |d: usize| self.topology.as_ref().and_then(|t| t.node(einsum_sim::SiteId(d))).unwrap_or(0);
-        let nodes = self.topology.as_ref().is_some_and(|t| t.nodes().is_some());
-        handshake(inner.graph(), &peers, nodes.then_some(&node_of as &dyn Fn(usize) -> usize))?;
+        let peers = self.job.connect(inner.graph(), layout, self.sent.clone())?;
         Ok(RankExecutable::new(inner.with_peers(peers.clone()), peers))
     }
 }
 
-/// The layout of a graph of `devices` devices over `ranks` ranks, one node of `topology`
-/// (where given) never split over two ranks; refused naming backend `name` otherwise.
-pub(crate) fn layout(
-    name: &str,
-    topology: Option<&Topology>,
-    devices: usize,
-    ranks: usize,
-) -> Result<RankLayout, BackendError> {
-    let layout = match topology {
-        Some(t) => RankLayout::for_topology(t, devices, ranks),
-        None => RankLayout::contiguous(devices, ranks),
-    };
-    layout.map_err(|e| BackendError::Unavailable(format!("the {name} backend's {ranks} ranks: {e}")))
-}
-
 impl Backend for RankBackend {
     fn name(&self) -> &str {
-        &self.name
+        &self.job.name
     }
 
     /// This rank's devices' predicted peaks ([`TaskGraph::stats`]), resident blocks included.
     fn host_bytes(&self, graph: &TaskGraph) -> usize {
         let peaks = graph.stats().peak_bytes;
         match self.layout(graph.devices()) {
-            Ok(l) => l.devices_of(self.transport.rank()).map(|d| peaks[d]).fold(0usize, usize::saturating_add),
+            Ok(l) => l.devices_of(self.job.transport.rank()).map(|d| peaks[d]).fold(0usize, usize::saturating_add),
             Err(_) => peaks.iter().fold(0usize, |a, &b| a.saturating_add(b)),
         }
     }

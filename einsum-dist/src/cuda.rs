@@ -25,23 +25,14 @@ use einsum_cuda::{
 };
 use einsum_sim::Topology;
 
-use crate::{
-    DEFAULT_PATIENCE, RankLayout, Transport,
-    backend::layout,
-    handshake::{handshake, share_id},
-    messages::Messages,
-    peers::RankPeers,
-};
+use crate::{RankLayout, Transport, handshake::share_id, job::Job, peers::RankPeers};
 
 /// Runs a task graph over the ranks of a job on their GPUs, one GPU per rank; see the module
 /// docs.
 #[derive(Clone)]
 pub struct CudaRankBackend {
-    name: String,
-    transport: Arc<dyn Transport>,
+    job: Job,
     options: CudaOptions,
-    topology: Option<Topology>,
-    patience: Duration,
 }
 
 impl CudaRankBackend {
@@ -49,28 +40,28 @@ impl CudaRankBackend {
     /// `options` on GPU `options.first_gpu` alone.
     pub fn new(name: &str, transport: Arc<dyn Transport>, options: CudaOptions) -> Self {
         let options = CudaOptions { max_gpus: Some(1), ..options };
-        CudaRankBackend { name: name.into(), transport, options, topology: None, patience: DEFAULT_PATIENCE }
+        CudaRankBackend { job: Job::new(name, transport), options }
     }
 
     /// The same backend, refusing a layout whose rank would own devices of two nodes of
     /// `topology`.
     #[must_use]
     pub fn for_topology(mut self, topology: Topology) -> Self {
-        self.topology = Some(topology);
+        self.job.topology = Some(topology);
         self
     }
 
     /// The same backend, waiting at most `patience` for another rank's message.
     #[must_use]
     pub fn with_patience(mut self, patience: Duration) -> Self {
-        self.patience = patience;
+        self.job.patience = patience;
         self
     }
 
     /// The layout of a graph of `devices` devices over this job's ranks (as
     /// [`crate::RankBackend::layout`]).
     pub fn layout(&self, devices: usize) -> Result<RankLayout, BackendError> {
-        layout(&self.name, self.topology.as_ref(), devices, self.transport.ranks())
+        self.job.layout(devices)
     }
 
     /// Prepares `graph` on this rank (see the module docs).
@@ -81,13 +72,9 @@ impl CudaRankBackend {
     ) -> Result<CudaRankExecutable, BackendError> {
         let layout = self.layout(graph.devices())?;
         self.check_available()?;
-        let (rank, ranks) = (self.transport.rank(), self.transport.ranks());
-        let messages = Messages::of(graph, &layout).map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        let (rank, ranks) = (self.job.transport.rank(), self.job.transport.ranks());
         let sent = (0..ranks).map(|_| Default::default()).collect();
-        let peers = Arc::new(RankPeers::new(self.transport.clone(), layout.clone(), messages, self.patience, sent));
-        let node_of = |d: usize| self.topology.as_ref().and_then(|t| t.node(einsum_sim::SiteId(d))).unwrap_or(0);
-        let nodes = self.topology.as_ref().is_some_and(|t| t.nodes().is_some());
-        handshake(graph, &peers, nodes.then_some(&node_of as &dyn Fn(usize) -> usize))?;
+        let peers = self.job.connect(graph, layout.clone(), sent)?;
         let id = share_id(&peers, || UniqueId::new().map(|id| id.to_bytes()))?;
         let nccl = NcclRank::init(&UniqueId::from_bytes(id), rank, ranks, self.options.first_gpu)?;
         let device_rank = (0..graph.devices()).map(|d| layout.rank_of(d)).collect();
@@ -112,7 +99,7 @@ impl CudaRankBackend {
 
 impl Backend for CudaRankBackend {
     fn name(&self) -> &str {
-        &self.name
+        &self.job.name
     }
 
     /// A CUDA driver, a GPU from [`CudaOptions::first_gpu`] on, and NCCL.
@@ -121,7 +108,7 @@ impl Backend for CudaRankBackend {
         if self.options.first_gpu >= gpus {
             return Err(BackendError::Unavailable(format!(
                 "rank {} would use GPU {}, and this host has {gpus}",
-                self.transport.rank(),
+                self.job.transport.rank(),
                 self.options.first_gpu
             )));
         }

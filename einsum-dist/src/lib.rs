@@ -14,6 +14,7 @@ mod backend;
 mod cuda;
 mod executable;
 mod handshake;
+mod job;
 mod layout;
 mod messages;
 #[cfg(feature = "mpi")]
