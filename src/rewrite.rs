@@ -670,19 +670,19 @@ pub fn fastest_form<T: Send>(
         rewrites: Some(choice.changes),
         derived: choice.derived,
     };
-    let (Some(best), Some(plan)) = (best, plan) else {
-        // Weighed plans final, or no candidate beats the written graph.
-        return match (best, first_plan) {
-            (Some(best), Some(_)) => {
-                let planned = weighed.into_iter().nth(best).and_then(|w| w.1).expect("a weighed candidate's plan");
-                Ok(kept(candidates.swap_remove(best), planned))
-            }
-            (_, Some(planned)) => Ok(written(planned)),
-            (_, None) => Ok(written(plan_in_full(comp)?)),
-        };
+    let Some(best) = best else {
+        // No candidate beats the written graph.
+        return Ok(written(match first_plan {
+            Some(planned) => planned,
+            None => plan_in_full(comp)?,
+        }));
     };
-    drop(weighed);
     let choice = candidates.swap_remove(best);
+    let Some(plan) = plan else {
+        // The weighed plans are final.
+        let planned = weighed.into_iter().nth(best).and_then(|w| w.1).expect("a weighed candidate's plan");
+        return Ok(kept(choice, planned));
+    };
     // The form weighed fastest against the written graph, both planned in full: the
     // refinement can reverse an order the unrefined plans gave.
     let (mine, other) = std::thread::scope(|scope| {

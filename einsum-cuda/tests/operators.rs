@@ -146,16 +146,21 @@ fn residual(dt: DType) -> Epilogue {
 
 /// Compiles `comp` with spec `choice` of its one operator on `p` devices.
 fn compiled(comp: &Computation, p: usize, choice: usize) -> Option<Compiled> {
-    let (id, op, _) = comp.ops().next().unwrap();
+    let (_, op, _) = comp.ops().next().unwrap();
     let specs = enumerate_specs(op, p).unwrap();
-    let spec = specs.get(choice)?.spec.clone();
+    Some(compiled_as(comp, p, specs.get(choice)?.spec.clone()))
+}
+
+/// Compiles `comp` with `spec` for its one operator on `p` devices.
+fn compiled_as(comp: &Computation, p: usize, spec: JoinAggSpec) -> Compiled {
+    let (id, _, _) = comp.ops().next().unwrap();
     let options = einsum_compile::PhysicalOptions {
         devices: p,
         synthesizer: Arc::new(NaiveSynthesizer),
         topology: Topology::preset("dgx-a100").unwrap(),
         memory_budget: None,
     };
-    Some(compile(comp, &HashMap::from([(id, spec)]), &options).unwrap())
+    compile(comp, &HashMap::from([(id, spec)]), &options).unwrap()
 }
 
 /// The kernel library of `c`, a compilation of `comp`.
@@ -203,20 +208,14 @@ fn a_fused_residual_over_a_split_contraction_matches_the_reference() {
     for dt in [DType::F32, DType::BF16] {
         let comp = single("residual", Box::new(residual(dt)));
         let (ins, reference) = inputs(&comp, 5);
-        let (id, op, _) = comp.ops().next().unwrap();
+        let (_, op, _) = comp.ops().next().unwrap();
         for p in [2, 4] {
             let specs = enumerate_specs(op, p).unwrap();
             let split = specs
                 .iter()
                 .find(|c| c.spec.functions.iter().any(|f| f.inputs[0].dim(1).len() < 8))
                 .expect("a spec splitting the contraction");
-            let options = einsum_compile::PhysicalOptions {
-                devices: p,
-                synthesizer: Arc::new(NaiveSynthesizer),
-                topology: Topology::preset("dgx-a100").unwrap(),
-                memory_budget: None,
-            };
-            let c = compile(&comp, &HashMap::from([(id, split.spec.clone())]), &options).unwrap();
+            let c = compiled_as(&comp, p, split.spec.clone());
             let lowered = lower(&c.graph, &kernels(&comp, &c), &KernelRegistry::default()).unwrap();
             let out = emulate::run(&c.graph, &lowered, 1, &ins);
             let err = scaled_error(&out[0], &reference, 1.0);

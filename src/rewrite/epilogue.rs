@@ -112,18 +112,14 @@ impl Site {
     /// What the site computes as written: the einsum's result and the chain
     /// (`` `einsum #3` then silu, mul ``).
     pub fn describe(&self, comp: &Computation) -> String {
-        let name = |op: OpId| match comp.node(op) {
-            Some(Node::Op { op: o, .. }) => {
-                let any = o.as_ref() as &dyn std::any::Any;
-                match (any.downcast_ref::<Unary>(), any.downcast_ref::<Binary>()) {
-                    (Some(u), _) => u.op().name().to_string(),
-                    (_, Some(b)) => b.op().name().to_string(),
-                    _ => o.kind().to_string(),
-                }
-            }
-            _ => String::new(),
-        };
-        let chain: Vec<String> = self.ops.iter().map(|&op| name(op)).collect();
+        let chain: Vec<&str> = self
+            .stages
+            .iter()
+            .map(|s| match s {
+                Stage::Unary(op) => op.name(),
+                Stage::Binary { op, .. } => op.name(),
+            })
+            .collect();
         format!("`{}` then {}", comp.tensor_name(TensorId { op: self.einsum, output: 0 }), chain.join(", "))
     }
 
